@@ -1,0 +1,117 @@
+"""One Settings object, read from the environment and a ``.env`` file.
+
+The ``.env`` file is the one in the working directory, or the file named by
+``PROMPTYOSELF_ENV_FILE``. Every setting is listed with its default in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+
+def default_db_path() -> Path:
+    """The per-user data file, never the working directory (Letta and Claude Desktop start us anywhere)."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("promptyoself", appauthor=False)) / "promptyoself.db"
+
+
+class Settings(BaseSettings):
+    """Every knob PromptYoSelf reads. Field aliases are the environment variable names."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+
+    letta_base_url: str = Field("http://localhost:8283", validation_alias="LETTA_BASE_URL")
+    letta_api_key: SecretStr | None = Field(None, validation_alias="LETTA_API_KEY")
+    letta_server_password: SecretStr | None = Field(None, validation_alias="LETTA_SERVER_PASSWORD")
+    letta_timeout: float = Field(10.0, gt=0, validation_alias="PROMPTYOSELF_LETTA_TIMEOUT")
+
+    db: str | None = Field(None, validation_alias="PROMPTYOSELF_DB")
+    timezone: str = Field("UTC", validation_alias="PROMPTYOSELF_TIMEZONE")
+
+    executor_mode: Literal["worker", "embedded", "off"] = Field(
+        "worker", validation_alias="PROMPTYOSELF_EXECUTOR_MODE"
+    )
+    executor_autostart: bool = Field(True, validation_alias="PROMPTYOSELF_EXECUTOR_AUTOSTART")
+    executor_interval: float = Field(1.0, gt=0, validation_alias="PROMPTYOSELF_EXECUTOR_INTERVAL")
+    worker_idle_exit: float = Field(600.0, ge=0, validation_alias="PROMPTYOSELF_WORKER_IDLE_EXIT")
+    lease_seconds: float = Field(60.0, gt=0, validation_alias="PROMPTYOSELF_LEASE_SECONDS")
+    max_in_flight: int = Field(8, ge=1, validation_alias="PROMPTYOSELF_MAX_IN_FLIGHT")
+    max_attempts: int = Field(10, ge=1, validation_alias="PROMPTYOSELF_MAX_ATTEMPTS")
+    retry_base: float = Field(5.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_BASE")
+    retry_max: float = Field(600.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_MAX")
+    misfire_grace: str = Field("24h", validation_alias="PROMPTYOSELF_MISFIRE_GRACE")
+    message_format: Literal["annotated", "plain"] = Field(
+        "annotated", validation_alias="PROMPTYOSELF_MESSAGE_FORMAT"
+    )
+
+    default_agent_id: str | None = Field(None, validation_alias="PROMPTYOSELF_DEFAULT_AGENT_ID")
+    letta_agent_id: str | None = Field(None, validation_alias="LETTA_AGENT_ID")
+    letta_default_agent_id: str | None = Field(None, validation_alias="LETTA_DEFAULT_AGENT_ID")
+    use_single_agent_fallback: bool = Field(
+        False, validation_alias="PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK"
+    )
+
+    max_active_per_agent: int = Field(100, ge=1, validation_alias="PROMPTYOSELF_MAX_ACTIVE_PER_AGENT")
+    min_interval: str = Field("10s", validation_alias="PROMPTYOSELF_MIN_INTERVAL")
+    max_prompt_chars: int = Field(8000, ge=1, validation_alias="PROMPTYOSELF_MAX_PROMPT_CHARS")
+
+    log_level: str = Field("INFO", validation_alias="PROMPTYOSELF_LOG_LEVEL")
+    log_file: str | None = Field(None, validation_alias="PROMPTYOSELF_LOG_FILE")
+    log_json: bool = Field(False, validation_alias="PROMPTYOSELF_LOG_JSON")
+
+    http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
+
+    @cached_property
+    def db_url(self) -> str:
+        """The SQLAlchemy URL: ``PROMPTYOSELF_DB`` as a URL, a file path, or the per-user default."""
+        raw = (self.db or "").strip()
+        if "://" in raw:
+            return raw
+        path = Path(raw).expanduser() if raw else default_db_path()
+        return f"sqlite:///{path.resolve()}"
+
+    @property
+    def letta_token(self) -> str | None:
+        """The bearer credential for Letta: the API key, else the server password, else nothing."""
+        for secret in (self.letta_api_key, self.letta_server_password):
+            if secret is not None and secret.get_secret_value().strip():
+                return secret.get_secret_value().strip()
+        return None
+
+    @property
+    def misfire_grace_td(self) -> timedelta:
+        from promptyoself.timing import parse_interval
+
+        return parse_interval(self.misfire_grace)
+
+    @property
+    def min_interval_td(self) -> timedelta:
+        from promptyoself.timing import parse_interval
+
+        return parse_interval(self.min_interval)
+
+    @property
+    def executor_enabled(self) -> bool:
+        return self.executor_autostart and self.executor_mode != "off"
+
+
+def env_file() -> str | None:
+    """``PROMPTYOSELF_ENV_FILE`` if set, else ``.env`` in the working directory when it exists."""
+    explicit = os.environ.get("PROMPTYOSELF_ENV_FILE")
+    if explicit:
+        return explicit
+    return ".env" if Path(".env").is_file() else None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags)."""
+    return Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]

@@ -1,0 +1,89 @@
+"""Small exception tree. Each error carries a stable ``code`` and a message that says what to do next.
+
+The MCP layer turns these into ``{"status": "error", "error": msg, "code": code}`` tool errors and the
+CLI turns them into exit code 1 with the same JSON on stdout.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class PromptYoSelfError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": "error", "error": self.message, "code": self.code}
+        out.update(self.details)
+        return out
+
+
+class InvalidArgument(PromptYoSelfError):
+    code = "invalid_argument"
+
+
+class InvalidTime(InvalidArgument):
+    code = "invalid_time"
+
+
+class TimeInPast(InvalidArgument):
+    code = "time_in_past"
+
+
+class InvalidCron(InvalidArgument):
+    code = "invalid_cron"
+
+
+class InvalidInterval(InvalidArgument):
+    code = "invalid_interval"
+
+
+class AgentRequired(PromptYoSelfError):
+    code = "agent_required"
+
+
+class AgentNotFound(PromptYoSelfError):
+    code = "agent_not_found"
+
+
+class NotFound(PromptYoSelfError):
+    code = "not_found"
+
+
+class QuotaExceeded(PromptYoSelfError):
+    code = "quota_exceeded"
+
+
+class LettaUnavailable(PromptYoSelfError):
+    code = "letta_unavailable"
+
+
+class LettaAuth(PromptYoSelfError):
+    code = "letta_auth"
+
+
+class InternalError(PromptYoSelfError):
+    code = "internal"
+
+
+ERROR_CODES: tuple[str, ...] = (
+    "invalid_time",
+    "time_in_past",
+    "invalid_cron",
+    "invalid_interval",
+    "invalid_argument",
+    "agent_required",
+    "agent_not_found",
+    "not_found",
+    "quota_exceeded",
+    "letta_unavailable",
+    "letta_auth",
+    "internal",
+)

@@ -1,0 +1,214 @@
+"""A small httpx client for the parts of Letta's REST API that PromptYoSelf uses (see shared/letta-api.md).
+
+Errors come out as the core's exception tree: ``LettaUnavailable`` (connect error, timeout, 5xx, 429:
+transient, ``retry_after`` set from a 429's header), ``LettaAuth`` (401/403), ``AgentNotFound`` (404 on
+an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+from promptyoself import __version__
+from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"promptyoself/{__version__}"
+
+
+class LettaError(Exception):
+    """Raised for an answer that fits none of the mapped cases (kept for the executor's bookkeeping)."""
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    raw = resp.headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return None
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    if isinstance(body, dict) and "detail" in body:
+        return str(body["detail"])[:200]
+    return str(body)[:200]
+
+
+def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> None:
+    """Map a non-2xx Letta answer onto the error tree."""
+    status = resp.status_code
+    if status < 400:
+        return
+    if status in (401, 403):
+        raise LettaAuth(
+            f"Letta refused the credentials (HTTP {status}). Set LETTA_API_KEY or "
+            "LETTA_SERVER_PASSWORD to the server's key or password.",
+            http_status=status,
+        )
+    if status == 404 and agent_id is not None:
+        raise AgentNotFound(
+            f"Agent '{agent_id}' does not exist on the Letta server. Call promptyoself_agents "
+            "to list the agents, or pass skip_validation=true to schedule anyway.",
+            http_status=status,
+        )
+    if status == 429 or status >= 500:
+        err = LettaUnavailable(
+            f"Letta answered HTTP {status}; try again shortly.", http_status=status
+        )
+        err.details["retry_after"] = _retry_after(resp)
+        raise err
+    if status == 422:
+        raise InvalidArgument(f"Letta rejected the request (HTTP 422): {_detail(resp)}")
+    raise LettaUnavailable(
+        f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status
+    )
+
+
+class LettaClient:
+    """Synchronous client. ``transport`` lets unit tests plug in ``httpx.MockTransport``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LettaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(
+        self, method: str, path: str, *, agent_id: str | None = None, **kw: Any
+    ) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.TimeoutException as exc:
+            raise LettaUnavailable(
+                f"Letta at {self.base_url} did not answer in time ({type(exc).__name__}). "
+                "Check that the server is up (LETTA_BASE_URL).",
+                transient=True,
+            ) from None
+        except httpx.HTTPError as exc:
+            raise LettaUnavailable(
+                f"Cannot reach Letta at {self.base_url} ({type(exc).__name__}). Start the Letta "
+                "server or set LETTA_BASE_URL.",
+                transient=True,
+            ) from None
+        raise_for_letta(resp, agent_id=agent_id)
+        return resp
+
+    # ---- routes -----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/v1/health/").json())
+
+    def get_agent(self, agent_id: str) -> dict[str, Any]:
+        if not agent_id.startswith("agent-"):
+            # Letta answers 422 for a malformed id; say what is wrong instead.
+            raise AgentNotFound(
+                f"'{agent_id}' is not a Letta agent id (they look like agent-<uuid>). Call "
+                "promptyoself_agents to list the agents, or pass skip_validation=true."
+            )
+        try:
+            return dict(self._request("GET", f"/v1/agents/{agent_id}", agent_id=agent_id).json())
+        except InvalidArgument:
+            raise AgentNotFound(
+                f"Letta does not accept '{agent_id}' as an agent id. Call promptyoself_agents "
+                "to list the agents."
+            ) from None
+
+    def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit, "order": "asc"}
+        if after:
+            params["after"] = after
+        body = self._request("GET", "/v1/agents/", params=params).json()
+        return [dict(a) for a in body] if isinstance(body, list) else []
+
+    def list_all_agents(self, *, page: int = 50, max_agents: int = 10_000) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        after: str | None = None
+        while len(out) < max_agents:
+            batch = self.list_agents(limit=page, after=after)
+            out.extend(batch)
+            if len(batch) < page:
+                break
+            after = str(batch[-1].get("id"))
+        return out
+
+    def send_message(self, agent_id: str, text: str) -> dict[str, Any]:
+        """Send one user message. Async route first (returns a run); sync route where it is missing.
+
+        Returns ``{"run_id": str|None, "route": "async"|"sync"}``.
+        """
+        body = {"messages": [{"role": "user", "content": text}]}
+        resp = self._http_send(f"/v1/agents/{agent_id}/messages/async", body, agent_id)
+        if resp is not None:
+            run = resp.json()
+            run_id = run.get("id") if isinstance(run, dict) else None
+            return {"run_id": run_id, "route": "async"}
+        sync = self._request("POST", f"/v1/agents/{agent_id}/messages", agent_id=agent_id, json=body)
+        data = sync.json()
+        run_id = None
+        if isinstance(data, dict):
+            msgs = data.get("messages") or []
+            if msgs and isinstance(msgs[-1], dict):
+                run_id = msgs[-1].get("run_id")
+        return {"run_id": run_id, "route": "sync"}
+
+    def _http_send(self, path: str, body: dict[str, Any], agent_id: str) -> httpx.Response | None:
+        """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
+        try:
+            resp = self._http.post(path, json=body)
+        except httpx.TimeoutException as exc:
+            raise LettaUnavailable(
+                f"Letta did not answer in time ({type(exc).__name__}).", transient=True
+            ) from None
+        except httpx.HTTPError as exc:
+            raise LettaUnavailable(
+                f"Cannot reach Letta at {self.base_url} ({type(exc).__name__}).", transient=True
+            ) from None
+        if resp.status_code == 405:
+            return None
+        if resp.status_code == 404 and "agent" not in _detail(resp).lower():
+            return None
+        raise_for_letta(resp, agent_id=agent_id)
+        return resp
+
+    def create_tool(
+        self, source_code: str, *, description: str | None = None, tags: list[str] | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"source_code": source_code}
+        if description:
+            body["description"] = description
+        if tags:
+            body["tags"] = tags
+        return dict(self._request("POST", "/v1/tools/", json=body).json())

@@ -1,0 +1,174 @@
+"""Typed shapes of tool results. FastMCP turns these into each tool's output schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import NotRequired, TypedDict
+
+
+class ScheduleRecord(TypedDict):
+    id: int
+    agent_id: str
+    prompt_text: str
+    schedule_type: str
+    schedule_value: str
+    timezone: str
+    next_run: str | None
+    active: bool
+    state: str
+    created_at: str | None
+    last_run: str | None
+    max_repetitions: int | None
+    repetition_count: int
+    last_error: str | None
+
+
+class ScheduleResult(TypedDict):
+    status: str
+    id: int
+    agent_id: str
+    schedule_type: str
+    schedule_value: str
+    next_run: str | None
+    next_run_local: str | None
+    timezone: str
+    message: str
+    deduplicated: bool
+    description: NotRequired[str]
+
+
+class ListResult(TypedDict):
+    status: str
+    schedules: list[ScheduleRecord]
+    count: int
+    total: int
+    agent_id: str | None
+
+
+class CancelResult(TypedDict):
+    status: str
+    cancelled_id: int
+    already_cancelled: bool
+    message: str
+    state: NotRequired[str]
+
+
+class StateResult(TypedDict):
+    status: str
+    id: int
+    state: str
+    next_run: str | None
+    message: str
+
+
+class DeliveryRecord(TypedDict):
+    schedule_id: int
+    scheduled_for: str | None
+    attempted_at: str | None
+    outcome: str
+    attempt: int
+    letta_run_id: str | None
+    error: str | None
+    lateness_s: float | None
+
+
+class HistoryResult(TypedDict):
+    status: str
+    deliveries: list[DeliveryRecord]
+    count: int
+
+
+class ExecutedItem(TypedDict):
+    id: int
+    agent_id: str
+    delivered: bool
+    next_run: str | None
+    repetition_count: int
+    max_repetitions: int | None
+    completed: bool
+    error: NotRequired[str | None]
+
+
+class ExecuteResult(TypedDict):
+    status: str
+    executed: NotRequired[list[ExecutedItem]]
+    message: str
+    running: NotRequired[bool]
+    interval: NotRequired[float]
+
+
+class ExecutorStatus(TypedDict):
+    status: str
+    running: bool
+    interval: float
+    last_tick: str | None
+    next_due: str | None
+    due_now: int
+    delivered_total: int
+    failed_total: int
+    mode: NotRequired[str]
+    worker: NotRequired[dict[str, Any] | None]
+    auth_error: NotRequired[str | None]
+
+
+class TestResult(TypedDict):
+    status: str
+    message: str
+    agent_count: int
+
+
+class AgentRecord(TypedDict):
+    id: str | None
+    name: str | None
+    created_at: str | None
+    last_updated: str | None
+
+
+class AgentsResult(TypedDict):
+    status: str
+    agents: list[AgentRecord]
+    count: int
+
+
+class UploadResult(TypedDict):
+    status: str
+    tool_id: str | None
+    name: str | None
+
+
+class DiagnosticsResult(TypedDict):
+    status: str
+    ctx_present: bool
+    ctx_metadata_keys: list[str]
+    http_header_agent_id: bool
+    env: dict[str, dict[str, bool]]
+    process_default_set: bool
+    scoped_default_set: bool
+    single_agent_fallback_enabled: bool
+    inferred_agent_id: str | None
+    inference_debug: dict[str, Any]
+
+
+class DefaultAgentResult(TypedDict):
+    status: str
+    agent_id: str | None
+    scope: str
+    message: NotRequired[str]
+
+
+class HealthResult(TypedDict, total=False):
+    status: str
+    version: str
+    letta_base_url: str
+    db: str
+    auth_set: bool
+    executor_mode: str
+    executor_autostart: bool
+    executor_interval: float
+    uptime_s: float
+    tool_calls: int
+    schedules_active: int
+    worker: dict[str, Any] | None
+    executor: dict[str, Any] | None
+    letta_auth_error: str | None

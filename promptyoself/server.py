@@ -1,0 +1,442 @@
+"""The MCP server: each tool is a typed signature, a docstring and one call into the core.
+
+Nothing but JSON-RPC may reach stdout in stdio mode, so this module sets FastMCP's update check off
+before FastMCP is imported and runs with the banner off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Annotated, Any, get_type_hints
+
+os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
+os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
+
+from fastmcp import Context, FastMCP  # noqa: E402
+from fastmcp.exceptions import ToolError, ValidationError  # noqa: E402
+from fastmcp.server.dependencies import get_http_headers  # noqa: E402
+from fastmcp.server.middleware import Middleware, MiddlewareContext  # noqa: E402
+from mcp.types import ToolAnnotations  # noqa: E402
+from pydantic import Field  # noqa: E402
+
+from promptyoself import __version__  # noqa: E402
+from promptyoself.agents import CallContext  # noqa: E402
+from promptyoself.core import Core  # noqa: E402
+from promptyoself.errors import PromptYoSelfError  # noqa: E402
+from promptyoself.results import (  # noqa: E402
+    AgentsResult,
+    CancelResult,
+    DefaultAgentResult,
+    DiagnosticsResult,
+    ExecuteResult,
+    ExecutorStatus,
+    HealthResult,
+    HistoryResult,
+    ListResult,
+    ScheduleResult,
+    StateResult,
+    TestResult,
+    UploadResult,
+)
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = """PromptYoSelf schedules prompts that are delivered to you (a Letta agent) later.
+Use promptyoself_schedule_time for one reminder ("in 5m", "2026-12-25T09:00:00+01:00"),
+promptyoself_schedule_cron for calendar rules ("0 9 * * MON-FRI" in a timezone) and
+promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
+Pass your own agent_id: Letta does not tell stdio servers who is calling."""
+
+PASS_THROUGH: tuple[inspect.Parameter, ...] = tuple(
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
+    for name, ann in (
+        ("mcp_server_id", str | None),
+        ("mcp_server_name", str | None),
+        ("request_heartbeat", bool | None),
+        ("heartbeat", bool | None),
+    )
+)
+_PASS_NAMES = frozenset(p.name for p in PASS_THROUGH)
+
+
+def error_json(exc: PromptYoSelfError) -> str:
+    return json.dumps(exc.to_dict(), default=str)
+
+
+def call_context(ctx: Context | None) -> CallContext:
+    """What the protocol tells us about the caller: request ``_meta``, ``X-Agent-Id``, session scope."""
+    if ctx is None:
+        return CallContext()
+    meta: dict[str, Any] | None = None
+    scope: str | None = None
+    try:
+        rc = ctx.request_context
+        if rc is not None and isinstance(rc.meta, dict):
+            meta = {k: v for k, v in rc.meta.items() if not k.startswith("io.modelcontextprotocol/")}
+            meta.pop("progressToken", None)
+    except Exception:  # no request context (e.g. called outside a request)
+        meta = None
+    try:
+        scope_fn = getattr(ctx, "_session_scope_key", None)
+        scope = scope_fn() if callable(scope_fn) else ctx.session_id
+    except Exception:
+        scope = None
+    header = get_http_headers().get("x-agent-id")
+    return CallContext(meta=meta or None, header_agent_id=header, scope_key=scope)
+
+
+class ArgumentErrors(Middleware):
+    """Turn FastMCP's argument-validation failures into our JSON error shape (code invalid_argument)."""
+
+    async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+        try:
+            return await call_next(context)
+        except ValidationError as exc:
+            text = str(exc).splitlines()
+            detail = "; ".join(line.strip() for line in text[:6] if line.strip())[:600]
+            detail = detail.replace("For further information visit", "").strip()
+            raise ToolError(
+                json.dumps(
+                    {
+                        "status": "error",
+                        "error": f"Invalid arguments: {detail}. Check the tool's input schema.",
+                        "code": "invalid_argument",
+                    }
+                )
+            ) from None
+
+
+def _register(
+    mcp: FastMCP,
+    core: Core,
+    fn: Callable[..., Any],
+    *,
+    read_only: bool = False,
+    destructive: bool = False,
+    idempotent: bool = False,
+    open_world: bool = False,
+    title: str | None = None,
+) -> None:
+    """Register ``fn`` as a tool: add the pass-through arguments, inject the call context where
+    ``fn`` takes ``call``, and map core errors onto MCP tool errors."""
+    sig = inspect.signature(fn)
+    hints = get_type_hints(fn, include_extras=True)
+    wants_call = "call" in sig.parameters
+    params = [
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in sig.parameters.values()
+        if p.name != "call"
+    ]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    ctx_param = inspect.Parameter(
+        "ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None
+    )
+
+    def tool(**kwargs: Any) -> Any:
+        ctx = kwargs.pop("ctx", None)
+        for name in _PASS_NAMES:
+            kwargs.pop(name, None)
+        if wants_call:
+            kwargs["call"] = call_context(ctx)
+        core.tool_calls += 1
+        try:
+            return fn(**kwargs)
+        except PromptYoSelfError as exc:
+            raise ToolError(error_json(exc)) from None
+        except Exception:
+            log.exception("tool %s failed", fn.__name__)
+            raise ToolError(
+                json.dumps(
+                    {
+                        "status": "error",
+                        "error": "Internal error; the server log has the details. Try again, "
+                        "and call health to check the server.",
+                        "code": "internal",
+                    }
+                )
+            ) from None
+
+    tool.__name__ = fn.__name__
+    tool.__doc__ = fn.__doc__
+    tool.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[*params, *PASS_THROUGH, ctx_param], return_annotation=hints.get("return")
+    )
+    tool.__annotations__ = {
+        **{p.name: p.annotation for p in params},
+        **{p.name: p.annotation for p in PASS_THROUGH},
+        "ctx": Context | None,
+        "return": hints.get("return"),
+    }
+    mcp.tool(
+        tool,
+        name=fn.__name__,
+        annotations=ToolAnnotations(
+            title=title,
+            readOnlyHint=read_only,
+            destructiveHint=destructive,
+            idempotentHint=idempotent,
+            openWorldHint=open_world,
+        ),
+    )
+
+
+AgentId = Annotated[
+    str | None,
+    Field(description="Letta agent id (agent-<uuid>). Omit to infer it (see promptyoself_inference_diagnostics)."),
+]
+Timezone = Annotated[
+    str | None,
+    Field(description="IANA timezone for naive times and cron, e.g. 'Europe/Berlin'. Default PROMPTYOSELF_TIMEZONE (UTC)."),
+]
+Prompt = Annotated[str, Field(description="The text the agent will receive.")]
+SkipValidation = Annotated[
+    bool, Field(description="Do not check on Letta that the agent exists.")
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
+]
+ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
+
+
+def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
+    """The FastMCP app with every PromptYoSelf tool bound to ``core``."""
+    kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "version": __version__}
+    if lifespan is not None:
+        kwargs["lifespan"] = lifespan
+    mcp = FastMCP("promptyoself", **kwargs)
+    mcp.add_middleware(ArgumentErrors())
+
+    def promptyoself_schedule_time(
+        prompt: Prompt,
+        time: Annotated[str, Field(description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in `timezone`, or relative 'in 5m', '+2h', 'in 1h30m'.")],
+        agent_id: AgentId = None,
+        timezone: Timezone = None,
+        skip_validation: SkipValidation = False,
+        idempotency_key: IdempotencyKey = None,
+        call: CallContext | None = None,
+    ) -> ScheduleResult:
+        """Schedule a one-time prompt to be delivered to the agent at `time`."""
+        return core.schedule_time(  # type: ignore[return-value]
+            prompt, time, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
+            idempotency_key=idempotency_key, ctx=call,
+        )
+
+    def promptyoself_schedule_cron(
+        prompt: Prompt,
+        cron: Annotated[str, Field(description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, evaluated in `timezone`.")],
+        agent_id: AgentId = None,
+        timezone: Timezone = None,
+        skip_validation: SkipValidation = False,
+        idempotency_key: IdempotencyKey = None,
+        call: CallContext | None = None,
+    ) -> ScheduleResult:
+        """Schedule a recurring prompt on a cron rule, in an IANA timezone (DST-safe)."""
+        return core.schedule_cron(  # type: ignore[return-value]
+            prompt, cron, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
+            idempotency_key=idempotency_key, ctx=call,
+        )
+
+    def promptyoself_schedule_every(
+        prompt: Prompt,
+        every: Annotated[str, Field(description="Interval: '30s', '5m', '1h', '1d', '1h30m', 'PT15M' or seconds.")],
+        start_at: Annotated[str | None, Field(description="First run (same formats as `time`); default now + every.")] = None,
+        max_repetitions: Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")] = None,
+        agent_id: AgentId = None,
+        timezone: Timezone = None,
+        skip_validation: SkipValidation = False,
+        idempotency_key: IdempotencyKey = None,
+        call: CallContext | None = None,
+    ) -> ScheduleResult:
+        """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
+        return core.schedule_every(  # type: ignore[return-value]
+            prompt, every, start_at=start_at, max_repetitions=max_repetitions, agent_id=agent_id,
+            timezone=timezone, skip_validation=skip_validation,
+            idempotency_key=idempotency_key, ctx=call,
+        )
+
+    def promptyoself_list(
+        agent_id: AgentId = None,
+        include_cancelled: Annotated[bool, Field(description="Also list cancelled, completed and failed schedules.")] = False,
+        limit: Annotated[int, Field(description="Page size, 1-500.")] = 50,
+        offset: Annotated[int, Field(description="Rows to skip.")] = 0,
+        call: CallContext | None = None,
+    ) -> ListResult:
+        """List schedules (the inferred agent's, or every agent's when none is inferable)."""
+        return core.list_schedules(  # type: ignore[return-value]
+            agent_id=agent_id, include_cancelled=include_cancelled, limit=limit, offset=offset,
+            ctx=call,
+        )
+
+    def promptyoself_cancel(schedule_id: ScheduleId) -> CancelResult:
+        """Cancel a schedule. Cancelling twice succeeds (already_cancelled=true)."""
+        return core.cancel(schedule_id)  # type: ignore[return-value]
+
+    def promptyoself_pause(schedule_id: ScheduleId) -> StateResult:
+        """Pause a schedule; nothing is delivered until it is resumed."""
+        return core.pause(schedule_id)  # type: ignore[return-value]
+
+    def promptyoself_resume(schedule_id: ScheduleId) -> StateResult:
+        """Resume a paused schedule; recurring ones continue at their next future slot."""
+        return core.resume(schedule_id)  # type: ignore[return-value]
+
+    def promptyoself_history(
+        schedule_id: Annotated[int | str | None, Field(description="Only this schedule's deliveries.")] = None,
+        agent_id: AgentId = None,
+        limit: Annotated[int, Field(description="Rows, newest first, 1-500.")] = 20,
+        call: CallContext | None = None,
+    ) -> HistoryResult:
+        """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
+        return core.history(  # type: ignore[return-value]
+            schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call
+        )
+
+    def promptyoself_test() -> TestResult:
+        """Check the connection to the Letta server and count its agents."""
+        return core.test_connection()  # type: ignore[return-value]
+
+    def promptyoself_agents() -> AgentsResult:
+        """List the agents on the Letta server."""
+        return core.list_agents()  # type: ignore[return-value]
+
+    def promptyoself_upload(
+        source_code: Annotated[str, Field(description="Python source of one function, with type hints and a docstring.")],
+        name: Annotated[str | None, Field(description="The function's name (must match the source).")] = None,
+        description: Annotated[str | None, Field(description="Tool description shown to agents.")] = None,
+    ) -> UploadResult:
+        """Upload a Python function to Letta as a tool."""
+        return core.upload_tool(source_code, name=name, description=description)  # type: ignore[return-value]
+
+    def promptyoself_inference_diagnostics(call: CallContext | None = None) -> DiagnosticsResult:
+        """Show how the agent id would be inferred for this call, and from where."""
+        return core.inference_diagnostics(call)  # type: ignore[return-value]
+
+    def promptyoself_set_default_agent(agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")]) -> DefaultAgentResult:
+        """Set the default agent for this server process."""
+        return core.set_default_agent(agent_id)  # type: ignore[return-value]
+
+    def promptyoself_set_scoped_default_agent(
+        agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
+        call: CallContext | None = None,
+    ) -> DefaultAgentResult:
+        """Set the default agent for this client session only."""
+        return core.set_scoped_default_agent(agent_id, call)  # type: ignore[return-value]
+
+    def promptyoself_get_scoped_default_agent(call: CallContext | None = None) -> DefaultAgentResult:
+        """Show this client session's default agent."""
+        return core.get_scoped_default_agent(call)  # type: ignore[return-value]
+
+    def health() -> HealthResult:
+        """Server health: version, Letta URL, database, executor, uptime, active schedules."""
+        return core.health()  # type: ignore[return-value]
+
+    write = {"read_only": False}
+    _register(mcp, core, promptyoself_schedule_time, **write, open_world=True)
+    _register(mcp, core, promptyoself_schedule_cron, **write, open_world=True)
+    _register(mcp, core, promptyoself_schedule_every, **write, open_world=True)
+    _register(mcp, core, promptyoself_list, read_only=True)
+    _register(mcp, core, promptyoself_cancel, destructive=True, idempotent=True)
+    _register(mcp, core, promptyoself_pause, idempotent=True)
+    _register(mcp, core, promptyoself_resume, idempotent=True)
+    _register(mcp, core, promptyoself_history, read_only=True)
+    _register_delivery_tools(mcp, core)
+    _register(mcp, core, promptyoself_test, read_only=True, open_world=True)
+    _register(mcp, core, promptyoself_agents, read_only=True, open_world=True)
+    _register(mcp, core, promptyoself_upload, open_world=True)
+    _register(mcp, core, promptyoself_inference_diagnostics, read_only=True)
+    _register(mcp, core, promptyoself_set_default_agent, idempotent=True)
+    _register(mcp, core, promptyoself_set_scoped_default_agent, idempotent=True)
+    _register(mcp, core, promptyoself_get_scoped_default_agent, read_only=True)
+    _register(mcp, core, health, read_only=True)
+    return mcp
+
+
+def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
+    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.executor)."""
+    from promptyoself import executor
+
+    def promptyoself_execute(
+        loop: Annotated[bool, Field(description="Start the background executor and return at once.")] = False,
+        interval: Annotated[float, Field(description="With loop=true: seconds between re-reads of the earliest due time.")] = 60,
+    ) -> ExecuteResult:
+        """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
+        return executor.execute_tool(core, loop=loop, interval=interval)  # type: ignore[return-value]
+
+    def promptyoself_executor_status() -> ExecutorStatus:
+        """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
+        return executor.status_tool(core)  # type: ignore[return-value]
+
+    _register(mcp, core, promptyoself_execute)
+    _register(mcp, core, promptyoself_executor_status, read_only=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``promptyoself_mcp_server.py`` / ``promptyoself serve``: run the MCP server (stdio by default)."""
+    from promptyoself.cli import serve_parser
+
+    args = serve_parser().parse_args(argv)
+    return serve(args)
+
+
+def serve(args: Any) -> int:
+    """Start the server for parsed ``serve`` arguments. Refuses to bind a non-loopback address
+    without ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``."""
+    from promptyoself import executor
+    from promptyoself.config import load_settings
+    from promptyoself.logs import setup_logging
+
+    settings = load_settings()
+    if getattr(args, "no_executor", False):
+        settings.executor_autostart = False
+    setup_logging(settings)
+    transport = args.transport
+    if transport != "stdio":
+        problem = check_exposure(args.host, args.allow_external, settings)
+        if problem:
+            log.error("%s", problem)
+            return 2
+    core = Core(settings)
+    mcp = build_server(core, lifespan=executor.server_lifespan(core))
+    if transport == "stdio":
+        mcp.run("stdio", show_banner=False)
+    else:
+        auth_app_kwargs: dict[str, Any] = {}
+        from promptyoself.http_auth import bearer_middleware
+
+        middleware = bearer_middleware(settings)
+        if middleware:
+            auth_app_kwargs["middleware"] = middleware
+        mcp.run(
+            transport,
+            host=args.host,
+            port=args.port,
+            path=args.path,
+            show_banner=False,
+            **auth_app_kwargs,
+        )
+    return 0
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_exposure(host: str, allow_external: bool, settings: Any) -> str | None:
+    """Why binding ``host`` is refused, or ``None`` when it is allowed."""
+    if host in LOOPBACK or host.startswith("127."):
+        return None
+    if not allow_external:
+        return (
+            f"Refusing to bind {host}: only 127.0.0.1 is allowed without --allow-external "
+            "(and PROMPTYOSELF_HTTP_TOKEN)."
+        )
+    token = settings.http_token.get_secret_value().strip() if settings.http_token else ""
+    if not token:
+        return (
+            f"Refusing to bind {host} without PROMPTYOSELF_HTTP_TOKEN: anyone on the network could "
+            "schedule prompts. Set a token (clients send 'Authorization: Bearer <token>')."
+        )
+    return None

@@ -1,0 +1,250 @@
+"""Storage: SQLAlchemy models, an engine from a URL, migrations on open, and the few queries the core needs.
+
+Everything here speaks aware UTC datetimes. SQLite keeps them as naive UTC text (so string order is
+time order); PostgreSQL keeps ``timestamptz``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Dialect,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+log = logging.getLogger(__name__)
+
+HEAD_REVISION = "0001"
+"""The newest migration. Opening a database already at this revision skips importing Alembic."""
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC in, aware UTC out, on every backend."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; pass an aware datetime")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Schedule(Base):
+    __tablename__ = "schedules"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
+    prompt_text: Mapped[str] = mapped_column(Text, nullable=False)
+    schedule_type: Mapped[str] = mapped_column(String(16), nullable=False)  # once | cron | interval
+    schedule_value: Mapped[str] = mapped_column(String(100), nullable=False)
+    timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
+    # The intended instant of the next occurrence (the slot), and when the executor should act on it
+    # (equal to next_run, later while a retry backs off). Both NULL once nothing is left to deliver.
+    next_run: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    anchor: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # interval start
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default="active")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    last_run: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    max_repetitions: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    repetition_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # Delivery claim: who holds the current occurrence and until when; attempts made on it so far.
+    claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    claim_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+    __table_args__ = (
+        Index("ix_schedules_state_due", "state", "due_at"),
+        Index("ix_schedules_agent", "agent_id", "id"),
+        Index("ux_schedules_idempotency", "agent_id", "idempotency_key", unique=True),
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+
+class Delivery(Base):
+    __tablename__ = "deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False
+    )
+    agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
+    scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    attempted_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    outcome: Mapped[str] = mapped_column(String(16), nullable=False)  # delivered|retry|failed|missed
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    letta_run_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    lateness_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index("ix_deliveries_schedule", "schedule_id", "id"),
+        Index("ix_deliveries_agent", "agent_id", "id"),
+    )
+
+
+class WorkerLease(Base):
+    """The singleton delivery worker's lease, one row per name (DESIGN §4 'worker' mode)."""
+
+    __tablename__ = "worker_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200), nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    host: Mapped[str] = mapped_column(String(200), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    lease_until: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    info: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``. SQLite files get WAL, a busy timeout and their folder created."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if db and db != ":memory:" and not db.startswith("file:"):
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_on_connect)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def current_revision(engine: Engine) -> str | None:
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    except (OperationalError, ProgrammingError):
+        return None
+    return str(row[0]) if row else None
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the database to the newest revision with Alembic (imported only when needed)."""
+    if current_revision(engine) == HEAD_REVISION:
+        return
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    last: Exception | None = None
+    for attempt in range(5):
+        try:
+            with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    # Several processes may open a fresh database at once: one migrates, others wait.
+                    conn.execute(text("SELECT pg_advisory_xact_lock(7305733)"))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, "head")
+            return
+        except (OperationalError, ProgrammingError) as exc:  # another process won the race
+            last = exc
+            if current_revision(engine) == HEAD_REVISION:
+                return
+            time.sleep(0.1 * (attempt + 1))
+    assert last is not None
+    raise last
+
+
+class Store:
+    """The database handle the core and the executor share."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        migrate(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def describe(self) -> str:
+        """The URL with any password hidden: safe for health output and logs."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on any error."""
+        with self._sessions() as s, s.begin():
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- queries the core needs -------------------------------------------------------------
+
+    def count_active(self, s: Session, agent_id: str) -> int:
+        q = select(func.count()).select_from(Schedule).where(
+            Schedule.agent_id == agent_id, Schedule.state.in_(("active", "paused"))
+        )
+        return int(s.execute(q).scalar_one())
+
+    def earliest_due(self) -> datetime | None:
+        with self._sessions() as s:
+            q = select(func.min(Schedule.due_at)).where(Schedule.state == "active")
+            return s.execute(q).scalar_one_or_none()
+
+
+def utcnow() -> datetime:
+    """The one place the store reads the clock (for callers that have no ``now`` of their own)."""
+    return datetime.now(UTC)

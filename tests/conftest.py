@@ -1,0 +1,74 @@
+"""Shared fixtures: a real SQLite file per test, a core bound to it, a fake Letta on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptyoself.config import Settings
+from promptyoself.core import Core
+
+# The server must never try the network at start-up, not even in tests.
+os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
+
+FIXED_NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+# Variables a developer's shell might have set that would change what the tests see.
+_ISOLATE = [
+    k
+    for k in os.environ
+    if k.startswith("PROMPTYOSELF_") or k.startswith("LETTA_")
+]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in _ISOLATE:
+        if key != "PROMPTYOSELF_TEST_PG_URL":
+            monkeypatch.delenv(key, raising=False)
+    # No .env from the developer's working directory.
+    monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(tmp_path / "no.env"))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "promptyoself.db"
+
+
+def make_settings(db_path: Path, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {"db": str(db_path), "executor_autostart": False}
+    base.update(overrides)
+    return Settings(**base)
+
+
+@pytest.fixture
+def settings(db_path: Path) -> Settings:
+    return make_settings(db_path)
+
+
+@pytest.fixture
+def core(settings: Settings) -> Iterator[Core]:
+    c = Core(settings)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def fake_letta() -> Iterator[Any]:
+    from tests.fake_letta import FakeLetta
+
+    with FakeLetta(agents=2) as fake:
+        yield fake
+
+
+@pytest.fixture
+def letta_core(db_path: Path, fake_letta: Any) -> Iterator[Core]:
+    """A core whose Letta is the fake server."""
+    c = Core(make_settings(db_path, letta_base_url=fake_letta.url))
+    yield c
+    c.close()

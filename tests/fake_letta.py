@@ -1,0 +1,1176 @@
+"""A fake Letta server for tests and benchmarks.
+
+A real HTTP server on 127.0.0.1 (ephemeral port), standard library only, that speaks
+the subset of Letta's ``/v1`` REST API a delivery client needs (see
+``/work/shared/letta-api.md``): health, agents, messages (async and sync), runs and
+tools, with Letta's trailing-slash redirects, id validation and optional password.
+
+In process::
+
+    with FakeLetta(agents=2, latency=0.05) as fake:
+        httpx.post(f"{fake.url}/v1/agents/{fake.agent_ids[0]}/messages/async", ...)
+        assert fake.received_texts() == [...]
+
+As a separate process (multi-process tests, benchmarks)::
+
+    python -m tests.fake_letta --agents 3 --latency 0.05 --fail-rate 0.1 --seed 1
+
+prints one JSON line ``{"url": ..., "agent_ids": [...], "pid": ...}`` when ready,
+serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it to
+``--state-file`` if given).
+
+Test-control routes (both modes, never need auth, not counted in ``requests``):
+``GET /_fake/stats``, ``POST /_fake/reset``, ``POST /_fake/config`` (JSON with any
+of ``fail_rate latency fail_modes timeout_sleep async_route run_status seed``),
+``POST /_fake/fail_next`` (``{"n", "status", "retry_after"}``), ``POST /_fake/agents``
+(``{"name"?}`` -> ``{"id"}``) and ``DELETE /_fake/agents/{id}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import hmac
+import json
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "LETTA_VERSION",
+    "FakeLetta",
+    "main",
+    "running_fake",
+]
+
+LETTA_VERSION = "0.16.8"
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_AGENT_ID_RE = re.compile(rf"^agent-{_UUID}$")
+_AGENT_ID_PATTERN = f"^agent-{_UUID}$"
+_FUNC_NAME_RE = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+# Collection routes end in "/"; requested without it they answer 307.
+_COLLECTIONS = ("/v1/agents/", "/v1/health/", "/v1/tools/")
+_HEALTH_PATHS = ("/v1/health/", "/v1/health")
+
+_R_COUNT = re.compile(r"^/v1/agents/count$")
+_R_AGENT = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)$")
+_R_MESSAGES = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages$")
+_R_ASYNC = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages/async$")
+_R_RUN = re.compile(r"^/v1/runs/(?P<run_id>[^/]+)$")
+_ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN)
+
+_MESSAGE_TYPES = {
+    "user": "user_message",
+    "system": "system_message",
+    "assistant": "assistant_message",
+}
+
+_STATUS_DETAIL = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+#: Failure modes understood by ``fail_modes`` / ``fail_next``: an HTTP status as a
+#: string or int (``"500"``, ``429``...), ``"timeout"`` (sleep ``timeout_sleep``
+#: seconds, then drop the connection without an answer) or ``"drop"`` (drop the
+#: connection at once).
+FailMode = str | int
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def _content_text(content: object) -> str | None:
+    """Text of a message ``content`` (a string or a list of text parts), or None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        parts: list[str] = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type", "text") != "text":
+                return None
+            text = part.get("text")
+            if not isinstance(text, str):
+                return None
+            parts.append(text)
+        return "\n".join(parts)
+    return None
+
+
+def _validation_error(loc: list[str | int], msg: str, input_: object = None) -> Any:
+    return {
+        "detail": [
+            {"type": "value_error", "loc": loc, "msg": msg, "input": input_},
+        ]
+    }
+
+
+@dataclass
+class _Failure:
+    mode: str  # an HTTP status as a string, "timeout" or "drop"
+    retry_after: float | None = None
+
+
+class _Reply:
+    """What a route decided to answer."""
+
+    __slots__ = ("status", "body", "headers", "drop")
+
+    def __init__(
+        self,
+        status: int,
+        body: object = None,
+        headers: dict[str, str] | None = None,
+        *,
+        drop: bool = False,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or {}
+        self.drop = drop
+
+
+def _error(status: int, detail: object = None) -> _Reply:
+    if detail is None:
+        detail = _STATUS_DETAIL.get(status, "Error")
+    return _Reply(status, {"detail": detail})
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 256
+    fake: FakeLetta
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    @property
+    def fake(self) -> FakeLetta:
+        return cast(_Server, self.server).fake
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake._track_connection(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.fake._track_connection(self.connection, add=False)
+
+    def handle(self) -> None:
+        with contextlib.suppress(OSError):
+            super().handle()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def version_string(self) -> str:
+        return "uvicorn"
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size_line = self.rfile.readline()
+                size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _dispatch(self, method: str) -> None:
+        split = urlsplit(self.path)
+        path = split.path
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        raw = self._read_body()
+        control = path.startswith("/_fake/")
+        if control:
+            reply = self.fake._control(method, path, raw)
+        else:
+            reply = self.fake._route(
+                method, path, split.query, query, raw, dict(self.headers.items())
+            )
+        self._send(method, path, reply, control=control)
+
+    def _send(self, method: str, path: str, reply: _Reply, *, control: bool) -> None:
+        if not control:
+            self.fake._log_request(
+                method, path, 0 if reply.drop else reply.status, self.headers
+            )
+        if reply.drop:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        if reply.body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        if self.fake._stopping.is_set():
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class FakeLetta:
+    """A fake Letta server: a real HTTP server in a daemon thread.
+
+    Public attributes that may be changed at any time (also via ``/_fake/config``):
+    ``latency`` (seconds slept before answering message routes), ``async_route``
+    (False: ``/messages/async`` answers 404 like an older server), ``fail_rate``
+    (fraction of message POSTs that fail, drawn from ``random.Random(seed)``),
+    ``fail_modes`` (modes chosen from when failing: ``"500"``, ``"429"``...,
+    ``"timeout"``, ``"drop"``), ``timeout_sleep`` (seconds a ``"timeout"`` failure
+    sleeps before dropping the connection) and ``run_status`` (what
+    ``GET /v1/runs/{id}`` reports).
+
+    A failed message POST never records the message.
+    """
+
+    def __init__(
+        self,
+        agents: int | Sequence[str] = 1,
+        password: str | None = None,
+        latency: float = 0.0,
+        async_route: bool = True,
+        *,
+        fail_rate: float = 0.0,
+        fail_modes: Sequence[FailMode] = ("500",),
+        timeout_sleep: float = 5.0,
+        seed: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        run_status: str = "completed",
+    ) -> None:
+        """Create the server (not started).
+
+        ``agents``: how many agents to create, or a list of names; an entry that is
+        already a valid ``agent-<uuid>`` is used as the id itself.
+        """
+        self.password = password
+        self.latency = latency
+        self.async_route = async_route
+        self.fail_rate = fail_rate
+        self.fail_modes: tuple[FailMode, ...] = tuple(fail_modes)
+        self.timeout_sleep = timeout_sleep
+        self.run_status = run_status
+        self.host = host
+        self.port = port
+
+        self._lock = threading.RLock()
+        self._seed = seed
+        self._rng = random.Random(seed)
+        self._agents: dict[str, dict[str, Any]] = {}
+        self._tools: dict[str, dict[str, Any]] = {}  # by name
+        self._runs: dict[str, dict[str, Any]] = {}
+        self._history: dict[str, list[dict[str, Any]]] = {}
+        self._received: list[dict[str, Any]] = []
+        self._requests: list[tuple[str, str, int]] = []
+        self._request_details: list[dict[str, Any]] = []
+        self._pending_failures: deque[_Failure] = deque()
+        self._in_flight: Counter[str] = Counter()
+        self._in_flight_total = 0
+        self._max_concurrent_per_agent = 0
+        self._max_concurrent = 0
+        self._connections: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+        if isinstance(agents, int):
+            for _ in range(agents):
+                self.add_agent()
+        else:
+            for entry in agents:
+                if _AGENT_ID_RE.match(entry):
+                    self.add_agent(agent_id=entry)
+                else:
+                    self.add_agent(name=entry)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> FakeLetta:
+        """Bind and serve in a daemon thread; returns self."""
+        if self._server is not None:
+            raise RuntimeError("FakeLetta already started")
+        self._stopping.clear()
+        server = _Server((self.host, self.port), _Handler)
+        server.fake = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-letta:{server.server_address[1]}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving, wake sleeping handlers, close connections, join threads."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._connections:
+                    break
+            time.sleep(0.01)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeLetta:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no trailing slash)."""
+        if self._server is None:
+            raise RuntimeError("FakeLetta is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    # -- agents and tools ------------------------------------------------------
+
+    @property
+    def agent_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._agents)
+
+    def add_agent(self, name: str | None = None, *, agent_id: str | None = None) -> str:
+        """Create an agent and return its id (``agent-<uuid4>`` unless given)."""
+        with self._lock:
+            aid = agent_id or _new_id("agent")
+            if not _AGENT_ID_RE.match(aid):
+                raise ValueError(f"not an agent id: {aid!r}")
+            now = _now_iso()
+            self._agents[aid] = {
+                "id": aid,
+                "name": name or f"fake-agent-{len(self._agents) + 1}",
+                "created_at": now,
+                "updated_at": now,
+                "description": None,
+                "tags": [],
+                "agent_type": "letta_v1_agent",
+                "metadata": {},
+                "tools": [],
+            }
+            self._history.setdefault(aid, [])
+            return aid
+
+    def remove_agent(self, agent_id: str) -> None:
+        """Delete an agent; later requests for it answer 404."""
+        with self._lock:
+            self._agents.pop(agent_id, None)
+            self._history.pop(agent_id, None)
+
+    @property
+    def tools(self) -> dict[str, dict[str, Any]]:
+        """Tools created through the API, by name."""
+        with self._lock:
+            return {name: dict(tool) for name, tool in self._tools.items()}
+
+    # -- failure injection -------------------------------------------------------
+
+    def fail_next(
+        self, n: int = 1, status: FailMode = 500, retry_after: float | None = None
+    ) -> None:
+        """Make the next ``n`` message POSTs fail with ``status``.
+
+        ``status`` is an HTTP status (429 sends ``Retry-After`` when ``retry_after``
+        is given) or ``"timeout"`` / ``"drop"``. Queued failures go before
+        ``fail_rate``; calls accumulate.
+        """
+        with self._lock:
+            for _ in range(n):
+                self._pending_failures.append(_Failure(str(status), retry_after))
+
+    def reseed(self, seed: int) -> None:
+        with self._lock:
+            self._seed = seed
+            self._rng = random.Random(seed)
+
+    # -- counters ----------------------------------------------------------------
+
+    @property
+    def received(self) -> list[dict[str, Any]]:
+        """Recorded messages: ``{agent_id, text, route, at, role, run_id, otid}``."""
+        with self._lock:
+            return [dict(item) for item in self._received]
+
+    def received_texts(self) -> list[str]:
+        with self._lock:
+            return [item["text"] for item in self._received]
+
+    def count_by_text(self) -> Counter[str]:
+        with self._lock:
+            return Counter(item["text"] for item in self._received)
+
+    @property
+    def requests(self) -> list[tuple[str, str, int]]:
+        """``(method, path, status)`` for every API request (status 0 = dropped)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_details(self) -> list[dict[str, Any]]:
+        """``{method, path, status, headers}`` for every API request."""
+        with self._lock:
+            return [dict(item) for item in self._request_details]
+
+    @property
+    def max_concurrent_per_agent(self) -> int:
+        with self._lock:
+            return self._max_concurrent_per_agent
+
+    @property
+    def max_concurrent(self) -> int:
+        with self._lock:
+            return self._max_concurrent
+
+    def reset(self) -> None:
+        """Clear recorded messages, runs, counters and queued failures; reseed.
+
+        Agents, tools and configuration are kept.
+        """
+        with self._lock:
+            self._received.clear()
+            self._requests.clear()
+            self._request_details.clear()
+            self._runs.clear()
+            for history in self._history.values():
+                history.clear()
+            self._pending_failures.clear()
+            self._max_concurrent_per_agent = max(self._in_flight.values(), default=0)
+            self._max_concurrent = self._in_flight_total
+            self._rng = random.Random(self._seed)
+
+    def config(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "latency": self.latency,
+                "async_route": self.async_route,
+                "fail_rate": self.fail_rate,
+                "fail_modes": [str(m) for m in self.fail_modes],
+                "timeout_sleep": self.timeout_sleep,
+                "run_status": self.run_status,
+                "seed": self._seed,
+                "password_set": self.password is not None,
+            }
+
+    def configure(self, **values: Any) -> dict[str, Any]:
+        """Change settings by name (see ``config()``); ``seed`` reseeds."""
+        with self._lock:
+            for key, value in values.items():
+                if key == "seed":
+                    self.reseed(int(value))
+                elif key in ("latency", "fail_rate", "timeout_sleep"):
+                    setattr(self, key, float(value))
+                elif key == "async_route":
+                    self.async_route = bool(value)
+                elif key == "fail_modes":
+                    self.fail_modes = tuple(str(m) for m in value)
+                elif key == "run_status":
+                    self.run_status = str(value)
+                else:
+                    raise ValueError(f"unknown setting {key!r}")
+            return self.config()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            statuses = Counter(str(status) for _, _, status in self._requests)
+            return {
+                "url": self.url if self._server is not None else None,
+                "agent_ids": list(self._agents),
+                "received": [dict(item) for item in self._received],
+                "requests": len(self._requests),
+                "statuses": dict(statuses),
+                "max_concurrent_per_agent": self._max_concurrent_per_agent,
+                "max_concurrent": self._max_concurrent,
+            }
+
+    # -- internals used by the handler ------------------------------------------
+
+    def _track_connection(self, conn: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _log_request(self, method: str, path: str, status: int, headers: Any) -> None:
+        with self._lock:
+            self._requests.append((method, path, status))
+            self._request_details.append(
+                {
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "headers": dict(headers.items()),
+                }
+            )
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        password = self.password
+        if password is None:
+            return True
+        lower = {k.lower(): v for k, v in headers.items()}
+        bearer = lower.get("authorization", "")
+        bare = lower.get("x-bare-password", "")
+        return hmac.compare_digest(bearer, f"Bearer {password}") or hmac.compare_digest(
+            bare, f"password {password}"
+        )
+
+    def _route(
+        self,
+        method: str,
+        path: str,
+        raw_query: str,
+        query: dict[str, str],
+        raw: bytes,
+        headers: dict[str, str],
+    ) -> _Reply:
+        if path not in _HEALTH_PATHS and not self._authorized(headers):
+            return _error(401, "Unauthorized")
+
+        # Letta (Starlette) redirects to the other spelling of a known route.
+        target: str | None = None
+        if path + "/" in _COLLECTIONS:
+            target = path + "/"
+        elif path.endswith("/") and path not in _COLLECTIONS:
+            if any(r.match(path[:-1]) for r in _ITEM_ROUTES):
+                target = path[:-1]
+        if target is not None:
+            host = headers.get("Host") or headers.get("host") or self.url[7:]
+            location = f"http://{host}{target}" + (f"?{raw_query}" if raw_query else "")
+            return _Reply(307, None, {"Location": location})
+
+        if path == "/v1/health/":
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            return _Reply(200, {"version": LETTA_VERSION, "status": "ok"})
+        if path == "/v1/agents/":
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            return self._list_agents(query)
+        if path == "/v1/tools/":
+            if method == "GET":
+                with self._lock:
+                    return _Reply(200, [dict(t) for t in self._tools.values()])
+            if method in ("POST", "PUT"):
+                return self._upsert_tool(raw, create_only=method == "POST")
+            return _error(405, "Method Not Allowed")
+        if _R_COUNT.match(path):
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            with self._lock:
+                return _Reply(200, len(self._agents))
+        if m := _R_RUN.match(path):
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            return self._get_run(m["run_id"])
+        if m := _R_ASYNC.match(path):
+            if method != "POST" or not self.async_route:
+                return _error(404 if not self.async_route else 405)
+            return self._post_message(m["agent_id"], raw, route="async")
+        if m := _R_MESSAGES.match(path):
+            if method == "POST":
+                return self._post_message(m["agent_id"], raw, route="sync")
+            if method == "GET":
+                return self._list_messages(m["agent_id"], query)
+            return _error(405, "Method Not Allowed")
+        if m := _R_AGENT.match(path):
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            bad = self._check_agent(m["agent_id"])
+            if bad is not None:
+                return bad
+            with self._lock:
+                agent = self._agents.get(m["agent_id"])
+                if agent is None:  # removed meanwhile
+                    return self._agent_not_found(m["agent_id"])
+                return _Reply(200, dict(agent))
+        return _error(404, "Not Found")
+
+    @staticmethod
+    def _agent_not_found(agent_id: str) -> _Reply:
+        return _error(404, f"Agent with ID {agent_id} not found")
+
+    def _check_agent(self, agent_id: str) -> _Reply | None:
+        if not _AGENT_ID_RE.match(agent_id):
+            return _Reply(
+                422,
+                {
+                    "detail": [
+                        {
+                            "type": "string_pattern_mismatch",
+                            "loc": ["path", "agent_id"],
+                            "msg": f"String should match pattern '{_AGENT_ID_PATTERN}'",
+                            "input": agent_id,
+                            "ctx": {"pattern": _AGENT_ID_PATTERN},
+                        }
+                    ]
+                },
+            )
+        with self._lock:
+            if agent_id not in self._agents:
+                return self._agent_not_found(agent_id)
+        return None
+
+    @staticmethod
+    def _int_param(query: dict[str, str], name: str, default: int) -> int | _Reply:
+        value = query.get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            return _Reply(
+                422,
+                _validation_error(
+                    ["query", name], "Input should be a valid integer", value
+                ),
+            )
+        if number < 0:
+            return _Reply(
+                422, _validation_error(["query", name], "Input should be >= 0", value)
+            )
+        return number
+
+    def _list_agents(self, query: dict[str, str]) -> _Reply:
+        limit = self._int_param(query, "limit", 50)
+        if isinstance(limit, _Reply):
+            return limit
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            return _Reply(
+                422,
+                _validation_error(
+                    ["query", "order"], "Input should be 'asc' or 'desc'", order
+                ),
+            )
+        with self._lock:
+            agents = [dict(a) for a in self._agents.values()]
+        if order == "desc":
+            agents.reverse()
+        if name := query.get("name"):
+            agents = [a for a in agents if a["name"] == name]
+        ids = [a["id"] for a in agents]
+        if (after := query.get("after")) is not None:
+            agents = agents[ids.index(after) + 1 :] if after in ids else []
+            ids = [a["id"] for a in agents]
+        if (before := query.get("before")) is not None:
+            agents = agents[: ids.index(before)] if before in ids else []
+        return _Reply(200, agents[:limit])
+
+    def _list_messages(self, agent_id: str, query: dict[str, str]) -> _Reply:
+        bad = self._check_agent(agent_id)
+        if bad is not None:
+            return bad
+        limit = self._int_param(query, "limit", 100)
+        if isinstance(limit, _Reply):
+            return limit
+        with self._lock:
+            history = [dict(m) for m in self._history.get(agent_id, [])]
+        return _Reply(200, history[-limit:] if limit else [])
+
+    def _get_run(self, run_id: str) -> _Reply:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return _error(404, f"Run with ID {run_id} not found")
+            answer = dict(run)
+            answer["status"] = self.run_status
+            if self.run_status in ("completed", "failed", "cancelled"):
+                answer["completed_at"] = run["created_at"]
+                answer["stop_reason"] = (
+                    "end_turn" if self.run_status == "completed" else "error"
+                )
+            return _Reply(200, answer)
+
+    @staticmethod
+    def _parse_messages(raw: bytes) -> list[dict[str, Any]] | _Reply:
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            return _Reply(422, _validation_error(["body"], "JSON decode error"))
+        if not isinstance(body, dict):
+            return _Reply(
+                422, _validation_error(["body"], "Input should be an object", body)
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _Reply(
+                422,
+                _validation_error(
+                    ["body", "messages"],
+                    "List should have at least 1 item after validation, not 0",
+                    messages,
+                ),
+            )
+        parsed: list[dict[str, Any]] = []
+        for i, msg in enumerate(messages):
+            loc: list[str | int] = ["body", "messages", i]
+            if not isinstance(msg, dict):
+                return _Reply(422, _validation_error(loc, "Input should be an object"))
+            role = msg.get("role")
+            if role not in _MESSAGE_TYPES:
+                return _Reply(
+                    422,
+                    _validation_error(
+                        [*loc, "role"],
+                        "Input should be 'user', 'system' or 'assistant'",
+                        role,
+                    ),
+                )
+            text = _content_text(msg.get("content"))
+            if text is None:
+                return _Reply(
+                    422,
+                    _validation_error(
+                        [*loc, "content"],
+                        "Input should be a string or a list of text parts",
+                        msg.get("content"),
+                    ),
+                )
+            parsed.append(
+                {
+                    "role": role,
+                    "content": msg["content"],
+                    "text": text,
+                    "otid": msg.get("otid"),
+                    "name": msg.get("name"),
+                }
+            )
+        return parsed
+
+    def _pick_failure(self) -> _Failure | None:
+        """Decide (in arrival order) whether this message POST fails. Under lock."""
+        if self._pending_failures:
+            return self._pending_failures.popleft()
+        draw = self._rng.random()
+        if draw < self.fail_rate and self.fail_modes:
+            mode = self.fail_modes[self._rng.randrange(len(self.fail_modes))]
+            return _Failure(str(mode))
+        return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopping; True if the server is stopping."""
+        if seconds > 0:
+            return self._stopping.wait(seconds)
+        return self._stopping.is_set()
+
+    def _post_message(self, agent_id: str, raw: bytes, *, route: str) -> _Reply:
+        bad = self._check_agent(agent_id)
+        if bad is not None:
+            return bad
+        messages = self._parse_messages(raw)
+        if isinstance(messages, _Reply):
+            return messages
+
+        with self._lock:
+            failure = self._pick_failure()
+            latency = self.latency
+            timeout_sleep = self.timeout_sleep
+            self._in_flight[agent_id] += 1
+            self._in_flight_total += 1
+            self._max_concurrent_per_agent = max(
+                self._max_concurrent_per_agent, self._in_flight[agent_id]
+            )
+            self._max_concurrent = max(self._max_concurrent, self._in_flight_total)
+        try:
+            if self._sleep(latency):
+                return _Reply(0, drop=True)
+            if failure is not None:
+                return self._apply_failure(failure, agent_id, timeout_sleep)
+            return self._record(agent_id, messages, route)
+        finally:
+            with self._lock:
+                self._in_flight[agent_id] -= 1
+                if self._in_flight[agent_id] <= 0:
+                    del self._in_flight[agent_id]
+                self._in_flight_total -= 1
+
+    def _apply_failure(
+        self, failure: _Failure, agent_id: str, timeout_sleep: float
+    ) -> _Reply:
+        if failure.mode == "timeout":
+            self._sleep(timeout_sleep)
+            return _Reply(0, drop=True)
+        if failure.mode == "drop":
+            return _Reply(0, drop=True)
+        status = int(failure.mode)
+        if status == 404:
+            return self._agent_not_found(agent_id)
+        reply = _error(status)
+        if failure.retry_after is not None:
+            retry_after = failure.retry_after
+            reply.headers["Retry-After"] = (
+                str(int(retry_after))
+                if float(retry_after).is_integer()
+                else str(retry_after)
+            )
+        return reply
+
+    def _record(
+        self, agent_id: str, messages: list[dict[str, Any]], route: str
+    ) -> _Reply:
+        now = time.time()
+        iso = _now_iso()
+        with self._lock:
+            if agent_id not in self._agents:  # removed while we slept
+                return self._agent_not_found(agent_id)
+            run_id = _new_id("run") if route == "async" else None
+            history = self._history.setdefault(agent_id, [])
+            for msg in messages:
+                self._received.append(
+                    {
+                        "agent_id": agent_id,
+                        "text": msg["text"],
+                        "route": route,
+                        "at": now,
+                        "role": msg["role"],
+                        "run_id": run_id,
+                        "otid": msg["otid"],
+                    }
+                )
+                history.append(
+                    {
+                        "id": _new_id("message"),
+                        "date": iso,
+                        "message_type": _MESSAGE_TYPES[msg["role"]],
+                        "content": msg["content"],
+                        "otid": msg["otid"],
+                        "name": msg["name"],
+                        "run_id": run_id,
+                    }
+                )
+            if run_id is not None:
+                run = {
+                    "id": run_id,
+                    "agent_id": agent_id,
+                    "status": "created",
+                    "created_at": iso,
+                    "completed_at": None,
+                    "stop_reason": None,
+                    "background": False,
+                    "metadata": {},
+                }
+                self._runs[run_id] = run
+                return _Reply(200, dict(run))
+        reply_message = {
+            "id": _new_id("message"),
+            "date": iso,
+            "message_type": "assistant_message",
+            "content": "OK",
+        }
+        return _Reply(
+            200,
+            {
+                "messages": [reply_message],
+                "stop_reason": {
+                    "message_type": "stop_reason",
+                    "stop_reason": "end_turn",
+                },
+                "usage": {},
+            },
+        )
+
+    def _upsert_tool(self, raw: bytes, *, create_only: bool) -> _Reply:
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            return _Reply(422, _validation_error(["body"], "JSON decode error"))
+        if not isinstance(body, dict) or not isinstance(body.get("source_code"), str):
+            return _Reply(
+                422,
+                {
+                    "detail": [
+                        {
+                            "type": "missing",
+                            "loc": ["body", "source_code"],
+                            "msg": "Field required",
+                            "input": body,
+                        }
+                    ]
+                },
+            )
+        source: str = body["source_code"]
+        match = _FUNC_NAME_RE.search(source)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as exc:
+            return _Reply(
+                422, _validation_error(["body", "source_code"], f"invalid: {exc}")
+            )
+        if match is None:
+            return _Reply(
+                422,
+                _validation_error(
+                    ["body", "source_code"], "no function definition found"
+                ),
+            )
+        name = match.group(1)
+        doc: str | None = None
+        params: dict[str, Any] = {}
+        required: list[str] = []
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if node.name != name:
+                    continue
+                doc = ast.get_docstring(node)
+                args = node.args.args
+                n_defaults = len(node.args.defaults)
+                for i, arg in enumerate(args):
+                    ann = ast.unparse(arg.annotation) if arg.annotation else "string"
+                    params[arg.arg] = {"type": ann}
+                    if i < len(args) - n_defaults:
+                        required.append(arg.arg)
+                break
+        description = body.get("description")
+        if description is None and doc:
+            description = doc.strip().splitlines()[0]
+        with self._lock:
+            existing = self._tools.get(name)
+            if existing is not None and create_only:
+                return _error(409, f"Tool with name {name} already exists")
+            tool = {
+                "id": existing["id"] if existing else _new_id("tool"),
+                "name": name,
+                "description": description,
+                "tags": list(body.get("tags") or []),
+                "source_code": source,
+                "source_type": "python",
+                "tool_type": "custom",
+                "json_schema": {
+                    "name": name,
+                    "description": description,
+                    "parameters": {
+                        "type": "object",
+                        "properties": params,
+                        "required": required,
+                    },
+                },
+            }
+            self._tools[name] = tool
+            return _Reply(200, dict(tool))
+
+    def _control(self, method: str, path: str, raw: bytes) -> _Reply:
+        try:
+            body: Any = json.loads(raw) if raw else {}
+        except ValueError:
+            return _error(400, "invalid JSON")
+        if method == "GET" and path == "/_fake/stats":
+            return _Reply(200, self.stats())
+        if method == "POST" and path == "/_fake/reset":
+            self.reset()
+            return _Reply(200, {"ok": True})
+        if method == "POST" and path == "/_fake/config":
+            if not isinstance(body, dict):
+                return _error(400, "expected a JSON object")
+            try:
+                return _Reply(200, self.configure(**body))
+            except (TypeError, ValueError) as exc:
+                return _error(400, str(exc))
+        if method == "POST" and path == "/_fake/fail_next":
+            if not isinstance(body, dict):
+                return _error(400, "expected a JSON object")
+            self.fail_next(
+                int(body.get("n", 1)),
+                body.get("status", 500),
+                body.get("retry_after"),
+            )
+            return _Reply(200, {"ok": True})
+        if method == "POST" and path == "/_fake/agents":
+            name = body.get("name") if isinstance(body, dict) else None
+            return _Reply(200, {"id": self.add_agent(name)})
+        if method == "DELETE" and path.startswith("/_fake/agents/"):
+            agent_id = path.removeprefix("/_fake/agents/")
+            with self._lock:
+                known = agent_id in self._agents
+            self.remove_agent(agent_id)
+            return _Reply(200 if known else 404, {"ok": known})
+        return _error(404, "Not Found")
+
+
+@contextlib.contextmanager
+def running_fake(**kw: Any) -> Iterator[FakeLetta]:
+    """``with running_fake(agents=2) as fake: ...`` — started, stopped on exit."""
+    fake = FakeLetta(**kw)
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+# -- separate-process mode ------------------------------------------------------
+
+
+def _write_json_atomic(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fake_letta", description="Run a fake Letta server."
+    )
+    parser.add_argument("--agents", type=int, default=1, help="agents to create")
+    parser.add_argument(
+        "--agent-id",
+        action="append",
+        default=[],
+        help="fixed agent id (agent-<uuid>); repeatable; added to --agents",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--password", default=None)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--fail-rate", type=float, default=0.0)
+    parser.add_argument(
+        "--fail-modes", default="500", help="comma-separated: 500,429,timeout,drop"
+    )
+    parser.add_argument("--timeout-sleep", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-async-route", action="store_true")
+    parser.add_argument(
+        "--state-file",
+        type=Path,
+        default=None,
+        help="write the ready line here, then the final stats on exit",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    fake = FakeLetta(
+        agents=args.agents,
+        password=args.password,
+        latency=args.latency,
+        async_route=not args.no_async_route,
+        fail_rate=args.fail_rate,
+        fail_modes=[m.strip() for m in args.fail_modes.split(",") if m.strip()],
+        timeout_sleep=args.timeout_sleep,
+        seed=args.seed,
+        host=args.host,
+        port=args.port,
+    )
+    for agent_id in args.agent_id:
+        fake.add_agent(agent_id=agent_id)
+
+    stop_requested: list[int] = []
+
+    def _on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop_requested.append(signum)
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    fake.start()
+    ready = {"url": fake.url, "agent_ids": fake.agent_ids, "pid": os.getpid()}
+    if args.state_file is not None:
+        _write_json_atomic(args.state_file, ready)
+    sys.stdout.write(json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    try:
+        while not stop_requested:
+            time.sleep(0.05)
+    finally:
+        stats = fake.stats()
+        fake.stop()
+        if args.state_file is not None:
+            _write_json_atomic(args.state_file, stats)
+        with contextlib.suppress(OSError):
+            sys.stdout.write(json.dumps(stats) + "\n")
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Agent-id inference (DESIGN §2): the whole order, request _meta, per-session scoped defaults,
+diagnostics, and validation with one GET /v1/agents/{id} against the fake Letta."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+from promptyoself.agents import CallContext, Defaults, infer_agent, normalize_agent_id
+from promptyoself.config import Settings
+from promptyoself.core import Core
+from promptyoself.errors import InvalidArgument
+from promptyoself.server import build_server
+from tests.conftest import make_settings
+from tests.fake_letta import FakeLetta
+
+A, B, C, D, E = (f"agent-{n}" for n in "abcde")
+
+
+@pytest.mark.parametrize("value", [None, "null", "None", "", "   ", "NULL"])
+def test_not_given_values(value: Any) -> None:
+    assert normalize_agent_id(value) is None
+
+
+@pytest.mark.parametrize("value", ["a" * 101, "agent x", "agent-\x07", 5])
+def test_bad_agent_ids(value: Any) -> None:
+    with pytest.raises(InvalidArgument):
+        normalize_agent_id(value)
+
+
+def test_inference_order() -> None:
+    settings = Settings(PROMPTYOSELF_DEFAULT_AGENT_ID=E, LETTA_AGENT_ID="agent-letta")  # type: ignore[call-arg]
+    defaults = Defaults(process=D)
+    defaults.set_scoped("s1", C)
+    full = CallContext(meta={"agent_id": B}, header_agent_id="agent-header", scope_key="s1")
+
+    def run(explicit: Any, ctx: CallContext) -> tuple[str | None, str]:
+        found = infer_agent(explicit, ctx, settings, defaults, lambda: "agent-only")
+        return found.agent_id, found.source
+
+    assert run(A, full) == (A, "argument")
+    assert run("None", full) == (B, "context_metadata")
+    assert run(None, CallContext(header_agent_id="agent-header", scope_key="s1")) == ("agent-header", "http_header")
+    assert run(None, CallContext(scope_key="s1")) == (C, "scoped_default")
+    assert run(None, CallContext(scope_key="other")) == (D, "process_default")
+    defaults.process = None
+    assert run(None, CallContext()) == (E, "env")
+    plain = Settings(LETTA_DEFAULT_AGENT_ID="agent-ld")  # type: ignore[call-arg]
+    assert infer_agent(None, None, plain, Defaults()).agent_id == "agent-ld"
+    fallback = Settings(PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK="true")  # type: ignore[call-arg]
+    assert infer_agent(None, None, fallback, Defaults(), lambda: "agent-only").source == "single_agent_fallback"
+    assert infer_agent(None, None, Settings(), Defaults(), lambda: "agent-only").agent_id is None
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [{"agentId": B}, {"letta_agent_id": B}, {"caller_agent_id": B}, {"agent": {"id": B}}, {"agent_id": B}],
+)
+def test_meta_keys(meta: dict[str, Any]) -> None:
+    found = infer_agent(None, CallContext(meta=meta), Settings(), Defaults())
+    assert found.agent_id == B
+
+
+async def test_meta_on_the_request_is_used(core: Core) -> None:
+    async with Client(build_server(core)) as c:
+        r = await c.call_tool(
+            "promptyoself_schedule_time",
+            {"prompt": "p", "time": "in 5m", "skip_validation": True},
+            meta={"agent_id": B},
+        )
+        assert r.structured_content["agent_id"] == B
+        diag = await c.call_tool("promptyoself_inference_diagnostics", {}, meta={"agentId": C})
+        assert diag.structured_content["inferred_agent_id"] == C
+        assert diag.structured_content["inference_debug"] == {"source": "context_metadata", "key": "agentId"}
+        assert "agentId" in diag.structured_content["ctx_metadata_keys"]
+
+
+async def test_scoped_defaults_are_per_client_session(core: Core) -> None:
+    mcp = build_server(core)
+    async with Client(mcp, mode="legacy") as first, Client(mcp, mode="legacy") as second:
+        await first.call_tool("promptyoself_set_scoped_default_agent", {"agent_id": A})
+        await second.call_tool("promptyoself_set_scoped_default_agent", {"agent_id": B})
+        one = await first.call_tool(
+            "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "skip_validation": True}
+        )
+        two = await second.call_tool(
+            "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "skip_validation": True}
+        )
+        assert one.structured_content["agent_id"] == A
+        assert two.structured_content["agent_id"] == B
+        got = await first.call_tool("promptyoself_get_scoped_default_agent", {})
+        assert got.structured_content["agent_id"] == A
+    async with Client(mcp, mode="legacy") as third:
+        diag = await third.call_tool("promptyoself_inference_diagnostics", {})
+        assert diag.structured_content["inferred_agent_id"] is None
+
+
+async def test_list_uses_inference_and_lists_all_only_when_nothing_is_inferable(core: Core) -> None:
+    async with Client(build_server(core)) as c:
+        for agent in (A, A, B):
+            await c.call_tool(
+                "promptyoself_schedule_time",
+                {"prompt": "p", "time": "in 5m", "agent_id": agent, "skip_validation": True},
+            )
+        assert (await c.call_tool("promptyoself_list", {})).structured_content["total"] == 3
+        await c.call_tool("promptyoself_set_default_agent", {"agent_id": A})
+        assert (await c.call_tool("promptyoself_list", {})).structured_content["total"] == 2
+
+
+async def test_validation_gets_one_agent_not_a_page(db_path: Path) -> None:
+    with FakeLetta(agents=3) as fake:
+        core = Core(make_settings(db_path, letta_base_url=fake.url))
+        fake.reset()
+        core.schedule_time("p", "in 5m", agent_id=fake.agent_ids[2])
+        paths = [(m, p) for m, p, _ in fake.requests]
+        assert paths == [("GET", f"/v1/agents/{fake.agent_ids[2]}")]
+        core.close()
+
+
+async def test_single_agent_fallback_against_letta(db_path: Path) -> None:
+    with FakeLetta(agents=1) as fake:
+        core = Core(make_settings(db_path, letta_base_url=fake.url, use_single_agent_fallback=True))
+        made = core.schedule_time("p", "in 5m")
+        assert made["agent_id"] == fake.agent_ids[0]
+        fake.add_agent()
+        diag = core.inference_diagnostics(None)
+        assert diag["inferred_agent_id"] is None
+        core.close()

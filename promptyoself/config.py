@@ -12,9 +12,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def default_db_path() -> Path:
@@ -34,12 +35,11 @@ class Settings(BaseSettings):
     letta_server_password: SecretStr | None = Field(None, validation_alias="LETTA_SERVER_PASSWORD")
     letta_timeout: float = Field(10.0, gt=0, validation_alias="PROMPTYOSELF_LETTA_TIMEOUT")
 
-    db: str | None = Field(None, validation_alias="PROMPTYOSELF_DB")
+    # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
+    db: str | None = Field(None, validation_alias="PROMPTYOSELF_DB", repr=False)
     timezone: str = Field("UTC", validation_alias="PROMPTYOSELF_TIMEZONE")
 
-    executor_mode: Literal["worker", "embedded", "off"] = Field(
-        "worker", validation_alias="PROMPTYOSELF_EXECUTOR_MODE"
-    )
+    executor_mode: Literal["worker", "embedded", "off"] = Field("worker", validation_alias="PROMPTYOSELF_EXECUTOR_MODE")
     executor_autostart: bool = Field(True, validation_alias="PROMPTYOSELF_EXECUTOR_AUTOSTART")
     executor_interval: float = Field(1.0, gt=0, validation_alias="PROMPTYOSELF_EXECUTOR_INTERVAL")
     worker_idle_exit: float = Field(600.0, ge=0, validation_alias="PROMPTYOSELF_WORKER_IDLE_EXIT")
@@ -49,16 +49,12 @@ class Settings(BaseSettings):
     retry_base: float = Field(5.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_BASE")
     retry_max: float = Field(600.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_MAX")
     misfire_grace: str = Field("24h", validation_alias="PROMPTYOSELF_MISFIRE_GRACE")
-    message_format: Literal["annotated", "plain"] = Field(
-        "annotated", validation_alias="PROMPTYOSELF_MESSAGE_FORMAT"
-    )
+    message_format: Literal["annotated", "plain"] = Field("annotated", validation_alias="PROMPTYOSELF_MESSAGE_FORMAT")
 
     default_agent_id: str | None = Field(None, validation_alias="PROMPTYOSELF_DEFAULT_AGENT_ID")
     letta_agent_id: str | None = Field(None, validation_alias="LETTA_AGENT_ID")
     letta_default_agent_id: str | None = Field(None, validation_alias="LETTA_DEFAULT_AGENT_ID")
-    use_single_agent_fallback: bool = Field(
-        False, validation_alias="PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK"
-    )
+    use_single_agent_fallback: bool = Field(False, validation_alias="PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK")
 
     max_active_per_agent: int = Field(100, ge=1, validation_alias="PROMPTYOSELF_MAX_ACTIVE_PER_AGENT")
     min_interval: str = Field("10s", validation_alias="PROMPTYOSELF_MIN_INTERVAL")
@@ -67,8 +63,20 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", validation_alias="PROMPTYOSELF_LOG_LEVEL")
     log_file: str | None = Field(None, validation_alias="PROMPTYOSELF_LOG_FILE")
     log_json: bool = Field(False, validation_alias="PROMPTYOSELF_LOG_JSON")
+    log_max_bytes: int = Field(5_000_000, ge=1024, validation_alias="PROMPTYOSELF_LOG_MAX_BYTES")
+    log_backups: int = Field(3, ge=1, le=100, validation_alias="PROMPTYOSELF_LOG_BACKUPS")
 
     http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        if isinstance(value, str):
+            upper = value.strip().upper()
+            if upper not in LOG_LEVELS:
+                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+            return upper
+        return value
 
     @cached_property
     def db_url(self) -> str:
@@ -115,3 +123,16 @@ def env_file() -> str | None:
 def load_settings(**overrides: object) -> Settings:
     """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags)."""
     return Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+
+
+def describe_settings_error(exc: ValidationError) -> str:
+    """A one-paragraph message naming each bad variable, without echoing its value (it may be a secret)."""
+    aliases = {name: str(field.validation_alias or name).upper() for name, field in Settings.model_fields.items()}
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = err.get("loc") or ("?",)
+        name = str(loc[0])
+        parts.append(f"{aliases.get(name, name)}: {err.get('msg', 'invalid value')}")
+    where = env_file()
+    source = f" (environment or {where})" if where else " (environment)"
+    return "Invalid configuration" + source + ": " + "; ".join(parts)

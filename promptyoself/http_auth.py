@@ -1,4 +1,8 @@
-"""Bearer-token check for the HTTP and SSE transports (``PROMPTYOSELF_HTTP_TOKEN``)."""
+"""Bearer-token check for the HTTP and SSE transports (``PROMPTYOSELF_HTTP_TOKEN``).
+
+A pure ASGI middleware, so it wraps FastMCP's Starlette app the same way for streamable HTTP
+(``/mcp``) and SSE (``/sse`` + ``/messages/``) without buffering streamed responses.
+"""
 
 from __future__ import annotations
 
@@ -8,47 +12,75 @@ from typing import Any
 
 from promptyoself.config import Settings
 
+UNAUTHORIZED_BODY = json.dumps(
+    {
+        "status": "error",
+        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <PROMPTYOSELF_HTTP_TOKEN>'.",
+        "code": "unauthorized",
+    }
+).encode()
+
+
+def _presented_token(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The credential after ``Bearer`` (scheme case-insensitive), or ``b""``."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, credential = value.strip().partition(b" ")
+            if scheme.lower() == b"bearer":
+                return credential.strip()
+            return b""
+    return b""
+
 
 class BearerAuth:
-    """Pure ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+    """Every HTTP request must carry ``Authorization: Bearer <token>``; anything else gets 401.
+
+    Lifespan events pass through; websocket connections (FastMCP serves none here) are refused.
+    """
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
+        kind = scope.get("type")
+        if kind == "lifespan":
             await self.app(scope, receive, send)
             return
-        given = b""
-        for name, value in scope.get("headers", []):
-            if name.lower() == b"authorization":
-                given = value
-                break
-        if hmac.compare_digest(given, self.expected):
+        given = _presented_token(scope.get("headers") or [])
+        if given and hmac.compare_digest(given, self.expected):
             await self.app(scope, receive, send)
             return
-        body = json.dumps(
-            {"status": "error", "error": "Missing or wrong bearer token.", "code": "unauthorized"}
-        ).encode()
+        if kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
         await send(
             {
                 "type": "http.response.start",
                 "status": 401,
                 "headers": [
                     (b"content-type", b"application/json"),
-                    (b"www-authenticate", b"Bearer"),
-                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="promptyoself"'),
+                    (b"content-length", str(len(UNAUTHORIZED_BODY)).encode()),
                 ],
             }
         )
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
+
+
+def http_token(settings: Settings) -> str | None:
+    """The configured token, stripped, or ``None`` when unset or blank."""
+    if settings.http_token is None:
+        return None
+    token = settings.http_token.get_secret_value().strip()
+    return token or None
 
 
 def bearer_middleware(settings: Settings) -> list[Any]:
     """Starlette middleware list enforcing the token, or ``[]`` when no token is configured."""
-    if settings.http_token is None or not settings.http_token.get_secret_value().strip():
+    token = http_token(settings)
+    if token is None:
         return []
     from starlette.middleware import Middleware
 
-    return [Middleware(BearerAuth, token=settings.http_token.get_secret_value().strip())]
+    return [Middleware(BearerAuth, token=token)]

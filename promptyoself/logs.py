@@ -1,4 +1,12 @@
-"""Logging: stderr always (never stdout), optionally a rotating file and JSON lines."""
+"""Logging: stderr always (never stdout), optionally a rotating file and JSON lines.
+
+``PROMPTYOSELF_LOG_LEVEL`` sets the level, ``PROMPTYOSELF_LOG_FILE`` adds a rotating file
+(``PROMPTYOSELF_LOG_MAX_BYTES`` per file, ``PROMPTYOSELF_LOG_BACKUPS`` old files kept) and
+``PROMPTYOSELF_LOG_JSON`` writes one JSON object per line to every handler. Every handler redacts
+the configured secrets (Letta key and password, HTTP token, a password in a database or Letta URL),
+in the message and in tracebacks. FastMCP's and uvicorn's loggers are routed through the same
+handlers, so one format and one redaction apply to everything the process logs.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +17,21 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from promptyoself.config import Settings
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+REDACTED = "***"
+# Loggers that install their own handlers; we route them through ours instead.
+FOREIGN_LOGGERS = ("fastmcp", "uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
+# Loggers too chatty (or too close to the wire: request headers) below WARNING.
+QUIET_LOGGERS = ("httpx", "httpcore", "httpx2", "alembic", "sse_starlette", "asyncio")
+
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg (+ exc when there is a traceback)."""
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(),
@@ -21,71 +39,167 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
         return json.dumps(out, default=str)
 
 
+def secret_variants(secret: str) -> list[str]:
+    """The forms a secret may take in text: as is, and percent-encoded as in a URL."""
+    forms = {secret, quote(secret, safe=""), quote_plus(secret, safe="")}
+    return sorted(forms, key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 class RedactSecrets(logging.Filter):
-    """Replace any configured secret that slips into a log line."""
+    """Replace any configured secret that slips into a log line or a traceback."""
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
-        self.secrets = [s for s in secrets if len(s) >= 4]
+        found: set[str] = set()
+        for s in secrets:
+            if len(s) >= 4:
+                found.update(v for v in secret_variants(s) if len(v) >= 4)
+        self.secrets = sorted(found, key=len, reverse=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
             return True
-        msg = record.getMessage()
-        if any(s in msg for s in self.secrets):
-            for s in self.secrets:
-                msg = msg.replace(s, "***")
-            record.msg, record.args = msg, None
+        try:
+            msg = record.getMessage()
+        except Exception:  # a bad format string: log what we have, as text
+            msg = f"{record.msg} {record.args}"
+        clean = redact(msg, self.secrets)
+        if clean != msg or record.args:
+            record.msg, record.args = clean, None
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = redact(record.exc_text, self.secrets)
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text, self.secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, self.secrets)
         return True
 
 
+def _url_password(url: str | None) -> str | None:
+    if not url or "://" not in url or "@" not in url:  # no credentials (and no SQLAlchemy import)
+        return None
+    from sqlalchemy.engine import make_url
+
+    try:
+        password = make_url(url).password
+    except Exception:
+        password = None
+    if password:
+        return str(password)
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        raw = urlsplit(url).password
+    except ValueError:
+        return None
+    return unquote(raw) if raw else None
+
+
 def settings_secrets(settings: Settings) -> list[str]:
+    """Every secret the settings hold: keys, passwords, the HTTP token, passwords inside URLs."""
     found = [
         s.get_secret_value()
         for s in (settings.letta_api_key, settings.letta_server_password, settings.http_token)
         if s is not None and s.get_secret_value()
     ]
-    from sqlalchemy.engine import make_url
-
-    try:
-        password = make_url(settings.db_url).password
-    except Exception:
-        password = None
-    if password:
-        found.append(str(password))
+    stripped = [s.strip() for s in found if s.strip() != s]
+    found.extend(s for s in stripped if s)
+    for url in (settings.db_url, settings.letta_base_url):
+        password = _url_password(url)
+        if password:
+            found.append(password)
     return found
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record, never to stdout.
+
+    Looking the stream up per record keeps logging working when ``sys.stderr`` is replaced after
+    set-up (test capture, embedding hosts) instead of writing to a closed or stale stream.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def _is_ours(handler: logging.Handler) -> bool:
+    return bool(getattr(handler, "_promptyoself", False))
+
+
 def setup_logging(settings: Settings, *, stream: Any = None) -> None:
-    """Configure the root logger once: stderr, plus ``PROMPTYOSELF_LOG_FILE`` (rotating) if set."""
+    """Configure the root logger: stderr, plus ``PROMPTYOSELF_LOG_FILE`` (rotating) if set.
+
+    Safe to call again (it replaces its own handlers). Never writes to stdout: in stdio mode stdout
+    carries JSON-RPC only.
+    """
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if getattr(handler, "_promptyoself", False):
+        if _is_ours(handler):
             root.removeHandler(handler)
+            handler.close()
     level = getattr(logging, settings.log_level.upper(), logging.INFO)
-    fmt: logging.Formatter = (
-        JsonFormatter()
-        if settings.log_json
-        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
-    redact = RedactSecrets(settings_secrets(settings))
-    handlers: list[logging.Handler] = [logging.StreamHandler(stream or sys.stderr)]
+    fmt: logging.Formatter = JsonFormatter() if settings.log_json else logging.Formatter(TEXT_FORMAT)
+    redactor = RedactSecrets(settings_secrets(settings))
+    handlers: list[logging.Handler] = [logging.StreamHandler(stream) if stream is not None else StderrHandler()]
     if settings.log_file:
         path = Path(settings.log_file).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(
-            logging.handlers.RotatingFileHandler(path, maxBytes=5_000_000, backupCount=3, encoding="utf-8")
+            logging.handlers.RotatingFileHandler(
+                path,
+                maxBytes=settings.log_max_bytes,
+                backupCount=settings.log_backups,
+                encoding="utf-8",
+            )
         )
     for handler in handlers:
         handler.setFormatter(fmt)
-        handler.addFilter(redact)
+        handler.addFilter(redactor)
         handler._promptyoself = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("httpx", "httpcore", "alembic"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    for name in FOREIGN_LOGGERS:
+        foreign = logging.getLogger(name)
+        for handler in list(foreign.handlers):
+            foreign.removeHandler(handler)
+        foreign.propagate = True
+        foreign.setLevel(logging.NOTSET)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    logging.captureWarnings(True)
+
+
+def reset_logging() -> None:
+    """Remove the handlers ``setup_logging`` installed (tests)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if _is_ours(handler):
+            root.removeHandler(handler)
+            handler.close()
+    logging.captureWarnings(False)

@@ -1,0 +1,374 @@
+"""Import a database written by the earlier PromptYoSelf (``python -m promptyoself import-legacy PATH``).
+
+The earlier version kept every reminder in one SQLite table, ``unified_reminders``: ``message``,
+``agent_id``, ``schedule_type`` (``once``/``cron``/``interval``), ``schedule_value``, ``active``,
+``next_run`` (naive UTC, stored as text), ``max_repetitions``, ``repetition_count``, and optionally
+``created_at``/``last_run``. Rows without an ``agent_id`` belonged to its web interface.
+
+Each active row becomes one schedule with the same agent, text, rule, next run (aware UTC) and
+repetition counts, in timezone UTC (the earlier version evaluated cron rules in UTC). Interval rules
+are anchored at the legacy ``next_run`` so the fixed-rate slots continue where they were. The legacy
+file is opened read-only and never changed.
+
+Importing is idempotent: every imported schedule carries the idempotency key
+``legacy:<sha256 of the legacy id, text, type and rule>`` (unique per agent), so running the import
+again, or on a copy of the file elsewhere, skips what is already there. A bad row is reported in
+``errors`` and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from promptyoself import timing
+from promptyoself.agents import normalize_agent_id
+from promptyoself.errors import InvalidArgument, PromptYoSelfError
+from promptyoself.store import Schedule
+
+log = logging.getLogger(__name__)
+
+TABLE = "unified_reminders"
+REQUIRED_COLUMNS = ("id", "message", "agent_id", "schedule_type", "schedule_value", "next_run")
+KEY_PREFIX = "legacy:"
+
+TYPE_ALIASES: dict[str, str] = {
+    **dict.fromkeys(
+        ("once", "one-time", "one_time", "onetime", "one time", "one-off", "oneoff", "single", "date",
+         "at", "time", "datetime"),
+        "once",
+    ),
+    **dict.fromkeys(("cron", "crontab", "cron_expression", "cron-expression"), "cron"),
+    **dict.fromkeys(("interval", "every", "repeat", "repeating", "recurring", "periodic"), "interval"),
+}
+_TRUE = {"1", "true", "t", "yes", "y", "on", "active"}
+_FALSE = {"0", "false", "f", "no", "n", "off", "inactive", ""}
+
+
+class RowError(Exception):
+    """One legacy row that cannot be imported; reported, never fatal."""
+
+    def __init__(self, message: str, code: str = "invalid_argument") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _shown(path: object) -> str:
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else repr(path)
+    text = str(text)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _open_legacy(path: object) -> tuple[sqlite3.Connection, Path]:
+    """The legacy file opened read-only, after checking it exists and holds ``unified_reminders``."""
+    if not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
+        raise InvalidArgument("Give the path of the earlier PromptYoSelf database file (SQLite).")
+    shown = _shown(path)
+    try:
+        file = Path(os.fspath(path)).expanduser().resolve()
+        exists = file.is_file()
+    except (OSError, ValueError, RuntimeError):
+        exists = False
+    if not exists:
+        raise InvalidArgument(
+            f"No legacy database at {shown!r}: the file does not exist or is not a regular file. "
+            "Give the path of the earlier PromptYoSelf SQLite file (often promptyoself.db)."
+        )
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(file))}?mode=ro", uri=True, timeout=10)
+        conn.row_factory = sqlite3.Row
+        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad byte spoils no row
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error as exc:
+        raise InvalidArgument(
+            f"{shown!r} is not a readable SQLite database ({exc.__class__.__name__}: {exc})."
+        ) from None
+    if TABLE not in names:
+        conn.close()
+        found = ", ".join(sorted(names)[:10]) or "none"
+        raise InvalidArgument(
+            f"{shown!r} has no table '{TABLE}', so it is not a database written by the earlier "
+            f"PromptYoSelf (tables found: {found})."
+        )
+    columns = {r[1] for r in conn.execute(f"PRAGMA table_info({TABLE})")}
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        conn.close()
+        raise InvalidArgument(
+            f"Table '{TABLE}' in {shown!r} lacks the column(s) {', '.join(missing)}; it does not "
+            "look like the earlier PromptYoSelf schema."
+        )
+    return conn, file
+
+
+# ---- reading one row ------------------------------------------------------------------------
+
+
+def parse_legacy_datetime(value: object, name: str) -> datetime | None:
+    """A legacy timestamp -> aware UTC. Naive text is UTC ('2025-01-02 09:00:00', ISO with 'T'
+    and microseconds); an explicit offset is honoured; numbers are Unix seconds."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise RowError(f"{name} {value!r} is not a date-time.")
+    if isinstance(value, (int, float)):
+        try:
+            return datetime.fromtimestamp(float(value), UTC)
+        except (OverflowError, OSError, ValueError):
+            raise RowError(f"{name} {value!r} is out of range.") from None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str):
+        raise RowError(f"{name} {value!r} is not a date-time.")
+    text = value.strip()
+    try:
+        parsed = datetime.fromisoformat(text.replace(" UTC", "").replace("Z", "+00:00"))
+    except ValueError:
+        raise RowError(f"{name} {text[:60]!r} is not a date-time such as '2025-01-02 09:00:00'.") from None
+    return timing.ensure_aware(parsed)
+
+
+def _is_active(value: object) -> bool:
+    if value is None:  # the earlier schema defaulted to active
+        return True
+    if isinstance(value, (int, float)):
+        return bool(value)
+    text = (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise RowError(f"active {text[:20]!r} is neither 0 nor 1.")
+
+
+def _as_int(value: object, name: str) -> int | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) < 19:
+        return int(value.strip())
+    raise RowError(f"{name} {value!r} is not a whole number.")
+
+
+def normalize_type(value: object) -> str:
+    text = str(value or "").strip().lower()
+    kind = TYPE_ALIASES.get(text) or TYPE_ALIASES.get(text.replace("_", "-"))
+    if kind is None:
+        raise RowError(
+            f"schedule_type {text[:30]!r} is not one of once, cron, interval.", "invalid_argument"
+        )
+    return kind
+
+
+def legacy_key(legacy_id: object, message: str, kind: str, value: str) -> str:
+    """The idempotency key of an imported row: the same row imports once, from any path."""
+    digest = hashlib.sha256(
+        "\x1f".join((str(legacy_id), message, kind, value)).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    return f"{KEY_PREFIX}{digest[:40]}"
+
+
+def convert_row(row: Mapping[str, Any], core: Any, now: datetime) -> dict[str, Any] | None:
+    """A legacy row as the column values of a new schedule, or ``None`` for an inactive/finished one.
+
+    Raises RowError for a row that cannot be imported.
+    """
+    if not _is_active(row.get("active")):
+        return None
+    try:
+        agent = normalize_agent_id(row.get("agent_id"))
+    except InvalidArgument as exc:
+        raise RowError(exc.message) from None
+    if agent is None:
+        raise RowError("agent_id is empty (a reminder of the earlier web interface?); nothing to deliver to.")
+    message = row.get("message")
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    if not isinstance(message, str) or not message.strip():
+        raise RowError("message is empty.")
+    limit = core.settings.max_prompt_chars
+    if len(message) > limit:
+        raise RowError(
+            f"message is {len(message)} characters; the limit is {limit} (PROMPTYOSELF_MAX_PROMPT_CHARS).",
+            "quota_exceeded",
+        )
+    if "\x00" in message:
+        raise RowError("message contains a NUL character.")
+    kind = normalize_type(row.get("schedule_type"))
+    raw_value = row.get("schedule_value")
+    value = "" if raw_value is None else str(raw_value).strip()
+    next_run = parse_legacy_datetime(row.get("next_run"), "next_run")
+    reps = _as_int(row.get("repetition_count"), "repetition_count") or 0
+    max_reps = _as_int(row.get("max_repetitions"), "max_repetitions")
+    if reps < 0:
+        raise RowError(f"repetition_count {reps} is negative.")
+    if max_reps is not None and max_reps < 1:
+        max_reps = None  # the earlier version wrote 0 or -1 for "no limit" in places
+    anchor = None
+    try:
+        if kind == "once":
+            if next_run is None:
+                next_run = parse_legacy_datetime(value, "schedule_value")
+            if next_run is None:
+                raise RowError("a one-time row needs next_run (or a date-time in schedule_value).")
+            if not value or len(value) > timing.MAX_RULE_CHARS:
+                value = timing.to_utc_iso(next_run)
+            max_reps = None
+        elif kind == "cron":
+            value = timing.normalize_cron(value)
+            if next_run is None:
+                next_run = timing.next_cron(value, timing.resolve_zone("UTC"), now)
+        else:
+            step = timing.parse_interval(value)
+            if step < core.settings.min_interval_td:
+                raise RowError(
+                    f"interval {value!r} is shorter than the minimum interval {core.settings.min_interval} "
+                    "(PROMPTYOSELF_MIN_INTERVAL).",
+                    "quota_exceeded",
+                )
+            if next_run is None:
+                next_run = now + step
+            anchor = next_run
+    except PromptYoSelfError as exc:
+        raise RowError(exc.message, exc.code) from None
+    if max_reps is not None and reps >= max_reps:
+        return None  # already delivered as often as it was meant to be
+    created = _optional_time(row, "created_at") or now
+    return {
+        "agent_id": agent,
+        "prompt_text": message,
+        "schedule_type": kind,
+        "schedule_value": value,
+        "timezone": "UTC",
+        "next_run": next_run,
+        "due_at": next_run,
+        "anchor": anchor,
+        "state": "active",
+        "created_at": created,
+        "updated_at": now,
+        "last_run": _optional_time(row, "last_run"),
+        "max_repetitions": max_reps,
+        "repetition_count": reps,
+        "idempotency_key": legacy_key(row.get("id"), message, kind, value),
+        "attempt": 0,
+    }
+
+
+def _short(value: object) -> object:
+    """A legacy value safe to echo in a report: short text or a number, else a truncated repr."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
+
+
+def _optional_time(row: Mapping[str, Any], name: str) -> datetime | None:
+    """Timestamps that are nice to keep but never worth failing a row over."""
+    try:
+        return parse_legacy_datetime(row.get(name), name)
+    except RowError:
+        return None
+
+
+# ---- the import -------------------------------------------------------------------------------
+
+
+def import_legacy(core: Any, path: object) -> dict[str, Any]:
+    """Import the active rows of an earlier PromptYoSelf database into ``core``'s store.
+
+    Returns ``{status, path, imported, skipped_existing, skipped_inactive, errors:[{legacy_id,
+    agent_id, error, code}], imported_ids, message}``. A missing file or a file without the
+    ``unified_reminders`` table raises InvalidArgument.
+    """
+    conn, file = _open_legacy(path)
+    try:
+        try:
+            rows = [dict(r) for r in conn.execute(f"SELECT * FROM {TABLE} ORDER BY id")]
+        except sqlite3.Error as exc:
+            raise InvalidArgument(f"Cannot read table '{TABLE}' in {_shown(path)!r}: {exc}.") from None
+    finally:
+        conn.close()
+
+    now = core.now()
+    store = core.store
+    limit = core.settings.max_active_per_agent
+    live: dict[str, int] = {}
+    imported_ids: list[int] = []
+    errors: list[dict[str, Any]] = []
+    skipped_existing = skipped_inactive = 0
+
+    for row in rows:
+        report = {"legacy_id": row.get("id"), "agent_id": _short(row.get("agent_id"))}
+        try:
+            values = convert_row(row, core, now)
+        except RowError as exc:
+            errors.append({**report, "error": exc.message, "code": exc.code})
+            continue
+        if values is None:
+            skipped_inactive += 1
+            continue
+        agent, key = values["agent_id"], values["idempotency_key"]
+        with store.session() as s:
+            existing = s.execute(
+                select(Schedule.id).where(Schedule.agent_id == agent, Schedule.idempotency_key == key)
+            ).scalar_one_or_none()
+            if existing is None and agent not in live:
+                live[agent] = store.count_active(s, agent)
+        if existing is not None:
+            skipped_existing += 1
+            continue
+        if live[agent] >= limit:
+            errors.append({
+                **report,
+                "error": f"Agent {agent} already has {live[agent]} live schedules; the limit is {limit} "
+                "(PROMPTYOSELF_MAX_ACTIVE_PER_AGENT).",
+                "code": "quota_exceeded",
+            })
+            continue
+        schedule = Schedule(**values)
+        try:
+            with store.session() as s:
+                s.add(schedule)
+        except IntegrityError:  # another import of the same file got there first
+            skipped_existing += 1
+            continue
+        live[agent] += 1
+        imported_ids.append(schedule.id)
+
+    if imported_ids:
+        core._changed()
+    log.info(
+        "legacy import from %s: %d imported, %d already there, %d inactive, %d errors",
+        file, len(imported_ids), skipped_existing, skipped_inactive, len(errors),
+    )
+    message = (
+        f"Imported {len(imported_ids)} schedule(s) from {file.name}; {skipped_existing} already "
+        f"imported, {skipped_inactive} inactive or finished"
+    )
+    message += f", {len(errors)} could not be imported (see errors)." if errors else "."
+    return {
+        "status": "success",
+        "path": str(file),
+        "imported": len(imported_ids),
+        "skipped_existing": skipped_existing,
+        "skipped_inactive": skipped_inactive,
+        "errors": errors,
+        "imported_ids": imported_ids,
+        "message": message,
+    }

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 
 class ScheduleRecord(TypedDict):
@@ -88,6 +88,10 @@ class ExecutedItem(TypedDict):
     max_repetitions: int | None
     completed: bool
     error: NotRequired[str | None]
+    outcome: NotRequired[str]  # delivered | retry | failed | missed | paused | lost
+    attempt: NotRequired[int]
+    state: NotRequired[str | None]
+    letta_run_id: NotRequired[str | None]
 
 
 class ExecuteResult(TypedDict):
@@ -107,7 +111,10 @@ class ExecutorStatus(TypedDict):
     due_now: int
     delivered_total: int
     failed_total: int
+    retry_total: NotRequired[int]
+    missed_total: NotRequired[int]
     mode: NotRequired[str]
+    executor: NotRequired[dict[str, Any] | None]
     worker: NotRequired[dict[str, Any] | None]
     auth_error: NotRequired[str | None]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
     DateTime,
     Dialect,
     Engine,
@@ -38,7 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -100,6 +99,7 @@ class Schedule(Base):
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),
         Index("ix_schedules_agent", "agent_id", "id"),
+        Index("ix_schedules_state_id", "state", "id"),  # list's pages in id order by state (0002)
         Index("ux_schedules_idempotency", "agent_id", "idempotency_key", unique=True),
     )
 
@@ -112,9 +112,7 @@ class Delivery(Base):
     __tablename__ = "deliveries"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    schedule_id: Mapped[int] = mapped_column(
-        Integer, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False
-    )
+    schedule_id: Mapped[int] = mapped_column(Integer, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False)
     agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
     scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
@@ -185,7 +183,7 @@ def migrate(engine: Engine) -> None:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).with_name("migrations")))
-    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
     last: Exception | None = None
     for attempt in range(5):
         try:
@@ -234,8 +232,10 @@ class Store:
     # ---- queries the core needs -------------------------------------------------------------
 
     def count_active(self, s: Session, agent_id: str) -> int:
-        q = select(func.count()).select_from(Schedule).where(
-            Schedule.agent_id == agent_id, Schedule.state.in_(("active", "paused"))
+        q = (
+            select(func.count())
+            .select_from(Schedule)
+            .where(Schedule.agent_id == agent_id, Schedule.state.in_(("active", "paused")))
         )
         return int(s.execute(q).scalar_one())
 
@@ -248,3 +248,229 @@ class Store:
 def utcnow() -> datetime:
     """The one place the store reads the clock (for callers that have no ``now`` of their own)."""
     return datetime.now(UTC)
+
+
+# ---- delivery claims (the executor's atomic queries; see promptyoself/delivery.py) ------------
+# Built once on the Core tables: the executor runs them for every delivery, and SQLAlchemy's ORM
+# attribute machinery would cost more than the queries themselves.
+
+from collections.abc import Collection  # noqa: E402
+
+from sqlalchemy import Row, and_, bindparam, exists, insert, or_, update  # noqa: E402
+
+PG_AGENT_LOCK_NS = 7305734
+"""First key of the PostgreSQL advisory locks that serialise claims per agent."""
+
+_S = Schedule.__table__
+_D = Delivery.__table__
+_BUSY = _S.alias("busy")
+_NOW = bindparam("now", type_=UTCDateTime())
+_CLAIMABLE = and_(
+    _S.c.state == "active",
+    _S.c.due_at.is_not(None),
+    _S.c.due_at <= _NOW,
+    or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
+)
+"""Active, due, and not held by a live claim (a claim whose lease ran out counts as free)."""
+
+_FIRST_DUE = select(_S.c.id, _S.c.agent_id, _S.c.next_run).where(_CLAIMABLE).order_by(_S.c.due_at, _S.c.id)
+_BUSY_AGENTS = (
+    select(_S.c.agent_id)
+    .distinct()
+    .where(
+        _S.c.agent_id.in_(bindparam("agents", expanding=True)),
+        _S.c.claimed_by.is_not(None),
+        _S.c.claim_until >= _NOW,
+    )
+)
+_CLAIM = (
+    update(_S)
+    .where(
+        _S.c.id == bindparam("sid"),
+        _S.c.next_run == bindparam("slot", type_=UTCDateTime()),
+        _CLAIMABLE,
+        # one message at a time per agent: no other schedule of this agent is held by a live claim
+        ~exists().where(
+            _BUSY.c.agent_id == bindparam("agent"),
+            _BUSY.c.id != bindparam("sid"),
+            _BUSY.c.claimed_by.is_not(None),
+            _BUSY.c.claim_until >= _NOW,
+        ),
+    )
+    .values(claimed_by=bindparam("owner"), claim_until=bindparam("until", type_=UTCDateTime()))
+)
+"""The claim's compare-and-set on ``(id, next_run)``: it matches (rowcount 1) for one claimer only."""
+_CLAIMED = select(_S).where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by == bindparam("owner"))
+_HELD = (_S.c.id == bindparam("sid"), _S.c.claimed_by == bindparam("owner"),
+         _S.c.next_run == bindparam("slot", type_=UTCDateTime()))
+_TOUCH_HELD = update(_S).where(*_HELD).values(claim_until=_S.c.claim_until)
+_ROW = select(_S).where(_S.c.id == bindparam("sid"))
+_ROW_FOR_UPDATE = select(_S).where(*_HELD).with_for_update()
+
+
+def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+    """The earliest ``due_at`` of an active schedule that no live claim holds (the loop's alarm),
+    leaving out agents the caller is already sending to (their turn comes when that send ends)."""
+    with store._sessions() as s:
+        q = select(func.min(_S.c.due_at)).where(
+            _S.c.state == "active", or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW)
+        )
+        if exclude_agents:
+            q = q.where(_S.c.agent_id.not_in(list(exclude_agents)))
+        return s.execute(q, {"now": now}).scalar_one_or_none()
+
+
+def claim_due(
+    store: Store,
+    owner: str,
+    now: datetime,
+    until: datetime,
+    *,
+    limit: int,
+    exclude_agents: Collection[str] = (),
+    exclude_ids: Collection[int] = (),
+) -> list[Row[Any]]:
+    """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
+
+    Candidates are the earliest due schedule of each agent that has no live claim. Each is then taken
+    with a compare-and-set on ``(id, next_run)`` that re-checks, inside the same write transaction,
+    that it is still due and unclaimed and that no other schedule of its agent is claimed. Only the
+    process whose UPDATE matched owns the occurrence. On PostgreSQL the candidates are locked with
+    ``FOR UPDATE SKIP LOCKED`` and claims for one agent are serialised by an advisory lock.
+    Returns the claimed schedule rows (column access by name, like a ``Schedule``).
+    """
+    if limit <= 0:
+        return []
+    pg = store.dialect == "postgresql"
+    picked: list[int] = []
+    with store.session() as s:
+        candidates = _candidates(s, now, limit, exclude_agents, exclude_ids)
+        if pg and candidates:
+            lock = select(_S.c.id).where(_S.c.id.in_([c[0] for c in candidates])).with_for_update(skip_locked=True)
+            locked = set(s.execute(lock).scalars())
+            candidates = [c for c in candidates if c[0] in locked]
+        for sid, agent, slot in candidates:
+            if len(picked) >= limit:
+                break
+            if pg:
+                got = s.execute(
+                    select(func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(agent)))
+                ).scalar()
+                if not got:
+                    continue
+            params = {"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
+            if s.execute(_CLAIM, params).rowcount == 1:  # type: ignore[attr-defined]
+                picked.append(sid)
+        if not picked:
+            return []
+        claimed = list(s.execute(_CLAIMED, {"ids": picked, "owner": owner}).all())
+    order = {sid: i for i, sid in enumerate(picked)}
+    return sorted(claimed, key=lambda row: order[row.id])
+
+
+def _candidates(
+    s: Session, now: datetime, limit: int, exclude_agents: Collection[str], exclude_ids: Collection[int]
+) -> list[tuple[int, str, datetime]]:
+    """The earliest claimable occurrence of up to ``limit * 2 + 2`` agents with no live claim, oldest
+    first. The common case reads a short prefix of the ``(state, due_at)`` index; only when that
+    prefix is crowded by a few agents' backlogs does it rank rows per agent, so none is starved."""
+    want = limit * 2 + 2
+    window = want * 4 + 32
+    extra = []
+    if exclude_agents:
+        extra.append(_S.c.agent_id.not_in(list(exclude_agents)))
+    if exclude_ids:
+        extra.append(_S.c.id.not_in(list(exclude_ids)))
+    rows = s.execute(_FIRST_DUE.where(*extra).limit(window), {"now": now}).all()
+    firsts: dict[str, tuple[int, str, datetime]] = {}
+    for r in rows:
+        firsts.setdefault(r.agent_id, (r.id, r.agent_id, r.next_run))
+    if len(firsts) < want and len(rows) == window:
+        rank = func.row_number().over(partition_by=_S.c.agent_id, order_by=(_S.c.due_at, _S.c.id)).label("rank")
+        sub = select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.due_at, rank).where(_CLAIMABLE, *extra).subquery()
+        ranked = s.execute(
+            select(sub.c.id, sub.c.agent_id, sub.c.next_run)
+            .where(sub.c.rank == 1)
+            .order_by(sub.c.due_at, sub.c.id)
+            .limit(window),
+            {"now": now},
+        ).all()
+        firsts = {r.agent_id: (r.id, r.agent_id, r.next_run) for r in ranked}
+    if not firsts:
+        return []
+    busy = set(s.execute(_BUSY_AGENTS, {"agents": list(firsts), "now": now}).scalars())
+    return [c for agent, c in firsts.items() if agent not in busy]
+
+
+def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> int:
+    """Extend ``owner``'s live claims on ``ids`` (the holder's heartbeat). Returns how many it still holds."""
+    if not ids:
+        return 0
+    with store.session() as s:
+        stmt = update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claim_until=until)
+        return int(s.execute(stmt).rowcount)  # type: ignore[attr-defined]
+
+
+def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
+    """Give back claims that were never acted on (no attempt was made), e.g. on shutdown."""
+    if not ids:
+        return 0
+    with store.session() as s:
+        stmt = (
+            update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claimed_by=None, claim_until=None)
+        )
+        return int(s.execute(stmt).rowcount)  # type: ignore[attr-defined]
+
+
+def lock_claimed(s: Session, schedule_id: int, owner: str, slot: datetime) -> dict[str, Any] | None:
+    """Inside a write transaction: the schedule's columns if ``owner`` still holds its claim on ``slot``.
+
+    Takes the row's write lock first (a no-op UPDATE on SQLite, ``SELECT ... FOR UPDATE`` on
+    PostgreSQL), so the caller's changes commit only while the claim is held."""
+    params = {"sid": schedule_id, "owner": owner, "slot": slot}
+    if s.get_bind().dialect.name == "postgresql":
+        row = s.execute(_ROW_FOR_UPDATE, params).first()
+    else:
+        if s.execute(_TOUCH_HELD, params).rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        row = s.execute(_ROW, params).first()
+    return dict(row._mapping) if row is not None else None
+
+
+def write_schedule(s: Session, schedule_id: int, values: dict[str, Any]) -> None:
+    """Update some columns of one schedule (inside the caller's transaction)."""
+    if values:
+        s.execute(update(_S).where(_S.c.id == schedule_id).values(**values))
+
+
+def add_delivery(s: Session, values: dict[str, Any]) -> None:
+    """Insert one history row (inside the caller's transaction)."""
+    s.execute(insert(_D).values(**values))
+
+
+def delivery_totals(store: Store) -> dict[str, int]:
+    """How many history rows there are per outcome (delivered, retry, failed, missed)."""
+    with store._sessions() as s:
+        rows = s.execute(select(_D.c.outcome, func.count()).group_by(_D.c.outcome)).all()
+    return {str(outcome): int(n) for outcome, n in rows}
+
+
+def due_summary(store: Store, now: datetime) -> tuple[datetime | None, int]:
+    """The earliest due time of any active schedule, and how many are due at ``now``."""
+    with store._sessions() as s:
+        earliest = s.execute(select(func.min(_S.c.due_at)).where(_S.c.state == "active")).scalar_one_or_none()
+        due = s.execute(
+            select(func.count()).select_from(_S).where(_S.c.state == "active", _S.c.due_at <= _NOW), {"now": now}
+        ).scalar_one()
+    return earliest, int(due)
+
+
+def count_state(store: Store, state: str = "active") -> int:
+    with store._sessions() as s:
+        return int(s.execute(select(func.count()).select_from(_S).where(_S.c.state == state)).scalar_one())
+
+
+def latest_delivery(store: Store) -> Delivery | None:
+    """The newest history row of any schedule (the executor's most recent attempt)."""
+    with store._sessions() as s:
+        return s.execute(select(Delivery).order_by(Delivery.id.desc()).limit(1)).scalar_one_or_none()

@@ -1,0 +1,402 @@
+"""Delivering one claimed occurrence: decide (missed? late?), send, and record the outcome.
+
+Everything here is synchronous and runs in a worker thread of the executor. The protocol:
+
+1. The executor claimed the occurrence ``(id, next_run)`` (``store.claim_due``).
+2. ``deliver`` builds the message envelope and sends it to Letta (async route, sync fallback), or,
+   for a one-time prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing.
+3. ``record`` writes, in ONE transaction that commits only while the claim is still held, the
+   history row for this attempt and the schedule's next state: advanced to its next slot, retried
+   later, failed, missed, paused, or completed. The claim is cleared in the same transaction.
+
+The only window for a duplicate is a crash between Letta's reply and that commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+
+from promptyoself import timing
+from promptyoself.errors import (
+    AgentNotFound,
+    InvalidArgument,
+    LettaAuth,
+    LettaUnavailable,
+    PromptYoSelfError,
+)
+from promptyoself.store import Delivery, add_delivery, lock_claimed, release_claims, write_schedule
+
+log = logging.getLogger(__name__)
+
+LATE_AFTER = timedelta(seconds=60)
+"""A delivery at least this late says so in its envelope."""
+MAX_COUNTED_SLOTS = 1000
+"""Counting the cron slots a catch-up coalesces stops here ("1000+")."""
+AUTH_PREFIX = "letta_auth:"
+
+_rng = random.Random()
+_write_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def write_lock(store: Any) -> threading.Lock:
+    """One lock per store for this process's delivery writes: threads queue here instead of in
+    SQLite's busy handler, whose back-off sleeps would make every contended write slow."""
+    with _locks_guard:
+        lock = _write_locks.get(store)
+        if lock is None:
+            lock = _write_locks[store] = threading.Lock()
+        return lock
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A snapshot of a claimed schedule: what the delivery needs, without a live session."""
+
+    id: int
+    agent_id: str
+    prompt_text: str
+    schedule_type: str
+    schedule_value: str
+    timezone: str
+    next_run: datetime
+    due_at: datetime | None
+    anchor: datetime | None
+    attempt: int
+    repetition_count: int
+    max_repetitions: int | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Claim:
+        """From a claimed schedule row (``store.claim_due``) or a ``Schedule``."""
+        assert row.next_run is not None
+        return cls(
+            id=row.id,
+            agent_id=row.agent_id,
+            prompt_text=row.prompt_text,
+            schedule_type=row.schedule_type,
+            schedule_value=row.schedule_value,
+            timezone=row.timezone,
+            next_run=row.next_run,
+            due_at=row.due_at,
+            anchor=row.anchor,
+            attempt=row.attempt or 0,
+            repetition_count=row.repetition_count or 0,
+            max_repetitions=row.max_repetitions,
+        )
+
+
+@dataclass
+class Result:
+    """What happened to one claimed occurrence."""
+
+    schedule_id: int
+    agent_id: str
+    outcome: str  # delivered | retry | failed | missed | paused | released | lost
+    attempt: int = 0
+    error: str | None = None
+    run_id: str | None = None
+    route: str | None = None
+    state: str | None = None
+    next_run: datetime | None = None
+    repetition_count: int = 0
+    max_repetitions: int | None = None
+    auth_error: bool = False
+    retry_in: float | None = None
+    lateness_s: float | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.outcome == "delivered"
+
+    def item(self) -> dict[str, Any]:
+        """The ``executed`` entry of ``promptyoself_execute``."""
+        out: dict[str, Any] = {
+            "id": self.schedule_id,
+            "agent_id": self.agent_id,
+            "delivered": self.delivered,
+            "next_run": timing.to_utc_iso(self.next_run) if self.next_run else None,
+            "repetition_count": self.repetition_count,
+            "max_repetitions": self.max_repetitions,
+            "completed": self.state == "completed",
+            "outcome": self.outcome,
+            "attempt": self.attempt,
+            "state": self.state,
+            "letta_run_id": self.run_id,
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+# ---- pure helpers ----------------------------------------------------------------------------
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Exponential backoff with jitter: ``base * 2**(attempt-1)`` capped at ``cap``, then a random
+    point in its upper half (so retries from many schedules spread out but never come early)."""
+    step = min(cap, base * (2 ** max(0, min(attempt - 1, 60))))
+    return step / 2 + (rng or _rng).uniform(0, step / 2)
+
+
+def rule_text(claim: Claim) -> str:
+    if claim.schedule_type == "once":
+        return "one-time"
+    if claim.schedule_type == "cron":
+        return f"cron '{claim.schedule_value}'"
+    try:
+        return f"every {timing.format_duration(timing.parse_interval(claim.schedule_value))}"
+    except PromptYoSelfError:
+        return f"every {claim.schedule_value}"
+
+
+def slots_up_to(claim: Claim, now: datetime) -> tuple[int, bool]:
+    """How many of the schedule's slots fall in ``[next_run, now]`` (>= 1), and whether the count
+    was cut off at ``MAX_COUNTED_SLOTS``. A catch-up delivery coalesces all of them."""
+    if claim.schedule_type == "once" or now <= claim.next_run:
+        return 1, False
+    try:
+        if claim.schedule_type == "interval":
+            every = timing.parse_interval(claim.schedule_value)
+            return 1 + (now - claim.next_run) // every, False
+        tz = timing.resolve_zone(claim.timezone, "UTC")
+        count, at = 1, claim.next_run
+        while count < MAX_COUNTED_SLOTS:
+            at = timing.next_cron(claim.schedule_value, tz, at)
+            if at > now:
+                return count, False
+            count += 1
+        return count, True
+    except PromptYoSelfError:
+        return 1, False
+
+
+def envelope(claim: Claim, now: datetime, message_format: str = "annotated") -> str:
+    """The text sent to the agent: one header line (schedule id, rule, timezone, lateness if late),
+    then the prompt. ``plain`` sends the prompt alone."""
+    if message_format == "plain":
+        return claim.prompt_text
+    tz = timing.resolve_zone(claim.timezone, "UTC")
+    header = f"[PromptYoSelf] Scheduled prompt #{claim.id} ({rule_text(claim)}, timezone {tz.key})"
+    late = now - claim.next_run
+    if late >= LATE_AFTER:
+        header += (
+            f" - late by {timing.format_duration(late)}: it was due "
+            f"{timing.to_local_iso(claim.next_run, tz)}"
+        )
+        count, capped = slots_up_to(claim, now)
+        if count > 1:
+            header += f"; {count}{'+' if capped else ''} missed runs coalesced into this one"
+    return f"{header}\n{claim.prompt_text}"
+
+
+def error_text(exc: BaseException) -> str:
+    if isinstance(exc, PromptYoSelfError):
+        return f"{exc.code}: {exc.message}"
+    return f"internal: {type(exc).__name__}: {str(exc)[:300]}"
+
+
+# ---- the delivery ----------------------------------------------------------------------------
+
+
+def deliver(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
+    """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
+    settings = core.settings
+    now = core.now()
+    attempt = claim.attempt + 1
+    late = now - claim.next_run
+    if claim.schedule_type == "once" and late > settings.misfire_grace_td:
+        msg = (
+            f"missed: {timing.format_duration(late)} late, beyond PROMPTYOSELF_MISFIRE_GRACE "
+            f"({settings.misfire_grace}); not delivered"
+        )
+        return record(core, claim, owner, "missed", attempted_at=now, attempt=attempt, error=msg)
+    if stopping is not None and stopping.is_set():
+        with write_lock(core.store):
+            release_claims(core.store, owner, [claim.id])
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
+    text = envelope(claim, now, settings.message_format)
+    try:
+        sent = core.letta.send_message(claim.agent_id, text)
+    except (AgentNotFound, InvalidArgument) as exc:
+        return record(core, claim, owner, "paused", attempted_at=now, attempt=attempt, error=error_text(exc))
+    except LettaAuth as exc:
+        delay = backoff_delay(attempt, settings.retry_base, settings.retry_max)
+        res = record(core, claim, owner, "retry", attempted_at=now, attempt=attempt,
+                     error=error_text(exc), delay=delay)
+        res.auth_error = True
+        return res
+    except LettaUnavailable as exc:
+        retry_after = exc.details.get("retry_after")
+        return _transient(core, claim, owner, now, attempt, error_text(exc), retry_after)
+    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure
+        log.exception("delivery of schedule %s failed unexpectedly", claim.id)
+        return _transient(core, claim, owner, now, attempt, error_text(exc), None)
+    return record(core, claim, owner, "delivered", attempted_at=now, attempt=attempt,
+                  run_id=sent.get("run_id"), route=sent.get("route"))
+
+
+def _transient(
+    core: Any, claim: Claim, owner: str, now: datetime, attempt: int, error: str, retry_after: Any
+) -> Result:
+    settings = core.settings
+    if _transient_attempts(core, claim, attempt) >= settings.max_attempts:
+        error = f"{error} (gave up after {attempt} attempts, PROMPTYOSELF_MAX_ATTEMPTS={settings.max_attempts})"
+        return record(core, claim, owner, "failed", attempted_at=now, attempt=attempt, error=error)
+    delay = backoff_delay(attempt, settings.retry_base, settings.retry_max)
+    if isinstance(retry_after, int | float) and retry_after > 0:
+        delay = max(delay, min(float(retry_after), 86400.0))  # honour the server's Retry-After
+    return record(core, claim, owner, "retry", attempted_at=now, attempt=attempt, error=error, delay=delay)
+
+
+def _transient_attempts(core: Any, claim: Claim, attempt: int) -> int:
+    """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
+    wait for the credentials to be fixed, however long that takes)."""
+    if attempt < core.settings.max_attempts:
+        return attempt
+    with core.store.session() as s:
+        auth = s.execute(
+            select(func.count()).select_from(Delivery).where(
+                Delivery.schedule_id == claim.id,
+                Delivery.scheduled_for == claim.next_run,
+                Delivery.error.like(AUTH_PREFIX + "%"),
+            )
+        ).scalar_one()
+    return attempt - int(auth)
+
+
+# ---- recording -------------------------------------------------------------------------------
+
+
+def record(
+    core: Any,
+    claim: Claim,
+    owner: str,
+    kind: str,
+    *,
+    attempted_at: datetime,
+    attempt: int,
+    error: str | None = None,
+    run_id: str | None = None,
+    route: str | None = None,
+    delay: float | None = None,
+) -> Result:
+    """Write the attempt's history row and the schedule's next state in one transaction, committed
+    only while ``owner`` still holds the claim. ``kind``: delivered | retry | failed | missed | paused."""
+    for tries in range(5):
+        try:
+            return _record_once(core, claim, owner, kind, attempted_at, attempt, error, run_id, route, delay)
+        except OperationalError:  # e.g. SQLite busy beyond its timeout: try again, the claim is still ours
+            if tries == 4:
+                raise
+            log.warning("recording schedule %s: database busy, retrying", claim.id)
+            time.sleep(0.2 * (tries + 1))
+    raise AssertionError("unreachable")
+
+
+def _record_once(
+    core: Any,
+    claim: Claim,
+    owner: str,
+    kind: str,
+    attempted_at: datetime,
+    attempt: int,
+    error: str | None,
+    run_id: str | None,
+    route: str | None,
+    delay: float | None,
+) -> Result:
+    now = core.now()
+    outcome = "failed" if kind == "paused" else kind
+    lateness = round(max(0.0, (attempted_at - claim.next_run).total_seconds()), 3)
+    res = Result(claim.id, claim.agent_id, kind, attempt=attempt, error=error, run_id=run_id,
+                 route=route, lateness_s=lateness)
+    history = {
+        "schedule_id": claim.id,
+        "agent_id": claim.agent_id,
+        "scheduled_for": claim.next_run,
+        "attempted_at": attempted_at,
+        "outcome": outcome,
+        "attempt": attempt,
+        "letta_run_id": run_id,
+        "error": error,
+        "lateness_s": lateness,
+    }
+    with write_lock(core.store), core.store.session() as s:
+        row = lock_claimed(s, claim.id, owner, claim.next_run)
+        if row is None:
+            # Our claim ran out and someone else may hold the occurrence now: keep the truth in
+            # history, but leave the schedule to the current holder.
+            log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
+            history["error"] = (error + "; " if error else "") + "claim lost before recording; schedule not advanced"
+            add_delivery(s, history)
+            res.outcome = "lost" if kind != "delivered" else kind
+            return res
+        add_delivery(s, history)
+        changes = next_state(row, kind, now, attempted_at, attempt, error, delay)
+        write_schedule(s, claim.id, changes)
+        row.update(changes)
+        res.state = row["state"]
+        res.next_run = row["next_run"]
+        res.repetition_count = row["repetition_count"]
+        res.max_repetitions = row["max_repetitions"]
+        res.retry_in = delay if kind == "retry" else None
+    return res
+
+
+def next_state(
+    row: dict[str, Any],
+    kind: str,
+    now: datetime,
+    attempted_at: datetime,
+    attempt: int,
+    error: str | None,
+    delay: float | None,
+) -> dict[str, Any]:
+    """The columns of a schedule (``row``, locked by the caller) that change after an attempt."""
+    state = row["state"]
+    active = state == "active"
+    out: dict[str, Any] = {"claimed_by": None, "claim_until": None, "updated_at": now}
+    if kind == "retry":
+        out.update(attempt=attempt, last_error=error,
+                   due_at=now + timedelta(seconds=delay or 0) if active else None)
+        return out
+    if kind == "paused":  # the agent is gone (or its id is rejected): stop until someone looks
+        out.update(attempt=0, last_error=error, due_at=None, state="paused" if active else state)
+        return out
+    out["attempt"] = 0
+    count = row["repetition_count"] or 0
+    if kind == "delivered":
+        count += 1
+        out.update(repetition_count=count, last_run=attempted_at, last_error=None)
+    else:  # failed (attempts exhausted) or missed (one-time prompt beyond the misfire grace)
+        out["last_error"] = error
+    live = state in ("active", "paused")
+    if row["schedule_type"] == "once":
+        out.update(next_run=None, due_at=None)
+        if live:
+            out["state"] = "failed" if kind == "failed" else "completed"
+        return out
+    if row["max_repetitions"] is not None and count >= row["max_repetitions"]:
+        out.update(next_run=None, due_at=None)
+        if live:
+            out["state"] = "completed"
+        return out
+    # Recurring: everything up to now is coalesced into this occurrence; continue at the next slot
+    # strictly after now (fixed rate for intervals: start + k*every).
+    slot = row["next_run"] or attempted_at
+    tz = timing.resolve_zone(row["timezone"], "UTC")
+    nxt = timing.next_run_after(row["schedule_type"], row["schedule_value"], tz, after=max(now, slot),
+                                anchor=row["anchor"])
+    out.update(next_run=nxt, due_at=nxt if active else None)
+    return out

@@ -1,0 +1,318 @@
+"""Delivery entry points: the MCP tools, the CLI commands and the server lifespan that run the loop.
+
+The loop itself is ``promptyoself.loop.Executor``: it sleeps until the earliest ``due_at`` (not a
+fixed poll), wakes at once when this process writes a schedule (``Core.on_change``) or finishes a
+delivery, re-reads the earliest due time at most every ``interval`` seconds to see other processes'
+writes, claims, delivers, records and advances. Blocking work runs in daemon threads, never on the
+event loop. ``Executor.run_once`` is the one-pass variant behind ``execute``.
+
+Who runs it (``PROMPTYOSELF_EXECUTOR_MODE``): the detached worker (``promptyoself.worker``), an
+asyncio task in the MCP server's lifespan (``embedded``), the ``execute --loop`` command, or
+``promptyoself_execute(loop=true)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from promptyoself.delivery import AUTH_PREFIX
+from promptyoself.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
+
+__all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
+from promptyoself.store import delivery_totals, due_summary, latest_delivery
+
+log = logging.getLogger(__name__)
+
+# ---- the per-core service: what health, status and the tools see --------------------------------
+
+
+class DeliveryService:
+    """The delivery side of one ``Core`` (``core.executor``): the in-process executor if any, the
+    worker lease, and the hooks that keep both informed of this process's writes."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.executor: Executor | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.watch_worker = False
+        self._last_ensure = float("-inf")
+        core.on_change(self._changed)
+
+    def _changed(self) -> None:
+        if self.watch_worker and time.monotonic() - self._last_ensure > 5.0:
+            self.ensure_worker_soon()
+
+    def ensure_worker_soon(self) -> threading.Thread:
+        """Check the worker lease and start a worker if none is live, in a background thread."""
+        from promptyoself import worker
+
+        self._last_ensure = time.monotonic()
+
+        def check() -> None:
+            try:
+                worker.ensure_worker(self.core)
+            except Exception:
+                log.exception("could not check or start the delivery worker")
+
+        thread = threading.Thread(target=check, name="promptyoself-ensure-worker")
+        thread.start()
+        return thread
+
+    def start_loop(self, interval: float | None = None, role: str = "loop") -> bool:
+        """Start an executor in a background thread of this process; False if one already runs."""
+        with self._lock:
+            if self.executor is not None and self.executor.running:
+                return False
+            ex = Executor(self.core, interval=interval, role=role)
+            self.executor = ex
+            self._thread = ex.start_in_thread()
+            return True
+
+    def request_stop(self) -> None:
+        if self.executor is not None:
+            self.executor.request_stop()
+
+    def stop(self, timeout: float = SHUTDOWN_GRACE + 0.5) -> None:
+        ex, thread = self.executor, self._thread
+        if ex is not None:
+            ex.request_stop()
+            ex.wait_stopped(timeout)
+        if thread is not None:
+            thread.join(timeout=0.5)
+
+    def auth_error(self) -> str | None:
+        ex = self.executor
+        if ex is not None and ex.auth_error:
+            return ex.auth_error
+        last = latest_delivery(self.core.store)
+        if last is not None and last.error and last.error.startswith(AUTH_PREFIX):
+            return last.error
+        return None
+
+    def health_info(self) -> dict[str, Any]:
+        from promptyoself import worker
+
+        return {
+            "executor": self.executor.info() if self.executor is not None else None,
+            "worker": worker.lease_info(self.core),
+            "letta_auth_error": self.auth_error(),
+        }
+
+
+def service_for(core: Any) -> DeliveryService:
+    """The core's delivery service, created on first use."""
+    svc = core.executor
+    if not isinstance(svc, DeliveryService):
+        svc = DeliveryService(core)
+        core.executor = svc
+    return svc
+
+
+def effective_mode(settings: Any) -> str:
+    """worker | embedded | off (``PROMPTYOSELF_EXECUTOR_AUTOSTART=false``/``--no-executor`` mean off)."""
+    return str(settings.executor_mode) if settings.executor_enabled else "off"
+
+
+# ---- entry points: MCP tools -----------------------------------------------------------------------
+
+
+def execute_tool(core: Any, *, loop: bool, interval: float | None) -> dict[str, Any]:
+    """``promptyoself_execute``: deliver what is due now, or start the background loop and return."""
+    svc = service_for(core)
+    if loop:
+        seconds = min(max(float(interval), 0.05), 3600.0) if interval is not None else None
+        started = svc.start_loop(seconds)
+        ex = svc.executor
+        assert ex is not None
+        message = (
+            f"Started the background executor in this process (re-reads every {ex.interval:g}s)."
+            if started
+            else "The background executor is already running in this process."
+        )
+        return {"status": "success", "running": True, "interval": ex.interval, "message": message}
+    return run_once_result(core)
+
+
+def run_once_result(core: Any) -> dict[str, Any]:
+    ex = Executor(core, role="once")
+    try:
+        results = ex.run_once()
+    finally:
+        ex.close()
+    executed = [r.item() for r in results if r.outcome != "released"]
+    delivered = sum(1 for r in results if r.delivered)
+    if not executed:
+        message = "Nothing was due."
+    else:
+        message = f"Delivered {delivered} of {len(executed)} due prompt(s)."
+        others = [r for r in results if not r.delivered and r.outcome != "released"]
+        if others:
+            kinds: dict[str, int] = {}
+            for r in others:
+                kinds[r.outcome] = kinds.get(r.outcome, 0) + 1
+            message += " Not delivered: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + "."
+    return {"status": "success", "executed": executed, "message": message}
+
+
+def status_tool(core: Any) -> dict[str, Any]:
+    """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
+    from promptyoself import worker
+
+    svc = service_for(core)
+    ex = svc.executor
+    earliest, due_now = due_summary(core.store, core.now())
+    totals = delivery_totals(core.store)
+    lease = worker.lease_info(core)
+    lease_alive = bool(lease and lease.get("alive"))
+    info = (lease or {}).get("info") or {}
+    last_tick = ex.last_tick if ex is not None else None
+    return {
+        "status": "ok",
+        "running": bool((ex is not None and ex.running) or lease_alive),
+        "interval": ex.interval if ex is not None else float(core.settings.executor_interval),
+        "last_tick": _iso(last_tick) if last_tick else (info.get("last_tick") if lease_alive else None),
+        "next_due": _iso(earliest),
+        "due_now": due_now,
+        "delivered_total": totals.get("delivered", 0),
+        "failed_total": totals.get("failed", 0),
+        "retry_total": totals.get("retry", 0),
+        "missed_total": totals.get("missed", 0),
+        "mode": effective_mode(core.settings),
+        "executor": ex.info() if ex is not None else None,
+        "worker": lease,
+        "auth_error": svc.auth_error(),
+    }
+
+
+# ---- entry points: CLI -----------------------------------------------------------------------------
+
+
+def execute_cli(core: Any, *, loop: bool, interval: float | None) -> dict[str, Any]:
+    """``promptyoself execute [--loop]``: once, or in the foreground until SIGINT/SIGTERM."""
+    if not loop:
+        return run_once_result(core)
+    ex = Executor(core, interval=interval, role="execute")
+    service_for(core).executor = ex
+    with StopOnSignals(ex.request_stop):
+        asyncio.run(ex.run())
+    ex.close()
+    info = ex.info()
+    return {"status": "success", "message": "Executor stopped.", "delivered": info["delivered"],
+            "failed": info["failed"], "retried": info["retried"], "missed": info["missed"]}
+
+
+def worker_cli(core: Any, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
+    """``promptyoself worker [--status|--stop|--shared]``."""
+    from promptyoself import worker
+
+    if status:
+        return worker.status_result(core)
+    if stop:
+        return worker.stop_worker(core)
+    return worker.run_worker(core, shared=shared)
+
+
+class StopOnSignals:
+    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, lambda *_: self.callback())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+# ---- entry point: the MCP server's lifespan ----------------------------------------------------------
+
+
+def server_lifespan(core: Any) -> Callable[[Any], Any]:
+    """The FastMCP lifespan. ``worker`` mode: check the worker lease and start a worker if none is
+    live, in a background thread (the MCP handshake is not delayed). ``embedded``: run the loop as an
+    asyncio task until the server stops. ``off``: nothing. In every mode SIGTERM stops delivery
+    gracefully (no new claims, in-flight sends finish within ``SHUTDOWN_GRACE``) before the process
+    ends by the signal as usual."""
+
+    @asynccontextmanager
+    async def lifespan(server: Any) -> AsyncIterator[dict[str, Any]]:
+        svc = service_for(core)
+        mode = effective_mode(core.settings)
+        task: asyncio.Task[None] | None = None
+        ensure: threading.Thread | None = None
+        if mode == "embedded":
+            ex = Executor(core, role="embedded")
+            svc.executor = ex
+            task = asyncio.create_task(ex.run(), name="promptyoself-embedded-executor")
+        elif mode == "worker":
+            svc.watch_worker = True
+            ensure = svc.ensure_worker_soon()
+        previous = _install_sigterm(svc)
+        try:
+            yield {}
+        finally:
+            _restore_sigterm(previous)
+            svc.watch_worker = False
+            svc.request_stop()
+            if task is not None:
+                done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
+                if not done:
+                    task.cancel()
+            if svc.executor is not None and svc.executor.role == "loop":
+                await asyncio.to_thread(svc.stop, SHUTDOWN_GRACE)
+            if ensure is not None:
+                await asyncio.to_thread(ensure.join, 2.0)
+
+    return lifespan
+
+
+_NO_HANDLER = object()
+
+
+def _install_sigterm(svc: DeliveryService) -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return _NO_HANDLER
+    try:
+        previous = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        return _NO_HANDLER
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        restore = previous if previous is not None else signal.SIG_DFL
+        signal.signal(signal.SIGTERM, restore)
+        svc.request_stop()
+
+        def finish() -> None:
+            ex = svc.executor
+            if ex is not None:
+                ex.wait_stopped(SHUTDOWN_GRACE + 0.5)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=finish, name="promptyoself-sigterm", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return previous
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is _NO_HANDLER or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass

@@ -1,0 +1,404 @@
+"""The delivery worker: one detached process per database that runs the loop (DESIGN §4, "worker").
+
+The lease is one row of ``worker_leases`` (name ``worker``): owner, pid, host, heartbeat and
+``lease_until``. It is live while ``lease_until`` is in the future and, on this host, its pid is a
+running process. The rules:
+
+* A server in ``worker`` mode (in a background thread after start-up) reads the lease; if it is not
+  live, it reserves it for ``SPAWN_HOLD`` seconds under a one-time token, starts
+  ``python -m promptyoself worker`` detached (own session, stdin/stdout on /dev/null, stderr to the
+  worker log) and records the child's pid. Only one of several racing servers wins the reservation.
+* The worker takes the lease over (its token matches, or the lease is not live); if another live
+  worker holds it, it says so on stderr and exits 0 at once. It heartbeats the lease every few
+  seconds, stops if it ever loses it, and exits after ``PROMPTYOSELF_WORKER_IDLE_EXIT`` seconds
+  without an active schedule (0 = never).
+* ``worker --shared`` skips the lease (several workers, e.g. on PostgreSQL; claims keep deliveries
+  single). ``worker --status`` shows the lease, ``worker --stop`` sends SIGTERM to its pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+
+from promptyoself import __version__, timing
+from promptyoself.store import Store, WorkerLease, count_state, utcnow
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "worker"
+TOKEN_ENV = "PROMPTYOSELF_WORKER_TOKEN"
+LOG_ENV = "PROMPTYOSELF_WORKER_LOG"
+SPAWN_HOLD = 30.0
+"""Seconds a server reserves the lease for the worker it is starting."""
+STOP_WAIT = 15.0
+"""Seconds ``worker --stop`` waits for the worker to exit."""
+
+
+def hostname() -> str:
+    return socket.gethostname()[:200]
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` is a running (not zombie) process on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (e.g. macOS): kill(0) is all we know
+    return state not in ("Z", "X")
+
+
+def lease_alive(row: WorkerLease, now: datetime) -> bool:
+    if row.lease_until <= now:
+        return False
+    if row.host == hostname():
+        return pid_alive(row.pid)
+    return True
+
+
+def read_lease(store: Store) -> WorkerLease | None:
+    with store.session() as s:
+        return s.get(WorkerLease, LEASE_NAME)
+
+
+def lease_info(core: Any) -> dict[str, Any] | None:
+    """The lease as health, status and ``worker --status`` show it, or None when there is none."""
+    row = read_lease(core.store)
+    if row is None:
+        return None
+    try:
+        info = json.loads(row.info) if row.info else {}
+    except ValueError:
+        info = {}
+    now = utcnow()
+    return {
+        "pid": row.pid,
+        "host": row.host,
+        "owner": row.owner,
+        "started_at": timing.to_utc_iso(row.started_at),
+        "heartbeat_at": timing.to_utc_iso(row.heartbeat_at),
+        "heartbeat_age_s": round((now - row.heartbeat_at).total_seconds(), 3),
+        "lease_until": timing.to_utc_iso(row.lease_until),
+        "alive": lease_alive(row, now),
+        "info": info,
+    }
+
+
+def acquire(
+    store: Store, owner: str, pid: int, seconds: float, *, token: str | None = None, info: str | None = None
+) -> tuple[bool, WorkerLease | None]:
+    """Take the lease for ``owner`` if it is free, not live, ours, or reserved for us under ``token``.
+    Returns ``(True, None)`` or ``(False, the live holder)``. A compare-and-set on the previous
+    owner and expiry keeps two racing takers from both winning."""
+    host = hostname()
+    for _ in range(5):
+        now = utcnow()
+        until = now + timedelta(seconds=seconds)
+        values = {"owner": owner, "pid": pid, "host": host, "started_at": now, "heartbeat_at": now,
+                  "lease_until": until, "info": info}
+        try:
+            with store.session() as s:
+                row = s.get(WorkerLease, LEASE_NAME)
+                if row is None:
+                    s.add(WorkerLease(name=LEASE_NAME, **values))
+                    s.flush()
+                    return True, None
+                if not (row.owner == owner or (token and row.owner == token) or not lease_alive(row, now)):
+                    s.expunge(row)
+                    return False, row
+                done = s.execute(
+                    update(WorkerLease)
+                    .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == row.owner,
+                           WorkerLease.lease_until == row.lease_until)
+                    .values(**values)
+                    .execution_options(synchronize_session=False)
+                ).rowcount  # type: ignore[attr-defined]
+                if done == 1:
+                    return True, None
+        except IntegrityError:
+            pass  # another process inserted the row first: look again
+        time.sleep(0.02)
+    row = read_lease(store)
+    return False, row
+
+
+def heartbeat(store: Store, owner: str, seconds: float, info: str | None) -> bool:
+    """Extend ``owner``'s lease; False if it no longer holds it."""
+    now = utcnow()
+    with store.session() as s:
+        done = s.execute(
+            update(WorkerLease)
+            .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner)
+            .values(heartbeat_at=now, lease_until=now + timedelta(seconds=seconds), info=info)
+            .execution_options(synchronize_session=False)
+        ).rowcount  # type: ignore[attr-defined]
+    return bool(done == 1)
+
+
+def release(store: Store, owner: str) -> None:
+    with store.session() as s:
+        s.execute(delete(WorkerLease).where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner))
+
+
+def _set_pid(store: Store, owner: str, pid: int) -> None:
+    with store.session() as s:
+        s.execute(
+            update(WorkerLease)
+            .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner)
+            .values(pid=pid)
+            .execution_options(synchronize_session=False)
+        )
+
+
+# ---- starting a worker --------------------------------------------------------------------------
+
+
+def sqlite_file(settings: Any) -> Path | None:
+    """The SQLite database file, or None for other databases."""
+    url = make_url(settings.db_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
+            and not url.database.startswith("file:"):
+        return Path(url.database).expanduser().resolve()
+    return None
+
+
+def worker_log_path(settings: Any) -> Path:
+    """``PROMPTYOSELF_LOG_FILE``, else ``promptyoself-worker.log`` next to a SQLite database, else the
+    per-user log directory."""
+    if settings.log_file:
+        return Path(settings.log_file).expanduser()
+    db_file = sqlite_file(settings)
+    if db_file is not None:
+        return db_file.parent / "promptyoself-worker.log"
+    from platformdirs import user_log_dir
+
+    return Path(user_log_dir("promptyoself", appauthor=False)) / "promptyoself-worker.log"
+
+
+def _rotate(path: Path, max_bytes: int) -> None:
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > max_bytes:
+            os.replace(path, path.with_name(path.name + ".1"))
+
+
+def spawn_worker(settings: Any, token: str) -> int:
+    """Start ``python -m promptyoself worker`` detached; returns its pid.
+
+    On POSIX a throw-away ``sh`` starts it in the background and exits at once, so the worker is
+    re-parented to init (no zombie in a long-lived server) and lives in its own session. The whole
+    environment is passed through, plus the resolved database URL and the reservation token."""
+    log_path = worker_log_path(settings)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    _rotate(log_path, int(getattr(settings, "log_max_bytes", 5_000_000)))
+    env = dict(os.environ)
+    env[TOKEN_ENV] = token
+    env["PROMPTYOSELF_DB"] = settings.db_url
+    env.pop("PROMPTYOSELF_LOG_FILE", None)  # its stderr already is the log file: no double lines
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    args = [sys.executable, "-m", "promptyoself", "worker"]
+    if os.name == "posix" and os.path.exists("/bin/sh"):
+        env[LOG_ENV] = str(log_path)
+        script = '"$@" </dev/null >/dev/null 2>>"$' + LOG_ENV + '" & echo $!'
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script, "promptyoself-spawn", *args],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env, start_new_session=True, close_fds=True,
+        )
+        out, _ = proc.communicate(timeout=10)
+        return int(out.decode().strip())
+    flags = getattr(subprocess, "DETACHED_PROCESS", 0) | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    with open(log_path, "ab") as logf:
+        child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=logf,
+                                 env=env, close_fds=True, creationflags=flags)
+    return child.pid
+
+
+def ensure_worker(core: Any) -> dict[str, Any]:
+    """Start a worker for this database unless a live one holds the lease (idempotent, race-safe)."""
+    store = core.store
+    row = read_lease(store)
+    if row is not None and lease_alive(row, utcnow()):
+        return {"spawned": False, "pid": row.pid, "reason": "a live worker holds the lease"}
+    token = f"spawn:{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    ok, holder = acquire(store, token, os.getpid(), SPAWN_HOLD)
+    if not ok:
+        return {"spawned": False, "pid": holder.pid if holder else None, "reason": "another process is starting one"}
+    try:
+        pid = spawn_worker(core.settings, token)
+    except Exception:
+        release(store, token)
+        raise
+    _set_pid(store, token, pid)
+    log.info("started delivery worker pid %d (log: %s)", pid, worker_log_path(core.settings))
+    return {"spawned": True, "pid": pid}
+
+
+# ---- running as the worker ------------------------------------------------------------------------
+
+
+def run_worker(core: Any, *, shared: bool = False) -> dict[str, Any] | None:
+    """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
+    SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
+    release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1)."""
+    from promptyoself.executor import Executor, StopOnSignals, make_owner, service_for
+
+    settings = core.settings
+    role = "shared" if shared else "worker"
+    owner = make_owner(role)
+    if not shared:
+        ok, holder = acquire(core.store, owner, os.getpid(), settings.lease_seconds,
+                             token=os.environ.get(TOKEN_ENV), info=json.dumps({"role": role}))
+        if not ok:
+            who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
+            sys.stderr.write(f"promptyoself worker: a live worker ({who}) already holds the lease for "
+                             f"this database; exiting.\n")
+            sys.stderr.flush()
+            return None
+    ex = Executor(core, role=role, owner=owner)
+    service_for(core).executor = ex
+    log.info("worker %s started for %s (pid %d)", owner, core.store.describe(), os.getpid())
+
+    trouble: list[str] = []
+
+    async def main() -> None:
+        loop_task = asyncio.create_task(ex.run())
+        guard = asyncio.create_task(_lease_and_idle(core, ex, owner, shared, trouble))
+        try:
+            await loop_task
+        finally:
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await guard
+
+    try:
+        with StopOnSignals(ex.request_stop):
+            asyncio.run(main())
+    finally:
+        gone = (db_file := sqlite_file(settings)) is not None and not db_file.exists()
+        if not shared and not gone:  # (opening a deleted SQLite file would create an empty one)
+            try:
+                release(core.store, owner)
+            except Exception:
+                log.exception("could not release the worker lease")
+        ex.close()
+    log.info("worker %s exited", owner)
+    if trouble:
+        return {"status": "error", "code": "internal", "error": f"The worker stopped: {trouble[-1]}."}
+    return None
+
+
+async def _lease_and_idle(core: Any, ex: Any, owner: str, shared: bool, trouble: list[str]) -> None:
+    """Heartbeat the lease, watch for idleness, and stop the worker when the lease is lost or the
+    database stays unreachable for longer than a lease (another worker may hold it by then)."""
+    settings = core.settings
+    idle_exit = float(settings.worker_idle_exit)
+    tick = min(settings.lease_seconds / 3, 5.0)
+    if idle_exit > 0:
+        tick = min(tick, max(idle_exit / 4, 0.05))
+    tick = max(tick, 0.05)
+    idle_since: float | None = None
+    failing_since: float | None = None
+    db_file = sqlite_file(settings)
+    while True:
+        await asyncio.sleep(tick)
+        try:
+            if db_file is not None and not db_file.exists():  # open connections would not notice
+                raise FileNotFoundError(f"the database file {db_file} is gone")
+            if not shared and not await ex._io(heartbeat, core.store, owner, settings.lease_seconds, _info(ex)):
+                trouble.append("lost the worker lease (another worker took it over)")
+                log.error("worker %s %s; stopping", owner, trouble[-1])
+                ex.request_stop()
+                return
+            active = await ex._io(count_state, core.store, "active") if idle_exit > 0 else 1
+            failing_since = None
+        except Exception as exc:
+            failing_since = failing_since if failing_since is not None else time.monotonic()
+            down = time.monotonic() - failing_since
+            log.warning("worker cannot use its database for %.0fs: %s", down, str(exc).splitlines()[0][:200])
+            if down >= settings.lease_seconds:
+                trouble.append(f"database unreachable for {down:.0f}s")
+                log.error("worker %s: %s; stopping", owner, trouble[-1])
+                ex.request_stop()
+                return
+            continue
+        if active:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= idle_exit:
+            log.info("no active schedule for %.0fs (PROMPTYOSELF_WORKER_IDLE_EXIT); exiting", idle_exit)
+            ex.request_stop()
+            return
+
+
+def _info(ex: Any) -> str:
+    info = ex.info()
+    keys = ("last_tick", "next_due", "in_flight", "delivered", "failed", "retried", "missed", "auth_error", "interval")
+    return json.dumps({"role": info["role"], "version": __version__, **{k: info[k] for k in keys}})
+
+
+# ---- --status / --stop ----------------------------------------------------------------------------
+
+
+def status_result(core: Any) -> dict[str, Any]:
+    info = lease_info(core)
+    if info is None:
+        return {"status": "ok", "running": False, "worker": None, "message": "No worker lease in this database."}
+    state = "alive" if info["alive"] else "not alive (lease expired or process gone)"
+    return {
+        "status": "ok",
+        "running": info["alive"],
+        "worker": info,
+        "message": f"Worker pid {info['pid']} on {info['host']}: {state}; last heartbeat "
+        f"{info['heartbeat_age_s']:.1f}s ago.",
+    }
+
+
+def stop_worker(core: Any, *, wait: float = STOP_WAIT) -> dict[str, Any]:
+    """Send SIGTERM to the leased worker (same host only) and wait for it to exit."""
+    info = lease_info(core)
+    if info is None or not info["alive"]:
+        return {"status": "ok", "stopped": False, "worker": info, "message": "No live worker holds the lease."}
+    pid, host = int(info["pid"]), str(info["host"])
+    if host != hostname():
+        return {"status": "error", "code": "invalid_argument",
+                "error": f"The worker runs on host {host} (pid {pid}); stop it there."}
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return {"status": "ok", "stopped": True, "pid": pid, "message": f"Worker pid {pid} had already exited."}
+    deadline = time.monotonic() + wait
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        return {"status": "error", "code": "internal",
+                "error": f"Worker pid {pid} did not exit within {wait:.0f}s of SIGTERM."}
+    return {"status": "ok", "stopped": True, "pid": pid, "message": f"Stopped worker pid {pid}."}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,9 @@ if __package__ in (None, ""):  # run as a file: make the package importable, not
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from promptyoself.errors import PromptYoSelfError  # noqa: E402
+from pydantic import ValidationError
+
+from promptyoself.errors import PromptYoSelfError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -28,24 +32,41 @@ class UsageError(Exception):
     """Bad command-line input found after argparse (exit code 2)."""
 
 
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (no 'nan', 'inf', 0 or negatives)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text[:40]!r}")
+    return value
+
+
 def _add_agent(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-id", help="Letta agent id (default: inferred from env / defaults)")
 
 
 def _add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
+    # SUPPRESS: a subcommand's default must not undo `promptyoself --json CMD`.
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio",
-                   help="MCP transport (default stdio)")
+    p.add_argument(
+        "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port for http/sse (default 8000)")
     p.add_argument("--path", default=None, help="endpoint path (default /mcp for http, /sse for sse)")
-    p.add_argument("--allow-external", action="store_true",
-                   help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)")
-    p.add_argument("--no-executor", action="store_true",
-                   help="deliver nothing from this process (same as PROMPTYOSELF_EXECUTOR_AUTOSTART=false)")
+    p.add_argument(
+        "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
+    )
+    p.add_argument(
+        "--no-executor",
+        action="store_true",
+        help="deliver nothing from this process (same as PROMPTYOSELF_EXECUTOR_AUTOSTART=false)",
+    )
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -59,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="promptyoself",
         description="Schedule prompts for Letta agents and deliver them on time.",
     )
-    _add_json(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("schedule", help="schedule a prompt (--time, --cron or --every)")
@@ -83,8 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int, default=0, help="rows to skip")
     _add_json(p)
 
-    for name, text in (("cancel", "cancel a schedule"), ("pause", "pause a schedule"),
-                       ("resume", "resume a paused schedule")):
+    for name, text in (
+        ("cancel", "cancel a schedule"),
+        ("pause", "pause a schedule"),
+        ("resume", "resume a paused schedule"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("id", help="schedule id")
         _add_json(p)
@@ -97,19 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("execute", help="deliver due prompts now (or --loop)")
     p.add_argument("--loop", action="store_true", help="keep delivering until interrupted")
-    p.add_argument("--interval", type=float, default=None, help="seconds between re-reads")
+    p.add_argument("--interval", type=positive_seconds, default=None, help="seconds between re-reads")
     _add_json(p)
 
     p = sub.add_parser("worker", help="run (or inspect/stop) the delivery worker")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--status", action="store_true", help="show the worker lease and exit")
     group.add_argument("--stop", action="store_true", help="stop the running worker")
-    p.add_argument("--shared", action="store_true",
-                   help="skip the singleton lease (several workers on PostgreSQL)")
+    p.add_argument("--shared", action="store_true", help="skip the singleton lease (several workers on PostgreSQL)")
     _add_json(p)
 
-    for name, text in (("test", "check the Letta connection"), ("agents", "list Letta agents"),
-                       ("health", "show server health")):
+    for name, text in (
+        ("test", "check the Letta connection"),
+        ("agents", "list Letta agents"),
+        ("health", "show server health"),
+    ):
         p = sub.add_parser(name, help=text)
         _add_json(p)
 
@@ -127,7 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
     _add_json(p)
+    _plugin_epilog(parser, sub)
     return parser
+
+
+def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """The 'Available commands:' block a Sanctum-style plugin host reads from ``--help`` to discover
+    commands (one per line, two-space indent, the name first; a blank line ends it)."""
+    rows = [(a.dest, a.help or "") for a in sub._choices_actions]
+    width = max(len(name) for name, _ in rows) + 2
+    lines = ["Available commands:", *(f"  {name.ljust(width)}{text}" for name, text in rows), ""]
+    lines += ["Output: JSON on stdout when it is not a terminal (or with --json), else a table.",
+              "Exit codes: 0 success, 1 the operation failed, 2 usage error."]
+    parser.epilog = "\n".join(lines)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 # ---- output -----------------------------------------------------------------------------------
@@ -178,8 +217,12 @@ def want_json(args: argparse.Namespace) -> bool:
 
 
 def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
-    common = {"agent_id": a.agent_id, "timezone": a.timezone, "skip_validation": a.skip_validation,
-              "idempotency_key": a.idempotency_key}
+    common = {
+        "agent_id": a.agent_id,
+        "timezone": a.timezone,
+        "skip_validation": a.skip_validation,
+        "idempotency_key": a.idempotency_key,
+    }
     if a.time is not None:
         if a.start_at or a.max_repetitions is not None:
             raise UsageError("--start-at and --max-repetitions go with --every")
@@ -188,16 +231,19 @@ def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
         if a.start_at or a.max_repetitions is not None:
             raise UsageError("--start-at and --max-repetitions go with --every")
         return dict(core.schedule_cron(a.prompt, a.cron, **common))
-    return dict(core.schedule_every(a.prompt, a.every, start_at=a.start_at,
-                                    max_repetitions=a.max_repetitions, **common))
+    return dict(
+        core.schedule_every(a.prompt, a.every, start_at=a.start_at, max_repetitions=a.max_repetitions, **common)
+    )
 
 
 def _upload(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     if a.file:
         try:
             source = Path(a.file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot read {a.file}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:  # ValueError: NUL in the path, or not UTF-8 text
+            shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
+            reason = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
+            raise UsageError(f"cannot read {shown!r}: {reason}") from None
     else:
         source = a.source_code
     return dict(core.upload_tool(source, name=a.name, description=a.description))
@@ -223,8 +269,9 @@ def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
 
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] = {
     "schedule": _schedule,
-    "list": lambda c, a: dict(c.list_schedules(agent_id=a.agent_id, include_cancelled=a.include_cancelled,
-                                               limit=a.limit, offset=a.offset)),
+    "list": lambda c, a: dict(
+        c.list_schedules(agent_id=a.agent_id, include_cancelled=a.include_cancelled, limit=a.limit, offset=a.offset)
+    ),
     "cancel": lambda c, a: dict(c.cancel(a.id)),
     "pause": lambda c, a: dict(c.pause(a.id)),
     "resume": lambda c, a: dict(c.resume(a.id)),
@@ -265,6 +312,14 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
             setup_logging(settings)
             core = Core(settings)
         result = COMMANDS[args.command](core, args)
+    except ValidationError as exc:  # bad configuration (env or .env): a usage error, value not echoed
+        from promptyoself.config import describe_settings_error
+
+        message = describe_settings_error(exc)
+        sys.stderr.write(f"promptyoself: {message}\n")
+        if as_json:
+            emit({"status": "error", "error": message, "code": "usage"}, True)
+        return EXIT_USAGE
     except UsageError as exc:
         sys.stderr.write(f"promptyoself {args.command}: {exc}\n")
         if as_json:
@@ -277,6 +332,18 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
             sys.stderr.write(f"error ({exc.code}): {exc.message}\n")
         return EXIT_FAILED
     except KeyboardInterrupt:
+        return EXIT_FAILED
+    except Exception:  # a bug: log it (stderr/log file), never print a traceback as the result
+        logging.getLogger("promptyoself.cli").exception("command %s failed", args.command)
+        error = {
+            "status": "error",
+            "code": "internal",
+            "error": "Internal error; the log has the details. Run `promptyoself health` to check.",
+        }
+        if as_json:
+            emit(error, True)
+        else:
+            sys.stderr.write(f"error (internal): {error['error']}\n")
         return EXIT_FAILED
     finally:
         if own_core and core is not None:

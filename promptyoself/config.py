@@ -7,6 +7,7 @@ The ``.env`` file is the one in the working directory, or the file named by
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -16,6 +17,11 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def redact_url(url: str) -> str:
+    """A URL with any ``user:password@`` part removed: safe for messages, results and logs."""
+    return re.sub(r"//[^/@]*@", "//", url)
 
 
 def default_db_path() -> Path:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from promptyoself import __version__
+from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,26 @@ def _detail(resp: httpx.Response) -> str:
     return str(body)[:200]
 
 
+def _seg(value: str) -> str:
+    """One URL path segment: '/', '?', '#', '%' and a bare '.'/'..' cannot change the route."""
+    text = quote(value, safe="")
+    return text.replace(".", "%2E") if text in (".", "..") else text
+
+
+def _object(resp: httpx.Response) -> dict[str, Any]:
+    """The JSON object of a 2xx answer; anything else means LETTA_BASE_URL is not a Letta server."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise LettaUnavailable(
+            f"The server answered HTTP {resp.status_code} without a JSON object; check that "
+            "LETTA_BASE_URL points at a Letta server."
+        )
+    return body
+
+
 def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> None:
     """Map a non-2xx Letta answer onto the error tree."""
     status = resp.status_code
@@ -62,16 +84,12 @@ def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> Non
             http_status=status,
         )
     if status == 429 or status >= 500:
-        err = LettaUnavailable(
-            f"Letta answered HTTP {status}; try again shortly.", http_status=status
-        )
+        err = LettaUnavailable(f"Letta answered HTTP {status}; try again shortly.", http_status=status)
         err.details["retry_after"] = _retry_after(resp)
         raise err
     if status == 422:
         raise InvalidArgument(f"Letta rejected the request (HTTP 422): {_detail(resp)}")
-    raise LettaUnavailable(
-        f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status
-    )
+    raise LettaUnavailable(f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status)
 
 
 class LettaClient:
@@ -89,6 +107,7 @@ class LettaClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)  # for messages: never the credentials in a URL
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
@@ -106,20 +125,18 @@ class LettaClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(
-        self, method: str, path: str, *, agent_id: str | None = None, **kw: Any
-    ) -> httpx.Response:
+    def _request(self, method: str, path: str, *, agent_id: str | None = None, **kw: Any) -> httpx.Response:
         try:
             resp = self._http.request(method, path, **kw)
         except httpx.TimeoutException as exc:
             raise LettaUnavailable(
-                f"Letta at {self.base_url} did not answer in time ({type(exc).__name__}). "
+                f"Letta at {self.shown_url} did not answer in time ({type(exc).__name__}). "
                 "Check that the server is up (LETTA_BASE_URL).",
                 transient=True,
             ) from None
         except httpx.HTTPError as exc:
             raise LettaUnavailable(
-                f"Cannot reach Letta at {self.base_url} ({type(exc).__name__}). Start the Letta "
+                f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}). Start the Letta "
                 "server or set LETTA_BASE_URL.",
                 transient=True,
             ) from None
@@ -129,7 +146,7 @@ class LettaClient:
     # ---- routes -----------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/v1/health/").json())
+        return _object(self._request("GET", "/v1/health/"))
 
     def get_agent(self, agent_id: str) -> dict[str, Any]:
         if not agent_id.startswith("agent-"):
@@ -139,11 +156,10 @@ class LettaClient:
                 "promptyoself_agents to list the agents, or pass skip_validation=true."
             )
         try:
-            return dict(self._request("GET", f"/v1/agents/{agent_id}", agent_id=agent_id).json())
+            return _object(self._request("GET", f"/v1/agents/{_seg(agent_id)}", agent_id=agent_id))
         except InvalidArgument:
             raise AgentNotFound(
-                f"Letta does not accept '{agent_id}' as an agent id. Call promptyoself_agents "
-                "to list the agents."
+                f"Letta does not accept '{agent_id}' as an agent id. Call promptyoself_agents to list the agents."
             ) from None
 
     def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
@@ -170,12 +186,12 @@ class LettaClient:
         Returns ``{"run_id": str|None, "route": "async"|"sync"}``.
         """
         body = {"messages": [{"role": "user", "content": text}]}
-        resp = self._http_send(f"/v1/agents/{agent_id}/messages/async", body, agent_id)
+        resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id)
         if resp is not None:
             run = resp.json()
             run_id = run.get("id") if isinstance(run, dict) else None
             return {"run_id": run_id, "route": "async"}
-        sync = self._request("POST", f"/v1/agents/{agent_id}/messages", agent_id=agent_id, json=body)
+        sync = self._request("POST", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, json=body)
         data = sync.json()
         run_id = None
         if isinstance(data, dict):
@@ -189,12 +205,10 @@ class LettaClient:
         try:
             resp = self._http.post(path, json=body)
         except httpx.TimeoutException as exc:
-            raise LettaUnavailable(
-                f"Letta did not answer in time ({type(exc).__name__}).", transient=True
-            ) from None
+            raise LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True) from None
         except httpx.HTTPError as exc:
             raise LettaUnavailable(
-                f"Cannot reach Letta at {self.base_url} ({type(exc).__name__}).", transient=True
+                f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}).", transient=True
             ) from None
         if resp.status_code == 405:
             return None
@@ -206,9 +220,11 @@ class LettaClient:
     def create_tool(
         self, source_code: str, *, description: str | None = None, tags: list[str] | None = None
     ) -> dict[str, Any]:
+        """Create or update the tool named after the source's function (``PUT /v1/tools/``, an upsert:
+        ``POST`` answers 409 when a tool of that name exists, so uploading a fixed version failed)."""
         body: dict[str, Any] = {"source_code": source_code}
         if description:
             body["description"] = description
         if tags:
             body["tags"] = tags
-        return dict(self._request("POST", "/v1/tools/", json=body).json())
+        return _object(self._request("PUT", "/v1/tools/", json=body))

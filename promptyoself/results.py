@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, NotRequired
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NotRequired
 
 from typing_extensions import TypedDict
+
+from promptyoself.timing import to_utc_iso
+
+if TYPE_CHECKING:
+    from promptyoself.store import Delivery, Schedule
 
 
 class ScheduleRecord(TypedDict):
@@ -179,3 +185,44 @@ class HealthResult(TypedDict, total=False):
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
     letta_auth_error: str | None
+
+
+# ---- builders: a stored row -> its result shape ---------------------------------------------------
+
+
+def iso(dt: datetime | None) -> str | None:
+    """An instant as ISO 8601 in UTC with an explicit offset; ``None`` stays ``None``."""
+    return to_utc_iso(dt) if dt is not None else None
+
+
+def schedule_record(s: Schedule) -> ScheduleRecord:
+    """A schedule as ``list`` returns it (DESIGN §2)."""
+    return {
+        "id": s.id,
+        "agent_id": s.agent_id,
+        "prompt_text": s.prompt_text,
+        "schedule_type": s.schedule_type,
+        "schedule_value": s.schedule_value,
+        "timezone": s.timezone,
+        "next_run": iso(s.next_run),
+        "active": s.state == "active",
+        "state": s.state,
+        "created_at": iso(s.created_at),
+        "last_run": iso(s.last_run),
+        "max_repetitions": s.max_repetitions,
+        "repetition_count": s.repetition_count,
+        "last_error": s.last_error,
+    }
+
+
+def delivery_record(d: Delivery) -> DeliveryRecord:
+    return {
+        "schedule_id": d.schedule_id,
+        "scheduled_for": iso(d.scheduled_for),
+        "attempted_at": iso(d.attempted_at),
+        "outcome": d.outcome,
+        "attempt": d.attempt,
+        "letta_run_id": d.letta_run_id,
+        "error": d.error,
+        "lateness_s": d.lateness_s,
+    }

@@ -20,7 +20,8 @@ serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it t
 ``--state-file`` if given).
 
 Test-control routes (both modes, never need auth, not counted in ``requests``):
-``GET /_fake/stats``, ``POST /_fake/reset``, ``POST /_fake/config`` (JSON with any
+``GET /_fake/stats``, ``GET /_fake/count`` (the counts of ``stats`` without the received
+messages: cheap to poll), ``POST /_fake/reset``, ``POST /_fake/config`` (JSON with any
 of ``fail_rate latency fail_modes timeout_sleep async_route run_status seed``),
 ``POST /_fake/fail_next`` (``{"n", "status", "retry_after"}``), ``POST /_fake/agents``
 (``{"name"?}`` -> ``{"id"}``) and ``DELETE /_fake/agents/{id}``.
@@ -147,7 +148,7 @@ class _Failure:
 class _Reply:
     """What a route decided to answer."""
 
-    __slots__ = ("status", "body", "headers", "drop")
+    __slots__ = ("body", "drop", "headers", "status")
 
     def __init__(
         self,
@@ -566,6 +567,16 @@ class FakeLetta:
                 "received": [dict(item) for item in self._received],
                 "requests": len(self._requests),
                 "statuses": dict(statuses),
+                "max_concurrent_per_agent": self._max_concurrent_per_agent,
+                "max_concurrent": self._max_concurrent,
+            }
+
+    def counts(self) -> dict[str, Any]:
+        """``stats`` without the lists: how many messages and requests so far (cheap to poll)."""
+        with self._lock:
+            return {
+                "received": len(self._received),
+                "requests": len(self._requests),
                 "max_concurrent_per_agent": self._max_concurrent_per_agent,
                 "max_concurrent": self._max_concurrent,
             }
@@ -1043,6 +1054,8 @@ class FakeLetta:
             return _error(400, "invalid JSON")
         if method == "GET" and path == "/_fake/stats":
             return _Reply(200, self.stats())
+        if method == "GET" and path == "/_fake/count":
+            return _Reply(200, self.counts())
         if method == "POST" and path == "/_fake/reset":
             self.reset()
             return _Reply(200, {"ok": True})

@@ -130,3 +130,22 @@ def test_module_entry_point_as_a_subprocess(tmp_path: Path) -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and bad.stdout == ""
+
+
+def test_bad_configuration_is_a_usage_error(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMPTYOSELF_DB": str(tmp_path / "p.db"), "PROMPTYOSELF_ENV_FILE": str(tmp_path / "x"),
+           "PROMPTYOSELF_MAX_IN_FLIGHT": "lots"}
+    bad = subprocess.run([sys.executable, "-m", "promptyoself", "list"], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=60)
+    assert bad.returncode == 2
+    assert "PROMPTYOSELF_MAX_IN_FLIGHT" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_credentials_in_the_letta_url_stay_out_of_results(capsys: pytest.CaptureFixture[str], db_path: Path) -> None:
+    core = Core(make_settings(db_path, letta_base_url="http://user:pa55word@127.0.0.1:9"))
+    code, out, err = run(capsys, core, "test")
+    assert code == 1 and "127.0.0.1:9" in out
+    assert "pa55word" not in out + err
+    code, out, _ = run(capsys, core, "health")
+    assert "pa55word" not in out
+    core.close()

@@ -19,7 +19,8 @@ from fastmcp import Client
 
 from promptyoself import cli
 from promptyoself.config import Settings, load_settings
-from promptyoself.core import Core, _safe_url
+from promptyoself.config import redact_url as _safe_url
+from promptyoself.core import Core
 from promptyoself.logs import RedactSecrets, reset_logging, settings_secrets, setup_logging
 from promptyoself.server import build_server
 

@@ -1,0 +1,162 @@
+"""The operations that are not about one schedule: talking to Letta (test, agents, upload), the default
+agents, inference diagnostics and health. ``Core`` inherits them; they share its settings and handles."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from promptyoself import __version__
+from promptyoself.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
+from promptyoself.checks import check_source, check_text
+from promptyoself.config import Settings, redact_url
+from promptyoself.errors import InvalidArgument, PromptYoSelfError
+
+if TYPE_CHECKING:
+    from promptyoself.letta import LettaClient
+    from promptyoself.store import Store
+
+
+class AdminOperations:
+    """Mixed into ``Core``, which provides the attributes declared here."""
+
+    settings: Settings
+    defaults: Defaults
+    started_monotonic: float
+    tool_calls: int
+    executor: Any
+
+    @property
+    def letta(self) -> LettaClient:
+        raise NotImplementedError
+
+    @property
+    def store(self) -> Store:
+        raise NotImplementedError
+
+    def _single_agent(self) -> str | None:
+        """The one agent Letta lists, for the single-agent fallback; ``None`` unless there is exactly one."""
+        agents = self.letta.list_agents(limit=2)
+        if len(agents) == 1:
+            return str(agents[0].get("id"))
+        return None
+
+    # ---- Letta --------------------------------------------------------------------------------
+
+    def test_connection(self) -> dict[str, Any]:
+        health = self.letta.health()
+        agents = self.letta.list_all_agents()
+        return {
+            "status": "success",
+            "message": f"Connected to Letta {health.get('version', '?')} at "
+            f"{redact_url(self.settings.letta_base_url)}; {len(agents)} agent(s) visible.",
+            "agent_count": len(agents),
+        }
+
+    def list_agents(self) -> dict[str, Any]:
+        agents = [
+            {
+                "id": a.get("id"),
+                "name": a.get("name"),
+                "created_at": a.get("created_at"),
+                "last_updated": a.get("updated_at") or a.get("last_updated"),
+            }
+            for a in self.letta.list_all_agents()
+        ]
+        return {"status": "success", "agents": agents, "count": len(agents)}
+
+    def upload_tool(self, source_code: object, *, name: object = None, description: object = None) -> dict[str, Any]:
+        source, defs = check_source(source_code)
+        wanted = check_text("name", name, 100)
+        desc = check_text("description", description, 2000)
+        if wanted is not None and wanted not in defs:
+            raise InvalidArgument(
+                f"name '{wanted}' does not match a function in source_code (found: {', '.join(defs)}). "
+                "Letta names a tool after its function."
+            )
+        tool = self.letta.create_tool(source, description=desc)
+        return {"status": "success", "tool_id": tool.get("id"), "name": tool.get("name") or defs[0]}
+
+    # ---- defaults and diagnostics ---------------------------------------------------------------
+
+    def set_default_agent(self, agent_id: object) -> dict[str, Any]:
+        agent = normalize_agent_id(agent_id)
+        self.defaults.process = agent
+        msg = (
+            f"Default agent for this server process is now {agent}."
+            if agent
+            else "Cleared the process default agent."
+        )
+        return {"status": "success", "agent_id": agent, "scope": "process", "message": msg}
+
+    def set_scoped_default_agent(self, agent_id: object, ctx: CallContext | None) -> dict[str, Any]:
+        agent = normalize_agent_id(agent_id)
+        scope = ctx.scope_key if ctx else None
+        if scope is None:
+            raise InvalidArgument(
+                "This connection has no client session to scope a default to; use "
+                "promptyoself_set_default_agent for a process-wide default."
+            )
+        self.defaults.set_scoped(scope, agent)
+        msg = (
+            f"Default agent for this client session is now {agent}."
+            if agent
+            else "Cleared this client session's default agent."
+        )
+        return {"status": "success", "agent_id": agent, "scope": "session", "message": msg}
+
+    def get_scoped_default_agent(self, ctx: CallContext | None) -> dict[str, Any]:
+        agent = self.defaults.get_scoped(ctx.scope_key if ctx else None)
+        return {"status": "success", "agent_id": agent, "scope": "session"}
+
+    def inference_diagnostics(self, ctx: CallContext | None) -> dict[str, Any]:
+        meta = dict(ctx.meta) if ctx and ctx.meta else {}
+        env_values = (
+            self.settings.default_agent_id,
+            self.settings.letta_agent_id,
+            self.settings.letta_default_agent_id,
+        )
+        debug: dict[str, Any]
+        try:
+            found = infer_agent(None, ctx, self.settings, self.defaults, self._single_agent)
+            inferred, debug = found.agent_id, {"source": found.source, **found.debug}
+        except PromptYoSelfError as exc:
+            inferred, debug = None, {"source": "error", "error": exc.message, "code": exc.code}
+        return {
+            "status": "ok",
+            "ctx_present": ctx is not None and (bool(meta) or ctx.scope_key is not None),
+            "ctx_metadata_keys": sorted(k for k in meta if isinstance(k, str)),
+            "http_header_agent_id": bool(ctx and ctx.header_agent_id),
+            "env": {var: {"set": bool(val and val.strip())} for var, val in zip(ENV_VARS, env_values, strict=True)},
+            "process_default_set": self.defaults.process is not None,
+            "scoped_default_set": self.defaults.get_scoped(ctx.scope_key if ctx else None) is not None,
+            "single_agent_fallback_enabled": self.settings.use_single_agent_fallback,
+            "inferred_agent_id": inferred,
+            "inference_debug": debug,
+        }
+
+    def health(self) -> dict[str, Any]:
+        from sqlalchemy import func, select
+
+        from promptyoself.store import Schedule
+
+        with self.store.session() as s:
+            active = s.execute(
+                select(func.count()).select_from(Schedule).where(Schedule.state == "active")
+            ).scalar_one()
+        out: dict[str, Any] = {
+            "status": "healthy",
+            "version": __version__,
+            "letta_base_url": redact_url(self.settings.letta_base_url),
+            "db": self.store.describe(),
+            "auth_set": self.settings.letta_token is not None,
+            "executor_mode": self.settings.executor_mode if self.settings.executor_autostart else "off",
+            "executor_autostart": self.settings.executor_enabled,
+            "executor_interval": self.settings.executor_interval,
+            "uptime_s": round(time.monotonic() - self.started_monotonic, 3),
+            "tool_calls": self.tool_calls,
+            "schedules_active": int(active),
+        }
+        if self.executor is not None and hasattr(self.executor, "health_info"):
+            out.update(self.executor.health_info())
+        return out

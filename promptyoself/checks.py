@@ -1,0 +1,93 @@
+"""Checks on the arguments of core operations: each returns the clean value or raises an error whose
+message says what to send instead. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import re
+
+from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
+
+MAX_LIMIT = 500
+MAX_SOURCE_CHARS = 100_000
+MAX_MAX_REPETITIONS = 1_000_000
+MAX_ID = 2**63 - 1  # the largest id a database INTEGER holds; larger ones cannot exist
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_FUNCTION = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
+
+
+def parse_schedule_id(value: object) -> int:
+    """Schedule ids are positive integers; numeric strings are accepted too."""
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, int) and 0 < value <= MAX_ID:
+        return value
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 19:
+        number = int(value.strip())
+        if number > 0:
+            return number
+    shown = repr(value)[:40]
+    raise InvalidArgument(f"schedule_id must be a positive integer, got {shown}. Call promptyoself_list to see ids.")
+
+
+def check_limit(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{name} must be an integer from {low} to {high}, got {value!r}.")
+    return value
+
+
+def check_text(name: str, value: object, max_chars: int) -> str | None:
+    """Optional short text argument: no control characters, bounded length."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string.")
+    text = value.strip()
+    if not text:
+        return None
+    if len(text) > max_chars:
+        raise InvalidArgument(f"{name} is {len(text)} characters; at most {max_chars} are allowed.")
+    if _CONTROL.search(text):
+        raise InvalidArgument(f"{name} must not contain control characters.")
+    check_unicode(name, text)
+    return text
+
+
+def check_unicode(name: str, text: str) -> None:
+    """Refuse lone surrogates (an invalid ``\\ud800`` escape, undecodable command-line bytes): they
+    cannot be stored as UTF-8 and would otherwise fail deep in the database driver."""
+    if _SURROGATE.search(text):
+        raise InvalidArgument(f"{name} is not valid Unicode text (it holds a lone surrogate code point).")
+
+
+def check_prompt(prompt: object, max_chars: int) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InvalidArgument("prompt is empty; give the text the agent should receive.")
+    if len(prompt) > max_chars:
+        raise QuotaExceeded(
+            f"prompt is {len(prompt)} characters; the limit is {max_chars} (PROMPTYOSELF_MAX_PROMPT_CHARS). Shorten it."
+        )
+    if "\x00" in prompt:
+        raise InvalidArgument("prompt must not contain NUL characters.")
+    check_unicode("prompt", prompt)
+    return prompt
+
+
+def required_time(name: str, value: object, example: str) -> str:
+    """A time argument that must be a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidTime(f"{name} is required: {example}.")
+    return value
+
+
+def check_source(source_code: object) -> tuple[str, list[str]]:
+    """Python source for a Letta tool, and the names of the functions it defines."""
+    if not isinstance(source_code, str) or not source_code.strip():
+        raise InvalidArgument("source_code is empty; give the Python source of one function.")
+    if len(source_code) > MAX_SOURCE_CHARS:
+        raise InvalidArgument(f"source_code is {len(source_code)} characters; at most {MAX_SOURCE_CHARS}.")
+    check_unicode("source_code", source_code)
+    defs = _FUNCTION.findall(source_code)
+    if not defs:
+        raise InvalidArgument("source_code has no function definition ('def name(...):').")
+    return source_code, defs

@@ -42,13 +42,9 @@ def normalize_agent_id(value: object) -> str | None:
     if text.lower() in ("", "null", "none", "undefined"):
         return None
     if len(text) > MAX_AGENT_ID_CHARS:
-        raise InvalidArgument(
-            f"agent_id is {len(text)} characters; at most {MAX_AGENT_ID_CHARS} are allowed."
-        )
+        raise InvalidArgument(f"agent_id is {len(text)} characters; at most {MAX_AGENT_ID_CHARS} are allowed.")
     if not _PRINTABLE.match(text):
-        raise InvalidArgument(
-            "agent_id may only hold printable characters without spaces, e.g. 'agent-<uuid>'."
-        )
+        raise InvalidArgument("agent_id may only hold printable characters without spaces, e.g. 'agent-<uuid>'.")
     return text
 
 

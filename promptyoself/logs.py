@@ -94,8 +94,8 @@ class RedactSecrets(logging.Filter):
 
 
 def _url_password(url: str | None) -> str | None:
-    if not url or "://" not in url or "@" not in url:  # no credentials (and no SQLAlchemy import)
-        return None
+    if not url or "://" not in url or "@" not in url or ":" not in url.split("://", 1)[1].split("@", 1)[0]:
+        return None  # no password in the URL (and no SQLAlchemy import at start-up)
     from sqlalchemy.engine import make_url
 
     try:

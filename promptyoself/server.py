@@ -10,24 +10,25 @@ import inspect
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, get_type_hints
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 
-from fastmcp import Context, FastMCP  # noqa: E402
-from fastmcp.exceptions import ToolError, ValidationError  # noqa: E402
-from fastmcp.server.dependencies import get_http_headers  # noqa: E402
-from fastmcp.server.middleware import Middleware, MiddlewareContext  # noqa: E402
-from mcp.types import ToolAnnotations  # noqa: E402
-from pydantic import Field  # noqa: E402
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError, ValidationError
+from fastmcp.server.dependencies import get_http_headers
+from fastmcp.server.middleware import Middleware, MiddlewareContext
+from mcp.types import ToolAnnotations
+from pydantic import Field
 
-from promptyoself import __version__  # noqa: E402
-from promptyoself.agents import CallContext  # noqa: E402
-from promptyoself.core import Core  # noqa: E402
-from promptyoself.errors import PromptYoSelfError  # noqa: E402
-from promptyoself.results import (  # noqa: E402
+from promptyoself import __version__
+from promptyoself.agents import CallContext
+from promptyoself.core import Core
+from promptyoself.errors import PromptYoSelfError
+from promptyoself.results import (
     AgentsResult,
     CancelResult,
     DefaultAgentResult,
@@ -127,14 +128,10 @@ def _register(
     hints = get_type_hints(fn, include_extras=True)
     wants_call = "call" in sig.parameters
     params = [
-        p.replace(annotation=hints.get(p.name, p.annotation))
-        for p in sig.parameters.values()
-        if p.name != "call"
+        p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values() if p.name != "call"
     ]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    ctx_param = inspect.Parameter(
-        "ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None
-    )
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None)
 
     def tool(**kwargs: Any) -> Any:
         ctx = kwargs.pop("ctx", None)
@@ -161,7 +158,9 @@ def _register(
             ) from None
 
     tool.__name__ = fn.__name__
-    tool.__doc__ = fn.__doc__
+    # The description is passed as is: left as a docstring, FastMCP would load griffe and run three
+    # docstring parsers over each tool at start-up, to find sections these one-liners do not have.
+    tool.__doc__ = None
     tool.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[*params, *PASS_THROUGH, ctx_param], return_annotation=hints.get("return")
     )
@@ -174,6 +173,7 @@ def _register(
     mcp.tool(
         tool,
         name=fn.__name__,
+        description=inspect.getdoc(fn),
         annotations=ToolAnnotations(
             title=title,
             readOnlyHint=read_only,
@@ -190,12 +190,12 @@ AgentId = Annotated[
 ]
 Timezone = Annotated[
     str | None,
-    Field(description="IANA timezone for naive times and cron, e.g. 'Europe/Berlin'. Default PROMPTYOSELF_TIMEZONE (UTC)."),
+    Field(
+        description="IANA timezone for naive times and cron, e.g. 'Europe/Berlin'. Default PROMPTYOSELF_TIMEZONE (UTC)."
+    ),
 ]
 Prompt = Annotated[str, Field(description="The text the agent will receive.")]
-SkipValidation = Annotated[
-    bool, Field(description="Do not check on Letta that the agent exists.")
-]
+SkipValidation = Annotated[bool, Field(description="Do not check on Letta that the agent exists.")]
 IdempotencyKey = Annotated[
     str | None,
     Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
@@ -213,7 +213,13 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
 
     def promptyoself_schedule_time(
         prompt: Prompt,
-        time: Annotated[str, Field(description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in `timezone`, or relative 'in 5m', '+2h', 'in 1h30m'.")],
+        time: Annotated[
+            str,
+            Field(
+                description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in "
+                "`timezone`, or relative 'in 5m', '+2h', 'in 1h30m'."
+            ),
+        ],
         agent_id: AgentId = None,
         timezone: Timezone = None,
         skip_validation: SkipValidation = False,
@@ -222,13 +228,24 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
     ) -> ScheduleResult:
         """Schedule a one-time prompt to be delivered to the agent at `time`."""
         return core.schedule_time(  # type: ignore[return-value]
-            prompt, time, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
-            idempotency_key=idempotency_key, ctx=call,
+            prompt,
+            time,
+            agent_id=agent_id,
+            timezone=timezone,
+            skip_validation=skip_validation,
+            idempotency_key=idempotency_key,
+            ctx=call,
         )
 
     def promptyoself_schedule_cron(
         prompt: Prompt,
-        cron: Annotated[str, Field(description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, evaluated in `timezone`.")],
+        cron: Annotated[
+            str,
+            Field(
+                description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, "
+                "evaluated in `timezone`."
+            ),
+        ],
         agent_id: AgentId = None,
         timezone: Timezone = None,
         skip_validation: SkipValidation = False,
@@ -237,14 +254,24 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
     ) -> ScheduleResult:
         """Schedule a recurring prompt on a cron rule, in an IANA timezone (DST-safe)."""
         return core.schedule_cron(  # type: ignore[return-value]
-            prompt, cron, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
-            idempotency_key=idempotency_key, ctx=call,
+            prompt,
+            cron,
+            agent_id=agent_id,
+            timezone=timezone,
+            skip_validation=skip_validation,
+            idempotency_key=idempotency_key,
+            ctx=call,
         )
 
     def promptyoself_schedule_every(
         prompt: Prompt,
-        every: Annotated[str, Field(description="Interval: '30s', '5m', '1h', '1d', '1h30m', 'PT15M' or seconds.")],
-        start_at: Annotated[str | None, Field(description="First run (same formats as `time`); default now + every.")] = None,
+        every: Annotated[
+            str | int,
+            Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer)."),
+        ],
+        start_at: Annotated[
+            str | None, Field(description="First run (same formats as `time`); default now + every.")
+        ] = None,
         max_repetitions: Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")] = None,
         agent_id: AgentId = None,
         timezone: Timezone = None,
@@ -254,21 +281,32 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
     ) -> ScheduleResult:
         """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
         return core.schedule_every(  # type: ignore[return-value]
-            prompt, every, start_at=start_at, max_repetitions=max_repetitions, agent_id=agent_id,
-            timezone=timezone, skip_validation=skip_validation,
-            idempotency_key=idempotency_key, ctx=call,
+            prompt,
+            every,
+            start_at=start_at,
+            max_repetitions=max_repetitions,
+            agent_id=agent_id,
+            timezone=timezone,
+            skip_validation=skip_validation,
+            idempotency_key=idempotency_key,
+            ctx=call,
         )
 
     def promptyoself_list(
         agent_id: AgentId = None,
-        include_cancelled: Annotated[bool, Field(description="Also list cancelled, completed and failed schedules.")] = False,
+        include_cancelled: Annotated[
+            bool, Field(description="Also list cancelled, completed and failed schedules.")
+        ] = False,
         limit: Annotated[int, Field(description="Page size, 1-500.")] = 50,
         offset: Annotated[int, Field(description="Rows to skip.")] = 0,
         call: CallContext | None = None,
     ) -> ListResult:
         """List schedules (the inferred agent's, or every agent's when none is inferable)."""
         return core.list_schedules(  # type: ignore[return-value]
-            agent_id=agent_id, include_cancelled=include_cancelled, limit=limit, offset=offset,
+            agent_id=agent_id,
+            include_cancelled=include_cancelled,
+            limit=limit,
+            offset=offset,
             ctx=call,
         )
 
@@ -304,7 +342,9 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         return core.list_agents()  # type: ignore[return-value]
 
     def promptyoself_upload(
-        source_code: Annotated[str, Field(description="Python source of one function, with type hints and a docstring.")],
+        source_code: Annotated[
+            str, Field(description="Python source of one function, with type hints and a docstring.")
+        ],
         name: Annotated[str | None, Field(description="The function's name (must match the source).")] = None,
         description: Annotated[str | None, Field(description="Tool description shown to agents.")] = None,
     ) -> UploadResult:
@@ -315,7 +355,9 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         """Show how the agent id would be inferred for this call, and from where."""
         return core.inference_diagnostics(call)  # type: ignore[return-value]
 
-    def promptyoself_set_default_agent(agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")]) -> DefaultAgentResult:
+    def promptyoself_set_default_agent(
+        agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
+    ) -> DefaultAgentResult:
         """Set the default agent for this server process."""
         return core.set_default_agent(agent_id)  # type: ignore[return-value]
 
@@ -356,18 +398,25 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
 
 
 def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
-    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.executor)."""
-    from promptyoself import executor
-
+    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.executor,
+    imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need)."""
     def promptyoself_execute(
         loop: Annotated[bool, Field(description="Start the background executor and return at once.")] = False,
-        interval: Annotated[float, Field(description="With loop=true: seconds between re-reads of the earliest due time.")] = 60,
+        interval: Annotated[
+            float,
+            Field(description="With loop=true: seconds between re-reads of the earliest due time.",
+                  gt=0, allow_inf_nan=False),
+        ] = 60,
     ) -> ExecuteResult:
         """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
+        from promptyoself import executor
+
         return executor.execute_tool(core, loop=loop, interval=interval)  # type: ignore[return-value]
 
     def promptyoself_executor_status() -> ExecutorStatus:
         """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
+        from promptyoself import executor
+
         return executor.status_tool(core)  # type: ignore[return-value]
 
     _register(mcp, core, promptyoself_execute)
@@ -383,13 +432,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(args: Any) -> int:
-    """Start the server for parsed ``serve`` arguments. Refuses to bind a non-loopback address
-    without ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``."""
-    from promptyoself import executor
-    from promptyoself.config import load_settings
+    """Start the server for parsed ``serve`` arguments.
+
+    Refuses (exit code 2, reason on stderr) to bind a non-loopback address without
+    ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, and to start on invalid configuration.
+    When a token is set, every HTTP/SSE request must carry it, whatever the bind address.
+    """
+    from pydantic import ValidationError
+
+    from promptyoself.config import describe_settings_error, load_settings
     from promptyoself.logs import setup_logging
 
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValidationError as exc:
+        sys.stderr.write(f"promptyoself: {describe_settings_error(exc)}\n")
+        return 2
     if getattr(args, "no_executor", False):
         settings.executor_autostart = False
     setup_logging(settings)
@@ -397,36 +455,94 @@ def serve(args: Any) -> int:
     if transport != "stdio":
         problem = check_exposure(args.host, args.allow_external, settings)
         if problem:
-            log.error("%s", problem)
+            sys.stderr.write(f"promptyoself: {problem}\n")
+            sys.stderr.flush()
             return 2
+    log.info(
+        "PromptYoSelf %s starting: transport %s, database %s, Letta %s, executor %s",
+        __version__,
+        transport,
+        _hidden_password(settings.db_url),
+        _hidden_password(settings.letta_base_url),
+        settings.executor_mode if settings.executor_enabled else "off",
+    )
     core = Core(settings)
-    mcp = build_server(core, lifespan=executor.server_lifespan(core))
-    if transport == "stdio":
-        mcp.run("stdio", show_banner=False)
-    else:
-        auth_app_kwargs: dict[str, Any] = {}
-        from promptyoself.http_auth import bearer_middleware
+    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.deferred)
+        from promptyoself.deferred import DeferredDelivery
 
-        middleware = bearer_middleware(settings)
-        if middleware:
-            auth_app_kwargs["middleware"] = middleware
-        mcp.run(
-            transport,
-            host=args.host,
-            port=args.port,
-            path=args.path,
-            show_banner=False,
-            **auth_app_kwargs,
-        )
+        deferred = DeferredDelivery(core)
+        mcp = build_server(core, lifespan=deferred.lifespan)
+        mcp.add_middleware(deferred)
+    else:
+        mcp = build_server(core)
+    try:
+        if transport == "stdio":
+            mcp.run("stdio", show_banner=False)
+        else:
+            from promptyoself.http_auth import bearer_middleware
+
+            level = settings.log_level.lower()
+            log.info(
+                "serving %s on http://%s:%s%s (bearer token %s)",
+                transport,
+                _url_host(args.host),
+                args.port,
+                args.path or ("/mcp" if transport == "http" else "/sse"),
+                "required" if bearer_middleware(settings) else "not required",
+            )
+            mcp.run(
+                transport,
+                host=args.host,
+                port=args.port,
+                path=args.path,
+                show_banner=False,
+                middleware=bearer_middleware(settings),
+                # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
+                # default config would print access lines on stdout.
+                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},
+            )
+    finally:
+        core.close()
     return 0
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+def _hidden_password(url: str) -> str:
+    """``url`` with any password shown as ``***`` (for logs)."""
+    if "@" not in url or ":" not in url.split("://", 1)[-1].split("@", 1)[0]:
+        return url  # no password: nothing to hide (and no SQLAlchemy import at start-up)
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        import re
+
+        return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+LOOPBACK = ("localhost", "ip6-localhost")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1); false for all else."""
+    import ipaddress
+
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def check_exposure(host: str, allow_external: bool, settings: Any) -> str | None:
     """Why binding ``host`` is refused, or ``None`` when it is allowed."""
-    if host in LOOPBACK or host.startswith("127."):
+    if is_loopback(host):
         return None
     if not allow_external:
         return (

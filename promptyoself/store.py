@@ -37,7 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -273,7 +273,7 @@ _CLAIMABLE = and_(
 )
 """Active, due, and not held by a live claim (a claim whose lease ran out counts as free)."""
 
-_FIRST_DUE = select(_S.c.id, _S.c.agent_id, _S.c.next_run).where(_CLAIMABLE).order_by(_S.c.due_at, _S.c.id)
+_EARLIER = _S.alias("earlier")
 _BUSY_AGENTS = (
     select(_S.c.agent_id)
     .distinct()
@@ -300,24 +300,55 @@ _CLAIM = (
     .values(claimed_by=bindparam("owner"), claim_until=bindparam("until", type_=UTCDateTime()))
 )
 """The claim's compare-and-set on ``(id, next_run)``: it matches (rowcount 1) for one claimer only."""
-_CLAIMED = select(_S).where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by == bindparam("owner"))
-_HELD = (_S.c.id == bindparam("sid"), _S.c.claimed_by == bindparam("owner"),
-         _S.c.next_run == bindparam("slot", type_=UTCDateTime()))
-_TOUCH_HELD = update(_S).where(*_HELD).values(claim_until=_S.c.claim_until)
-_ROW = select(_S).where(_S.c.id == bindparam("sid"))
-_ROW_FOR_UPDATE = select(_S).where(*_HELD).with_for_update()
+_CLAIMED = select(_S).where(
+    _S.c.id.in_(bindparam("ids", expanding=True)),
+    _S.c.claimed_by == bindparam("owner"),
+    _S.c.claim_until == bindparam("until", type_=UTCDateTime()),
+)
+"""The rows one ``claim_due`` call took: its owner and its (unique per call) ``claim_until``."""
+_PG_LOCK = (
+    select(_S.c.id)
+    .where(
+        _S.c.id.in_(bindparam("ids", expanding=True)),
+        func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(_S.c.agent_id)),
+    )
+    .with_for_update(skip_locked=True)
+)
+"""PostgreSQL: lock the candidate rows (skipping those another claimer holds) and, per agent, the
+advisory lock that serialises claims for one agent across processes until this transaction ends."""
+_NEXT_DUE = (
+    select(_S.c.due_at)
+    .where(
+        _S.c.state == "active",
+        _S.c.due_at.is_not(None),
+        or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
+        _S.c.agent_id.not_in(bindparam("agents", expanding=True)),
+    )
+    .order_by(_S.c.due_at)
+    .limit(1)
+)
+"""``min(due_at)`` written as the first row of the ``(state, due_at)`` index that qualifies: it stops
+there instead of visiting every active schedule (what an idle loop reads every interval)."""
+_TOUCH_MANY = (
+    update(_S)
+    .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
+    .values(claim_until=_S.c.claim_until)
+)
+_ROWS = select(_S).where(_S.c.id.in_(bindparam("ids", expanding=True)))
+_ROWS_FOR_UPDATE = (
+    select(_S)
+    .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
+    .with_for_update()
+)
+_first_due_cache: dict[tuple[bool, bool], Any] = {}
+_write_cache: dict[tuple[str, ...], Any] = {}
 
 
 def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
     """The earliest ``due_at`` of an active schedule that no live claim holds (the loop's alarm),
     leaving out agents the caller is already sending to (their turn comes when that send ends)."""
-    with store._sessions() as s:
-        q = select(func.min(_S.c.due_at)).where(
-            _S.c.state == "active", or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW)
-        )
-        if exclude_agents:
-            q = q.where(_S.c.agent_id.not_in(list(exclude_agents)))
-        return s.execute(q, {"now": now}).scalar_one_or_none()
+    with store.engine.connect() as conn:
+        return conn.execute(_NEXT_DUE, {"now": now, "agents": list(exclude_agents)}).scalar()
 
 
 def claim_due(
@@ -337,116 +368,138 @@ def claim_due(
     that it is still due and unclaimed and that no other schedule of its agent is claimed. Only the
     process whose UPDATE matched owns the occurrence. On PostgreSQL the candidates are locked with
     ``FOR UPDATE SKIP LOCKED`` and claims for one agent are serialised by an advisory lock.
-    Returns the claimed schedule rows (column access by name, like a ``Schedule``).
+    The compare-and-sets of one call go to the database as one batch (``executemany``); the rows
+    they took are read back by owner and ``until``. Returns the claimed schedule rows (column access
+    by name, like a ``Schedule``), oldest due first.
     """
     if limit <= 0:
         return []
     pg = store.dialect == "postgresql"
-    picked: list[int] = []
-    with store.session() as s:
-        candidates = _candidates(s, now, limit, exclude_agents, exclude_ids)
+    tried: list[int] = []
+    with store.engine.begin() as conn:
+        candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids)
         if pg and candidates:
-            lock = select(_S.c.id).where(_S.c.id.in_([c[0] for c in candidates])).with_for_update(skip_locked=True)
-            locked = set(s.execute(lock).scalars())
+            locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
             candidates = [c for c in candidates if c[0] in locked]
-        for sid, agent, slot in candidates:
-            if len(picked) >= limit:
-                break
-            if pg:
-                got = s.execute(
-                    select(func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(agent)))
-                ).scalar()
-                if not got:
-                    continue
-            params = {"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
-            if s.execute(_CLAIM, params).rowcount == 1:  # type: ignore[attr-defined]
-                picked.append(sid)
+        picked = 0
+        while candidates and picked < limit:
+            batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
+            params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
+                      for sid, agent, slot in batch]
+            picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
+            tried.extend(sid for sid, _, _ in batch)
         if not picked:
             return []
-        claimed = list(s.execute(_CLAIMED, {"ids": picked, "owner": owner}).all())
-    order = {sid: i for i, sid in enumerate(picked)}
+        claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
+    order = {sid: i for i, sid in enumerate(tried)}
     return sorted(claimed, key=lambda row: order[row.id])
 
 
+def _first_due(with_agents: bool, with_ids: bool) -> Any:
+    """The claim candidates' query: each agent's earliest claimable occurrence (by due time, then id),
+    leaving out agents that hold a live claim, oldest first, ``:want`` rows. Both conditions are
+    correlated lookups on the ``(agent_id, id)`` index, so the walk along ``(state, due_at)`` stops
+    after ``want`` rows however the due rows are spread over agents."""
+    key = (with_agents, with_ids)
+    stmt = _first_due_cache.get(key)
+    if stmt is None:
+        e = _EARLIER
+        # The state and due time are wrapped so that no index on them can serve this lookup: SQLite
+        # has no statistics to tell it that one agent's rows are few, and without this it walks
+        # every due row for every candidate instead of the agent's own few (ix_schedules_agent).
+        due = func.coalesce(e.c.due_at, e.c.due_at)
+        earlier = [
+            e.c.agent_id == _S.c.agent_id,
+            func.coalesce(e.c.state, e.c.state) == "active",
+            due <= _NOW,
+            or_(e.c.claimed_by.is_(None), e.c.claim_until < _NOW),
+            or_(due < _S.c.due_at, and_(due == _S.c.due_at, e.c.id < _S.c.id)),
+        ]
+        extra = []
+        if with_agents:
+            extra.append(_S.c.agent_id.not_in(bindparam("x_agents", expanding=True)))
+        if with_ids:
+            extra.append(_S.c.id.not_in(bindparam("x_ids", expanding=True)))
+            earlier.append(e.c.id.not_in(bindparam("x_ids", expanding=True)))
+        earlier_exists = exists().where(*earlier)
+        busy = exists().where(_BUSY.c.agent_id == _S.c.agent_id, _BUSY.c.claimed_by.is_not(None),
+                              _BUSY.c.claim_until >= _NOW)
+        stmt = _first_due_cache[key] = (
+            select(_S.c.id, _S.c.agent_id, _S.c.next_run)
+            .where(_CLAIMABLE, *extra, ~earlier_exists, ~busy)
+            .order_by(_S.c.due_at, _S.c.id)
+            .limit(bindparam("want", type_=Integer()))
+        )
+    return stmt
+
+
 def _candidates(
-    s: Session, now: datetime, limit: int, exclude_agents: Collection[str], exclude_ids: Collection[int]
+    conn: Any, now: datetime, limit: int, exclude_agents: Collection[str], exclude_ids: Collection[int]
 ) -> list[tuple[int, str, datetime]]:
-    """The earliest claimable occurrence of up to ``limit * 2 + 2`` agents with no live claim, oldest
-    first. The common case reads a short prefix of the ``(state, due_at)`` index; only when that
-    prefix is crowded by a few agents' backlogs does it rank rows per agent, so none is starved."""
-    want = limit * 2 + 2
-    window = want * 4 + 32
-    extra = []
-    if exclude_agents:
-        extra.append(_S.c.agent_id.not_in(list(exclude_agents)))
-    if exclude_ids:
-        extra.append(_S.c.id.not_in(list(exclude_ids)))
-    rows = s.execute(_FIRST_DUE.where(*extra).limit(window), {"now": now}).all()
-    firsts: dict[str, tuple[int, str, datetime]] = {}
-    for r in rows:
-        firsts.setdefault(r.agent_id, (r.id, r.agent_id, r.next_run))
-    if len(firsts) < want and len(rows) == window:
-        rank = func.row_number().over(partition_by=_S.c.agent_id, order_by=(_S.c.due_at, _S.c.id)).label("rank")
-        sub = select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.due_at, rank).where(_CLAIMABLE, *extra).subquery()
-        ranked = s.execute(
-            select(sub.c.id, sub.c.agent_id, sub.c.next_run)
-            .where(sub.c.rank == 1)
-            .order_by(sub.c.due_at, sub.c.id)
-            .limit(window),
-            {"now": now},
-        ).all()
-        firsts = {r.agent_id: (r.id, r.agent_id, r.next_run) for r in ranked}
-    if not firsts:
-        return []
-    busy = set(s.execute(_BUSY_AGENTS, {"agents": list(firsts), "now": now}).scalars())
-    return [c for agent, c in firsts.items() if agent not in busy]
+    """The earliest claimable occurrence of up to ``limit`` agents with no live claim (and a few
+    more, for compare-and-sets lost to another process), oldest first."""
+    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids),
+              "want": limit + max(2, limit // 2)}
+    rows = conn.execute(_first_due(bool(exclude_agents), bool(exclude_ids)), params).all()
+    return [(r.id, r.agent_id, r.next_run) for r in rows]
 
 
 def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> int:
     """Extend ``owner``'s live claims on ``ids`` (the holder's heartbeat). Returns how many it still holds."""
     if not ids:
         return 0
-    with store.session() as s:
+    with store.engine.begin() as conn:
         stmt = update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claim_until=until)
-        return int(s.execute(stmt).rowcount)  # type: ignore[attr-defined]
+        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
 def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
     """Give back claims that were never acted on (no attempt was made), e.g. on shutdown."""
     if not ids:
         return 0
-    with store.session() as s:
+    with store.engine.begin() as conn:
         stmt = (
             update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claimed_by=None, claim_until=None)
         )
-        return int(s.execute(stmt).rowcount)  # type: ignore[attr-defined]
+        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
-def lock_claimed(s: Session, schedule_id: int, owner: str, slot: datetime) -> dict[str, Any] | None:
-    """Inside a write transaction: the schedule's columns if ``owner`` still holds its claim on ``slot``.
-
-    Takes the row's write lock first (a no-op UPDATE on SQLite, ``SELECT ... FOR UPDATE`` on
-    PostgreSQL), so the caller's changes commit only while the claim is held."""
-    params = {"sid": schedule_id, "owner": owner, "slot": slot}
-    if s.get_bind().dialect.name == "postgresql":
-        row = s.execute(_ROW_FOR_UPDATE, params).first()
+def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[int, dict[str, Any]]:
+    """Inside a write transaction: the columns of the schedules ``ids`` that one of ``owners`` holds
+    a claim on, write-locked until the caller commits (a no-op UPDATE on SQLite, which takes the
+    database's write lock; ``SELECT ... FOR UPDATE`` on PostgreSQL). The caller compares each row's
+    ``claimed_by`` and ``next_run`` with its claim: what it changes then commits only while held."""
+    params = {"ids": list(ids), "owners": list(set(owners))}
+    if conn.dialect.name == "postgresql":
+        rows = conn.execute(_ROWS_FOR_UPDATE, params).all()
     else:
-        if s.execute(_TOUCH_HELD, params).rowcount != 1:  # type: ignore[attr-defined]
-            return None
-        row = s.execute(_ROW, params).first()
-    return dict(row._mapping) if row is not None else None
+        conn.execute(_TOUCH_MANY, params)
+        rows = conn.execute(_ROWS, {"ids": params["ids"]}).all()
+    return {row.id: dict(row._mapping) for row in rows}
 
 
-def write_schedule(s: Session, schedule_id: int, values: dict[str, Any]) -> None:
-    """Update some columns of one schedule (inside the caller's transaction)."""
-    if values:
-        s.execute(update(_S).where(_S.c.id == schedule_id).values(**values))
+def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> None:
+    """Update some columns of several schedules (inside the caller's transaction): one batched
+    statement per set of changed columns."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for sid, values in changes:
+        if values:
+            cols = tuple(sorted(values))
+            groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
+    for cols, params in groups.items():
+        stmt = _write_cache.get(cols)
+        if stmt is None:
+            stmt = _write_cache[cols] = (
+                update(_S).where(_S.c.id == bindparam("sid_"))
+                .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols})
+            )
+        conn.execute(stmt, params)
 
 
-def add_delivery(s: Session, values: dict[str, Any]) -> None:
-    """Insert one history row (inside the caller's transaction)."""
-    s.execute(insert(_D).values(**values))
-
+def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
+    """Insert history rows (inside the caller's transaction), all in one statement."""
+    if rows:
+        conn.execute(insert(_D), rows)
 
 def delivery_totals(store: Store) -> dict[str, int]:
     """How many history rows there are per outcome (delivered, retry, failed, missed)."""

@@ -21,10 +21,8 @@ import re
 import unicodedata
 import warnings
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadDateError, CroniterError, croniter
-from dateutil import parser as du_parser
 
 from promptyoself.errors import (
     InvalidArgument,
@@ -89,7 +87,18 @@ _CRON_ALIASES = {
     "@hourly": "0 * * * *",
 }
 _CRON_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_CRON_ERRORS = (CroniterError, ValueError, KeyError, IndexError, TypeError)
+
+
+def _croniter() -> Any:
+    """croniter, imported on first use (it is not needed for the MCP handshake or a list call)."""
+    import croniter
+
+    return croniter
+
+
+def _cron_errors() -> tuple[type[BaseException], ...]:
+    return (_croniter().CroniterError, ValueError, KeyError, IndexError, TypeError)
+
 
 _UNIT_US: dict[str, int] = {}
 for _names, _secs in (
@@ -331,6 +340,8 @@ def _dateutil_parse(text: str) -> datetime | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                from dateutil import parser as du_parser
+
                 parsed = du_parser.parse(text, default=default, tzinfos=_dateutil_tzinfos)
         except _DATEUTIL_ERRORS:
             return None
@@ -459,19 +470,20 @@ def normalize_cron(expr: str) -> str:
         if not re.fullmatch(r"[0-9A-Za-z*/,\-?#]+", field):
             raise InvalidCron(f"Cron {name} field {field!r} has invalid characters. {_CRON_FORMS}")
     normalized = " ".join(f.upper() for f in fields)
+    cr = _croniter()
     try:
-        croniter(normalized)
-    except _CRON_ERRORS as exc:
+        cr.croniter(normalized)
+    except _cron_errors() as exc:
         raise InvalidCron(f"Invalid cron rule {shown!r}: {exc}. {_CRON_FORMS}") from None
     try:
         # wall-clock probe: does the rule ever fire (e.g. '0 0 31 2 *' does not)?
-        croniter(normalized, datetime(2000, 1, 1)).get_next(datetime)  # noqa: DTZ001
-    except CroniterBadDateError:
+        cr.croniter(normalized, datetime(2000, 1, 1)).get_next(datetime)  # noqa: DTZ001
+    except cr.CroniterBadDateError:
         raise InvalidCron(
             f"Cron rule {shown!r} never fires (no month has that day). Pick a day "
             "that exists, e.g. '0 0 28 2 *', or 'L' for the last day of the month."
         ) from None
-    except _CRON_ERRORS as exc:
+    except _cron_errors() as exc:
         raise InvalidCron(f"Invalid cron rule {shown!r}: {exc}. {_CRON_FORMS}") from None
     return normalized
 
@@ -499,13 +511,14 @@ def next_cron(expr: str, tz: ZoneInfo, after: datetime) -> datetime:
     fields = _cron_fields(normalize_cron(expr))
     after_utc = ensure_aware(after)
     start_wall = after_utc.astimezone(tz).replace(tzinfo=None, fold=0)
+    cr = _croniter()
     try:
-        it = croniter(fields, start_wall)
+        it = cr.croniter(fields, start_wall)
         for _ in range(_MAX_CRON_STEPS):
             instant = local_to_utc(it.get_next(datetime), tz)
             if instant > after_utc:
                 return instant
-    except CroniterBadDateError:
+    except cr.CroniterBadDateError:
         raise InvalidCron(f"Cron rule {expr!r} never fires after {to_utc_iso(after_utc)}.") from None
     except OverflowError:
         raise InvalidCron(f"Cron rule {expr!r} has no firing before 9999.") from None

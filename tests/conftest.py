@@ -19,11 +19,7 @@ os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 FIXED_NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 
 # Variables a developer's shell might have set that would change what the tests see.
-_ISOLATE = [
-    k
-    for k in os.environ
-    if k.startswith("PROMPTYOSELF_") or k.startswith("LETTA_")
-]
+_ISOLATE = [k for k in os.environ if k.startswith("PROMPTYOSELF_") or k.startswith("LETTA_")]
 
 
 @pytest.fixture(autouse=True)
@@ -72,3 +68,7 @@ def letta_core(db_path: Path, fake_letta: Any) -> Iterator[Core]:
     c = Core(make_settings(db_path, letta_base_url=fake_letta.url))
     yield c
     c.close()
+
+
+# ---- PostgreSQL (tests/pg.py): fixtures pg_url / pg_module_url, fresh schema each, skip with reason ----
+from tests.pg import pg_module_url, pg_url  # noqa: E402, F401

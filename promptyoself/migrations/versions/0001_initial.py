@@ -43,9 +43,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_schedules_state_due", "schedules", ["state", "due_at"])
     op.create_index("ix_schedules_agent", "schedules", ["agent_id", "id"])
-    op.create_index(
-        "ux_schedules_idempotency", "schedules", ["agent_id", "idempotency_key"], unique=True
-    )
+    op.create_index("ux_schedules_idempotency", "schedules", ["agent_id", "idempotency_key"], unique=True)
     op.create_table(
         "deliveries",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),

@@ -1,0 +1,50 @@
+"""Start-up stays light: what the MCP handshake does not need is not imported before it (issue 4).
+
+SQLAlchemy, Alembic, httpx, croniter, dateutil, cron_descriptor and the delivery modules load on first
+use (a tool call, or the delivery side after the handshake: promptyoself/deferred.py). The cold-start
+figure in docs/performance.md depends on it; bench/startup.py measures it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("sqlalchemy", "alembic", "httpx", "croniter", "dateutil", "cron_descriptor", "psycopg",
+         "promptyoself.store", "promptyoself.executor", "promptyoself.worker", "promptyoself.delivery",
+         "promptyoself.loop", "promptyoself.letta")
+
+PROBE = """
+import json, sys
+from fastmcp import FastMCP
+
+def run(self, *args, **kwargs):  # stands in for serving: report what start-up imported
+    heavy = sorted({m for m in sys.modules for h in HEAVY if m == h or m.startswith(h + ".")})
+    sys.stdout.write(json.dumps({"heavy": heavy}))
+
+FastMCP.run = run
+from promptyoself.server import main
+main([])
+"""
+
+
+@pytest.mark.parametrize("mode", ["worker", "embedded", "off"])
+def test_serving_starts_without_the_heavy_modules(tmp_path: Path, mode: str) -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PROMPTYOSELF_DB": str(tmp_path / "p.db"),
+        "PROMPTYOSELF_EXECUTOR_MODE": mode,
+        "PROMPTYOSELF_ENV_FILE": str(tmp_path / "none.env"),
+    }
+    code = f"HEAVY = {HEAVY!r}\n{PROBE}"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["heavy"] == []

@@ -3,11 +3,14 @@
 Everything here is synchronous and runs in a worker thread of the executor. The protocol:
 
 1. The executor claimed the occurrence ``(id, next_run)`` (``store.claim_due``).
-2. ``deliver`` builds the message envelope and sends it to Letta (async route, sync fallback), or,
-   for a one-time prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing.
-3. ``record`` writes, in ONE transaction that commits only while the claim is still held, the
-   history row for this attempt and the schedule's next state: advanced to its next slot, retried
-   later, failed, missed, paused, or completed. The claim is cleared in the same transaction.
+2. ``attempt`` builds the message envelope and sends it to Letta (async route, sync fallback), or,
+   for a one-time prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing; it returns the
+   ``Attempt`` to record.
+3. ``record_attempt`` / ``record_batch`` write, in ONE transaction that commits only while the claim
+   is still held, the history row for this attempt and the schedule's next state: advanced to its
+   next slot, retried later, failed, missed, paused, or completed. The claim is cleared in the same
+   transaction. Several attempts (each on its own claim) may share that transaction: group commit.
+   ``deliver`` is 2 then 3.
 
 The only window for a duplicate is a crash between Letta's reply and that commit.
 """
@@ -34,7 +37,7 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
-from promptyoself.store import Delivery, add_delivery, lock_claimed, release_claims, write_schedule
+from promptyoself.store import Delivery, add_deliveries, lock_rows, release_claims, write_schedules
 
 log = logging.getLogger(__name__)
 
@@ -211,16 +214,23 @@ def error_text(exc: BaseException) -> str:
 
 def deliver(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
     """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
+    sent = attempt(core, claim, owner, stopping=stopping)
+    return sent if isinstance(sent, Result) else record_attempt(core, sent)
+
+
+def attempt(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Attempt | Result:
+    """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
+    (stopping before the send: the claim is released). Never raises for Letta errors."""
     settings = core.settings
     now = core.now()
-    attempt = claim.attempt + 1
+    number = claim.attempt + 1
     late = now - claim.next_run
     if claim.schedule_type == "once" and late > settings.misfire_grace_td:
         msg = (
             f"missed: {timing.format_duration(late)} late, beyond PROMPTYOSELF_MISFIRE_GRACE "
             f"({settings.misfire_grace}); not delivered"
         )
-        return record(core, claim, owner, "missed", attempted_at=now, attempt=attempt, error=msg)
+        return Attempt(claim, owner, "missed", now, number, error=msg)
     if stopping is not None and stopping.is_set():
         with write_lock(core.store):
             release_claims(core.store, owner, [claim.id])
@@ -229,34 +239,30 @@ def deliver(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Res
     try:
         sent = core.letta.send_message(claim.agent_id, text)
     except (AgentNotFound, InvalidArgument) as exc:
-        return record(core, claim, owner, "paused", attempted_at=now, attempt=attempt, error=error_text(exc))
+        return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:
-        delay = backoff_delay(attempt, settings.retry_base, settings.retry_max)
-        res = record(core, claim, owner, "retry", attempted_at=now, attempt=attempt,
-                     error=error_text(exc), delay=delay)
-        res.auth_error = True
-        return res
+        delay = backoff_delay(number, settings.retry_base, settings.retry_max)
+        return Attempt(claim, owner, "retry", now, number, error=error_text(exc), delay=delay, auth_error=True)
     except LettaUnavailable as exc:
         retry_after = exc.details.get("retry_after")
-        return _transient(core, claim, owner, now, attempt, error_text(exc), retry_after)
+        return _transient(core, claim, owner, now, number, error_text(exc), retry_after)
     except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure
         log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _transient(core, claim, owner, now, attempt, error_text(exc), None)
-    return record(core, claim, owner, "delivered", attempted_at=now, attempt=attempt,
-                  run_id=sent.get("run_id"), route=sent.get("route"))
+        return _transient(core, claim, owner, now, number, error_text(exc), None)
+    return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
 
 
 def _transient(
-    core: Any, claim: Claim, owner: str, now: datetime, attempt: int, error: str, retry_after: Any
-) -> Result:
+    core: Any, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
+) -> Attempt:
     settings = core.settings
-    if _transient_attempts(core, claim, attempt) >= settings.max_attempts:
-        error = f"{error} (gave up after {attempt} attempts, PROMPTYOSELF_MAX_ATTEMPTS={settings.max_attempts})"
-        return record(core, claim, owner, "failed", attempted_at=now, attempt=attempt, error=error)
-    delay = backoff_delay(attempt, settings.retry_base, settings.retry_max)
+    if _transient_attempts(core, claim, number) >= settings.max_attempts:
+        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={settings.max_attempts})"
+        return Attempt(claim, owner, "failed", now, number, error=error)
+    delay = backoff_delay(number, settings.retry_base, settings.retry_max)
     if isinstance(retry_after, int | float) and retry_after > 0:
         delay = max(delay, min(float(retry_after), 86400.0))  # honour the server's Retry-After
-    return record(core, claim, owner, "retry", attempted_at=now, attempt=attempt, error=error, delay=delay)
+    return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
 
 
 def _transient_attempts(core: Any, claim: Claim, attempt: int) -> int:
@@ -278,6 +284,27 @@ def _transient_attempts(core: Any, claim: Claim, attempt: int) -> int:
 # ---- recording -------------------------------------------------------------------------------
 
 
+@dataclass
+class Attempt:
+    """One attempt on a claimed occurrence, made and waiting to be recorded (``record_attempt``)."""
+
+    claim: Claim
+    owner: str
+    kind: str  # delivered | retry | failed | missed | paused
+    attempted_at: datetime
+    attempt: int
+    error: str | None = None
+    run_id: str | None = None
+    route: str | None = None
+    delay: float | None = None
+    auth_error: bool = False
+    result: Result | None = None
+    failure: BaseException | None = None
+
+
+_queues: weakref.WeakKeyDictionary[Any, list[Attempt]] = weakref.WeakKeyDictionary()
+
+
 def record(
     core: Any,
     claim: Claim,
@@ -293,65 +320,105 @@ def record(
 ) -> Result:
     """Write the attempt's history row and the schedule's next state in one transaction, committed
     only while ``owner`` still holds the claim. ``kind``: delivered | retry | failed | missed | paused."""
+    return record_attempt(core, Attempt(claim, owner, kind, attempted_at, attempt, error, run_id, route, delay))
+
+
+def record_attempt(core: Any, item: Attempt) -> Result:
+    """``record`` for an ``Attempt``, with group commit: the attempt joins this store's queue, then
+    the thread that gets the store's write lock records every queued attempt in one transaction
+    (those of other threads that finished their sends meanwhile included) and hands each its result.
+    Each attempt is still checked against its own claim; batching only saves transactions."""
+    with _locks_guard:
+        queue = _queues.get(core.store)
+        if queue is None:
+            queue = _queues[core.store] = []
+        queue.append(item)
+    with write_lock(core.store):
+        if item.result is None and item.failure is None:
+            with _locks_guard:
+                batch = list(queue)
+                queue.clear()
+            record_batch(core, batch)
+            if item.result is None and item.failure is None:  # its recorder died mid-batch
+                item.failure = RuntimeError(f"the attempt on schedule {item.claim.id} was not recorded")
+    if item.failure is not None:
+        raise item.failure
+    assert item.result is not None
+    return item.result
+
+
+def record_batch(core: Any, batch: list[Attempt]) -> None:
+    """Record ``batch`` in one transaction (the caller holds the store's ``write_lock``); every
+    attempt gets its ``result`` or its ``failure``."""
     for tries in range(5):
         try:
-            return _record_once(core, claim, owner, kind, attempted_at, attempt, error, run_id, route, delay)
-        except OperationalError:  # e.g. SQLite busy beyond its timeout: try again, the claim is still ours
+            results = _record_once(core, batch)
+        except OperationalError as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
             if tries == 4:
-                raise
-            log.warning("recording schedule %s: database busy, retrying", claim.id)
+                for item in batch:
+                    item.failure = exc
+                return
+            log.warning("recording %d attempt(s): database busy, retrying", len(batch))
             time.sleep(0.2 * (tries + 1))
-    raise AssertionError("unreachable")
+            continue
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].failure = exc
+                return
+            for item in batch:  # one bad attempt must not cost the others theirs: one at a time
+                record_batch(core, [item])
+            return
+        for item, res in zip(batch, results, strict=True):
+            item.result = res
+        return
 
 
-def _record_once(
-    core: Any,
-    claim: Claim,
-    owner: str,
-    kind: str,
-    attempted_at: datetime,
-    attempt: int,
-    error: str | None,
-    run_id: str | None,
-    route: str | None,
-    delay: float | None,
-) -> Result:
+def _record_once(core: Any, batch: list[Attempt]) -> list[Result]:
     now = core.now()
-    outcome = "failed" if kind == "paused" else kind
-    lateness = round(max(0.0, (attempted_at - claim.next_run).total_seconds()), 3)
-    res = Result(claim.id, claim.agent_id, kind, attempt=attempt, error=error, run_id=run_id,
-                 route=route, lateness_s=lateness)
-    history = {
-        "schedule_id": claim.id,
-        "agent_id": claim.agent_id,
-        "scheduled_for": claim.next_run,
-        "attempted_at": attempted_at,
-        "outcome": outcome,
-        "attempt": attempt,
-        "letta_run_id": run_id,
-        "error": error,
-        "lateness_s": lateness,
-    }
-    with write_lock(core.store), core.store.session() as s:
-        row = lock_claimed(s, claim.id, owner, claim.next_run)
-        if row is None:
-            # Our claim ran out and someone else may hold the occurrence now: keep the truth in
-            # history, but leave the schedule to the current holder.
-            log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
-            history["error"] = (error + "; " if error else "") + "claim lost before recording; schedule not advanced"
-            add_delivery(s, history)
-            res.outcome = "lost" if kind != "delivered" else kind
-            return res
-        add_delivery(s, history)
-        changes = next_state(row, kind, now, attempted_at, attempt, error, delay)
-        write_schedule(s, claim.id, changes)
-        row.update(changes)
-        res.state = row["state"]
-        res.next_run = row["next_run"]
-        res.repetition_count = row["repetition_count"]
-        res.max_repetitions = row["max_repetitions"]
-        res.retry_in = delay if kind == "retry" else None
-    return res
+    results: list[Result] = []
+    history: list[dict[str, Any]] = []
+    changes: list[tuple[int, dict[str, Any]]] = []
+    with core.store.engine.begin() as conn:
+        rows = lock_rows(conn, {a.claim.id for a in batch}, {a.owner for a in batch})
+        for a in batch:
+            claim = a.claim
+            outcome = "failed" if a.kind == "paused" else a.kind
+            lateness = round(max(0.0, (a.attempted_at - claim.next_run).total_seconds()), 3)
+            res = Result(claim.id, claim.agent_id, a.kind, attempt=a.attempt, error=a.error, run_id=a.run_id,
+                         route=a.route, lateness_s=lateness, auth_error=a.auth_error)
+            entry = {
+                "schedule_id": claim.id,
+                "agent_id": claim.agent_id,
+                "scheduled_for": claim.next_run,
+                "attempted_at": a.attempted_at,
+                "outcome": outcome,
+                "attempt": a.attempt,
+                "letta_run_id": a.run_id,
+                "error": a.error,
+                "lateness_s": lateness,
+            }
+            history.append(entry)
+            results.append(res)
+            row = rows.get(claim.id)
+            if row is None or row["claimed_by"] != a.owner or row["next_run"] != claim.next_run:
+                # Our claim ran out and someone else may hold the occurrence now: keep the truth in
+                # history, but leave the schedule to the current holder.
+                log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
+                lost = "claim lost before recording; schedule not advanced"
+                entry["error"] = f"{a.error}; {lost}" if a.error else lost
+                res.outcome = "lost" if a.kind != "delivered" else a.kind
+                continue
+            change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay)
+            changes.append((claim.id, change))
+            row.update(change)  # a second attempt on this schedule in the batch sees the claim released
+            res.state = row["state"]
+            res.next_run = row["next_run"]
+            res.repetition_count = row["repetition_count"]
+            res.max_repetitions = row["max_repetitions"]
+            res.retry_in = a.delay if a.kind == "retry" else None
+        add_deliveries(conn, history)
+        write_schedules(conn, changes)
+    return results
 
 
 def next_state(

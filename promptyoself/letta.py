@@ -16,6 +16,7 @@ import httpx
 from promptyoself import __version__
 from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
+from promptyoself.http1 import KeepAlivePoster, encode_json
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,14 @@ def _detail(resp: httpx.Response) -> str:
     if isinstance(body, dict) and "detail" in body:
         return str(body["detail"])[:200]
     return str(body)[:200]
+
+
+def _env_proxies() -> bool:
+    """True if the environment names an HTTP proxy (httpx would use it: such sends stay on httpx)."""
+    from urllib.request import getproxies
+
+    proxies = getproxies()
+    return bool(proxies.get("http") or proxies.get("all"))
 
 
 def _seg(value: str) -> str:
@@ -115,9 +124,16 @@ class LettaClient:
             transport=transport,
             follow_redirects=False,
         )
+        # Message sends (the executor's hot path) skip httpx's layers where httpx would open a plain
+        # connection anyway: see promptyoself/http1.py.
+        self._poster: KeepAlivePoster | None = None
+        if transport is None and self.base_url.startswith("http://") and not _env_proxies():
+            self._poster = KeepAlivePoster(self.base_url, headers, timeout)
 
     def close(self) -> None:
         self._http.close()
+        if self._poster is not None:
+            self._poster.close()
 
     def __enter__(self) -> LettaClient:
         return self
@@ -203,7 +219,10 @@ class LettaClient:
     def _http_send(self, path: str, body: dict[str, Any], agent_id: str) -> httpx.Response | None:
         """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
         try:
-            resp = self._http.post(path, json=body)
+            if self._poster is not None:
+                resp = self._poster.post(path, encode_json(body))
+            else:
+                resp = self._http.post(path, json=body)
         except httpx.TimeoutException as exc:
             raise LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True) from None
         except httpx.HTTPError as exc:

@@ -1,31 +1,43 @@
-"""The delivery loop itself: ``Executor`` (sleep until due, claim, deliver, record), its daemon
-thread pool and the claim keeper. ``promptyoself.executor`` holds the entry points that run it."""
+"""The delivery loop itself: ``Executor`` (sleep until due, claim, deliver, record), with its
+sender threads and recorder thread. ``promptyoself.threads`` holds the thread pool and the claim
+keeper under it; ``promptyoself.executor`` holds the entry points that run it."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
-import queue
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from concurrent.futures import Executor as _FuturesExecutor
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.delivery import Claim, Result, backoff_delay, deliver, error_text, write_lock
-from promptyoself.store import claim_due, next_due, renew_claims
+from promptyoself.delivery import (
+    Attempt,
+    Claim,
+    Result,
+    attempt,
+    backoff_delay,
+    deliver,
+    error_text,
+    record_batch,
+    write_lock,
+)
+from promptyoself.store import claim_due, next_due, release_claims
+from promptyoself.threads import ClaimKeeper, DaemonPool
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a stopping executor waits for in-flight sends before it lets them go (their claims
 then expire after the lease and another process retries)."""
+RECORD_DELAY = 0.01
+"""During a backlog, the recorder waits up to this long for a few attempts to record together."""
 ONCE_BUDGET = 120.0
 """``execute`` (once) stops claiming after this many seconds."""
 
@@ -39,109 +51,17 @@ def _iso(dt: datetime | None) -> str | None:
     return timing.to_utc_iso(dt) if dt is not None else None
 
 
-class DaemonPool(_FuturesExecutor):
-    """A fixed pool of daemon threads. Unlike ``ThreadPoolExecutor`` it never delays interpreter exit
-    (a send stuck in a timeout must not keep a stopping server alive)."""
-
-    def __init__(self, size: int, name: str) -> None:
-        self._size = max(1, size)
-        self._name = name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("pool is shut down")
-            if not self._threads:
-                for i in range(self._size):
-                    t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
-                    t.start()
-                    self._threads.append(t)
-        fut: Future[Any] = Future()
-        self._queue.put((fut, fn, args, kwargs))
-        return fut
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fut, fn, args, kwargs = item
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                fut.set_exception(exc)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        if wait:
-            for t in threads:
-                t.join()
-
-
-class ClaimKeeper:
-    """Extends this executor's live claims every third of the lease, so a claim held by a running
-    process never expires mid-send; only a dead (or frozen) holder's claim does."""
-
-    def __init__(self, store: Any, owner: str, lease: float, now: Callable[[], datetime]) -> None:
-        self.store, self.owner, self.lease, self.now = store, owner, lease, now
-        self._ids: set[int] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def add(self, ids: Collection[int]) -> None:
-        with self._lock:
-            self._ids.update(ids)
-        self.start()
-
-    def discard(self, schedule_id: int) -> None:
-        with self._lock:
-            self._ids.discard(schedule_id)
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="promptyoself-claims", daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        """Stop once no claim is left (claims of sends still running keep being renewed)."""
-        self._stop.set()
-
-    def _run(self) -> None:
-        period = max(0.05, self.lease / 3)
-        while True:
-            with self._lock:
-                ids = list(self._ids)
-            if not ids and self._stop.is_set():
-                return
-            if ids:
-                try:
-                    with write_lock(self.store):
-                        renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
-                except Exception:
-                    log.exception("renewing delivery claims failed")
-            if self._stop.is_set():  # stopping: keep renewing until the last running send ends
-                time.sleep(min(period, 0.2))
-            else:
-                self._stop.wait(period)
-
-
 class Executor:
-    """One delivery loop over ``core``'s store. ``role`` names it in claims, logs and status."""
+    """One delivery loop over ``core``'s store. ``role`` names it in claims, logs and status.
+
+    The loop (``run``, a coroutine) decides when to claim: it sleeps until the earliest due time,
+    wakes on a local write (``wake``), re-reads at least every ``interval``, and claims due
+    occurrences in batches into the ``_ready`` queue. ``max_in_flight`` sender threads take claims
+    from that queue, send, hand the attempt to the recorder thread and take the next one, without a
+    round trip through the event loop per delivery. The recorder commits attempts in batches and,
+    while claims come back full (a backlog), refills the queue before it runs dry; once a claim
+    comes back short, the loop takes over again and is nudged each time an attempt is recorded
+    (the agent it freed may have more due)."""
 
     def __init__(
         self, core: Any, *, interval: float | None = None, role: str = "executor", owner: str | None = None
@@ -160,7 +80,25 @@ class Executor:
         self._done.set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_event: asyncio.Event | None = None
+        # Claims this executor holds: _ready (waiting for a sender), _inflight (being sent: at most
+        # max_in_flight) and _recording (sent, waiting for the recorder's commit). All guarded by
+        # _lock; the senders wait on _cv, the recorder on _rec_cv.
+        self._lock = threading.RLock()
+        self._cv = threading.Condition(self._lock)
+        self._rec_cv = threading.Condition(self._lock)
+        self._ready: collections.deque[Claim] = collections.deque()
         self._inflight: dict[int, Claim] = {}
+        self._recording: dict[int, Claim] = {}
+        self._rec_batch = max(1, self.max_in_flight // 2)
+        self._rec_queue: list[Attempt] = []
+        self._senders: list[threading.Thread] = []
+        self._recorder_thread: threading.Thread | None = None
+        self._senders_exit = False
+        self._ahead = 0  # claims to hold beyond the free senders: 2 * max_in_flight while claims come back full
+        self._drained = False  # the last claim came back short: claim again only after news
+        self._claiming = False  # a claim is running (the loop's or the recorder's)
+        self._nudged = False  # a nudge is pending: no need to send another
+        self._reread = False  # set by wake(): re-read the earliest due time
         self._counts_lock = threading.Lock()
         self.running = False
         self.started_at: datetime | None = None
@@ -179,6 +117,10 @@ class Executor:
 
     def wake(self) -> None:
         """Re-read the earliest due time now (called after this process writes a schedule)."""
+        self._reread = True
+        self._signal()
+
+    def _signal(self) -> None:
         loop, event = self._loop, self._wake_event
         if loop is None or event is None or loop.is_closed():
             return
@@ -186,6 +128,12 @@ class Executor:
             loop.call_soon_threadsafe(event.set)
         except RuntimeError:  # the loop closed meanwhile
             pass
+
+    def _nudge(self) -> None:
+        """From a sender or the recorder: let the loop look again (one wake-up until it has)."""
+        if not self._nudged:
+            self._nudged = True
+            self._signal()
 
     def request_stop(self) -> None:
         """Stop claiming; in-flight deliveries finish (or are let go after ``SHUTDOWN_GRACE``)."""
@@ -205,6 +153,10 @@ class Executor:
     def close(self) -> None:
         self._keeper.stop()
         self._pool.shutdown(wait=False)
+        with self._cv:
+            self._senders_exit = True
+            self._cv.notify_all()
+            self._rec_cv.notify_all()
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -218,67 +170,158 @@ class Executor:
             self._listening = True
         self.running = True
         self.started_at = datetime.now(UTC)
-        tasks: set[asyncio.Task[None]] = set()
+        self._start_senders()
         log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
                  self.max_in_flight)
         try:
-            await self._loop_body(tasks)
+            await self._loop_body()
         finally:
             self._stop.set()
-            pending = [t for t in tasks if not t.done()]
-            if pending:
-                _, still = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE)
-                if still:
-                    log.warning("%d deliveries still in flight at shutdown; their claims expire after "
-                                "the lease and another process retries", len(still))
-                    for t in still:
-                        t.cancel()
+            try:
+                await self._release_ready()
+            except Exception:
+                log.exception("releasing unsent claims failed; they expire after the lease")
+            deadline = time.monotonic() + SHUTDOWN_GRACE
+            while (self._inflight or self._recording) and time.monotonic() < deadline:
+                await self._sleep(min(0.05, deadline - time.monotonic()))
+            if self._inflight or self._recording:
+                log.warning("%d deliveries still in flight at shutdown; their claims expire after "
+                            "the lease and another process retries", len(self._inflight) + len(self._recording))
+            with self._cv:
+                self._senders_exit = True
+                self._cv.notify_all()
+                self._rec_cv.notify_all()
             self._keeper.stop()
             self.running = False
             self._wake_event = None
             self._done.set()
             log.info("delivery loop %s stopped", self.owner)
 
-    async def _loop_body(self, tasks: set[asyncio.Task[None]]) -> None:
+    def _start_senders(self) -> None:
+        with self._cv:
+            self._senders_exit = False
+            self._senders = [t for t in self._senders if t.is_alive()]
+            for i in range(len(self._senders), self.max_in_flight):
+                t = threading.Thread(target=self._sender, name=f"promptyoself-send-{i}", daemon=True)
+                t.start()
+                self._senders.append(t)
+            if self._recorder_thread is None or not self._recorder_thread.is_alive():
+                self._recorder_thread = threading.Thread(target=self._recorder, name="promptyoself-record",
+                                                         daemon=True)
+                self._recorder_thread.start()
+
+    def _busy_agents(self) -> set[str]:
+        with self._cv:
+            return ({c.agent_id for c in self._inflight.values()} | {c.agent_id for c in self._ready}
+                    | {c.agent_id for c in self._recording.values()})
+
+    async def _loop_body(self) -> None:
+        """While claims come back full (a backlog), claims run ahead, up to ``2 * max_in_flight``
+        more than the senders can take, in batches (the recorder thread refills the queue), so a
+        sender that finishes starts its next send at once and one claim query serves several
+        deliveries; the loop then neither re-reads the earliest due time nor claims after every
+        delivery. When a claim comes back short, nothing more is due for a free agent now: the loop
+        goes back to sleeping until the earliest due time, re-reading it when a delivery has been
+        recorded (its agent may have more due), on a local write (``wake``), and at least every
+        ``interval``."""
         earliest: datetime | None = None
         read_at = float("-inf")
         must_read = True
         while not self._stop.is_set():
             try:
+                self._nudged = False
+                if self._reread:
+                    self._reread = False
+                    must_read = True
                 if must_read or time.monotonic() - read_at >= self.interval:
-                    busy = {c.agent_id for c in self._inflight.values()}
-                    earliest = await self._io(next_due, self.core.store, self.core.now(), busy)
+                    earliest = await self._io(next_due, self.core.store, self.core.now(), self._busy_agents())
                     read_at = time.monotonic()
                     must_read = False
+                    with self._cv:
+                        self._drained = False
                     self.last_tick = datetime.now(UTC)
                     self.next_due = earliest
-                timeout = self.interval - (time.monotonic() - read_at)
                 auth_wait = self._auth_until - time.monotonic()
+                if auth_wait > 0 and self._ready:
+                    await self._release_ready()  # the credentials are wrong: do not sit on claims
+                timeout = self.interval - (time.monotonic() - read_at)
                 if earliest is not None:
                     wait_s = (earliest - self.core.now()).total_seconds()
                     if wait_s <= 0:
-                        free = self.max_in_flight - len(self._inflight)
-                        if free > 0 and auth_wait <= 0 and not self._stop.is_set():
-                            claims = await self._claim(free)
-                            if claims:
-                                for claim in claims:
-                                    task = asyncio.create_task(self._deliver(claim))
-                                    tasks.add(task)
-                                    task.add_done_callback(tasks.discard)
-                                must_read = True
-                                continue
-                        # Nothing claimable now (agents busy, slots full, auth backoff): wait for
+                        with self._cv:
+                            want = self._claim_wanted()
+                        if want > 0:
+                            claims: list[Claim] = []
+                            try:
+                                claims = await self._io(self._claim_rows, want)
+                            finally:
+                                full = self._took(claims, want)
+                            must_read = not full and bool(claims)  # find the next alarm at once
+                            continue
+                        # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
                         # a delivery to finish, a local write, or the next re-read.
                     else:
                         timeout = min(timeout, wait_s)
                 if auth_wait > 0:
                     timeout = min(timeout, auth_wait)
-                if await self._sleep(max(timeout, 0.0)):
-                    must_read = True
+                if await self._sleep(max(timeout, 0.0)) and not self._ahead:
+                    must_read = True  # a delivery ended: its agent's next occurrence may be due
             except Exception:
                 log.exception("delivery loop error; retrying in %.3gs", self.interval)
                 must_read = True
                 await self._sleep(self.interval)
+
+    def _claim_count(self) -> int:
+        """(Under ``_cv``.) How many to claim now, 0 for none."""
+        if self._claiming or self._drained or self._stop.is_set() or self._auth_until > time.monotonic():
+            return 0
+        if len(self._ready) > self._ahead // 2:  # claim in batches, before the queue runs dry
+            return 0
+        return max(0, self.max_in_flight - len(self._inflight) + self._ahead - len(self._ready))
+
+    def _claim_wanted(self) -> int:
+        """(Under ``_cv``.) ``_claim_count``; a positive answer reserves the claim for the caller."""
+        want = self._claim_count()
+        if want:
+            self._claiming = True
+        return want
+
+    def _claim_rows(self, limit: int) -> list[Claim]:
+        """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed."""
+        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), ())
+        claims = [Claim.from_row(r) for r in rows]
+        if claims:
+            self._keeper.add([c.id for c in claims])
+        return claims
+
+    def _took(self, claims: list[Claim], want: int) -> bool:
+        """Queue what a claim got for the senders; True if it got all it asked for."""
+        full = len(claims) >= want
+        with self._cv:
+            self._claiming = False
+            self._ready.extend(claims)
+            ahead = 2 * self.max_in_flight if full else 0
+            if ahead != self._ahead:
+                self._rec_cv.notify()  # the recorder's way of waiting depends on it
+            self._ahead = ahead
+            self._drained = not full
+            self._cv.notify(len(claims))
+        return full
+
+    async def _release_ready(self) -> None:
+        """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials)."""
+        with self._cv:
+            ids = [c.id for c in self._ready]
+            self._ready.clear()
+        if not ids:
+            return
+        for sid in ids:
+            self._keeper.discard(sid)
+        await self._io(self._release_sync, ids)
+
+    def _release_sync(self, ids: list[int]) -> None:
+        with write_lock(self.core.store):
+            release_claims(self.core.store, self.owner, ids)
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait up to ``seconds``; True if woken early."""
@@ -300,17 +343,6 @@ class Executor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args))
 
-    async def _claim(self, free: int) -> list[Claim]:
-        busy = {c.agent_id for c in self._inflight.values()}
-        now = self.core.now()
-        rows = await self._io(self._claim_sync, now, free, busy, ())
-        claims = [Claim.from_row(r) for r in rows]
-        for c in claims:
-            self._inflight[c.id] = c
-        if claims:
-            self._keeper.add([c.id for c in claims])
-        return claims
-
     def _claim_sync(
         self, now: datetime, limit: int, busy: Collection[str], handled: Collection[int]
     ) -> list[Any]:
@@ -318,17 +350,111 @@ class Executor:
             return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease),
                              limit=limit, exclude_agents=busy, exclude_ids=handled)
 
-    async def _deliver(self, claim: Claim) -> None:
-        try:
-            await self._io(self._deliver_sync, claim)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("delivery of schedule %s failed", claim.id)
-        finally:
+    # ---- the senders (threads) -----------------------------------------------------------------------
+
+    def _sender(self) -> None:
+        """Take a claim from ``_ready``, send, hand the attempt to the recorder, repeat. Nothing is
+        taken while stopping (those claims are released) or while Letta refuses the credentials."""
+        cv = self._cv
+        while True:
+            with cv:
+                while not self._senders_exit and (
+                    not self._ready or self._stop.is_set() or self._auth_until > time.monotonic()
+                ):
+                    cv.wait(0.5 if self._ready else None)
+                if self._senders_exit:
+                    return
+                claim = self._ready.popleft()
+                self._inflight[claim.id] = claim
+                if self._ahead and len(self._ready) <= self._ahead // 2:
+                    self._rec_cv.notify()  # a backlog and the queue runs low: the recorder refills it
+            sent: Attempt | Result | None = None
+            try:
+                sent = attempt(self.core, claim, self.owner, stopping=self._stop)
+            except Exception:
+                log.exception("delivery of schedule %s failed", claim.id)
+            try:
+                self._hand_over(claim, sent)
+            except Exception:  # never let the thread die
+                log.exception("delivery of schedule %s: handing over the attempt failed", claim.id)
+
+    def _hand_over(self, claim: Claim, sent: Attempt | Result | None) -> None:
+        with self._cv:
             self._inflight.pop(claim.id, None)
-            if self._wake_event is not None:
-                self._wake_event.set()
+            if isinstance(sent, Attempt):
+                self._recording[claim.id] = claim
+                self._rec_queue.append(sent)
+                # During a backlog the recorder wakes for a few attempts at a time (or after
+                # RECORD_DELAY); otherwise at once, since the loop waits for the agent to be free.
+                if len(self._rec_queue) >= self._rec_batch or self._drained or not self._ahead:
+                    self._rec_cv.notify()
+            elif self._stop.is_set():
+                self._nudge()
+        if not isinstance(sent, Attempt):  # released unsent, or a bug: its claim expires
+            self._keeper.discard(claim.id)
+            if sent is not None:
+                self._account(sent)
+
+    def _recorder(self) -> None:
+        """The senders' database thread. During a backlog it refills ``_ready`` when the queue runs
+        low (so no sender waits for a claim query before its send). And it records what the senders
+        sent, in batches: everything that finished while the previous batch was being committed goes
+        into one transaction (each attempt still conditional on its own claim). A sender does not
+        wait for this; its agent stays claimed until it is done."""
+        cv = self._rec_cv
+        while True:
+            try:
+                with cv:
+                    while not self._rec_queue and not self._senders_exit and not self._refill_due():
+                        # (sends under way will hand over attempts: look again now and then, in case
+                        # one came without a wake-up)
+                        cv.wait(0.1 if self._inflight or self._ahead else None)
+                    want = self._claim_wanted() if self._ahead else 0
+                    if not want and not self._rec_queue:
+                        if self._senders_exit:
+                            return
+                        continue
+                    if not want and len(self._rec_queue) < self._rec_batch and self._ahead and not self._drained:
+                        cv.wait(RECORD_DELAY)  # a backlog: let a few more finish first
+                        want = self._claim_wanted() if self._ahead else 0
+                    batch, self._rec_queue = self._rec_queue, []
+                if want:
+                    got: list[Claim] = []
+                    try:
+                        got = self._claim_rows(want)
+                    except Exception:
+                        log.exception("claiming due prompts failed; the loop retries")
+                    finally:
+                        if not self._took(got, want):
+                            self._nudge()  # the backlog is done: back to the loop's alarm
+                if batch:
+                    self._record(batch)
+            except Exception:  # never let the thread die: the claims it records would be stuck
+                log.exception("delivery recorder error")
+                time.sleep(0.1)
+
+    def _refill_due(self) -> bool:
+        """(Under ``_cv``.) A backlog's queue has run low and no claim is running."""
+        return bool(self._ahead) and self._claim_count() > 0
+
+    def _record(self, batch: list[Attempt]) -> None:
+        try:
+            with write_lock(self.core.store):
+                record_batch(self.core, batch)
+        except Exception as exc:
+            for a in batch:
+                a.failure = a.failure or exc
+        for a in batch:
+            self._keeper.discard(a.claim.id)
+            if a.result is not None:
+                self._account(a.result)
+            else:  # the claim stays until its lease runs out; then the occurrence is retried
+                log.error("recording the attempt on schedule %s failed: %s", a.claim.id, a.failure)
+        with self._cv:
+            for a in batch:
+                self._recording.pop(a.claim.id, None)
+            if self._drained or not self._ahead or self._stop.is_set():
+                self._nudge()  # the agents just recorded may have more due
 
     # ---- one delivery (worker thread) --------------------------------------------------------------
 

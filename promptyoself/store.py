@@ -340,7 +340,7 @@ _ROWS_FOR_UPDATE = (
     .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
     .with_for_update()
 )
-_first_due_cache: dict[tuple[bool, bool], Any] = {}
+_first_due_cache: dict[tuple[bool, bool, bool], Any] = {}
 _write_cache: dict[tuple[str, ...], Any] = {}
 
 
@@ -395,22 +395,24 @@ def claim_due(
     return sorted(claimed, key=lambda row: order[row.id])
 
 
-def _first_due(with_agents: bool, with_ids: bool) -> Any:
+def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
     """The claim candidates' query: each agent's earliest claimable occurrence (by due time, then id),
     leaving out agents that hold a live claim, oldest first, ``:want`` rows. Both conditions are
-    correlated lookups on the ``(agent_id, id)`` index, so the walk along ``(state, due_at)`` stops
-    after ``want`` rows however the due rows are spread over agents."""
-    key = (with_agents, with_ids)
+    correlated lookups on an ``agent_id`` index, so the walk along ``(state, due_at)`` stops after
+    ``want`` rows however the due rows are spread over agents."""
+    key = (sqlite, with_agents, with_ids)
     stmt = _first_due_cache.get(key)
     if stmt is None:
         e = _EARLIER
-        # The state and due time are wrapped so that no index on them can serve this lookup: SQLite
-        # has no statistics to tell it that one agent's rows are few, and without this it walks
-        # every due row for every candidate instead of the agent's own few (ix_schedules_agent).
-        due = func.coalesce(e.c.due_at, e.c.due_at)
+        # SQLite: the state and due time are wrapped so that no index on them can serve this lookup:
+        # SQLite has no statistics to tell it that one agent's rows are few, and without this it
+        # walks every due row for every candidate instead of the agent's own few. (PostgreSQL plans
+        # from statistics, and a wrapped column would spoil them.)
+        due = func.coalesce(e.c.due_at, e.c.due_at) if sqlite else e.c.due_at
+        state = func.coalesce(e.c.state, e.c.state) if sqlite else e.c.state
         earlier = [
             e.c.agent_id == _S.c.agent_id,
-            func.coalesce(e.c.state, e.c.state) == "active",
+            state == "active",
             due <= _NOW,
             or_(e.c.claimed_by.is_(None), e.c.claim_until < _NOW),
             or_(due < _S.c.due_at, and_(due == _S.c.due_at, e.c.id < _S.c.id)),
@@ -421,13 +423,17 @@ def _first_due(with_agents: bool, with_ids: bool) -> Any:
         if with_ids:
             extra.append(_S.c.id.not_in(bindparam("x_ids", expanding=True)))
             earlier.append(e.c.id.not_in(bindparam("x_ids", expanding=True)))
-        earlier_exists = exists().where(*earlier)
         busy = exists().where(_BUSY.c.agent_id == _S.c.agent_id, _BUSY.c.claimed_by.is_not(None),
                               _BUSY.c.claim_until >= _NOW)
+        # Agents due at the same instant are served in id order on SQLite, where the (state, due_at)
+        # index carries the rowid; on PostgreSQL "then id" would sort every row due at that instant
+        # (a burst's thousands) for each claim, so there the index's own order breaks the tie. One
+        # agent's occurrences are always taken in (due_at, id) order: that is the "earlier" test.
+        order = (_S.c.due_at, _S.c.id) if sqlite else (_S.c.due_at,)
         stmt = _first_due_cache[key] = (
             select(_S.c.id, _S.c.agent_id, _S.c.next_run)
-            .where(_CLAIMABLE, *extra, ~earlier_exists, ~busy)
-            .order_by(_S.c.due_at, _S.c.id)
+            .where(_CLAIMABLE, *extra, ~exists().where(*earlier), ~busy)
+            .order_by(*order)
             .limit(bindparam("want", type_=Integer()))
         )
     return stmt
@@ -440,7 +446,8 @@ def _candidates(
     more, for compare-and-sets lost to another process), oldest first."""
     params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids),
               "want": limit + max(2, limit // 2)}
-    rows = conn.execute(_first_due(bool(exclude_agents), bool(exclude_ids)), params).all()
+    stmt = _first_due(conn.dialect.name == "sqlite", bool(exclude_agents), bool(exclude_ids))
+    rows = conn.execute(stmt, params).all()
     return [(r.id, r.agent_id, r.next_run) for r in rows]
 
 

@@ -1,0 +1,120 @@
+"""The threads under the delivery loop: ``DaemonPool`` (blocking work off the event loop) and
+``ClaimKeeper`` (renews this executor's claims while it holds them)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import Executor as _FuturesExecutor
+from concurrent.futures import Future
+from datetime import datetime, timedelta
+from typing import Any
+
+from promptyoself.delivery import write_lock
+from promptyoself.store import renew_claims
+
+log = logging.getLogger(__name__)
+
+
+class DaemonPool(_FuturesExecutor):
+    """A fixed pool of daemon threads. Unlike ``ThreadPoolExecutor`` it never delays interpreter exit
+    (a send stuck in a timeout must not keep a stopping server alive)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = max(1, size)
+        self._name = name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("pool is shut down")
+            if not self._threads:
+                for i in range(self._size):
+                    t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                    t.start()
+                    self._threads.append(t)
+        fut: Future[Any] = Future()
+        self._queue.put((fut, fn, args, kwargs))
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, fn, args, kwargs = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)
+        if wait:
+            for t in threads:
+                t.join()
+
+
+class ClaimKeeper:
+    """Extends this executor's live claims every third of the lease, so a claim held by a running
+    process never expires mid-send; only a dead (or frozen) holder's claim does."""
+
+    def __init__(self, store: Any, owner: str, lease: float, now: Callable[[], datetime]) -> None:
+        self.store, self.owner, self.lease, self.now = store, owner, lease, now
+        self._ids: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ids: Collection[int]) -> None:
+        with self._lock:
+            self._ids.update(ids)
+        self.start()
+
+    def discard(self, schedule_id: int) -> None:
+        with self._lock:
+            self._ids.discard(schedule_id)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._stop.clear()
+                self._thread = threading.Thread(target=self._run, name="promptyoself-claims", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Stop once no claim is left (claims of sends still running keep being renewed)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        period = max(0.05, self.lease / 3)
+        while True:
+            with self._lock:
+                ids = list(self._ids)
+            if not ids and self._stop.is_set():
+                return
+            if ids:
+                try:
+                    with write_lock(self.store):
+                        renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
+                except Exception:
+                    log.exception("renewing delivery claims failed")
+            if self._stop.is_set():  # stopping: keep renewing until the last running send ends
+                time.sleep(min(period, 0.2))
+            else:
+                self._stop.wait(period)

@@ -206,6 +206,7 @@ def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, latency: f
         # stamp, not at the poll that noticed it (polls are 0.5 s apart).
         stamps = [item["at"] for item in stats["received"]]
         elapsed = (max(stamps) - t0_wall) if stamps else polled
+        first_s = (min(stamps) - t0_wall) if stamps else None
         # exactly once: every prompt's text (the envelope's last line) arrived, none twice
         texts = Counter(item["text"].rsplit("\n", 1)[-1] for item in stats["received"])
         expected = {f"{TEXT_PREFIX}{i:06d}" for i in range(count)}
@@ -226,8 +227,46 @@ def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, latency: f
             "max_concurrent_per_agent": stats.get("max_concurrent_per_agent"),
             "max_concurrent": stats.get("max_concurrent"),
             "load": (load_before[0], load_after[0]),
-            "first_s": (first_at - t0) if first_at is not None else None,
+            "first_s": first_s,  # worker start to the first message at the fake Letta
         }
+
+
+def floor_run(count: int, n_agents: int, latency: float, in_flight: int) -> float:
+    """The same burst with PromptYoSelf taken out: ``in_flight`` threads posting the messages to the
+    same fake Letta over kept-alive ``http.client`` connections, nothing else. Returns seconds. What
+    the fake and loopback HTTP cost on this machine: the ceiling any worker can reach here."""
+    import http.client
+    import threading
+
+    with tempfile.TemporaryDirectory(prefix="pys-burst-floor-") as tmp, \
+            fake_letta(n_agents, latency, Path(tmp)) as fake:
+        host, port = fake["url"].split("//", 1)[1].rsplit(":", 1)
+        agents = fake["agent_ids"]
+        todo = iter(range(count))
+        lock = threading.Lock()
+
+        def post() -> None:
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                while True:
+                    with lock:
+                        i = next(todo, None)
+                    if i is None:
+                        return
+                    body = json.dumps({"messages": [{"role": "user", "content": f"floor {i}"}]}).encode()
+                    conn.request("POST", f"/v1/agents/{agents[i % len(agents)]}/messages/async", body,
+                                 {"Content-Type": "application/json"})
+                    conn.getresponse().read()
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=post) for _ in range(in_flight)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.monotonic() - t0
 
 
 def run(args: Any) -> list[Row]:
@@ -248,6 +287,13 @@ def run(args: Any) -> list[Row]:
             extra += [flag, str(value)]
     command = bench_command(args, "burst", extra)
     rows: list[Row] = []
+    say(f"[burst] floor: {count} bare POSTs from {in_flight} threads to the same fake Letta ...")
+    floor_s = floor_run(count, n_agents, latency, in_flight)
+    say(f"[burst]   {floor_s:.2f} s, fraction {ideal / floor_s:.3f}")
+    rows.append(Row("burst", "floor (no PromptYoSelf): fraction of ideal", ideal / floor_s, "", "", None, command,
+                    f"{in_flight} threads posting the same {count} messages to the same fake Letta over kept-alive "
+                    f"http.client connections, nothing else: {floor_s:.1f} s. The ceiling on this machine.",
+                    {"seconds": floor_s}))
     for kind in backends:
         results = []
         for i in range(runs):
@@ -284,13 +330,28 @@ def run(args: Any) -> list[Row]:
 
 
 def explain(rows: list[Row]) -> str:
-    """Why a missed target was missed (shown on the page under the table)."""
+    """Why a missed target was missed (shown on the page under the table), from the figures."""
     missed = [r for r in rows if r.met is False and "fraction" in r.metric]
     if not missed:
         return ""
-    return ("The burst is bound by the worker's CPU per delivery on this machine: with 8 sends in "
-            "flight it must claim, send and record one prompt every 2.5 ms of wall time, sharing two "
-            "cores with the fake Letta (and, on PostgreSQL, the database server).")
+    floor = next((r for r in rows if r.metric.startswith("floor")), None)
+    parts = []
+    for r in missed:
+        first = [x["first_s"] for x in r.extra.get("runs", []) if x.get("first_s") is not None]
+        secs = [x["seconds"] for x in r.extra.get("runs", []) if x.get("seconds")]
+        kind = r.metric.split(":")[0]
+        cpu = next((c for c in rows if c.metric == f"{kind}: worker CPU per delivery"), None)
+        text = f"{kind}: {r.shown()} of ideal"
+        if first and secs:
+            text += (f"; the worker's start-up (first delivery {median(first):.1f} s after it was started) is "
+                     f"{median(first) / median(secs):.0%} of the time")
+        if cpu is not None and cpu.value is not None:
+            text += f"; the worker spent {cpu.shown()} of CPU per delivery"
+        parts.append(text)
+    if floor is not None and floor.value is not None:
+        parts.append(f"the fake Letta itself, with nothing but bare HTTP clients, reaches {floor.shown()} of ideal "
+                     "on this machine")
+    return "Target missed. " + "; ".join(parts) + "."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,9 +69,10 @@ def fake_letta() -> Iterator[dict[str, Any]]:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.communicate(timeout=10)  # drain the stats it prints on exit, or it blocks on a full pipe
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.communicate()
 
 
 def _fake(url: str, path: str, body: dict[str, Any] | None = None) -> Any:

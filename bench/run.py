@@ -53,12 +53,9 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("startup", "bench.startup", "2a, 2b", "Start-up and peak RSS against a one-tool FastMCP server"),
     Section("latency", "bench.latency", "2c", "Tool latency over stdio by database size"),
-    Section("lateness", "bench.lateness", "2d", "Delivery lateness p50/p99, SQLite and PostgreSQL",
-            pending="it is written with the delivery work (issue 3)"),
-    Section("burst", "bench.burst", "2e", "Burst: 10,000 prompts due at once to 1,000 agents",
-            pending="it is written with the delivery work (issue 3)"),
-    Section("idle", "bench.idle_cpu", "2f", "Idle CPU of server + worker with 10,000 future schedules",
-            pending="it is written with the delivery work (issue 3)"),
+    Section("lateness", "bench.lateness", "2d", "Delivery lateness p50/p99, SQLite and PostgreSQL"),
+    Section("burst", "bench.burst", "2e", "Burst: 10,000 prompts due at once to 1,000 agents"),
+    Section("idle", "bench.idle_cpu", "2f", "Idle CPU of server + worker with 10,000 future schedules"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

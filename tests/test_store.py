@@ -45,24 +45,26 @@ def test_indexes_serve_the_hot_queries(tmp_path: Path) -> None:
     store.close()
 
 
+def _once(when: datetime) -> Schedule:
+    return Schedule(
+        agent_id="a",
+        prompt_text="p",
+        schedule_type="once",
+        schedule_value="x",
+        timezone="UTC",
+        next_run=when,
+        due_at=when,
+        state="active",
+        created_at=when,
+        updated_at=when,
+    )
+
+
 def test_datetimes_round_trip_aware_utc(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
     when = datetime(2026, 12, 25, 15, 0, tzinfo=UTC)
     with store.session() as s:
-        s.add(
-            Schedule(
-                agent_id="a",
-                prompt_text="p",
-                schedule_type="once",
-                schedule_value="x",
-                timezone="UTC",
-                next_run=when,
-                due_at=when,
-                state="active",
-                created_at=when,
-                updated_at=when,
-            )
-        )
+        s.add(_once(when))
     assert store.earliest_due() == when
     with store.session() as s:
         row = s.get(Schedule, 1)
@@ -85,20 +87,7 @@ def test_a_failed_write_leaves_no_partial_row(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
     now = datetime(2026, 1, 1, tzinfo=UTC)
     with pytest.raises(RuntimeError), store.session() as s:
-        s.add(
-            Schedule(
-                agent_id="a",
-                prompt_text="p",
-                schedule_type="once",
-                schedule_value="x",
-                timezone="UTC",
-                next_run=now,
-                due_at=now,
-                state="active",
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        s.add(_once(now))
         s.flush()
         raise RuntimeError("fail after the insert")
     with store.session() as s:

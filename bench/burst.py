@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, Row, bench_command, clean_env, median, pg_schema_url
+from bench.common import ROOT, Row, bench_command, bulk_insert_schedules, clean_env, median, pg_schema_url
 
 TITLE = "Burst: 10,000 prompts due at once to 1,000 agents (fake Letta answering in 20 ms)"
 TARGET_FRACTION = 0.8
@@ -116,41 +116,24 @@ def database(kind: str, pg_url: str | None, workdir: Path) -> Iterator[str]:
 
 def load(url: str, agents: list[str], count: int) -> datetime:
     """Migrate and bulk-insert ``count`` one-time prompts due now, round-robin over ``agents``."""
-    from sqlalchemy import insert
-
-    from promptyoself.store import Schedule, Store
-
-    store = Store(url)
     now = datetime.now(UTC)
-    table = Schedule.__table__
-    try:
-        with store.engine.begin() as conn:
-            chunk: list[dict[str, Any]] = []
-            for i in range(count):
-                chunk.append({
-                    "agent_id": agents[i % len(agents)],
-                    "prompt_text": f"{TEXT_PREFIX}{i:06d}",
-                    "schedule_type": "once",
-                    "schedule_value": now.isoformat(),
-                    "timezone": "UTC",
-                    "next_run": now,
-                    "due_at": now,
-                    "state": "active",
-                    "created_at": now,
-                    "updated_at": now,
-                    "repetition_count": 0,
-                    "attempt": 0,
-                })
-                if len(chunk) >= 5000:
-                    conn.execute(insert(table), chunk)
-                    chunk = []
-            if chunk:
-                conn.execute(insert(table), chunk)
-        if store.dialect == "postgresql":
-            with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql("VACUUM ANALYZE schedules")
-    finally:
-        store.close()
+    bulk_insert_schedules(url, (
+        {
+            "agent_id": agents[i % len(agents)],
+            "prompt_text": f"{TEXT_PREFIX}{i:06d}",
+            "schedule_type": "once",
+            "schedule_value": now.isoformat(),
+            "timezone": "UTC",
+            "next_run": now,
+            "due_at": now,
+            "state": "active",
+            "created_at": now,
+            "updated_at": now,
+            "repetition_count": 0,
+            "attempt": 0,
+        }
+        for i in range(count)
+    ))
     return now
 
 

@@ -27,7 +27,18 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, SERVER, Row, StdioServer, bench_command, clean_env, median, python, reap_marked
+from bench.common import (
+    ROOT,
+    SERVER,
+    Row,
+    StdioServer,
+    bench_command,
+    bulk_insert_schedules,
+    clean_env,
+    median,
+    python,
+    reap_marked,
+)
 
 TITLE = "Idle CPU of the stdio server + its worker holding 10,000 future schedules"
 TARGET_PERCENT = 1.0
@@ -59,15 +70,9 @@ def cpu_seconds(pid: int) -> float | None:
 
 def load(url: str, n: int) -> None:
     """Migrate and insert ``n`` active schedules, the earliest due a day from now."""
-    from sqlalchemy import insert
-
-    from promptyoself.store import Schedule, Store
-
-    store = Store(url)
     now = datetime.now(UTC).replace(microsecond=0)
     agents = [f"agent-{uuid.UUID(int=i + 1)}" for i in range(max(1, -(-n // PER_AGENT)))]
     kinds = [("cron", "0 9 * * MON-FRI"), ("interval", "30m"), ("once", "2031-01-01T09:00:00Z")]
-    table = Schedule.__table__
     rows = []
     for i in range(n):
         kind, value = kinds[i % 3]
@@ -78,12 +83,7 @@ def load(url: str, n: int) -> None:
             "anchor": now if kind == "interval" else None, "state": "active", "created_at": now,
             "updated_at": now, "repetition_count": 0, "attempt": 0,
         })
-    try:
-        with store.engine.begin() as conn:
-            for start in range(0, len(rows), 5000):
-                conn.execute(insert(table), rows[start:start + 5000])
-    finally:
-        store.close()
+    bulk_insert_schedules(url, rows)
 
 
 def worker_pid(url: str, server_pid: int) -> int | None:

@@ -23,7 +23,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import SERVER, Row, StdioServer, bench_command, clean_env, percentile, pg_schema_url, python
+from bench.common import (
+    SERVER,
+    Row,
+    StdioServer,
+    bench_command,
+    bulk_insert_schedules,
+    clean_env,
+    percentile,
+    pg_schema_url,
+    python,
+)
 
 TITLE = "Tool latency over stdio (p50/p99) by database size"
 TARGET_LIST_P99_MS = 10.0
@@ -40,11 +50,6 @@ def add_arguments(parser: Any) -> None:
 
 def load(url: str, n: int, seed: int = 1) -> list[str]:
     """Migrate the database at ``url`` and insert ``n`` schedules; return the agent ids used."""
-    from sqlalchemy import insert
-
-    from promptyoself.store import Schedule, Store
-
-    store = Store(url)
     rng = random.Random(seed)
     now = datetime.now(UTC).replace(microsecond=0)
     agents = [f"agent-{uuid.UUID(int=rng.getrandbits(128))}" for _ in range(max(1, -(-n // PER_AGENT)))]
@@ -54,42 +59,30 @@ def load(url: str, n: int, seed: int = 1) -> list[str]:
         ("once", "2030-01-01T09:00:00Z"),
     ]
     states = ["active"] * 16 + ["paused"] + ["cancelled"] * 2 + ["completed"]
-    table = Schedule.__table__
-    chunk: list[dict[str, Any]] = []
-    try:
-        with store.engine.begin() as conn:
-            for i in range(n):
-                kind, value = kinds[i % 3]
-                state = rng.choice(states)
-                due = now + timedelta(seconds=rng.randrange(60, 30 * 86400))
-                live = state in ("active", "paused")
-                chunk.append({
-                    "agent_id": agents[i // PER_AGENT],
-                    "prompt_text": f"benchmark prompt {i}: check the queue and report back",
-                    "schedule_type": kind,
-                    "schedule_value": value,
-                    "timezone": "UTC",
-                    "next_run": due if live else None,
-                    "due_at": due if state == "active" else None,
-                    "anchor": now if kind == "interval" else None,
-                    "state": state,
-                    "created_at": now,
-                    "updated_at": now,
-                    "repetition_count": 0,
-                    "attempt": 0,
-                })
-                if len(chunk) >= 5000:
-                    conn.execute(insert(table), chunk)
-                    chunk = []
-            if chunk:
-                conn.execute(insert(table), chunk)
-        if store.dialect == "postgresql":
-            # What autovacuum does within a minute of a bulk load: planner statistics and the visibility
-            # map. Without them PostgreSQL plans the list queries for an empty table.
-            with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql("VACUUM ANALYZE schedules")
-    finally:
-        store.close()
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for i in range(n):
+            kind, value = kinds[i % 3]
+            state = rng.choice(states)
+            due = now + timedelta(seconds=rng.randrange(60, 30 * 86400))
+            live = state in ("active", "paused")
+            yield {
+                "agent_id": agents[i // PER_AGENT],
+                "prompt_text": f"benchmark prompt {i}: check the queue and report back",
+                "schedule_type": kind,
+                "schedule_value": value,
+                "timezone": "UTC",
+                "next_run": due if live else None,
+                "due_at": due if state == "active" else None,
+                "anchor": now if kind == "interval" else None,
+                "state": state,
+                "created_at": now,
+                "updated_at": now,
+                "repetition_count": 0,
+                "attempt": 0,
+            }
+
+    bulk_insert_schedules(url, rows())
     return agents
 
 

@@ -35,7 +35,17 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, Row, bench_command, bulk_insert_schedules, clean_env, median, pg_schema_url
+from bench.common import (
+    ROOT,
+    Row,
+    bench_command,
+    bulk_insert_schedules,
+    clean_env,
+    cpu_seconds,
+    median,
+    pg_schema_url,
+    say,
+)
 
 TITLE = "Burst: 10,000 prompts due at once to 1,000 agents (fake Letta answering in 20 ms)"
 TARGET_FRACTION = 0.8
@@ -50,20 +60,6 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--burst-in-flight", type=int, default=8, help="burst: PROMPTYOSELF_MAX_IN_FLIGHT (8)")
     parser.add_argument("--burst-runs", type=int, default=None, help="burst: runs per database (3; 1 quick)")
 
-
-def say(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a live process, in seconds (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _get(url: str, timeout: float = 30.0) -> Any:

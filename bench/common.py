@@ -325,3 +325,19 @@ def bulk_insert_schedules(url: str, rows: Iterable[dict[str, Any]], chunk: int =
                 conn.exec_driver_sql("VACUUM ANALYZE schedules")
     finally:
         store.close()
+
+
+def say(message: str) -> None:
+    """Progress goes to stderr; stdout carries only the table."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a live process, in seconds (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -35,9 +35,11 @@ from bench.common import (
     bench_command,
     bulk_insert_schedules,
     clean_env,
+    cpu_seconds,
     median,
     python,
     reap_marked,
+    say,
 )
 
 TITLE = "Idle CPU of the stdio server + its worker holding 10,000 future schedules"
@@ -52,20 +54,6 @@ def add_arguments(parser: Any) -> None:
                         help="idle: future schedules in the database (default 10000; 200 with --quick)")
     parser.add_argument("--idle-runs", type=int, default=None, help="idle: runs (default 3; 1 with --quick)")
 
-
-def say(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a live process, in seconds (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load(url: str, n: int) -> None:

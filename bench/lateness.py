@@ -36,7 +36,7 @@ from urllib.parse import quote
 if __package__ in (None, ""):  # run as a file
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, Row, bench_command, clean_env, percentile
+from bench.common import ROOT, Row, bench_command, clean_env, percentile, say
 
 TITLE = "Delivery lateness p50/p99 (1,000 prompts due over 10 s), SQLite and PostgreSQL"
 TARGET_IN_PROCESS_MS = 250.0
@@ -52,10 +52,6 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--lateness-lead", type=float, default=0.2,
                         help="lateness: each prompt is written this many seconds before it is due (0.2)")
 
-
-def say(message: str) -> None:
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
 
 
 @contextmanager

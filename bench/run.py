@@ -32,13 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, NotRun, Row
-
-
-def say(message: str) -> None:
-    """Progress goes to stderr; stdout carries only the table."""
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
+from bench.common import ROOT, NotRun, Row, say
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,7 @@ def load(url: str, agents: list[str], count: int) -> datetime:
 
 
 def db_outcomes(url: str) -> dict[str, int]:
-    from promptyoself.store import Store, delivery_totals
+    from promptyoself.store.db import Store, delivery_totals
 
     store = Store(url)
     try:

@@ -312,7 +312,7 @@ def bulk_insert_schedules(url: str, rows: Iterable[dict[str, Any]], chunk: int =
 
     from sqlalchemy import insert
 
-    from promptyoself.store import Schedule, Store
+    from promptyoself.store.db import Schedule, Store
 
     store = Store(url)
     try:

@@ -76,8 +76,8 @@ def load(url: str, n: int) -> None:
 
 def worker_pid(url: str, server_pid: int) -> int | None:
     """The pid of the live worker that holds the lease (not the server's spawn reservation)."""
-    from promptyoself.store import Store
-    from promptyoself.worker import read_lease
+    from promptyoself.delivery.worker import read_lease
+    from promptyoself.store.db import Store
 
     store = Store(url)
     try:

@@ -104,7 +104,7 @@ def database(kind: str, pg_url: str | None) -> Iterator[str]:
 
 def _core(db_url: str, letta_url: str) -> Any:
     from promptyoself.config import Settings
-    from promptyoself.core import Core
+    from promptyoself.core.operations import Core
 
     return Core(Settings(db=db_url, letta_base_url=letta_url, message_format="plain", executor_autostart=False,
                          max_active_per_agent=100_000, min_interval="1s"))
@@ -150,7 +150,7 @@ def measure(letta: dict[str, Any], due_by_text: dict[str, datetime], timeout: fl
 
 
 def in_process(db_url: str, letta: dict[str, Any], count: int, span: float, lead: float) -> tuple[list[float], int]:
-    from promptyoself.loop import Executor
+    from promptyoself.delivery.loop import Executor
 
     core = _core(db_url, letta["url"])
     ex = Executor(core, role="bench")

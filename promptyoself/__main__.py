@@ -2,6 +2,6 @@
 
 import sys
 
-from promptyoself.cli import main
+from promptyoself.faces.cli import main
 
 sys.exit(main())

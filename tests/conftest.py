@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from promptyoself.config import Settings
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
 
 # The server must never try the network at start-up, not even in tests.
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from promptyoself.config import Settings
-from promptyoself.core import Core
-from promptyoself.store import Delivery, Schedule, Store
+from promptyoself.core.operations import Core
+from promptyoself.store.db import Delivery, Schedule, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "promptyoself_mcp_server.py"

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself.agents import CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.config import Settings
-from promptyoself.core import Core
+from promptyoself.core.agents import CallContext, Defaults, infer_agent, normalize_agent_id
+from promptyoself.core.operations import Core
 from promptyoself.errors import InvalidArgument
-from promptyoself.server import build_server
+from promptyoself.faces.mcp import build_server
 from tests.conftest import make_settings
 from tests.fake_letta import FakeLetta
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
 from promptyoself.errors import ERROR_CODES
-from promptyoself.server import build_server
+from promptyoself.faces.mcp import build_server
 
 AGENT = "agent-11111111-2222-3333-4444-555555555555"
 BASE = {"agent_id": AGENT, "skip_validation": True}

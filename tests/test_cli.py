@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from promptyoself import cli
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
+from promptyoself.faces import cli
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parent.parent

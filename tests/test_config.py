@@ -169,7 +169,7 @@ def test_bad_values_are_named_without_echoing_them(no_env_file: Path, monkeypatc
 
 def test_bad_config_stops_the_server_cleanly(no_env_file: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from promptyoself.server import main
+    from promptyoself.faces.mcp import main
 
     monkeypatch.setenv("PROMPTYOSELF_EXECUTOR_MODE", "sometimes")
     assert main([]) == 2
@@ -230,7 +230,7 @@ def test_empty_values_mean_unset(no_env_file: Path, monkeypatch: pytest.MonkeyPa
     s = load_settings()
     assert s.db_url == f"sqlite:///{default_db_path()}"
     assert s.letta_token is None
-    from promptyoself.http_auth import bearer_middleware
+    from promptyoself.faces.http_auth import bearer_middleware
 
     assert bearer_middleware(s) == []
 

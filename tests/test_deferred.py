@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself import deferred
-from promptyoself.deferred import DeferredDelivery
-from promptyoself.server import build_server
+from promptyoself.delivery import deferred
+from promptyoself.delivery.deferred import DeferredDelivery
+from promptyoself.faces.mcp import build_server
 from tests.fake_letta import FakeLetta
 from tests.helpers_delivery import make_core
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery import Claim, backoff_delay, deliver, envelope
-from promptyoself.executor import Executor, run_once_result, service_for, status_tool
-from promptyoself.store import claim_due, release_claims
+from promptyoself.delivery.attempt import Claim, backoff_delay, deliver, envelope
+from promptyoself.delivery.service import Executor, run_once_result, service_for, status_tool
+from promptyoself.store.db import claim_due, release_claims
 from tests.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from promptyoself.store import Schedule
+from promptyoself.store.db import Schedule
 from tests.fake_letta import FakeLetta
 from tests.helpers_delivery import add_many, add_schedule, child_env, get, history, kill_all, make_core, wait_until
 
@@ -202,7 +202,7 @@ def test_sigkill_mid_delivery_lease_expires_and_another_process_delivers(db: Pat
 CLAIM_AND_DIE = textwrap.dedent("""
     import os, signal, sys
     from datetime import UTC, datetime, timedelta
-    from promptyoself.store import Store, claim_due
+    from promptyoself.store.db import Store, claim_due
     store = Store(sys.argv[1])
     now = datetime.now(UTC)
     rows = claim_due(store, "doomed-process", now, now + timedelta(seconds=2), limit=10)

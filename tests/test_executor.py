@@ -15,10 +15,10 @@ import pytest
 from fastmcp import Client
 from sqlalchemy import event
 
-from promptyoself.delivery import Claim, deliver
-from promptyoself.executor import Executor, server_lifespan, service_for
-from promptyoself.server import build_server
-from promptyoself.store import claim_due
+from promptyoself.delivery.attempt import Claim, deliver
+from promptyoself.delivery.service import Executor, server_lifespan, service_for
+from promptyoself.faces.mcp import build_server
+from promptyoself.store.db import claim_due
 from tests.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, get, history, make_core, wait_until
 

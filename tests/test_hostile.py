@@ -32,12 +32,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
-from promptyoself import cli
 from promptyoself.config import Settings
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
 from promptyoself.errors import ERROR_CODES
-from promptyoself.server import build_server
-from promptyoself.store import Delivery
+from promptyoself.faces import cli
+from promptyoself.faces.mcp import build_server
+from promptyoself.store.db import Delivery
 
 # Values a leak would show. They are configured everywhere a secret can be configured.
 SECRETS = {

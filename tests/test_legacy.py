@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from promptyoself import cli, timing
-from promptyoself.legacy import legacy_key, parse_legacy_datetime
-from promptyoself.store import Schedule
+from promptyoself import timing
+from promptyoself.core.legacy import legacy_key, parse_legacy_datetime
+from promptyoself.faces import cli
+from promptyoself.store.db import Schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_A = "agent-11111111-1111-4111-8111-111111111111"
@@ -243,7 +244,7 @@ def test_legacy_file_is_not_modified(core, legacy_db, capsys):
 
 
 def test_quota_per_agent_applies_to_imports(tmp_path, legacy_db, capsys):
-    from promptyoself.core import Core
+    from promptyoself.core.operations import Core
     from tests.conftest import make_settings
 
     core = Core(make_settings(tmp_path / "small.db", max_active_per_agent=2))
@@ -258,7 +259,7 @@ def test_quota_per_agent_applies_to_imports(tmp_path, legacy_db, capsys):
 
 
 def test_prompt_longer_than_the_limit_is_reported(tmp_path, capsys):
-    from promptyoself.core import Core
+    from promptyoself.core.operations import Core
     from tests.conftest import make_settings
 
     path = make_legacy_db(tmp_path / "long.db", [
@@ -369,7 +370,7 @@ def test_cli_subprocess_then_idempotent_in_process(tmp_path, legacy_db, capsys):
     assert result["imported"] == len(GOOD_ROWS)
     assert "Traceback" not in proc.stderr
 
-    from promptyoself.core import Core
+    from promptyoself.core.operations import Core
     from tests.conftest import make_settings
 
     core = Core(make_settings(db))

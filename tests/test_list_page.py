@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import insert
 
 from promptyoself.config import Settings
-from promptyoself.core import Core
-from promptyoself.queries import LIVE_STATES, list_page
-from promptyoself.store import Schedule, Store
+from promptyoself.core.operations import Core
+from promptyoself.store.db import Schedule, Store
+from promptyoself.store.queries import LIVE_STATES, list_page
 
 STATES = ("active", "paused", "completed", "cancelled", "failed")
 
@@ -164,8 +164,8 @@ def test_migration_0003_counts_the_rows_already_there(tmp_path: Path) -> None:
     from alembic.config import Config
     from sqlalchemy import text
 
-    from promptyoself import store as store_module
-    from promptyoself.store import make_engine
+    from promptyoself.store import db as store_module
+    from promptyoself.store.db import make_engine
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     cfg = Config()

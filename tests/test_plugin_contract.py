@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from promptyoself import cli
+from promptyoself.faces import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_FILE = ROOT / "promptyoself" / "cli.py"

@@ -22,9 +22,9 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
 from promptyoself.config import Settings
-from promptyoself.core import Core
-from promptyoself.server import build_server
-from promptyoself.store import HEAD_REVISION, Delivery, Schedule, Store, current_revision
+from promptyoself.core.operations import Core
+from promptyoself.faces.mcp import build_server
+from promptyoself.store.db import HEAD_REVISION, Delivery, Schedule, Store, current_revision
 from tests.pg import pg_schema, require_pg, schema_of, with_schema
 
 pytestmark = pytest.mark.postgres

@@ -17,12 +17,12 @@ from urllib.parse import quote
 import pytest
 from fastmcp import Client
 
-from promptyoself import cli
 from promptyoself.config import Settings, load_settings
 from promptyoself.config import redact_url as _safe_url
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
+from promptyoself.faces import cli
+from promptyoself.faces.mcp import build_server
 from promptyoself.logs import RedactSecrets, reset_logging, settings_secrets, setup_logging
-from promptyoself.server import build_server
 
 API_KEY = "sk-APIKEY-7c1f0e9b2d4a"
 PASSWORD = "pw-LETTA-4e8a2b6d9c1f"
@@ -225,7 +225,7 @@ def test_cli_subprocess_never_leaks(secret_env: Path, tmp_path: Path) -> None:
 
 
 def test_database_url_password_is_hidden_without_connecting() -> None:
-    from promptyoself.store import Store, make_engine
+    from promptyoself.store.db import Store, make_engine
 
     store = Store.__new__(Store)  # no migration, no connection: only the engine (which connects lazily)
     store.url = PG_URL
@@ -238,7 +238,7 @@ def test_database_url_password_is_hidden_without_connecting() -> None:
     assert_clean(shown, "Store.describe")
     assert_clean(_safe_url(PG_URL), "_safe_url")
 
-    from promptyoself.server import _hidden_password
+    from promptyoself.faces.mcp import _hidden_password
 
     assert _hidden_password(PG_URL) == "postgresql+psycopg://promptyoself:***@127.0.0.1:1/pys"
     assert _hidden_password(f"http://letta:{PASSWORD}@127.0.0.1:8283") == "http://letta:***@127.0.0.1:8283"

@@ -16,8 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "croniter", "dateutil", "cron_descriptor", "psycopg",
-         "promptyoself.store", "promptyoself.executor", "promptyoself.worker", "promptyoself.delivery",
-         "promptyoself.loop", "promptyoself.letta")
+         "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.delivery.worker",
+         "promptyoself.delivery.attempt", "promptyoself.delivery.loop", "promptyoself.letta.client")
 
 PROBE = """
 import json, sys
@@ -28,7 +28,7 @@ def run(self, *args, **kwargs):  # stands in for serving: report what start-up i
     sys.stdout.write(json.dumps({"heavy": heavy}))
 
 FastMCP.run = run
-from promptyoself.server import main
+from promptyoself.faces.mcp import main
 main([])
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from promptyoself.store import HEAD_REVISION, Schedule, Store, UTCDateTime
+from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime
 
 
 def test_open_creates_migrates_and_sets_wal(tmp_path: Path) -> None:

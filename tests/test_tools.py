@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself.core import Core
+from promptyoself.core.operations import Core
 from promptyoself.errors import ERROR_CODES
-from promptyoself.server import build_server
+from promptyoself.faces.mcp import build_server
 from tests.conftest import FIXED_NOW, make_settings
 from tests.fake_letta import FakeLetta
 

@@ -17,8 +17,8 @@ from fastmcp import Client
 from fastmcp.client.transports import SSETransport, StreamableHttpTransport
 
 from promptyoself.config import Settings
-from promptyoself.core import Core
-from promptyoself.server import build_server, check_exposure, is_loopback
+from promptyoself.core.operations import Core
+from promptyoself.faces.mcp import build_server, check_exposure, is_loopback
 from tests.procs import PYTHON, SERVER_SCRIPT, ServerProcess, free_port, running_server, server_env
 
 TOKEN = "tok-3f9a1c2e7b5d4a60-transport-test"

@@ -19,7 +19,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from promptyoself.worker import read_lease
+from promptyoself.delivery.worker import read_lease
 from tests.fake_letta import FakeLetta
 from tests.helpers_delivery import (
     SERVER,

@@ -32,9 +32,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from promptyoself import timing
-from promptyoself.agents import normalize_agent_id
+from promptyoself.core.agents import normalize_agent_id
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
-from promptyoself.store import Schedule
+from promptyoself.store.db import Schedule
 
 log = logging.getLogger(__name__)
 

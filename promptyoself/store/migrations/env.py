@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from promptyoself.store import Base
+from promptyoself.store.db import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -16,7 +16,7 @@ import httpx
 from promptyoself import __version__
 from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
-from promptyoself.http1 import KeepAlivePoster, encode_json
+from promptyoself.letta.http1 import KeepAlivePoster, encode_json
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from promptyoself import __version__, timing
-from promptyoself.store import Store, WorkerLease, count_state, utcnow
+from promptyoself.store.db import Store, WorkerLease, count_state, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def run_worker(core: Any, *, shared: bool = False) -> dict[str, Any] | None:
     """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
     SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
     release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1)."""
-    from promptyoself.executor import Executor, StopOnSignals, make_owner, service_for
+    from promptyoself.delivery.service import Executor, StopOnSignals, make_owner, service_for
 
     settings = core.settings
     role = "shared" if shared else "worker"

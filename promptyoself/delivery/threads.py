@@ -13,8 +13,8 @@ from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import Any
 
-from promptyoself.delivery import write_lock
-from promptyoself.store import renew_claims
+from promptyoself.delivery.attempt import write_lock
+from promptyoself.store.db import renew_claims
 
 log = logging.getLogger(__name__)
 

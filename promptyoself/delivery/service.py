@@ -1,12 +1,12 @@
 """Delivery entry points: the MCP tools, the CLI commands and the server lifespan that run the loop.
 
-The loop itself is ``promptyoself.loop.Executor``: it sleeps until the earliest ``due_at`` (not a
+The loop itself is ``promptyoself.delivery.loop.Executor``: it sleeps until the earliest ``due_at`` (not a
 fixed poll), wakes at once when this process writes a schedule (``Core.on_change``) or finishes a
 delivery, re-reads the earliest due time at most every ``interval`` seconds to see other processes'
 writes, claims, delivers, records and advances. Blocking work runs in daemon threads, never on the
 event loop. ``Executor.run_once`` is the one-pass variant behind ``execute``.
 
-Who runs it (``PROMPTYOSELF_EXECUTOR_MODE``): the detached worker (``promptyoself.worker``), an
+Who runs it (``PROMPTYOSELF_EXECUTOR_MODE``): the detached worker (``promptyoself.delivery.worker``), an
 asyncio task in the MCP server's lifespan (``embedded``), the ``execute --loop`` command, or
 ``promptyoself_execute(loop=true)``.
 """
@@ -23,11 +23,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from promptyoself.delivery import AUTH_PREFIX
-from promptyoself.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
+from promptyoself.delivery.attempt import AUTH_PREFIX
+from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
-from promptyoself.store import delivery_totals, due_summary, latest_delivery
+from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class DeliveryService:
 
     def ensure_worker_soon(self) -> threading.Thread:
         """Check the worker lease and start a worker if none is live, in a background thread."""
-        from promptyoself import worker
+        from promptyoself.delivery import worker
 
         self._last_ensure = time.monotonic()
 
@@ -99,7 +99,7 @@ class DeliveryService:
         return None
 
     def health_info(self) -> dict[str, Any]:
-        from promptyoself import worker
+        from promptyoself.delivery import worker
 
         return {
             "executor": self.executor.info() if self.executor is not None else None,
@@ -165,7 +165,7 @@ def run_once_result(core: Any) -> dict[str, Any]:
 
 def status_tool(core: Any) -> dict[str, Any]:
     """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
-    from promptyoself import worker
+    from promptyoself.delivery import worker
 
     svc = service_for(core)
     ex = svc.executor
@@ -212,7 +212,7 @@ def execute_cli(core: Any, *, loop: bool, interval: float | None) -> dict[str, A
 
 def worker_cli(core: Any, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
     """``promptyoself worker [--status|--stop|--shared]``."""
-    from promptyoself import worker
+    from promptyoself.delivery import worker
 
     if status:
         return worker.status_result(core)

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Select, String, Table, bindparam, func, select
 
-from promptyoself.store import Schedule, Store
+from promptyoself.store.db import Schedule, Store
 
 LIVE_STATES = ("active", "paused")
 

@@ -1,6 +1,6 @@
 """The delivery loop itself: ``Executor`` (sleep until due, claim, deliver, record), with its
-sender threads and recorder thread. ``promptyoself.threads`` holds the thread pool and the claim
-keeper under it; ``promptyoself.executor`` holds the entry points that run it."""
+sender threads and recorder thread. ``promptyoself.delivery.threads`` holds the thread pool and the claim
+keeper under it; ``promptyoself.delivery.service`` holds the entry points that run it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.delivery import (
+from promptyoself.delivery.attempt import (
     Attempt,
     Claim,
     Result,
@@ -28,8 +28,8 @@ from promptyoself.delivery import (
     record_batch,
     write_lock,
 )
-from promptyoself.store import claim_due, next_due, release_claims
-from promptyoself.threads import ClaimKeeper, DaemonPool
+from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
+from promptyoself.store.db import claim_due, next_due, release_claims
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,9 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from promptyoself import __version__
-from promptyoself.agents import CallContext
-from promptyoself.core import Core
-from promptyoself.errors import PromptYoSelfError
-from promptyoself.results import (
+from promptyoself.core.agents import CallContext
+from promptyoself.core.operations import Core
+from promptyoself.core.results import (
     AgentsResult,
     CancelResult,
     DefaultAgentResult,
@@ -43,6 +42,7 @@ from promptyoself.results import (
     TestResult,
     UploadResult,
 )
+from promptyoself.errors import PromptYoSelfError
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +398,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
 
 
 def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
-    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.executor,
+    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.delivery.service,
     imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need)."""
     def promptyoself_execute(
         loop: Annotated[bool, Field(description="Start the background executor and return at once.")] = False,
@@ -409,13 +409,13 @@ def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
         ] = 60,
     ) -> ExecuteResult:
         """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
-        from promptyoself import executor
+        from promptyoself.delivery import service as executor
 
         return executor.execute_tool(core, loop=loop, interval=interval)  # type: ignore[return-value]
 
     def promptyoself_executor_status() -> ExecutorStatus:
         """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
-        from promptyoself import executor
+        from promptyoself.delivery import service as executor
 
         return executor.status_tool(core)  # type: ignore[return-value]
 
@@ -425,7 +425,7 @@ def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``promptyoself_mcp_server.py`` / ``promptyoself serve``: run the MCP server (stdio by default)."""
-    from promptyoself.cli import serve_parser
+    from promptyoself.faces.cli import serve_parser
 
     args = serve_parser().parse_args(argv)
     return serve(args)
@@ -467,8 +467,8 @@ def serve(args: Any) -> int:
         settings.executor_mode if settings.executor_enabled else "off",
     )
     core = Core(settings)
-    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.deferred)
-        from promptyoself.deferred import DeferredDelivery
+    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
+        from promptyoself.delivery.deferred import DeferredDelivery
 
         deferred = DeferredDelivery(core)
         mcp = build_server(core, lifespan=deferred.lifespan)
@@ -479,7 +479,7 @@ def serve(args: Any) -> int:
         if transport == "stdio":
             mcp.run("stdio", show_banner=False)
         else:
-            from promptyoself.http_auth import bearer_middleware
+            from promptyoself.faces.http_auth import bearer_middleware
 
             level = settings.log_level.lower()
             log.info(

@@ -37,7 +37,7 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
-from promptyoself.store import Delivery, add_deliveries, lock_rows, release_claims, write_schedules
+from promptyoself.store.db import Delivery, add_deliveries, lock_rows, release_claims, write_schedules
 
 log = logging.getLogger(__name__)
 

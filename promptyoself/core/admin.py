@@ -7,14 +7,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__
-from promptyoself.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
-from promptyoself.checks import check_source, check_text
 from promptyoself.config import Settings, redact_url
+from promptyoself.core.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
+from promptyoself.core.checks import check_source, check_text
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
 if TYPE_CHECKING:
-    from promptyoself.letta import LettaClient
-    from promptyoself.store import Store
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.store.db import Store
 
 
 class AdminOperations:
@@ -138,7 +138,7 @@ class AdminOperations:
     def health(self) -> dict[str, Any]:
         from sqlalchemy import func, select
 
-        from promptyoself.store import Schedule
+        from promptyoself.store.db import Schedule
 
         with self.store.session() as s:
             active = s.execute(

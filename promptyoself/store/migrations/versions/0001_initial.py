@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from promptyoself.store import UTCDateTime
+from promptyoself.store.db import UTCDateTime
 
 revision = "0001"
 down_revision = None

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.admin import AdminOperations
-from promptyoself.agents import CallContext, Defaults, agent_required_error, infer_agent
-from promptyoself.checks import (
+from promptyoself.config import Settings
+from promptyoself.core.admin import AdminOperations
+from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
+from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
     check_limit,
@@ -28,13 +29,12 @@ from promptyoself.checks import (
     parse_schedule_id,
     required_time,
 )
-from promptyoself.config import Settings
+from promptyoself.core.results import delivery_record, iso, schedule_record
 from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
-from promptyoself.results import delivery_record, iso, schedule_record
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
-    from promptyoself.letta import LettaClient
-    from promptyoself.store import Schedule, Store
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.store.db import Schedule, Store
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class Core(AdminOperations):
         if self._store is None:
             with self._lock:
                 if self._store is None:
-                    from promptyoself.store import Store
+                    from promptyoself.store.db import Store
 
                     self._store = Store(self.settings.db_url)
         return self._store
@@ -96,7 +96,7 @@ class Core(AdminOperations):
         if self._letta is None:
             with self._lock:
                 if self._letta is None:
-                    from promptyoself.letta import LettaClient
+                    from promptyoself.letta.client import LettaClient
 
                     self._letta = LettaClient(
                         self.settings.letta_base_url,
@@ -259,7 +259,7 @@ class Core(AdminOperations):
             self.letta.get_agent(agent)
         from sqlalchemy.exc import IntegrityError
 
-        from promptyoself.store import Schedule
+        from promptyoself.store.db import Schedule
 
         row = Schedule(
             agent_id=agent,
@@ -292,7 +292,7 @@ class Core(AdminOperations):
     def _by_idempotency(self, agent: str, key: str) -> Schedule | None:
         from sqlalchemy import select
 
-        from promptyoself.store import Schedule
+        from promptyoself.store.db import Schedule
 
         with self.store.session() as s:
             q = select(Schedule).where(Schedule.agent_id == agent, Schedule.idempotency_key == key)
@@ -330,7 +330,7 @@ class Core(AdminOperations):
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
         off = check_limit("offset", offset, 0, 10**9)
         found = infer_agent(agent_id, ctx, self.settings, self.defaults, None)
-        from promptyoself.queries import list_page
+        from promptyoself.store.queries import list_page
 
         rows, total = list_page(self.store, found.agent_id, bool(include_cancelled), lim, off)
         return {
@@ -342,7 +342,7 @@ class Core(AdminOperations):
         }
 
     def _get(self, s: Any, schedule_id: int) -> Schedule:
-        from promptyoself.store import Schedule
+        from promptyoself.store.db import Schedule
 
         row = s.get(Schedule, schedule_id)
         if row is None:
@@ -362,7 +362,7 @@ class Core(AdminOperations):
     ) -> dict[str, Any]:
         from sqlalchemy import select
 
-        from promptyoself.store import Delivery
+        from promptyoself.store.db import Delivery
 
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
         conds = []

@@ -10,7 +10,7 @@ from typing_extensions import TypedDict
 from promptyoself.timing import to_utc_iso
 
 if TYPE_CHECKING:
-    from promptyoself.store import Delivery, Schedule
+    from promptyoself.store.db import Delivery, Schedule
 
 
 class ScheduleRecord(TypedDict):

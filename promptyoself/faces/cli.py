@@ -1,0 +1,354 @@
+"""``python -m promptyoself``: the command line. Each subcommand calls the core and prints its result.
+
+JSON on stdout when stdout is not a terminal (or with ``--json``), a readable table on a terminal.
+Exit codes: 0 success, 1 the operation failed, 2 usage error. Logs go to stderr, never stdout.
+``promptyoself/cli.py`` is the entry script a plugin host runs as a file (``python promptyoself/cli.py --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from promptyoself.errors import PromptYoSelfError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line input found after argparse (exit code 2)."""
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0 (no 'nan', 'inf', 0 or negatives)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text[:40]!r}")
+    return value
+
+
+def _add_agent(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent-id", help="Letta agent id (default: inferred from env / defaults)")
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's default must not undo `promptyoself --json CMD`.
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port for http/sse (default 8000)")
+    p.add_argument("--path", default=None, help="endpoint path (default /mcp for http, /sse for sse)")
+    p.add_argument(
+        "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
+    )
+    p.add_argument(
+        "--no-executor",
+        action="store_true",
+        help="deliver nothing from this process (same as PROMPTYOSELF_EXECUTOR_AUTOSTART=false)",
+    )
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="promptyoself-mcp", description="Run the PromptYoSelf MCP server.")
+    add_serve_arguments(p)
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="promptyoself",
+        description="Schedule prompts for Letta agents and deliver them on time.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON even on a terminal")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("schedule", help="schedule a prompt (--time, --cron or --every)")
+    p.add_argument("--prompt", required=True, help="text the agent will receive")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--time", help="once: ISO 8601, naive local time, or 'in 5m'")
+    when.add_argument("--cron", help="recurring: 5-field cron, e.g. '0 9 * * MON-FRI'")
+    when.add_argument("--every", help="recurring: interval, e.g. '30m', '1h30m', 'PT15M'")
+    _add_agent(p)
+    p.add_argument("--timezone", help="IANA timezone, e.g. Europe/Berlin")
+    p.add_argument("--start-at", help="with --every: first run")
+    p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
+    p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
+    p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
+    _add_json(p)
+
+    p = sub.add_parser("list", help="list schedules")
+    _add_agent(p)
+    p.add_argument("--include-cancelled", action="store_true", help="also ended schedules")
+    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
+    p.add_argument("--offset", type=int, default=0, help="rows to skip")
+    _add_json(p)
+
+    for name, text in (
+        ("cancel", "cancel a schedule"),
+        ("pause", "pause a schedule"),
+        ("resume", "resume a paused schedule"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id", help="schedule id")
+        _add_json(p)
+
+    p = sub.add_parser("history", help="delivery attempts, newest first")
+    p.add_argument("--schedule-id", help="only this schedule")
+    _add_agent(p)
+    p.add_argument("--limit", type=int, default=20, help="rows (default 20)")
+    _add_json(p)
+
+    p = sub.add_parser("execute", help="deliver due prompts now (or --loop)")
+    p.add_argument("--loop", action="store_true", help="keep delivering until interrupted")
+    p.add_argument("--interval", type=positive_seconds, default=None, help="seconds between re-reads")
+    _add_json(p)
+
+    p = sub.add_parser("worker", help="run (or inspect/stop) the delivery worker")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--status", action="store_true", help="show the worker lease and exit")
+    group.add_argument("--stop", action="store_true", help="stop the running worker")
+    p.add_argument("--shared", action="store_true", help="skip the singleton lease (several workers on PostgreSQL)")
+    _add_json(p)
+
+    for name, text in (
+        ("test", "check the Letta connection"),
+        ("agents", "list Letta agents"),
+        ("health", "show server health"),
+    ):
+        p = sub.add_parser(name, help=text)
+        _add_json(p)
+
+    p = sub.add_parser("upload", help="upload a Python function to Letta as a tool")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--file", help="path of the .py file holding the function")
+    src.add_argument("--source-code", help="the source itself")
+    p.add_argument("--name", help="function name (must match the source)")
+    p.add_argument("--description", help="tool description")
+    _add_json(p)
+
+    p = sub.add_parser("serve", help="run the MCP server")
+    add_serve_arguments(p)
+
+    p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
+    p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
+    _add_json(p)
+    _plugin_epilog(parser, sub)
+    return parser
+
+
+def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """The 'Available commands:' block a Sanctum-style plugin host reads from ``--help`` to discover
+    commands (one per line, two-space indent, the name first; a blank line ends it)."""
+    rows = [(a.dest, a.help or "") for a in sub._choices_actions]
+    width = max(len(name) for name, _ in rows) + 2
+    lines = ["Available commands:", *(f"  {name.ljust(width)}{text}" for name, text in rows), ""]
+    lines += ["Output: JSON on stdout when it is not a terminal (or with --json), else a table.",
+              "Exit codes: 0 success, 1 the operation failed, 2 usage error."]
+    parser.epilog = "\n".join(lines)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+# ---- output -----------------------------------------------------------------------------------
+
+ROW_COLUMNS: dict[str, tuple[str, ...]] = {
+    "schedules": ("id", "agent_id", "schedule_type", "schedule_value", "timezone", "state", "next_run", "prompt_text"),
+    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
+    "agents": ("id", "name", "created_at", "last_updated"),
+    "executed": ("id", "agent_id", "delivered", "next_run", "repetition_count", "completed", "error"),
+}
+
+
+def _cell(value: Any, width: int = 40) -> str:
+    text = "" if value is None else str(value)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """A readable rendering for terminals: a table for lists, ``key: value`` lines otherwise."""
+    lines: list[str] = []
+    for key, columns in ROW_COLUMNS.items():
+        rows = result.get(key)
+        if isinstance(rows, list):
+            cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+            widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+            lines.append("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+            lines.extend("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells)
+            extra = {k: v for k, v in result.items() if k not in (key, "status")}
+            lines.append(" ".join(f"{k}={v}" for k, v in extra.items()))
+            return "\n".join(line.rstrip() for line in lines)
+    for k, v in result.items():
+        lines.append(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+    return "\n".join(lines)
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    text = json.dumps(result, indent=None if as_json else 2, default=str) if as_json else render_table(result)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def want_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False)) or not sys.stdout.isatty()
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    common = {
+        "agent_id": a.agent_id,
+        "timezone": a.timezone,
+        "skip_validation": a.skip_validation,
+        "idempotency_key": a.idempotency_key,
+    }
+    if a.time is not None:
+        if a.start_at or a.max_repetitions is not None:
+            raise UsageError("--start-at and --max-repetitions go with --every")
+        return dict(core.schedule_time(a.prompt, a.time, **common))
+    if a.cron is not None:
+        if a.start_at or a.max_repetitions is not None:
+            raise UsageError("--start-at and --max-repetitions go with --every")
+        return dict(core.schedule_cron(a.prompt, a.cron, **common))
+    return dict(
+        core.schedule_every(a.prompt, a.every, start_at=a.start_at, max_repetitions=a.max_repetitions, **common)
+    )
+
+
+def _upload(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    if a.file:
+        try:
+            source = Path(a.file).read_text(encoding="utf-8")
+        except (OSError, ValueError) as exc:  # ValueError: NUL in the path, or not UTF-8 text
+            shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
+            reason = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
+            raise UsageError(f"cannot read {shown!r}: {reason}") from None
+    else:
+        source = a.source_code
+    return dict(core.upload_tool(source, name=a.name, description=a.description))
+
+
+def _execute(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.delivery import service as executor
+
+    return dict(executor.execute_cli(core, loop=a.loop, interval=a.interval))
+
+
+def _worker(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
+    from promptyoself.delivery import service as executor
+
+    return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
+
+
+def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import legacy
+
+    return dict(legacy.import_legacy(core, a.path))
+
+
+COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] = {
+    "schedule": _schedule,
+    "list": lambda c, a: dict(
+        c.list_schedules(agent_id=a.agent_id, include_cancelled=a.include_cancelled, limit=a.limit, offset=a.offset)
+    ),
+    "cancel": lambda c, a: dict(c.cancel(a.id)),
+    "pause": lambda c, a: dict(c.pause(a.id)),
+    "resume": lambda c, a: dict(c.resume(a.id)),
+    "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
+    "execute": _execute,
+    "worker": _worker,
+    "test": lambda c, a: dict(c.test_connection()),
+    "agents": lambda c, a: dict(c.list_agents()),
+    "health": lambda c, a: dict(c.health()),
+    "upload": _upload,
+    "import-legacy": _import_legacy,
+}
+
+
+def main(argv: list[str] | None = None, *, core: Any = None) -> int:
+    """Run one command. ``core`` may be passed in by tests; otherwise it is built from settings."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    if args.command == "serve":
+        from promptyoself.faces.mcp import serve
+
+        return serve(args)
+    as_json = want_json(args)
+    own_core = core is None
+    try:
+        if own_core:
+            from promptyoself.config import load_settings
+            from promptyoself.core.operations import Core
+            from promptyoself.logs import setup_logging
+
+            settings = load_settings()
+            setup_logging(settings)
+            core = Core(settings)
+        result = COMMANDS[args.command](core, args)
+    except ValidationError as exc:  # bad configuration (env or .env): a usage error, value not echoed
+        from promptyoself.config import describe_settings_error
+
+        message = describe_settings_error(exc)
+        sys.stderr.write(f"promptyoself: {message}\n")
+        if as_json:
+            emit({"status": "error", "error": message, "code": "usage"}, True)
+        return EXIT_USAGE
+    except UsageError as exc:
+        sys.stderr.write(f"promptyoself {args.command}: {exc}\n")
+        if as_json:
+            emit({"status": "error", "error": str(exc), "code": "usage"}, True)
+        return EXIT_USAGE
+    except PromptYoSelfError as exc:
+        if as_json:
+            emit(exc.to_dict(), True)
+        else:
+            sys.stderr.write(f"error ({exc.code}): {exc.message}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+    except Exception:  # a bug: log it (stderr/log file), never print a traceback as the result
+        logging.getLogger("promptyoself.faces.cli").exception("command %s failed", args.command)
+        error = {
+            "status": "error",
+            "code": "internal",
+            "error": "Internal error; the log has the details. Run `promptyoself health` to check.",
+        }
+        if as_json:
+            emit(error, True)
+        else:
+            sys.stderr.write(f"error (internal): {error['error']}\n")
+        return EXIT_FAILED
+    finally:
+        if own_core and core is not None:
+            core.close()
+    if result is not None:
+        emit(result, as_json)
+        if result.get("status") == "error":
+            return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,11 +46,11 @@ async def wait_started(d: DeferredDelivery, seconds: float = 10.0) -> None:
 async def test_tools_list_starts_delivery_after_its_reply(tmp_path: Path, fake: FakeLetta) -> None:
     core, d, mcp = embedded_server(tmp_path, fake)
     async with Client(mcp) as client:
-        assert not d.started and core.executor is None  # connected and initialized: nothing yet
+        assert not d.started and core.delivery is None  # connected and initialized: nothing yet
         tools = await client.list_tools()
         assert len(tools) > 10
         await wait_started(d)
-        ex = core.executor.executor
+        ex = core.delivery.executor
         assert ex is not None and ex.role == "embedded"
     assert not ex.running  # and it ended with the server
     core.close()
@@ -73,7 +73,7 @@ async def test_delivery_starts_on_its_own_when_the_client_asks_nothing(
     core, d, mcp = embedded_server(tmp_path, fake)
     async with Client(mcp):
         await wait_started(d)
-        assert core.executor.executor.running
+        assert core.delivery.executor.running
     core.close()
 
 
@@ -81,5 +81,5 @@ async def test_a_server_that_stops_before_the_trigger_starts_nothing(tmp_path: P
     core, d, mcp = embedded_server(tmp_path, fake)
     async with Client(mcp):
         pass
-    assert not d.started and core.executor is None
+    assert not d.started and core.delivery is None
     core.close()

@@ -245,7 +245,7 @@ async def test_embedded_mode_delivers_from_inside_the_server(tmp_path: Path, fak
                 break
             await asyncio.sleep(0.05)
         assert fake.received_texts()[0].endswith("\nembedded")
-    ex = core.executor.executor
+    ex = core.delivery.executor
     assert ex is not None and not ex.running  # ended with the server
     core.close()
 

@@ -10,6 +10,7 @@ from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
 from promptyoself.core.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.core.checks import check_source, check_text
+from promptyoself.deps import DeliveryView
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class AdminOperations:
     defaults: Defaults
     started_monotonic: float
     tool_calls: int
-    executor: Any
+    delivery: DeliveryView | None
 
     @property
     def letta(self) -> LettaClient:
@@ -157,6 +158,6 @@ class AdminOperations:
             "tool_calls": self.tool_calls,
             "schedules_active": int(active),
         }
-        if self.executor is not None and hasattr(self.executor, "health_info"):
-            out.update(self.executor.health_info())
+        if self.delivery is not None:
+            out.update(self.delivery.health_info())
         return out

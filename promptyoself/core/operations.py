@@ -8,11 +8,9 @@ health operations in ``admin.py``; argument checks in ``checks.py``.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -30,6 +28,7 @@ from promptyoself.core.checks import (
     required_time,
 )
 from promptyoself.core.results import delivery_record, iso, schedule_record
+from promptyoself.deps import Clock, Deps
 from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
@@ -55,8 +54,8 @@ class Plan:
     max_repetitions: int | None = None
 
 
-class Core(AdminOperations):
-    """PromptYoSelf's operations over one store and one Letta server."""
+class Core(Deps, AdminOperations):
+    """PromptYoSelf's operations over one store and one Letta server (the wiring is ``Deps``)."""
 
     def __init__(
         self,
@@ -64,66 +63,15 @@ class Core(AdminOperations):
         *,
         store: Store | None = None,
         letta: LettaClient | None = None,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        self.settings = settings
-        self._store = store
-        self._letta = letta
-        self._lock = threading.Lock()
-        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+        super().__init__(settings, store=store, letta=letta, clock=clock)
         self.defaults = Defaults()
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
-        self._listeners: list[Callable[[], None]] = []
-        # Set by the delivery side (executor/worker) so health and status can report on it.
-        self.executor: Any = None
-
-    # ---- wiring -----------------------------------------------------------------------------
-
-    @property
-    def store(self) -> Store:
-        """The database, opened (and migrated) on first use so that start-up stays fast."""
-        if self._store is None:
-            with self._lock:
-                if self._store is None:
-                    from promptyoself.store.db import Store
-
-                    self._store = Store(self.settings.db_url)
-        return self._store
-
-    @property
-    def letta(self) -> LettaClient:
-        if self._letta is None:
-            with self._lock:
-                if self._letta is None:
-                    from promptyoself.letta.client import LettaClient
-
-                    self._letta = LettaClient(
-                        self.settings.letta_base_url,
-                        self.settings.letta_token,
-                        timeout=self.settings.letta_timeout,
-                    )
-        return self._letta
-
-    def close(self) -> None:
-        if self._letta is not None:
-            self._letta.close()
-        if self._store is not None:
-            self._store.close()
-
-    def on_change(self, listener: Callable[[], None]) -> None:
-        """Register a callback run after any write that may change the earliest due time."""
-        self._listeners.append(listener)
 
     def _changed(self) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener()
-            except Exception:  # a listener must never fail the tool call
-                log.exception("change listener failed")
-
-    def now(self) -> datetime:
-        return self.clock()
+        self.changed()
 
     # ---- agent inference ----------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from promptyoself import timing
+from promptyoself.deps import Deps
 from promptyoself.errors import (
     AgentNotFound,
     InvalidArgument,
@@ -212,13 +213,13 @@ def error_text(exc: BaseException) -> str:
 # ---- the delivery ----------------------------------------------------------------------------
 
 
-def deliver(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
+def deliver(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
     """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
     sent = attempt(core, claim, owner, stopping=stopping)
     return sent if isinstance(sent, Result) else record_attempt(core, sent)
 
 
-def attempt(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Attempt | Result:
+def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
     (stopping before the send: the claim is released). Never raises for Letta errors."""
     settings = core.settings
@@ -253,7 +254,7 @@ def attempt(core: Any, claim: Claim, owner: str, *, stopping: Any = None) -> Att
 
 
 def _transient(
-    core: Any, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
+    core: Deps, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
 ) -> Attempt:
     settings = core.settings
     if _transient_attempts(core, claim, number) >= settings.max_attempts:
@@ -265,7 +266,7 @@ def _transient(
     return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
 
 
-def _transient_attempts(core: Any, claim: Claim, attempt: int) -> int:
+def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
     wait for the credentials to be fixed, however long that takes)."""
     if attempt < core.settings.max_attempts:
@@ -306,7 +307,7 @@ _queues: weakref.WeakKeyDictionary[Any, list[Attempt]] = weakref.WeakKeyDictiona
 
 
 def record(
-    core: Any,
+    core: Deps,
     claim: Claim,
     owner: str,
     kind: str,
@@ -323,7 +324,7 @@ def record(
     return record_attempt(core, Attempt(claim, owner, kind, attempted_at, attempt, error, run_id, route, delay))
 
 
-def record_attempt(core: Any, item: Attempt) -> Result:
+def record_attempt(core: Deps, item: Attempt) -> Result:
     """``record`` for an ``Attempt``, with group commit: the attempt joins this store's queue, then
     the thread that gets the store's write lock records every queued attempt in one transaction
     (those of other threads that finished their sends meanwhile included) and hands each its result.
@@ -347,7 +348,7 @@ def record_attempt(core: Any, item: Attempt) -> Result:
     return item.result
 
 
-def record_batch(core: Any, batch: list[Attempt]) -> None:
+def record_batch(core: Deps, batch: list[Attempt]) -> None:
     """Record ``batch`` in one transaction (the caller holds the store's ``write_lock``); every
     attempt gets its ``result`` or its ``failure``."""
     for tries in range(5):
@@ -373,7 +374,7 @@ def record_batch(core: Any, batch: list[Attempt]) -> None:
         return
 
 
-def _record_once(core: Any, batch: list[Attempt]) -> list[Result]:
+def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
     now = core.now()
     results: list[Result] = []
     history: list[dict[str, Any]] = []

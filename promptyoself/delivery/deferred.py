@@ -24,6 +24,8 @@ from typing import Any
 
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 
+from promptyoself.deps import Deps
+
 log = logging.getLogger(__name__)
 
 START_AFTER = 2.0
@@ -37,7 +39,7 @@ CALL_WAIT = 30.0
 class DeferredDelivery(Middleware):
     """Middleware + lifespan: ``build_server(core, lifespan=d.lifespan)`` then ``mcp.add_middleware(d)``."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Deps) -> None:
         self.core = core
         self._loop: asyncio.AbstractEventLoop | None = None
         self._go: asyncio.Event | None = None

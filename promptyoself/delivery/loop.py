@@ -29,6 +29,7 @@ from promptyoself.delivery.attempt import (
     write_lock,
 )
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
+from promptyoself.deps import Deps
 from promptyoself.store.db import claim_due, next_due, release_claims
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class Executor:
     (the agent it freed may have more due)."""
 
     def __init__(
-        self, core: Any, *, interval: float | None = None, role: str = "executor", owner: str | None = None
+        self, core: Deps, *, interval: float | None = None, role: str = "executor", owner: str | None = None
     ) -> None:
         s = core.settings
         self.core = core

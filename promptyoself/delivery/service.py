@@ -25,6 +25,7 @@ from typing import Any
 
 from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
+from promptyoself.deps import Deps
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
@@ -35,10 +36,10 @@ log = logging.getLogger(__name__)
 
 
 class DeliveryService:
-    """The delivery side of one ``Core`` (``core.executor``): the in-process executor if any, the
+    """The delivery side of one ``Core`` (``Deps.delivery``): the in-process executor if any, the
     worker lease, and the hooks that keep both informed of this process's writes."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: Deps) -> None:
         self.core = core
         self.executor: Executor | None = None
         self._thread: threading.Thread | None = None
@@ -108,12 +109,12 @@ class DeliveryService:
         }
 
 
-def service_for(core: Any) -> DeliveryService:
-    """The core's delivery service, created on first use."""
-    svc = core.executor
+def service_for(core: Deps) -> DeliveryService:
+    """The delivery service of this process's ``Deps``, created and registered on first use."""
+    svc = core.delivery
     if not isinstance(svc, DeliveryService):
         svc = DeliveryService(core)
-        core.executor = svc
+        core.delivery = svc
     return svc
 
 
@@ -125,7 +126,7 @@ def effective_mode(settings: Any) -> str:
 # ---- entry points: MCP tools -----------------------------------------------------------------------
 
 
-def execute_tool(core: Any, *, loop: bool, interval: float | None) -> dict[str, Any]:
+def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> dict[str, Any]:
     """``promptyoself_execute``: deliver what is due now, or start the background loop and return."""
     svc = service_for(core)
     if loop:
@@ -142,7 +143,7 @@ def execute_tool(core: Any, *, loop: bool, interval: float | None) -> dict[str, 
     return run_once_result(core)
 
 
-def run_once_result(core: Any) -> dict[str, Any]:
+def run_once_result(core: Deps) -> dict[str, Any]:
     ex = Executor(core, role="once")
     try:
         results = ex.run_once()
@@ -163,7 +164,7 @@ def run_once_result(core: Any) -> dict[str, Any]:
     return {"status": "success", "executed": executed, "message": message}
 
 
-def status_tool(core: Any) -> dict[str, Any]:
+def status_tool(core: Deps) -> dict[str, Any]:
     """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
     from promptyoself.delivery import worker
 
@@ -196,7 +197,7 @@ def status_tool(core: Any) -> dict[str, Any]:
 # ---- entry points: CLI -----------------------------------------------------------------------------
 
 
-def execute_cli(core: Any, *, loop: bool, interval: float | None) -> dict[str, Any]:
+def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, Any]:
     """``promptyoself execute [--loop]``: once, or in the foreground until SIGINT/SIGTERM."""
     if not loop:
         return run_once_result(core)
@@ -210,7 +211,7 @@ def execute_cli(core: Any, *, loop: bool, interval: float | None) -> dict[str, A
             "failed": info["failed"], "retried": info["retried"], "missed": info["missed"]}
 
 
-def worker_cli(core: Any, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
+def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
     """``promptyoself worker [--status|--stop|--shared]``."""
     from promptyoself.delivery import worker
 
@@ -242,7 +243,7 @@ class StopOnSignals:
 # ---- entry point: the MCP server's lifespan ----------------------------------------------------------
 
 
-def server_lifespan(core: Any) -> Callable[[Any], Any]:
+def server_lifespan(core: Deps) -> Callable[[Any], Any]:
     """The FastMCP lifespan. ``worker`` mode: check the worker lease and start a worker if none is
     live, in a background thread (the MCP handshake is not delayed). ``embedded``: run the loop as an
     asyncio task until the server stops. ``off``: nothing. In every mode SIGTERM stops delivery

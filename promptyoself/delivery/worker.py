@@ -38,6 +38,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 
 from promptyoself import __version__, timing
+from promptyoself.deps import Deps
 from promptyoself.store.db import Store, WorkerLease, count_state, utcnow
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def read_lease(store: Store) -> WorkerLease | None:
         return s.get(WorkerLease, LEASE_NAME)
 
 
-def lease_info(core: Any) -> dict[str, Any] | None:
+def lease_info(core: Deps) -> dict[str, Any] | None:
     """The lease as health, status and ``worker --status`` show it, or None when there is none."""
     row = read_lease(core.store)
     if row is None:
@@ -241,7 +242,7 @@ def spawn_worker(settings: Any, token: str) -> int:
     return child.pid
 
 
-def ensure_worker(core: Any) -> dict[str, Any]:
+def ensure_worker(core: Deps) -> dict[str, Any]:
     """Start a worker for this database unless a live one holds the lease (idempotent, race-safe)."""
     store = core.store
     row = read_lease(store)
@@ -264,7 +265,7 @@ def ensure_worker(core: Any) -> dict[str, Any]:
 # ---- running as the worker ------------------------------------------------------------------------
 
 
-def run_worker(core: Any, *, shared: bool = False) -> dict[str, Any] | None:
+def run_worker(core: Deps, *, shared: bool = False) -> dict[str, Any] | None:
     """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
     SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
     release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1)."""
@@ -315,7 +316,7 @@ def run_worker(core: Any, *, shared: bool = False) -> dict[str, Any] | None:
     return None
 
 
-async def _lease_and_idle(core: Any, ex: Any, owner: str, shared: bool, trouble: list[str]) -> None:
+async def _lease_and_idle(core: Deps, ex: Any, owner: str, shared: bool, trouble: list[str]) -> None:
     """Heartbeat the lease, watch for idleness, and stop the worker when the lease is lost or the
     database stays unreachable for longer than a lease (another worker may hold it by then)."""
     settings = core.settings
@@ -368,7 +369,7 @@ def _info(ex: Any) -> str:
 # ---- --status / --stop ----------------------------------------------------------------------------
 
 
-def status_result(core: Any) -> dict[str, Any]:
+def status_result(core: Deps) -> dict[str, Any]:
     info = lease_info(core)
     if info is None:
         return {"status": "ok", "running": False, "worker": None, "message": "No worker lease in this database."}
@@ -382,7 +383,7 @@ def status_result(core: Any) -> dict[str, Any]:
     }
 
 
-def stop_worker(core: Any, *, wait: float = STOP_WAIT) -> dict[str, Any]:
+def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     """Send SIGTERM to the leased worker (same host only) and wait for it to exit."""
     info = lease_info(core)
     if info is None or not info["alive"]:

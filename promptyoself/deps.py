@@ -1,0 +1,102 @@
+"""The typed bundle handed to every layer below the faces: settings, store, Letta client, clock, and
+the change signal. ``Core`` is a ``Deps``; delivery takes a ``Deps`` and never imports the core.
+
+The store and the Letta client open on first use, so importing this module (and starting the MCP
+handshake) costs neither SQLAlchemy nor httpx.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from promptyoself.config import Settings
+
+if TYPE_CHECKING:
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.store.db import Store
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    """The one wall clock of the program (aware UTC). Tests pass their own ``Clock`` instead."""
+    return datetime.now(UTC)
+
+
+class DeliveryView(Protocol):
+    """What the core may ask of the delivery side of its process (implemented by
+    ``promptyoself.delivery.service.DeliveryService``, which registers itself as ``Deps.delivery``)."""
+
+    def health_info(self) -> dict[str, Any]: ...
+
+
+class Deps:
+    """Settings, store, Letta client and clock for one process, plus the listeners told of writes."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        letta: LettaClient | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self._store = store
+        self._letta = letta
+        self._lock = threading.Lock()
+        self.clock: Clock = clock or system_clock
+        self._listeners: list[Callable[[], None]] = []
+        # The delivery side of this process, if one registered (health and status report on it).
+        self.delivery: DeliveryView | None = None
+
+    @property
+    def store(self) -> Store:
+        """The database, opened (and migrated) on first use so that start-up stays fast."""
+        if self._store is None:
+            with self._lock:
+                if self._store is None:
+                    from promptyoself.store.db import Store
+
+                    self._store = Store(self.settings.db_url)
+        return self._store
+
+    @property
+    def letta(self) -> LettaClient:
+        if self._letta is None:
+            with self._lock:
+                if self._letta is None:
+                    from promptyoself.letta.client import LettaClient
+
+                    self._letta = LettaClient(
+                        self.settings.letta_base_url,
+                        self.settings.letta_token,
+                        timeout=self.settings.letta_timeout,
+                    )
+        return self._letta
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def close(self) -> None:
+        if self._letta is not None:
+            self._letta.close()
+        if self._store is not None:
+            self._store.close()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Register a callback run after any write that may change the earliest due time."""
+        self._listeners.append(listener)
+
+    def changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # a listener must never fail the write that triggered it
+                log.exception("change listener failed")

@@ -57,16 +57,25 @@ def test_claim_is_exclusive_until_the_lease_expires(core: Any, fake: FakeLetta, 
     assert [c.id for c in got_a] == [sid]
     assert claim(core, "B") == []  # held by A
     clock.advance(LEASE + 1)  # A "crashed": its lease runs out
-    got_b = claim(core, "B")
+    now = core.now()
+    taken: set[int] = set()
+    rows = claim_due(core.store, "B", now, now + timedelta(seconds=LEASE), limit=10, taken_over=taken)
+    got_b = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
     assert [c.id for c in got_b] == [sid]
-    # A comes back and tries to record: its claim is gone, so the schedule is not touched by A
+    assert got_b[0].in_doubt  # taken from a holder whose lease ran out: it may have sent
+    # A comes back and (without the fence) sends: Letta has it, but A's claim is gone, so the
+    # schedule is not touched by A and history keeps the copy apart from `delivered`
     res = deliver(core, got_a[0], "A")
-    assert res.outcome == "delivered" and res.state is None
+    assert res.outcome == "sent_lost_claim" and res.state is None
     row = get(core.store, sid)
     assert row.claimed_by == "B" and row.state == "active" and row.repetition_count == 0
-    assert "claim lost" in (history(core.store, sid)[0].error or "")
-    # B delivers and records normally
-    assert deliver(core, got_b[0], "B").state == "completed"
+    first = history(core.store, sid)[0]
+    assert first.outcome == "sent_lost_claim" and "claim lost" in (first.error or "")
+    # B asks Letta for the occurrence's otid first, finds A's copy, and records it without sending
+    res_b = deliver(core, got_b[0], "B")
+    assert res_b.outcome == "delivered" and res_b.state == "completed"
+    assert len(fake.received) == 1
+    assert [h.outcome for h in history(core.store, sid)] == ["sent_lost_claim", "delivered"]
     assert get(core.store, sid).claimed_by is None
 
 
@@ -90,7 +99,7 @@ def test_claim_is_compare_and_set_on_next_run(core: Any, fake: FakeLetta) -> Non
     with core.store.session() as s:  # the occurrence moved on meanwhile (another process delivered it)
         s.get(type(get(core.store, sid)), sid).next_run = T0 + timedelta(minutes=5)
     res = deliver(core, c, "A")  # a stale snapshot cannot record over the new slot
-    assert res.outcome == "delivered" and res.state is None
+    assert res.outcome == "sent_lost_claim" and res.state is None
     assert get(core.store, sid).repetition_count == 0
 
 

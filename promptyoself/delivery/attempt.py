@@ -22,6 +22,7 @@ import random
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,11 +43,16 @@ from promptyoself.store.db import Delivery, add_deliveries, lock_rows, release_c
 
 log = logging.getLogger(__name__)
 
+SENT_ON_LOST_CLAIM = "sent_lost_claim"
+"""History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
 LATE_AFTER = timedelta(seconds=60)
 """A delivery at least this late says so in its envelope."""
 MAX_COUNTED_SLOTS = 1000
 """Counting the cron slots a catch-up coalesces stops here ("1000+")."""
 AUTH_PREFIX = "letta_auth:"
+IN_DOUBT_PREFIX = "in_doubt: "
+"""Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
+next attempt on the occurrence asks Letta for its ``otid`` before sending."""
 
 _rng = random.Random()
 _write_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
@@ -79,11 +85,16 @@ class Claim:
     attempt: int
     repetition_count: int
     max_repetitions: int | None
+    in_doubt: bool = False
+    """An earlier attempt on this occurrence may have reached Letta: check before sending."""
 
     @classmethod
-    def from_row(cls, row: Any) -> Claim:
-        """From a claimed schedule row (``store.claim_due``) or a ``Schedule``."""
+    def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
+        """From a claimed schedule row (``store.claim_due``) or a ``Schedule``. ``taken_over``: the
+        claim was taken from a holder whose lease ran out (it may have sent)."""
         assert row.next_run is not None
+        attempt = row.attempt or 0
+        last_error = getattr(row, "last_error", None) or ""
         return cls(
             id=row.id,
             agent_id=row.agent_id,
@@ -94,9 +105,10 @@ class Claim:
             next_run=row.next_run,
             due_at=row.due_at,
             anchor=row.anchor,
-            attempt=row.attempt or 0,
+            attempt=attempt,
             repetition_count=row.repetition_count or 0,
             max_repetitions=row.max_repetitions,
+            in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
         )
 
 
@@ -151,6 +163,13 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | No
     point in its upper half (so retries from many schedules spread out but never come early)."""
     step = min(cap, base * (2 ** max(0, min(attempt - 1, 60))))
     return step / 2 + (rng or _rng).uniform(0, step / 2)
+
+
+def otid_for(claim: Claim) -> str:
+    """The occurrence's key in Letta (the message's ``otid``): the schedule and its slot, so every
+    attempt on one occurrence carries the same key and the next occurrence another."""
+    slot = int(claim.next_run.timestamp() * 1000)
+    return f"promptyoself-{claim.id}-{slot}"
 
 
 def rule_text(claim: Claim) -> str:
@@ -213,15 +232,20 @@ def error_text(exc: BaseException) -> str:
 # ---- the delivery ----------------------------------------------------------------------------
 
 
-def deliver(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
+def deliver(
+    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+) -> Result:
     """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
-    sent = attempt(core, claim, owner, stopping=stopping)
+    sent = attempt(core, claim, owner, stopping=stopping, may_send=may_send)
     return sent if isinstance(sent, Result) else record_attempt(core, sent)
 
 
-def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Attempt | Result:
+def attempt(
+    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
-    (stopping before the send: the claim is released). Never raises for Letta errors."""
+    (stopping before the send, or the fence ``may_send`` says the claim is lost or about to run
+    out: the claim is released, nothing is sent). Never raises for Letta errors."""
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
@@ -236,9 +260,23 @@ def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> At
         with write_lock(core.store):
             release_claims(core.store, owner, [claim.id])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
+    if may_send is not None and not may_send():
+        with write_lock(core.store):  # a no-op when someone else holds it now
+            release_claims(core.store, owner, [claim.id])
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt,
+                      error="claim lost or past its deadline; not sent")
     text = envelope(claim, now, settings.message_format)
+    otid = otid_for(claim)
     try:
-        sent = core.letta.send_message(claim.agent_id, text)
+        if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
+            seen = core.letta.find_message(claim.agent_id, otid)
+            if seen == "found":
+                return Attempt(claim, owner, "delivered", now, number,
+                               error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
+            if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
+                msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
+                return _transient(core, claim, owner, now, number, msg, None)
+        sent = core.letta.send_message(claim.agent_id, text, otid=otid)
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:
@@ -246,10 +284,12 @@ def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> At
         return Attempt(claim, owner, "retry", now, number, error=error_text(exc), delay=delay, auth_error=True)
     except LettaUnavailable as exc:
         retry_after = exc.details.get("retry_after")
-        return _transient(core, claim, owner, now, number, error_text(exc), retry_after)
-    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure
+        doubt = bool(exc.details.get("in_doubt")) or claim.in_doubt  # still unknown: keep asking first
+        error = (IN_DOUBT_PREFIX if doubt else "") + error_text(exc)
+        return _transient(core, claim, owner, now, number, error, retry_after)
+    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure (in doubt)
         log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _transient(core, claim, owner, now, number, error_text(exc), None)
+        return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
 
 
@@ -407,7 +447,13 @@ def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
                 log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
                 lost = "claim lost before recording; schedule not advanced"
                 entry["error"] = f"{a.error}; {lost}" if a.error else lost
-                res.outcome = "lost" if a.kind != "delivered" else a.kind
+                if a.kind == "delivered":
+                    # Letta has it, but the occurrence is someone else's now: that holder took over
+                    # an expired claim, so it asks Letta for the otid first and records the one
+                    # ``delivered`` row. This row is kept apart so counting ``delivered`` stays true.
+                    entry["outcome"] = res.outcome = SENT_ON_LOST_CLAIM
+                else:
+                    res.outcome = "lost"
                 continue
             change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay)
             changes.append((claim.id, change))

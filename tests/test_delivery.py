@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.attempt import Claim, backoff_delay, deliver, envelope
+from promptyoself.delivery.attempt import Claim, deliver, envelope
+from promptyoself.delivery.retry import backoff_delay
 from promptyoself.delivery.service import Executor, run_once_result, service_for, status_tool
 from promptyoself.store.db import claim_due, release_claims
 from tests.fake_letta import FakeLetta

@@ -12,7 +12,11 @@ Everything here is synchronous and runs in a worker thread of the executor. The 
    transaction. Several attempts (each on its own claim) may share that transaction: group commit.
    ``deliver`` is 2 then 3.
 
-The only window for a duplicate is a crash between Letta's reply and that commit.
+Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``), every
+send carries the occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have
+reached Letta (``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an
+expired holder) is first looked up in Letta (``LettaClient.find_message``) and recorded
+``delivered`` without a send when it is there. docs/deployment.md states what remains.
 """
 
 from __future__ import annotations
@@ -27,10 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import OperationalError
-
 from promptyoself import timing
+from promptyoself.delivery.retry import RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import (
     AgentNotFound,
@@ -39,7 +41,14 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
-from promptyoself.store.db import Delivery, add_deliveries, lock_rows, release_claims, write_schedules
+from promptyoself.store.db import (
+    DatabaseBusy,
+    add_deliveries,
+    count_attempts_with_error,
+    lock_rows,
+    release_claims,
+    write_schedules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +167,6 @@ class Result:
 # ---- pure helpers ----------------------------------------------------------------------------
 
 
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with jitter: ``base * 2**(attempt-1)`` capped at ``cap``, then a random
-    point in its upper half (so retries from many schedules spread out but never come early)."""
-    step = min(cap, base * (2 ** max(0, min(attempt - 1, 60))))
-    return step / 2 + (rng or _rng).uniform(0, step / 2)
-
-
 def otid_for(claim: Claim) -> str:
     """The occurrence's key in Letta (the message's ``otid``): the schedule and its slot, so every
     attempt on one occurrence carries the same key and the next occurrence another."""
@@ -280,7 +282,7 @@ def attempt(
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:
-        delay = backoff_delay(number, settings.retry_base, settings.retry_max)
+        delay = policy(core).delay(number)
         return Attempt(claim, owner, "retry", now, number, error=error_text(exc), delay=delay, auth_error=True)
     except LettaUnavailable as exc:
         retry_after = exc.details.get("retry_after")
@@ -293,17 +295,20 @@ def attempt(
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
 
 
+def policy(core: Deps) -> RetryPolicy:
+    """The retry policy of ``core``'s settings."""
+    settings = core.settings
+    return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng)
+
+
 def _transient(
     core: Deps, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
 ) -> Attempt:
-    settings = core.settings
-    if _transient_attempts(core, claim, number) >= settings.max_attempts:
-        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={settings.max_attempts})"
+    retry = policy(core)
+    if retry.gives_up(_transient_attempts(core, claim, number)):
+        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts})"
         return Attempt(claim, owner, "failed", now, number, error=error)
-    delay = backoff_delay(number, settings.retry_base, settings.retry_max)
-    if isinstance(retry_after, int | float) and retry_after > 0:
-        delay = max(delay, min(float(retry_after), 86400.0))  # honour the server's Retry-After
-    return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
+    return Attempt(claim, owner, "retry", now, number, error=error, delay=retry.delay(number, retry_after))
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
@@ -311,15 +316,7 @@ def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     wait for the credentials to be fixed, however long that takes)."""
     if attempt < core.settings.max_attempts:
         return attempt
-    with core.store.session() as s:
-        auth = s.execute(
-            select(func.count()).select_from(Delivery).where(
-                Delivery.schedule_id == claim.id,
-                Delivery.scheduled_for == claim.next_run,
-                Delivery.error.like(AUTH_PREFIX + "%"),
-            )
-        ).scalar_one()
-    return attempt - int(auth)
+    return attempt - count_attempts_with_error(core.store, claim.id, claim.next_run, AUTH_PREFIX)
 
 
 # ---- recording -------------------------------------------------------------------------------
@@ -343,45 +340,11 @@ class Attempt:
     failure: BaseException | None = None
 
 
-_queues: weakref.WeakKeyDictionary[Any, list[Attempt]] = weakref.WeakKeyDictionary()
-
-
-def record(
-    core: Deps,
-    claim: Claim,
-    owner: str,
-    kind: str,
-    *,
-    attempted_at: datetime,
-    attempt: int,
-    error: str | None = None,
-    run_id: str | None = None,
-    route: str | None = None,
-    delay: float | None = None,
-) -> Result:
-    """Write the attempt's history row and the schedule's next state in one transaction, committed
-    only while ``owner`` still holds the claim. ``kind``: delivered | retry | failed | missed | paused."""
-    return record_attempt(core, Attempt(claim, owner, kind, attempted_at, attempt, error, run_id, route, delay))
-
-
 def record_attempt(core: Deps, item: Attempt) -> Result:
-    """``record`` for an ``Attempt``, with group commit: the attempt joins this store's queue, then
-    the thread that gets the store's write lock records every queued attempt in one transaction
-    (those of other threads that finished their sends meanwhile included) and hands each its result.
-    Each attempt is still checked against its own claim; batching only saves transactions."""
-    with _locks_guard:
-        queue = _queues.get(core.store)
-        if queue is None:
-            queue = _queues[core.store] = []
-        queue.append(item)
+    """Record one attempt (``deliver``'s path; the executor's recorder thread records its senders'
+    attempts in batches through ``record_batch``, the one way attempts are written)."""
     with write_lock(core.store):
-        if item.result is None and item.failure is None:
-            with _locks_guard:
-                batch = list(queue)
-                queue.clear()
-            record_batch(core, batch)
-            if item.result is None and item.failure is None:  # its recorder died mid-batch
-                item.failure = RuntimeError(f"the attempt on schedule {item.claim.id} was not recorded")
+        record_batch(core, [item])
     if item.failure is not None:
         raise item.failure
     assert item.result is not None
@@ -394,7 +357,7 @@ def record_batch(core: Deps, batch: list[Attempt]) -> None:
     for tries in range(5):
         try:
             results = _record_once(core, batch)
-        except OperationalError as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
+        except DatabaseBusy as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
             if tries == 4:
                 for item in batch:
                     item.failure = exc

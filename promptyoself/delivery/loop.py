@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
@@ -22,9 +22,9 @@ from promptyoself.delivery.attempt import (
     Claim,
     Result,
     attempt,
-    backoff_delay,
     deliver,
     error_text,
+    policy,
     record_batch,
     write_lock,
 )
@@ -170,7 +170,7 @@ class Executor:
             self.core.on_change(self.wake)
             self._listening = True
         self.running = True
-        self.started_at = datetime.now(UTC)
+        self.started_at = self.core.now()
         self._start_senders()
         log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
                  self.max_in_flight)
@@ -240,7 +240,7 @@ class Executor:
                     must_read = False
                     with self._cv:
                         self._drained = False
-                    self.last_tick = datetime.now(UTC)
+                    self.last_tick = self.core.now()
                     self.next_due = earliest
                 auth_wait = self._auth_until - time.monotonic()
                 if auth_wait > 0 and self._ready:
@@ -491,7 +491,7 @@ class Executor:
             if res.auth_error:
                 self._auth_streak += 1
                 self.auth_error = res.error
-                pause = backoff_delay(self._auth_streak, self.core.settings.retry_base, self.core.settings.retry_max)
+                pause = policy(self.core).auth_pause(self._auth_streak)
                 self._auth_until = time.monotonic() + pause
                 log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
             elif res.outcome == "delivered" and self._auth_streak:
@@ -514,7 +514,7 @@ class Executor:
         try:
             while time.monotonic() < deadline and not self._stop.is_set():
                 now = self.core.now()
-                self.last_tick = datetime.now(UTC)
+                self.last_tick = self.core.now()
                 claimed_at = self._keeper.mono()
                 taken: set[int] = set()
                 rows = self._claim_sync(now, self.max_in_flight, (), handled, taken)

@@ -258,6 +258,9 @@ from collections.abc import Collection  # noqa: E402
 
 from sqlalchemy import Row, and_, bindparam, exists, insert, or_, update  # noqa: E402
 
+DatabaseBusy = OperationalError
+"""What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
+
 PG_AGENT_LOCK_NS = 7305734
 """First key of the PostgreSQL advisory locks that serialise claims per agent."""
 
@@ -475,6 +478,16 @@ def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime
         conn.execute(update(_S).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner).values(claim_until=until))
         held = conn.execute(select(_S.c.id).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner)).scalars()
         return {int(i) for i in held}
+
+
+def count_attempts_with_error(store: Store, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+    """History rows of one occurrence whose error starts with ``prefix`` (e.g. auth errors, which do
+    not count toward ``PROMPTYOSELF_MAX_ATTEMPTS``)."""
+    stmt = select(func.count()).select_from(_D).where(
+        _D.c.schedule_id == schedule_id, _D.c.scheduled_for == scheduled_for, _D.c.error.like(prefix + "%")
+    )
+    with store.engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
 
 
 def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:

@@ -56,7 +56,7 @@ def core(settings: Settings) -> Iterator[Core]:
 
 @pytest.fixture
 def fake_letta() -> Iterator[Any]:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     with FakeLetta(agents=2) as fake:
         yield fake

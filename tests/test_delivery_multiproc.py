@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import update
 
 from promptyoself.store.db import Schedule
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_many, add_schedule, child_env, get, history, kill_all, make_core, wait_until
 
 pytestmark = pytest.mark.slow

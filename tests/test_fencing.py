@@ -14,7 +14,7 @@ import pytest
 from promptyoself.delivery.attempt import Claim, attempt
 from promptyoself.delivery.threads import ClaimKeeper
 from promptyoself.store.db import claim_due
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
 
 LEASE = 30.0

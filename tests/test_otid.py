@@ -20,7 +20,7 @@ from promptyoself.delivery.attempt import IN_DOUBT_PREFIX, Claim, deliver, otid_
 from promptyoself.errors import LettaUnavailable
 from promptyoself.letta.client import IN_DOUBT, LettaClient
 from promptyoself.store.db import claim_due
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 
 LEASE = 5.0

@@ -13,7 +13,7 @@ In process::
 
 As a separate process (multi-process tests, benchmarks)::
 
-    python -m tests.fake_letta --agents 3 --latency 0.05 --fail-rate 0.1 --seed 1
+    python -m testkit.fake_letta --agents 3 --latency 0.05 --fail-rate 0.1 --seed 1
 
 prints one JSON line ``{"url": ..., "agent_ids": [...], "pid": ...}`` when ready,
 serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it to
@@ -1154,7 +1154,7 @@ def _write_json_atomic(path: Path, data: object) -> None:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fake_letta", description="Run a fake Letta server."
+        prog="python -m testkit.fake_letta", description="Run a fake Letta server."
     )
     parser.add_argument("--agents", type=int, default=1, help="agents to create")
     parser.add_argument(

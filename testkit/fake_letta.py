@@ -104,7 +104,9 @@ _STATUS_DETAIL = {
 #: seconds, then drop the connection without an answer), ``"drop"`` (drop the
 #: connection at once), ``"accepted_timeout"`` (record the message like a success, then
 #: sleep ``timeout_sleep`` and drop the connection: the client cannot tell that Letta has
-#: it) or ``"accepted_drop"`` (record it, then drop the connection at once: a reset).
+#: it), ``"accepted_drop"`` (record it, then drop the connection at once: a reset),
+#: ``"429r"`` (429 with ``Retry-After: 0.3``) or ``"slow"`` (a normal answer after
+#: ``timeout_sleep``: a client with a shorter timeout gives up while Letta records it).
 FailMode = str | int
 
 
@@ -926,6 +928,11 @@ class FakeLetta:
             if failure.mode == "accepted_timeout":
                 self._sleep(timeout_sleep)
             return _Reply(0, drop=True)
+        if failure.mode == "429r":  # too many requests, come back after 0.3 s
+            failure = _Failure("429", 0.3)
+        if failure.mode == "slow":  # a good answer, but slower than a client's timeout of <= timeout_sleep
+            self._sleep(timeout_sleep)
+            return self._record(agent_id, messages or [], route)
         if failure.mode == "timeout":
             self._sleep(timeout_sleep)
             return _Reply(0, drop=True)

@@ -3,7 +3,7 @@ answers each message in 20 ms.
 
 A fresh database (a temporary SQLite file; with ``--pg-url`` or ``$PROMPTYOSELF_TEST_PG_URL`` also a
 throw-away PostgreSQL schema) is bulk-loaded with SQLAlchemy Core: 10 one-time prompts per agent, all
-due at the same instant, agents interleaved. The fake Letta (``tests/fake_letta.py``) runs in its own
+due at the same instant, agents interleaved. The fake Letta (``testkit/fake_letta.py``) runs in its own
 process with ``--latency 0.02``; one ``python -m promptyoself worker`` (default settings:
 ``PROMPTYOSELF_MAX_IN_FLIGHT=8``, annotated envelope, logging to a file) delivers them. The time is
 taken from starting the worker until the fake has received every prompt (polled every 0.5 s through
@@ -72,7 +72,7 @@ def fake_letta(agents: int, latency: float, workdir: Path) -> Iterator[dict[str,
     """The fake Letta in its own process (stopped by pid, even on failure)."""
     with open(workdir / "fake.err", "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.fake_letta", "--agents", str(agents), "--latency", str(latency)],
+            [sys.executable, "-m", "testkit.fake_letta", "--agents", str(agents), "--latency", str(latency)],
             cwd=str(ROOT), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
         )
         try:

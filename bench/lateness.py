@@ -10,7 +10,7 @@ before they are due, i.e. after the loop has gone to sleep):
   process writes; the worker sees the writes when it re-reads the earliest due time, at most every
   ``PROMPTYOSELF_EXECUTOR_INTERVAL`` (1 s) (target p99 < 1.5 s).
 
-Letta is the fake server (``tests/fake_letta.py``) in its own process, 50 agents, no latency. With
+Letta is the fake server (``testkit/fake_letta.py``) in its own process, 50 agents, no latency. With
 ``--pg-url`` (or ``$PROMPTYOSELF_TEST_PG_URL``) the same runs go against PostgreSQL, in a schema of
 their own that is dropped afterwards. Run alone: ``python -m bench.lateness [--lateness-count N]``.
 """
@@ -56,7 +56,7 @@ def add_arguments(parser: Any) -> None:
 
 @contextmanager
 def fake_letta() -> Iterator[dict[str, Any]]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.fake_letta", "--agents", str(AGENTS)], cwd=str(ROOT),
+    proc = subprocess.Popen([sys.executable, "-m", "testkit.fake_letta", "--agents", str(AGENTS)], cwd=str(ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None

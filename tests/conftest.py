@@ -25,7 +25,7 @@ _ISOLATE = [k for k in os.environ if k.startswith("PROMPTYOSELF_") or k.startswi
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in _ISOLATE:
-        if key != "PROMPTYOSELF_TEST_PG_URL":
+        if key not in ("PROMPTYOSELF_TEST_PG_URL", "PROMPTYOSELF_TEST_LETTA_URL"):
             monkeypatch.delenv(key, raising=False)
     # No .env from the developer's working directory.
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(tmp_path / "no.env"))
@@ -56,7 +56,7 @@ def core(settings: Settings) -> Iterator[Core]:
 
 @pytest.fixture
 def fake_letta() -> Iterator[Any]:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     with FakeLetta(agents=2) as fake:
         yield fake

@@ -14,8 +14,8 @@ from promptyoself.core.agents import CallContext, Defaults, infer_agent, normali
 from promptyoself.core.operations import Core
 from promptyoself.errors import InvalidArgument
 from promptyoself.faces.mcp import build_server
+from testkit.fake_letta import FakeLetta
 from tests.conftest import make_settings
-from tests.fake_letta import FakeLetta
 
 A, B, C, D, E = (f"agent-{n}" for n in "abcde")
 

@@ -87,7 +87,7 @@ def test_sdk_inherits_only_safe_variables() -> None:
 
 
 async def test_claude_desktop_entry(tmp_path: Path) -> None:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     entry = _claude_entry()
     env = dict(entry["env"])

@@ -17,7 +17,7 @@ from fastmcp import Client
 from promptyoself.delivery import deferred
 from promptyoself.delivery.deferred import DeferredDelivery
 from promptyoself.faces.mcp import build_server
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import make_core
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.attempt import Claim, backoff_delay, deliver, envelope
+from promptyoself.delivery.attempt import Claim, deliver, envelope
+from promptyoself.delivery.retry import backoff_delay
 from promptyoself.delivery.service import Executor, run_once_result, service_for, status_tool
 from promptyoself.store.db import claim_due, release_claims
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 
 LEASE = 5.0
@@ -57,16 +58,25 @@ def test_claim_is_exclusive_until_the_lease_expires(core: Any, fake: FakeLetta, 
     assert [c.id for c in got_a] == [sid]
     assert claim(core, "B") == []  # held by A
     clock.advance(LEASE + 1)  # A "crashed": its lease runs out
-    got_b = claim(core, "B")
+    now = core.now()
+    taken: set[int] = set()
+    rows = claim_due(core.store, "B", now, now + timedelta(seconds=LEASE), limit=10, taken_over=taken)
+    got_b = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
     assert [c.id for c in got_b] == [sid]
-    # A comes back and tries to record: its claim is gone, so the schedule is not touched by A
+    assert got_b[0].in_doubt  # taken from a holder whose lease ran out: it may have sent
+    # A comes back and (without the fence) sends: Letta has it, but A's claim is gone, so the
+    # schedule is not touched by A and history keeps the copy apart from `delivered`
     res = deliver(core, got_a[0], "A")
-    assert res.outcome == "delivered" and res.state is None
+    assert res.outcome == "sent_lost_claim" and res.state is None
     row = get(core.store, sid)
     assert row.claimed_by == "B" and row.state == "active" and row.repetition_count == 0
-    assert "claim lost" in (history(core.store, sid)[0].error or "")
-    # B delivers and records normally
-    assert deliver(core, got_b[0], "B").state == "completed"
+    first = history(core.store, sid)[0]
+    assert first.outcome == "sent_lost_claim" and "claim lost" in (first.error or "")
+    # B asks Letta for the occurrence's otid first, finds A's copy, and records it without sending
+    res_b = deliver(core, got_b[0], "B")
+    assert res_b.outcome == "delivered" and res_b.state == "completed"
+    assert len(fake.received) == 1
+    assert [h.outcome for h in history(core.store, sid)] == ["sent_lost_claim", "delivered"]
     assert get(core.store, sid).claimed_by is None
 
 
@@ -90,7 +100,7 @@ def test_claim_is_compare_and_set_on_next_run(core: Any, fake: FakeLetta) -> Non
     with core.store.session() as s:  # the occurrence moved on meanwhile (another process delivered it)
         s.get(type(get(core.store, sid)), sid).next_run = T0 + timedelta(minutes=5)
     res = deliver(core, c, "A")  # a stale snapshot cannot record over the new slot
-    assert res.outcome == "delivered" and res.state is None
+    assert res.outcome == "sent_lost_claim" and res.state is None
     assert get(core.store, sid).repetition_count == 0
 
 

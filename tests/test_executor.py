@@ -19,7 +19,7 @@ from promptyoself.delivery.attempt import Claim, deliver
 from promptyoself.delivery.service import Executor, server_lifespan, service_for
 from promptyoself.faces.mcp import build_server
 from promptyoself.store.db import claim_due
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, get, history, make_core, wait_until
 
 

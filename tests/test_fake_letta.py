@@ -1,4 +1,4 @@
-"""Tests for the fake Letta server (tests/fake_letta.py), using httpx directly."""
+"""Tests for the fake Letta server (testkit/fake_letta.py), using httpx directly."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fake_letta import LETTA_VERSION, FakeLetta, running_fake
+from testkit.fake_letta import LETTA_VERSION, FakeLetta, running_fake
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -443,7 +443,7 @@ def test_subprocess_mode(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tests.fake_letta",
+            "testkit.fake_letta",
             "--agents",
             "3",
             "--latency",

@@ -130,7 +130,7 @@ def assert_no_leak(text: str, given: Any) -> None:
 
 @pytest.fixture(scope="module")
 def letta() -> Iterator[Any]:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     with FakeLetta(agents=2, password=SECRETS["LETTA_API_KEY"]) as fake:
         yield fake

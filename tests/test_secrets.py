@@ -61,7 +61,7 @@ def secret_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_letta_refus
 
 @pytest.fixture
 def fake_letta_refusing() -> Iterator[Any]:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     with FakeLetta(agents=1, password="the-real-letta-password") as fake:
         yield fake

@@ -14,8 +14,8 @@ from fastmcp import Client
 from promptyoself.core.operations import Core
 from promptyoself.errors import ERROR_CODES
 from promptyoself.faces.mcp import build_server
+from testkit.fake_letta import FakeLetta
 from tests.conftest import FIXED_NOW, make_settings
-from tests.fake_letta import FakeLetta
 
 PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartbeat"}
 

@@ -12,7 +12,11 @@ Everything here is synchronous and runs in a worker thread of the executor. The 
    transaction. Several attempts (each on its own claim) may share that transaction: group commit.
    ``deliver`` is 2 then 3.
 
-The only window for a duplicate is a crash between Letta's reply and that commit.
+Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``), every
+send carries the occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have
+reached Letta (``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an
+expired holder) is first looked up in Letta (``LettaClient.find_message``) and recorded
+``delivered`` without a send when it is there. docs/deployment.md states what remains.
 """
 
 from __future__ import annotations
@@ -22,14 +26,13 @@ import random
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.exc import OperationalError
-
 from promptyoself import timing
+from promptyoself.delivery.retry import RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import (
     AgentNotFound,
@@ -38,15 +41,27 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
-from promptyoself.store.db import Delivery, add_deliveries, lock_rows, release_claims, write_schedules
+from promptyoself.store.db import (
+    DatabaseBusy,
+    add_deliveries,
+    count_attempts_with_error,
+    lock_rows,
+    release_claims,
+    write_schedules,
+)
 
 log = logging.getLogger(__name__)
 
+SENT_ON_LOST_CLAIM = "sent_lost_claim"
+"""History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
 LATE_AFTER = timedelta(seconds=60)
 """A delivery at least this late says so in its envelope."""
 MAX_COUNTED_SLOTS = 1000
 """Counting the cron slots a catch-up coalesces stops here ("1000+")."""
 AUTH_PREFIX = "letta_auth:"
+IN_DOUBT_PREFIX = "in_doubt: "
+"""Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
+next attempt on the occurrence asks Letta for its ``otid`` before sending."""
 
 _rng = random.Random()
 _write_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
@@ -79,11 +94,16 @@ class Claim:
     attempt: int
     repetition_count: int
     max_repetitions: int | None
+    in_doubt: bool = False
+    """An earlier attempt on this occurrence may have reached Letta: check before sending."""
 
     @classmethod
-    def from_row(cls, row: Any) -> Claim:
-        """From a claimed schedule row (``store.claim_due``) or a ``Schedule``."""
+    def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
+        """From a claimed schedule row (``store.claim_due``) or a ``Schedule``. ``taken_over``: the
+        claim was taken from a holder whose lease ran out (it may have sent)."""
         assert row.next_run is not None
+        attempt = row.attempt or 0
+        last_error = getattr(row, "last_error", None) or ""
         return cls(
             id=row.id,
             agent_id=row.agent_id,
@@ -94,9 +114,10 @@ class Claim:
             next_run=row.next_run,
             due_at=row.due_at,
             anchor=row.anchor,
-            attempt=row.attempt or 0,
+            attempt=attempt,
             repetition_count=row.repetition_count or 0,
             max_repetitions=row.max_repetitions,
+            in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
         )
 
 
@@ -146,11 +167,11 @@ class Result:
 # ---- pure helpers ----------------------------------------------------------------------------
 
 
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Exponential backoff with jitter: ``base * 2**(attempt-1)`` capped at ``cap``, then a random
-    point in its upper half (so retries from many schedules spread out but never come early)."""
-    step = min(cap, base * (2 ** max(0, min(attempt - 1, 60))))
-    return step / 2 + (rng or _rng).uniform(0, step / 2)
+def otid_for(claim: Claim) -> str:
+    """The occurrence's key in Letta (the message's ``otid``): the schedule and its slot, so every
+    attempt on one occurrence carries the same key and the next occurrence another."""
+    slot = int(claim.next_run.timestamp() * 1000)
+    return f"promptyoself-{claim.id}-{slot}"
 
 
 def rule_text(claim: Claim) -> str:
@@ -213,15 +234,20 @@ def error_text(exc: BaseException) -> str:
 # ---- the delivery ----------------------------------------------------------------------------
 
 
-def deliver(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Result:
+def deliver(
+    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+) -> Result:
     """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
-    sent = attempt(core, claim, owner, stopping=stopping)
+    sent = attempt(core, claim, owner, stopping=stopping, may_send=may_send)
     return sent if isinstance(sent, Result) else record_attempt(core, sent)
 
 
-def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> Attempt | Result:
+def attempt(
+    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
-    (stopping before the send: the claim is released). Never raises for Letta errors."""
+    (stopping before the send, or the fence ``may_send`` says the claim is lost or about to run
+    out: the claim is released, nothing is sent). Never raises for Letta errors."""
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
@@ -236,34 +262,53 @@ def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> At
         with write_lock(core.store):
             release_claims(core.store, owner, [claim.id])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
+    if may_send is not None and not may_send():
+        with write_lock(core.store):  # a no-op when someone else holds it now
+            release_claims(core.store, owner, [claim.id])
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt,
+                      error="claim lost or past its deadline; not sent")
     text = envelope(claim, now, settings.message_format)
+    otid = otid_for(claim)
     try:
-        sent = core.letta.send_message(claim.agent_id, text)
+        if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
+            seen = core.letta.find_message(claim.agent_id, otid)
+            if seen == "found":
+                return Attempt(claim, owner, "delivered", now, number,
+                               error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
+            if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
+                msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
+                return _transient(core, claim, owner, now, number, msg, None)
+        sent = core.letta.send_message(claim.agent_id, text, otid=otid)
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:
-        delay = backoff_delay(number, settings.retry_base, settings.retry_max)
+        delay = policy(core).delay(number)
         return Attempt(claim, owner, "retry", now, number, error=error_text(exc), delay=delay, auth_error=True)
     except LettaUnavailable as exc:
         retry_after = exc.details.get("retry_after")
-        return _transient(core, claim, owner, now, number, error_text(exc), retry_after)
-    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure
+        doubt = bool(exc.details.get("in_doubt")) or claim.in_doubt  # still unknown: keep asking first
+        error = (IN_DOUBT_PREFIX if doubt else "") + error_text(exc)
+        return _transient(core, claim, owner, now, number, error, retry_after)
+    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure (in doubt)
         log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _transient(core, claim, owner, now, number, error_text(exc), None)
+        return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
+
+
+def policy(core: Deps) -> RetryPolicy:
+    """The retry policy of ``core``'s settings."""
+    settings = core.settings
+    return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng)
 
 
 def _transient(
     core: Deps, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
 ) -> Attempt:
-    settings = core.settings
-    if _transient_attempts(core, claim, number) >= settings.max_attempts:
-        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={settings.max_attempts})"
+    retry = policy(core)
+    if retry.gives_up(_transient_attempts(core, claim, number)):
+        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts})"
         return Attempt(claim, owner, "failed", now, number, error=error)
-    delay = backoff_delay(number, settings.retry_base, settings.retry_max)
-    if isinstance(retry_after, int | float) and retry_after > 0:
-        delay = max(delay, min(float(retry_after), 86400.0))  # honour the server's Retry-After
-    return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
+    return Attempt(claim, owner, "retry", now, number, error=error, delay=retry.delay(number, retry_after))
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
@@ -271,15 +316,7 @@ def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     wait for the credentials to be fixed, however long that takes)."""
     if attempt < core.settings.max_attempts:
         return attempt
-    with core.store.session() as s:
-        auth = s.execute(
-            select(func.count()).select_from(Delivery).where(
-                Delivery.schedule_id == claim.id,
-                Delivery.scheduled_for == claim.next_run,
-                Delivery.error.like(AUTH_PREFIX + "%"),
-            )
-        ).scalar_one()
-    return attempt - int(auth)
+    return attempt - count_attempts_with_error(core.store, claim.id, claim.next_run, AUTH_PREFIX)
 
 
 # ---- recording -------------------------------------------------------------------------------
@@ -303,45 +340,11 @@ class Attempt:
     failure: BaseException | None = None
 
 
-_queues: weakref.WeakKeyDictionary[Any, list[Attempt]] = weakref.WeakKeyDictionary()
-
-
-def record(
-    core: Deps,
-    claim: Claim,
-    owner: str,
-    kind: str,
-    *,
-    attempted_at: datetime,
-    attempt: int,
-    error: str | None = None,
-    run_id: str | None = None,
-    route: str | None = None,
-    delay: float | None = None,
-) -> Result:
-    """Write the attempt's history row and the schedule's next state in one transaction, committed
-    only while ``owner`` still holds the claim. ``kind``: delivered | retry | failed | missed | paused."""
-    return record_attempt(core, Attempt(claim, owner, kind, attempted_at, attempt, error, run_id, route, delay))
-
-
 def record_attempt(core: Deps, item: Attempt) -> Result:
-    """``record`` for an ``Attempt``, with group commit: the attempt joins this store's queue, then
-    the thread that gets the store's write lock records every queued attempt in one transaction
-    (those of other threads that finished their sends meanwhile included) and hands each its result.
-    Each attempt is still checked against its own claim; batching only saves transactions."""
-    with _locks_guard:
-        queue = _queues.get(core.store)
-        if queue is None:
-            queue = _queues[core.store] = []
-        queue.append(item)
+    """Record one attempt (``deliver``'s path; the executor's recorder thread records its senders'
+    attempts in batches through ``record_batch``, the one way attempts are written)."""
     with write_lock(core.store):
-        if item.result is None and item.failure is None:
-            with _locks_guard:
-                batch = list(queue)
-                queue.clear()
-            record_batch(core, batch)
-            if item.result is None and item.failure is None:  # its recorder died mid-batch
-                item.failure = RuntimeError(f"the attempt on schedule {item.claim.id} was not recorded")
+        record_batch(core, [item])
     if item.failure is not None:
         raise item.failure
     assert item.result is not None
@@ -354,7 +357,7 @@ def record_batch(core: Deps, batch: list[Attempt]) -> None:
     for tries in range(5):
         try:
             results = _record_once(core, batch)
-        except OperationalError as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
+        except DatabaseBusy as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
             if tries == 4:
                 for item in batch:
                     item.failure = exc
@@ -407,7 +410,13 @@ def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
                 log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
                 lost = "claim lost before recording; schedule not advanced"
                 entry["error"] = f"{a.error}; {lost}" if a.error else lost
-                res.outcome = "lost" if a.kind != "delivered" else a.kind
+                if a.kind == "delivered":
+                    # Letta has it, but the occurrence is someone else's now: that holder took over
+                    # an expired claim, so it asks Letta for the otid first and records the one
+                    # ``delivered`` row. This row is kept apart so counting ``delivered`` stays true.
+                    entry["outcome"] = res.outcome = SENT_ON_LOST_CLAIM
+                else:
+                    res.outcome = "lost"
                 continue
             change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay)
             changes.append((claim.id, change))

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
@@ -22,9 +22,9 @@ from promptyoself.delivery.attempt import (
     Claim,
     Result,
     attempt,
-    backoff_delay,
     deliver,
     error_text,
+    policy,
     record_batch,
     write_lock,
 )
@@ -170,7 +170,7 @@ class Executor:
             self.core.on_change(self.wake)
             self._listening = True
         self.running = True
-        self.started_at = datetime.now(UTC)
+        self.started_at = self.core.now()
         self._start_senders()
         log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
                  self.max_in_flight)
@@ -240,7 +240,7 @@ class Executor:
                     must_read = False
                     with self._cv:
                         self._drained = False
-                    self.last_tick = datetime.now(UTC)
+                    self.last_tick = self.core.now()
                     self.next_due = earliest
                 auth_wait = self._auth_until - time.monotonic()
                 if auth_wait > 0 and self._ready:
@@ -289,10 +289,12 @@ class Executor:
 
     def _claim_rows(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed."""
-        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), ())
-        claims = [Claim.from_row(r) for r in rows]
+        claimed_at = self._keeper.mono()
+        taken: set[int] = set()
+        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), (), taken)
+        claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
         if claims:
-            self._keeper.add([c.id for c in claims])
+            self._keeper.add([c.id for c in claims], claimed_at)
         return claims
 
     def _took(self, claims: list[Claim], want: int) -> bool:
@@ -345,11 +347,16 @@ class Executor:
         return await loop.run_in_executor(self._pool, lambda: fn(*args))
 
     def _claim_sync(
-        self, now: datetime, limit: int, busy: Collection[str], handled: Collection[int]
+        self,
+        now: datetime,
+        limit: int,
+        busy: Collection[str],
+        handled: Collection[int],
+        taken_over: set[int] | None = None,
     ) -> list[Any]:
         with write_lock(self.core.store):
             return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease),
-                             limit=limit, exclude_agents=busy, exclude_ids=handled)
+                             limit=limit, exclude_agents=busy, exclude_ids=handled, taken_over=taken_over)
 
     # ---- the senders (threads) -----------------------------------------------------------------------
 
@@ -371,7 +378,7 @@ class Executor:
                     self._rec_cv.notify()  # a backlog and the queue runs low: the recorder refills it
             sent: Attempt | Result | None = None
             try:
-                sent = attempt(self.core, claim, self.owner, stopping=self._stop)
+                sent = attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
             except Exception:
                 log.exception("delivery of schedule %s failed", claim.id)
             try:
@@ -389,7 +396,7 @@ class Executor:
                 # RECORD_DELAY); otherwise at once, since the loop waits for the agent to be free.
                 if len(self._rec_queue) >= self._rec_batch or self._drained or not self._ahead:
                     self._rec_cv.notify()
-            elif self._stop.is_set():
+            else:  # released unsent (stopping, or fenced off): the loop may claim again
                 self._nudge()
         if not isinstance(sent, Attempt):  # released unsent, or a bug: its claim expires
             self._keeper.discard(claim.id)
@@ -457,11 +464,15 @@ class Executor:
             if self._drained or not self._ahead or self._stop.is_set():
                 self._nudge()  # the agents just recorded may have more due
 
+    def _may_send(self, claim: Claim) -> Callable[[], bool]:
+        """The fence a sender passes right before its send: the claim is still ours, with time left."""
+        return lambda: self._keeper.may_send(claim.id)
+
     # ---- one delivery (worker thread) --------------------------------------------------------------
 
     def _deliver_sync(self, claim: Claim) -> Result:
         try:
-            res = deliver(self.core, claim, self.owner, stopping=self._stop)
+            res = deliver(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
         finally:
             self._keeper.discard(claim.id)
         self._account(res)
@@ -480,7 +491,7 @@ class Executor:
             if res.auth_error:
                 self._auth_streak += 1
                 self.auth_error = res.error
-                pause = backoff_delay(self._auth_streak, self.core.settings.retry_base, self.core.settings.retry_max)
+                pause = policy(self.core).auth_pause(self._auth_streak)
                 self._auth_until = time.monotonic() + pause
                 log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
             elif res.outcome == "delivered" and self._auth_streak:
@@ -503,12 +514,14 @@ class Executor:
         try:
             while time.monotonic() < deadline and not self._stop.is_set():
                 now = self.core.now()
-                self.last_tick = datetime.now(UTC)
-                rows = self._claim_sync(now, self.max_in_flight, (), handled)
+                self.last_tick = self.core.now()
+                claimed_at = self._keeper.mono()
+                taken: set[int] = set()
+                rows = self._claim_sync(now, self.max_in_flight, (), handled, taken)
                 if not rows:
                     break
-                claims = [Claim.from_row(r) for r in rows]
-                self._keeper.add([c.id for c in claims])
+                claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
+                self._keeper.add([c.id for c in claims], claimed_at)
                 futures = [(c, self._pool.submit(self._deliver_sync, c)) for c in claims]
                 for claim, fut in futures:
                     try:

@@ -72,23 +72,79 @@ class DaemonPool(_FuturesExecutor):
 
 class ClaimKeeper:
     """Extends this executor's live claims every third of the lease, so a claim held by a running
-    process never expires mid-send; only a dead (or frozen) holder's claim does."""
+    process never expires mid-send; only a dead (or frozen) holder's claim does.
 
-    def __init__(self, store: Any, owner: str, lease: float, now: Callable[[], datetime]) -> None:
+    Fencing: every claim carries a deadline (monotonic seconds) counted from the start of its last
+    successful claim or renewal, i.e. no later than when the database's ``claim_until`` runs out. A
+    sender asks ``may_send`` before it starts a send, which is true only while more than ``margin``
+    is left. A renewal that fails leaves the deadlines where they were (so they run out); a renewal
+    that finds a claim no longer held drops it at once. Claims waiting in the queue are renewed
+    like the others, so none of them outlives its lease unnoticed, however long it waits."""
+
+    def __init__(
+        self,
+        store: Any,
+        owner: str,
+        lease: float,
+        now: Callable[[], datetime],
+        *,
+        margin: float | None = None,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store, self.owner, self.lease, self.now = store, owner, lease, now
+        self.margin = lease / 3 if margin is None else margin
+        self.mono = mono
         self._ids: set[int] = set()
+        self._deadline: dict[int, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add(self, ids: Collection[int]) -> None:
+    def add(self, ids: Collection[int], claimed_at: float | None = None) -> None:
+        """Keep ``ids`` renewed; ``claimed_at`` is the monotonic time taken BEFORE the claim query
+        (the lease in the database cannot end earlier than ``claimed_at + lease``)."""
+        until = (self.mono() if claimed_at is None else claimed_at) + self.lease
         with self._lock:
             self._ids.update(ids)
+            for i in ids:
+                self._deadline[i] = until
         self.start()
 
     def discard(self, schedule_id: int) -> None:
         with self._lock:
             self._ids.discard(schedule_id)
+            self._deadline.pop(schedule_id, None)
+
+    def may_send(self, schedule_id: int) -> bool:
+        """True while the claim is known held with more than ``margin`` of its lease left."""
+        with self._lock:
+            deadline = self._deadline.get(schedule_id)
+        return deadline is not None and self.mono() < deadline - self.margin
+
+    def renew_now(self) -> None:
+        """One renewal round (the keeper thread's work; tests call it directly)."""
+        with self._lock:
+            ids = list(self._ids)
+        if not ids:
+            return
+        started = self.mono()
+        try:
+            with write_lock(self.store):
+                held = renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
+        except Exception:
+            log.exception("renewing delivery claims failed; they stop being sent %.3gs before their lease "
+                          "runs out", self.margin)
+            return
+        lost = [i for i in ids if i not in held]
+        with self._lock:
+            for i in held:
+                if i in self._ids:
+                    self._deadline[i] = started + self.lease
+            for i in lost:  # expired and taken over (or already recorded): never send on it
+                self._ids.discard(i)
+                self._deadline.pop(i, None)
+        if lost:
+            log.warning("claims lost on schedule(s) %s; not sending them", ", ".join(map(str, lost[:20])))
 
     def start(self) -> None:
         with self._lock:
@@ -105,15 +161,10 @@ class ClaimKeeper:
         period = max(0.05, self.lease / 3)
         while True:
             with self._lock:
-                ids = list(self._ids)
-            if not ids and self._stop.is_set():
+                empty = not self._ids
+            if empty and self._stop.is_set():
                 return
-            if ids:
-                try:
-                    with write_lock(self.store):
-                        renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
-                except Exception:
-                    log.exception("renewing delivery claims failed")
+            self.renew_now()
             if self._stop.is_set():  # stopping: keep renewing until the last running send ends
                 time.sleep(min(period, 0.2))
             else:

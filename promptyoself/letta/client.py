@@ -23,8 +23,24 @@ log = logging.getLogger(__name__)
 USER_AGENT = f"promptyoself/{__version__}"
 
 
-class LettaError(Exception):
-    """Raised for an answer that fits none of the mapped cases (kept for the executor's bookkeeping)."""
+IN_DOUBT = "in_doubt"
+"""``LettaUnavailable.details[IN_DOUBT]`` is True when the request may have reached Letta: the
+connection failed after the request was (being) written (a timeout waiting for the answer, a reset),
+or a gateway answered 502/504. Before sending such a message again, ask ``find_message``."""
+PENDING_RUN_STATUSES = ("created", "running")
+"""A run in one of these has not yet put its message into the agent's history (or is still at it)."""
+CHECK_MESSAGES = 100
+"""How many of the agent's newest messages ``find_message`` looks through."""
+CHECK_RUNS = 20
+
+
+def message_body(text: str, otid: str | None = None) -> dict[str, Any]:
+    """The body of a message send (async and sync routes): one user message, with ``otid`` (our
+    occurrence key, which Letta stores on the message and lists back) when given."""
+    message: dict[str, Any] = {"role": "user", "content": text}
+    if otid is not None:
+        message["otid"] = otid
+    return {"messages": [message]}
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -99,6 +115,16 @@ def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> Non
     if status == 422:
         raise InvalidArgument(f"Letta rejected the request (HTTP 422): {_detail(resp)}")
     raise LettaUnavailable(f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status)
+
+
+def _raise_for_send(resp: httpx.Response, agent_id: str) -> None:
+    """``raise_for_letta`` for a message send: a gateway's 502/504 leaves Letta's answer unknown."""
+    try:
+        raise_for_letta(resp, agent_id=agent_id)
+    except LettaUnavailable as exc:
+        if resp.status_code in (502, 504):
+            exc.details[IN_DOUBT] = True
+        raise
 
 
 class LettaClient:
@@ -196,18 +222,20 @@ class LettaClient:
             after = str(batch[-1].get("id"))
         return out
 
-    def send_message(self, agent_id: str, text: str) -> dict[str, Any]:
+    def send_message(self, agent_id: str, text: str, *, otid: str | None = None) -> dict[str, Any]:
         """Send one user message. Async route first (returns a run); sync route where it is missing.
 
-        Returns ``{"run_id": str|None, "route": "async"|"sync"}``.
+        Returns ``{"run_id": str|None, "route": "async"|"sync"}``. A ``LettaUnavailable`` whose
+        ``details["in_doubt"]`` is True may have reached Letta (see ``IN_DOUBT``).
         """
-        body = {"messages": [{"role": "user", "content": text}]}
+        body = message_body(text, otid)
         resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id)
         if resp is not None:
             run = resp.json()
             run_id = run.get("id") if isinstance(run, dict) else None
             return {"run_id": run_id, "route": "async"}
-        sync = self._request("POST", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, json=body)
+        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, via_poster=False)
+        _raise_for_send(sync, agent_id)
         data = sync.json()
         run_id = None
         if isinstance(data, dict):
@@ -218,23 +246,46 @@ class LettaClient:
 
     def _http_send(self, path: str, body: dict[str, Any], agent_id: str) -> httpx.Response | None:
         """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
-        try:
-            if self._poster is not None:
-                resp = self._poster.post(path, encode_json(body))
-            else:
-                resp = self._http.post(path, json=body)
-        except httpx.TimeoutException as exc:
-            raise LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True) from None
-        except httpx.HTTPError as exc:
-            raise LettaUnavailable(
-                f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}).", transient=True
-            ) from None
+        resp = self._post(path, body, agent_id)
         if resp.status_code == 405:
             return None
         if resp.status_code == 404 and "agent" not in _detail(resp).lower():
             return None
-        raise_for_letta(resp, agent_id=agent_id)
+        _raise_for_send(resp, agent_id)
         return resp
+
+    def _post(self, path: str, body: dict[str, Any], agent_id: str, *, via_poster: bool = True) -> httpx.Response:
+        """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it."""
+        try:
+            if via_poster and self._poster is not None:
+                return self._poster.post(path, encode_json(body))
+            return self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            # Only a failure to connect proves Letta never saw the request.
+            doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            if isinstance(exc, httpx.TimeoutException):
+                err = LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True)
+            else:
+                err = LettaUnavailable(f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}).",
+                                       transient=True)
+            err.details[IN_DOUBT] = doubt
+            raise err from None
+
+    def find_message(self, agent_id: str, otid: str) -> str:
+        """Did a message with ``otid`` reach ``agent_id``? ``"found"``, ``"absent"``, or ``"pending"``
+        (not in the history, but the agent has runs not yet started or still running, one of which
+        may carry it: an async message shows only once its run starts). Runs are read first: when
+        none is pending, every message accepted before that read is already in the history."""
+        runs = self._request("GET", "/v1/runs/", params={"agent_id": agent_id, "limit": CHECK_RUNS}).json()
+        pending = isinstance(runs, list) and any(
+            isinstance(r, dict) and r.get("status") in PENDING_RUN_STATUSES for r in runs
+        )
+        msgs = self._request(
+            "GET", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, params={"limit": CHECK_MESSAGES}
+        ).json()
+        if isinstance(msgs, list) and any(isinstance(m, dict) and m.get("otid") == otid for m in msgs):
+            return "found"
+        return "pending" if pending else "absent"
 
     def create_tool(
         self, source_code: str, *, description: str | None = None, tags: list[str] | None = None

@@ -116,7 +116,7 @@ class Delivery(Base):
     agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
     scheduled_for: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     attempted_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
-    outcome: Mapped[str] = mapped_column(String(16), nullable=False)  # delivered|retry|failed|missed
+    outcome: Mapped[str] = mapped_column(String(16), nullable=False)  # delivered|retry|failed|missed|sent_lost_claim
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     letta_run_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -258,6 +258,9 @@ from collections.abc import Collection  # noqa: E402
 
 from sqlalchemy import Row, and_, bindparam, exists, insert, or_, update  # noqa: E402
 
+DatabaseBusy = OperationalError
+"""What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
+
 PG_AGENT_LOCK_NS = 7305734
 """First key of the PostgreSQL advisory locks that serialise claims per agent."""
 
@@ -360,8 +363,14 @@ def claim_due(
     limit: int,
     exclude_agents: Collection[str] = (),
     exclude_ids: Collection[int] = (),
+    taken_over: set[int] | None = None,
 ) -> list[Row[Any]]:
     """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
+
+    ``taken_over``, when given, receives the ids whose previous claim had run out without being
+    recorded or released: its holder crashed or froze, maybe after it had sent the message (the
+    claim itself is the durable "an attempt may have started" mark). Such an occurrence is in
+    doubt: ask Letta before sending it again.
 
     Candidates are the earliest due schedule of each agent that has no live claim. Each is then taken
     with a compare-and-set on ``(id, next_run)`` that re-checks, inside the same write transaction,
@@ -377,7 +386,7 @@ def claim_due(
     pg = store.dialect == "postgresql"
     tried: list[int] = []
     with store.engine.begin() as conn:
-        candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids)
+        candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
         if pg and candidates:
             locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
             candidates = [c for c in candidates if c[0] in locked]
@@ -431,7 +440,7 @@ def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
         # agent's occurrences are always taken in (due_at, id) order: that is the "earlier" test.
         order = (_S.c.due_at, _S.c.id) if sqlite else (_S.c.due_at,)
         stmt = _first_due_cache[key] = (
-            select(_S.c.id, _S.c.agent_id, _S.c.next_run)
+            select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.claimed_by)
             .where(_CLAIMABLE, *extra, ~exists().where(*earlier), ~busy)
             .order_by(*order)
             .limit(bindparam("want", type_=Integer()))
@@ -440,7 +449,12 @@ def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
 
 
 def _candidates(
-    conn: Any, now: datetime, limit: int, exclude_agents: Collection[str], exclude_ids: Collection[int]
+    conn: Any,
+    now: datetime,
+    limit: int,
+    exclude_agents: Collection[str],
+    exclude_ids: Collection[int],
+    taken_over: set[int] | None = None,
 ) -> list[tuple[int, str, datetime]]:
     """The earliest claimable occurrence of up to ``limit`` agents with no live claim (and a few
     more, for compare-and-sets lost to another process), oldest first."""
@@ -448,16 +462,32 @@ def _candidates(
               "want": limit + max(2, limit // 2)}
     stmt = _first_due(conn.dialect.name == "sqlite", bool(exclude_agents), bool(exclude_ids))
     rows = conn.execute(stmt, params).all()
+    if taken_over is not None:
+        taken_over.update(r.id for r in rows if r.claimed_by is not None)
     return [(r.id, r.agent_id, r.next_run) for r in rows]
 
 
-def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> int:
-    """Extend ``owner``'s live claims on ``ids`` (the holder's heartbeat). Returns how many it still holds."""
+def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+    """Extend ``owner``'s live claims on ``ids`` (the holder's heartbeat). Returns the ids it still
+    holds (renewed); a claim missing from the answer was lost (it expired and was taken over, or
+    recorded meanwhile) and must not be sent on."""
     if not ids:
-        return 0
+        return set()
+    wanted = list(ids)
     with store.engine.begin() as conn:
-        stmt = update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claim_until=until)
-        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
+        conn.execute(update(_S).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner).values(claim_until=until))
+        held = conn.execute(select(_S.c.id).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner)).scalars()
+        return {int(i) for i in held}
+
+
+def count_attempts_with_error(store: Store, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+    """History rows of one occurrence whose error starts with ``prefix`` (e.g. auth errors, which do
+    not count toward ``PROMPTYOSELF_MAX_ATTEMPTS``)."""
+    stmt = select(func.count()).select_from(_D).where(
+        _D.c.schedule_id == schedule_id, _D.c.scheduled_for == scheduled_for, _D.c.error.like(prefix + "%")
+    )
+    with store.engine.connect() as conn:
+        return int(conn.execute(stmt).scalar_one())
 
 
 def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:

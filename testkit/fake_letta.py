@@ -13,7 +13,7 @@ In process::
 
 As a separate process (multi-process tests, benchmarks)::
 
-    python -m tests.fake_letta --agents 3 --latency 0.05 --fail-rate 0.1 --seed 1
+    python -m testkit.fake_letta --agents 3 --latency 0.05 --fail-rate 0.1 --seed 1
 
 prints one JSON line ``{"url": ..., "agent_ids": [...], "pid": ...}`` when ready,
 serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it to
@@ -22,7 +22,7 @@ serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it t
 Test-control routes (both modes, never need auth, not counted in ``requests``):
 ``GET /_fake/stats``, ``GET /_fake/count`` (the counts of ``stats`` without the received
 messages: cheap to poll), ``POST /_fake/reset``, ``POST /_fake/config`` (JSON with any
-of ``fail_rate latency fail_modes timeout_sleep async_route run_status seed``),
+of ``fail_rate latency fail_modes timeout_sleep async_route run_status visible_delay seed``),
 ``POST /_fake/fail_next`` (``{"n", "status", "retry_after"}``), ``POST /_fake/agents``
 (``{"name"?}`` -> ``{"id"}``) and ``DELETE /_fake/agents/{id}``.
 """
@@ -69,7 +69,7 @@ _AGENT_ID_PATTERN = f"^agent-{_UUID}$"
 _FUNC_NAME_RE = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
 
 # Collection routes end in "/"; requested without it they answer 307.
-_COLLECTIONS = ("/v1/agents/", "/v1/health/", "/v1/tools/")
+_COLLECTIONS = ("/v1/agents/", "/v1/health/", "/v1/tools/", "/v1/runs/")
 _HEALTH_PATHS = ("/v1/health/", "/v1/health")
 
 _R_COUNT = re.compile(r"^/v1/agents/count$")
@@ -101,8 +101,12 @@ _STATUS_DETAIL = {
 
 #: Failure modes understood by ``fail_modes`` / ``fail_next``: an HTTP status as a
 #: string or int (``"500"``, ``429``...), ``"timeout"`` (sleep ``timeout_sleep``
-#: seconds, then drop the connection without an answer) or ``"drop"`` (drop the
-#: connection at once).
+#: seconds, then drop the connection without an answer), ``"drop"`` (drop the
+#: connection at once), ``"accepted_timeout"`` (record the message like a success, then
+#: sleep ``timeout_sleep`` and drop the connection: the client cannot tell that Letta has
+#: it), ``"accepted_drop"`` (record it, then drop the connection at once: a reset),
+#: ``"429r"`` (429 with ``Retry-After: 0.3``) or ``"slow"`` (a normal answer after
+#: ``timeout_sleep``: a client with a shorter timeout gives up while Letta records it).
 FailMode = str | int
 
 
@@ -305,6 +309,7 @@ class FakeLetta:
         host: str = "127.0.0.1",
         port: int = 0,
         run_status: str = "completed",
+        visible_delay: float = 0.0,
     ) -> None:
         """Create the server (not started).
 
@@ -318,6 +323,7 @@ class FakeLetta:
         self.fail_modes: tuple[FailMode, ...] = tuple(fail_modes)
         self.timeout_sleep = timeout_sleep
         self.run_status = run_status
+        self.visible_delay = visible_delay
         self.host = host
         self.port = port
 
@@ -536,6 +542,7 @@ class FakeLetta:
                 "fail_modes": [str(m) for m in self.fail_modes],
                 "timeout_sleep": self.timeout_sleep,
                 "run_status": self.run_status,
+                "visible_delay": self.visible_delay,
                 "seed": self._seed,
                 "password_set": self.password is not None,
             }
@@ -546,7 +553,7 @@ class FakeLetta:
             for key, value in values.items():
                 if key == "seed":
                     self.reseed(int(value))
-                elif key in ("latency", "fail_rate", "timeout_sleep"):
+                elif key in ("latency", "fail_rate", "timeout_sleep", "visible_delay"):
                     setattr(self, key, float(value))
                 elif key == "async_route":
                     self.async_route = bool(value)
@@ -657,6 +664,10 @@ class FakeLetta:
                 return _error(405, "Method Not Allowed")
             with self._lock:
                 return _Reply(200, len(self._agents))
+        if path == "/v1/runs/":
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            return self._list_runs(query)
         if m := _R_RUN.match(path):
             if method != "GET":
                 return _error(405, "Method Not Allowed")
@@ -762,23 +773,44 @@ class FakeLetta:
         limit = self._int_param(query, "limit", 100)
         if isinstance(limit, _Reply):
             return limit
+        now = time.time()
         with self._lock:
-            history = [dict(m) for m in self._history.get(agent_id, [])]
+            # an async message shows only once its run has started (Letta 0.16.8: 0.5-1 s later)
+            history = [
+                {k: v for k, v in m.items() if k != "_visible_at"}
+                for m in self._history.get(agent_id, [])
+                if m.get("_visible_at", 0.0) <= now
+            ]
         return _Reply(200, history[-limit:] if limit else [])
+
+    def _run_view(self, run: dict[str, Any], now: float) -> dict[str, Any]:
+        """A run as Letta shows it: ``created`` until its message is visible, then ``run_status``."""
+        answer = {k: v for k, v in run.items() if k != "_visible_at"}
+        status = self.run_status if run.get("_visible_at", 0.0) <= now else "created"
+        answer["status"] = status
+        if status in ("completed", "failed", "cancelled"):
+            answer["completed_at"] = run["created_at"]
+            answer["stop_reason"] = "end_turn" if status == "completed" else "error"
+        return answer
+
+    def _list_runs(self, query: dict[str, str]) -> _Reply:
+        limit = self._int_param(query, "limit", 100)
+        if isinstance(limit, _Reply):
+            return limit
+        agent_id = query.get("agent_id")
+        now = time.time()
+        with self._lock:
+            runs = [self._run_view(r, now) for r in self._runs.values()
+                    if agent_id is None or r["agent_id"] == agent_id]
+        runs.reverse()  # newest first
+        return _Reply(200, runs[:limit] if limit else [])
 
     def _get_run(self, run_id: str) -> _Reply:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
                 return _error(404, f"Run with ID {run_id} not found")
-            answer = dict(run)
-            answer["status"] = self.run_status
-            if self.run_status in ("completed", "failed", "cancelled"):
-                answer["completed_at"] = run["created_at"]
-                answer["stop_reason"] = (
-                    "end_turn" if self.run_status == "completed" else "error"
-                )
-            return _Reply(200, answer)
+            return _Reply(200, self._run_view(run, time.time()))
 
     @staticmethod
     def _parse_messages(raw: bytes) -> list[dict[str, Any]] | _Reply:
@@ -874,7 +906,7 @@ class FakeLetta:
             if self._sleep(latency):
                 return _Reply(0, drop=True)
             if failure is not None:
-                return self._apply_failure(failure, agent_id, timeout_sleep)
+                return self._apply_failure(failure, agent_id, timeout_sleep, messages, route)
             return self._record(agent_id, messages, route)
         finally:
             with self._lock:
@@ -884,8 +916,23 @@ class FakeLetta:
                 self._in_flight_total -= 1
 
     def _apply_failure(
-        self, failure: _Failure, agent_id: str, timeout_sleep: float
+        self,
+        failure: _Failure,
+        agent_id: str,
+        timeout_sleep: float,
+        messages: list[dict[str, Any]] | None = None,
+        route: str = "async",
     ) -> _Reply:
+        if failure.mode in ("accepted_timeout", "accepted_drop"):
+            self._record(agent_id, messages or [], route)  # Letta has it; the answer never arrives
+            if failure.mode == "accepted_timeout":
+                self._sleep(timeout_sleep)
+            return _Reply(0, drop=True)
+        if failure.mode == "429r":  # too many requests, come back after 0.3 s
+            failure = _Failure("429", 0.3)
+        if failure.mode == "slow":  # a good answer, but slower than a client's timeout of <= timeout_sleep
+            self._sleep(timeout_sleep)
+            return self._record(agent_id, messages or [], route)
         if failure.mode == "timeout":
             self._sleep(timeout_sleep)
             return _Reply(0, drop=True)
@@ -913,6 +960,7 @@ class FakeLetta:
             if agent_id not in self._agents:  # removed while we slept
                 return self._agent_not_found(agent_id)
             run_id = _new_id("run") if route == "async" else None
+            visible_at = now + self.visible_delay if route == "async" else now
             history = self._history.setdefault(agent_id, [])
             for msg in messages:
                 self._received.append(
@@ -935,6 +983,7 @@ class FakeLetta:
                         "otid": msg["otid"],
                         "name": msg["name"],
                         "run_id": run_id,
+                        "_visible_at": visible_at,
                     }
                 )
             if run_id is not None:
@@ -947,9 +996,10 @@ class FakeLetta:
                     "stop_reason": None,
                     "background": False,
                     "metadata": {},
+                    "_visible_at": visible_at,
                 }
                 self._runs[run_id] = run
-                return _Reply(200, dict(run))
+                return _Reply(200, {k: v for k, v in run.items() if k != "_visible_at"})
         reply_message = {
             "id": _new_id("message"),
             "date": iso,
@@ -1111,7 +1161,7 @@ def _write_json_atomic(path: Path, data: object) -> None:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.fake_letta", description="Run a fake Letta server."
+        prog="python -m testkit.fake_letta", description="Run a fake Letta server."
     )
     parser.add_argument("--agents", type=int, default=1, help="agents to create")
     parser.add_argument(
@@ -1126,9 +1176,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument(
-        "--fail-modes", default="500", help="comma-separated: 500,429,timeout,drop"
+        "--fail-modes", default="500", help="comma-separated: 500,429,timeout,drop,accepted_timeout,accepted_drop"
     )
     parser.add_argument("--timeout-sleep", type=float, default=5.0)
+    parser.add_argument("--visible-delay", type=float, default=0.0,
+                        help="an async message shows in the history (its run starts) this much later")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-async-route", action="store_true")
     parser.add_argument(
@@ -1150,6 +1202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail_rate=args.fail_rate,
         fail_modes=[m.strip() for m in args.fail_modes.split(",") if m.strip()],
         timeout_sleep=args.timeout_sleep,
+        visible_delay=args.visible_delay,
         seed=args.seed,
         host=args.host,
         port=args.port,

@@ -1,0 +1,1 @@
+"""Test support shared by tests/ and bench/ (not installed with the package): the fake Letta."""

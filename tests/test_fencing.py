@@ -1,0 +1,164 @@
+"""Fencing (issue 9 point 1): a claim carries a deadline from its last successful renewal, a sender
+never starts a send on a claim past that deadline minus a margin, a failed renewal is noticed and a
+lost claim is dropped. Fake monotonic clock, real SQLite file, the fake Letta."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptyoself.delivery.attempt import Claim, attempt
+from promptyoself.delivery.threads import ClaimKeeper
+from promptyoself.store.db import claim_due
+from testkit.fake_letta import FakeLetta
+from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
+
+LEASE = 30.0
+
+
+class Mono:
+    """A settable monotonic clock."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLetta]:
+    with FakeLetta(agents=2) as f:
+        yield f
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def core(tmp_path: Path, fake: FakeLetta, clock: Clock) -> Iterator[Any]:
+    c = make_core(tmp_path / "f.db", fake, clock=clock, lease_seconds=LEASE)
+    yield c
+    c.close()
+
+
+def take(core: Any, owner: str) -> list[Claim]:
+    now = core.now()
+    rows = claim_due(core.store, owner, now, now + timedelta(seconds=LEASE), limit=10)
+    return [Claim.from_row(r) for r in rows]
+
+
+def keeper(core: Any, owner: str, mono: Mono) -> ClaimKeeper:
+    # never started: the tests drive renewals with renew_now()
+    return ClaimKeeper(core.store, owner, LEASE, core.now, mono=mono)
+
+
+def test_may_send_until_deadline_minus_margin(core: Any, fake: FakeLetta) -> None:
+    mono = Mono()
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    k = keeper(core, "A", mono)
+    claimed_at = mono()
+    [c] = take(core, "A")
+    k._ids.add(c.id)  # what add() does, without starting the renewal thread
+    k._deadline[c.id] = claimed_at + LEASE
+    assert k.margin == pytest.approx(LEASE / 3)
+    mono.t += LEASE - LEASE / 3 - 0.01
+    assert k.may_send(sid)
+    mono.t += 0.02
+    assert not k.may_send(sid)  # inside the margin: no new send starts
+    assert not k.may_send(sid + 1000)  # never claimed
+
+
+def test_a_successful_renewal_moves_the_deadline(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    mono = Mono()
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    k = keeper(core, "A", mono)
+    [c] = take(core, "A")
+    k._ids.add(c.id)
+    k._deadline[c.id] = mono() + LEASE
+    mono.t += LEASE / 2
+    clock.advance(LEASE / 2)
+    k.renew_now()
+    mono.t += LEASE / 2 + 1  # past the first deadline, within the renewed one
+    assert k.may_send(sid)
+    assert get(core.store, sid).claimed_by == "A"
+
+
+def test_a_failed_renewal_lets_the_deadline_run_out(core: Any, fake: FakeLetta, monkeypatch: Any) -> None:
+    mono = Mono()
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    k = keeper(core, "A", mono)
+    [c] = take(core, "A")
+    k._ids.add(c.id)
+    k._deadline[c.id] = mono() + LEASE
+
+    def broken(*_a: Any, **_k: Any) -> set[int]:
+        raise RuntimeError("database down")
+
+    monkeypatch.setattr("promptyoself.delivery.threads.renew_claims", broken)
+    mono.t += LEASE / 3
+    k.renew_now()  # fails: logged, the deadline stays
+    assert k.may_send(sid)  # still inside the lease the last good renewal gave
+    mono.t += LEASE / 3 + 0.01
+    assert not k.may_send(sid)
+
+
+def test_a_renewal_that_finds_the_claim_taken_over_drops_it(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    mono = Mono()
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    k = keeper(core, "A", mono)
+    [c] = take(core, "A")
+    k._ids.add(c.id)
+    k._deadline[c.id] = mono() + LEASE
+    clock.advance(LEASE + 1)  # A stalled (its monotonic clock too, say a suspend) and B took over
+    assert [x.id for x in take(core, "B")] == [sid]
+    k.renew_now()
+    assert not k.may_send(sid)  # even though A's monotonic deadline has not run out
+    assert sid not in k._ids
+    assert get(core.store, sid).claimed_by == "B"  # A's renewal did not touch B's claim
+
+
+def test_a_sender_past_the_deadline_sends_nothing(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    """The stalled holder of issue 9: it wakes after its lease with a queued claim; it must not send
+    it, and must leave the new holder's claim alone."""
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    [c] = take(core, "A")
+    clock.advance(LEASE + 1)
+    assert [x.id for x in take(core, "B")] == [sid]
+    out = attempt(core, c, "A", may_send=lambda: False)
+    assert not isinstance(out, type(None))
+    assert getattr(out, "outcome", None) == "released"
+    assert fake.received == []
+    assert get(core.store, sid).claimed_by == "B"
+    # the new holder sends it once
+    out_b = attempt(core, Claim.from_row(get(core.store, sid)), "B", may_send=lambda: True)
+    assert getattr(out_b, "kind", None) == "delivered"
+    assert len(fake.received) == 1
+
+
+def test_the_executor_fences_every_claim_it_queues(tmp_path: Path, fake: FakeLetta) -> None:
+    """Through the executor: a claim whose keeper deadline has run out is released, not sent."""
+    from promptyoself.delivery.loop import Executor
+
+    c = make_core(tmp_path / "e.db", fake, lease_seconds=LEASE)
+    try:
+        sid = add_schedule(c.store, fake.agent_ids[0], "p", c.now() - timedelta(seconds=1))
+        ex = Executor(c, role="test")
+        mono = Mono()
+        ex._keeper.mono = mono
+        [claim] = [Claim.from_row(r) for r in ex._claim_sync(c.now(), 1, (), ())]
+        ex._keeper._ids.add(claim.id)
+        ex._keeper._deadline[claim.id] = mono() + LEASE
+        mono.t += LEASE  # the process froze for a whole lease between claiming and sending
+        out = attempt(c, claim, ex.owner, may_send=ex._may_send(claim))
+        assert getattr(out, "outcome", None) == "released"
+        assert fake.received == []
+        assert get(c.store, sid).claimed_by is None  # given back: anyone may take it now
+    finally:
+        c.close()

@@ -46,7 +46,8 @@ SECRETS = {
     "PROMPTYOSELF_HTTP_TOKEN": "tok-HOSTILE-http-41d8aa",
 }
 LEAK_MARKERS = ("Traceback", 'File "')
-OK_STATUSES = {"success", "ok", "healthy"}
+OK_STATUSES = {"success", "ok", "degraded"}  # degraded: a health verdict (e.g. Letta down)
+HEALTH_VERDICTS = {"ok", "degraded", "down"}
 
 TOOLS = (
     "promptyoself_schedule_time", "promptyoself_schedule_cron", "promptyoself_schedule_every",
@@ -451,6 +452,9 @@ def check_cli_result(world: World, argv: list[str], code: Any, out: str, err: st
     payload = json.loads(out) if out.strip() else None
     if code == 0:
         assert isinstance(payload, dict) and payload.get("status") in OK_STATUSES, out[:500]
+        return
+    if code == 1 and argv[:1] == ["health"] and isinstance(payload, dict) and payload.get("status") != "error":
+        assert payload["status"] in HEALTH_VERDICTS and payload["reasons"], out[:500]
         return
     if code == 1:
         assert isinstance(payload, dict) and payload["status"] == "error", out[:500]

@@ -215,7 +215,7 @@ def test_stdio_server_exits_within_3s(db: Path, fake: FakeLetta, tmp_path: Path,
     env = child_env(db, fake.url, PROMPTYOSELF_EXECUTOR_MODE=mode, PROMPTYOSELF_WORKER_IDLE_EXIT="30")
     server = RawServer(env, tmp_path)
     server.handshake()
-    assert server.tool("health")["status"] == "healthy"
+    assert server.tool("health")["status"] in ("ok", "degraded")
     if mode == "embedded":  # something in flight when the end comes
         fake.latency = 1.0
         core = make_core(db)

@@ -347,6 +347,8 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
         emit(result, as_json)
         if result.get("status") == "error":
             return EXIT_FAILED
+        if args.command == "health" and result.get("status") != "ok":
+            return EXIT_FAILED  # degraded or down: the reasons say why
     return EXIT_OK
 
 

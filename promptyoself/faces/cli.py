@@ -212,6 +212,34 @@ def want_json(args: argparse.Namespace) -> bool:
 
 
 def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    result = _schedule_only(core, a)
+    if result.get("status") == "success":
+        result["delivery"] = ensure_delivery(core)
+    return result
+
+
+def ensure_delivery(core: Any) -> str:
+    """After a write: make sure something will deliver it, and say what (DESIGN §4 ``worker`` mode:
+    a live worker lease, or a worker started now). Never fails the write."""
+    settings = core.settings
+    if not settings.executor_enabled:
+        return ("PROMPTYOSELF_EXECUTOR_MODE is off: run `promptyoself worker` or the service "
+                "(`promptyoself service install`) to deliver it.")
+    if settings.executor_mode == "embedded":
+        return "Delivered by an MCP server running in embedded mode (none is started by the CLI)."
+    from promptyoself.delivery.worker import ensure_worker
+
+    try:
+        started = ensure_worker(core)
+    except Exception as exc:
+        logging.getLogger("promptyoself.faces.cli").warning("could not start the delivery worker: %s", exc)
+        return "Could not start the delivery worker; run `promptyoself health` to see why."
+    if started.get("spawned"):
+        return f"Started the delivery worker (pid {started['pid']})."
+    return f"The delivery worker (pid {started.get('pid')}) will deliver it."
+
+
+def _schedule_only(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     common = {
         "agent_id": a.agent_id,
         "timezone": a.timezone,

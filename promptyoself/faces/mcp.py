@@ -466,6 +466,12 @@ def serve(args: Any) -> int:
         _hidden_password(settings.letta_base_url),
         settings.executor_mode if settings.executor_enabled else "off",
     )
+    if transport == "stdio" and settings.executor_enabled and settings.executor_mode == "worker":
+        # Before the handshake, in ~ms and without SQLAlchemy: Letta may end this process 30 ms
+        # after its tools/list reply, before the deferred check below ever runs.
+        from promptyoself.delivery.early import start_if_needed
+
+        start_if_needed(settings)
     core = Core(settings)
     if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
         from promptyoself.delivery.deferred import DeferredDelivery

@@ -47,13 +47,20 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
 
 
-def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
-    )
-    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port for http/sse (default 8000)")
-    p.add_argument("--path", default=None, help="endpoint path (default /mcp for http, /sse for sse)")
+def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) -> None:
+    if service:  # `promptyoself serve`: without --transport, the long-lived service
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default=None,
+            help="only the MCP server on this transport (default: the service: delivery + /mcp, /healthz, "
+            "/metrics on one HTTP port)",
+        )
+    else:
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
+        )
+    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse/the service (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port for http/sse/the service (default 8000)")
+    p.add_argument("--path", default=None, help="MCP endpoint path (default /mcp for http, /sse for sse)")
     p.add_argument(
         "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
     )
@@ -142,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", help="tool description")
     _add_json(p)
 
-    p = sub.add_parser("serve", help="run the MCP server")
-    add_serve_arguments(p)
+    p = sub.add_parser("serve", help="run the service (delivery + HTTP), or the MCP server with --transport")
+    add_serve_arguments(p, service=True)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")

@@ -93,3 +93,11 @@ def lease(store: Store, now: datetime) -> dict[str, Any] | None:
             "lease_until": row.lease_until,
             "alive": alive,
         }
+
+
+def claims_lost(store: Store) -> int:
+    """History rows recorded after their claim was lost (another process had taken the occurrence)."""
+    with store.session() as s:
+        return int(s.execute(
+            select(func.count()).select_from(Delivery).where(Delivery.error.like("%claim lost%"))
+        ).scalar_one())

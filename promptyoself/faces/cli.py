@@ -152,6 +152,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="run the service (delivery + HTTP), or the MCP server with --transport")
     add_serve_arguments(p, service=True)
 
+    p = sub.add_parser("service", help="install, remove or inspect the supervised service (systemd/launchd)")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("install", "write the unit (and enable + start it where systemd runs)"),
+                       ("uninstall", "stop, disable and remove the unit"),
+                       ("status", "the unit's state and the worker lease")):
+        a = actions.add_parser(name, help=text)
+        a.add_argument("--system", action="store_true", help="a system unit (default: a user unit)")
+        a.add_argument("--kind", choices=("systemd", "launchd"), default=None,
+                       help="supervisor (default: launchd on macOS, else systemd)")
+        if name == "install":
+            a.add_argument("--print", action="store_true", help="only print the unit (and settings file)")
+            a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
+            a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
+        _add_json(a)
+
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
     _add_json(p)
@@ -291,6 +306,25 @@ def _worker(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
 
 
+def _service(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
+    from promptyoself.core import supervise
+
+    kw: dict[str, Any] = {"host": a.host, "port": a.port, "mask": a.print} if a.action == "install" else {}
+    plan = supervise.plan(core.settings.db_url, system=a.system, kind=a.kind, **kw)
+    if a.action == "install" and a.print:
+        text = f"# {plan.unit_path}\n{plan.unit_text}"
+        if plan.env_path is not None:
+            text += f"\n# {plan.env_path} (mode 0600; secrets shown as ***)\n{plan.env_text}"
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    if a.action == "install":
+        return supervise.install(plan)
+    if a.action == "uninstall":
+        return supervise.uninstall(plan)
+    return supervise.status(core, plan)
+
+
 def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
 
@@ -313,6 +347,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "health": lambda c, a: dict(c.health()),
     "upload": _upload,
     "import-legacy": _import_legacy,
+    "service": _service,
 }
 
 

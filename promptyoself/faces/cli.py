@@ -234,8 +234,12 @@ def want_json(args: argparse.Namespace) -> bool:
 
 
 def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
-    result = _schedule_only(core, a)
-    if result.get("status") == "success":
+    return _with_delivery(core, _schedule_only(core, a))
+
+
+def _with_delivery(core: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """``schedule`` and ``resume`` make a schedule active: make sure something delivers it."""
+    if result.get("status") == "success" and result.get("state", "active") == "active":
         result["delivery"] = ensure_delivery(core)
     return result
 
@@ -338,7 +342,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     ),
     "cancel": lambda c, a: dict(c.cancel(a.id)),
     "pause": lambda c, a: dict(c.pause(a.id)),
-    "resume": lambda c, a: dict(c.resume(a.id)),
+    "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,

@@ -124,3 +124,33 @@ def test_postgres_unreachable_is_down(tmp_path: Path, fake: FakeLetta) -> None:
     h = core.health()
     assert h["status"] == "down" and codes(h) == ["database_unavailable"]
     core.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_verdict_and_metrics_on_both_backends(backend: str, db_path: Path, fake: FakeLetta,
+                                              request: pytest.FixtureRequest) -> None:
+    from promptyoself.delivery.metrics import registry_for, render
+    from promptyoself.store.db import Delivery
+
+    db = request.getfixturevalue("pg_url") if backend == "postgres" else str(db_path)
+    core = Core(make_settings(db_path, db=db, letta_base_url=fake.url), clock=lambda: FIXED_NOW)
+    sid = add_schedule(core.store, fake.agent_ids[0], "due", FIXED_NOW - timedelta(seconds=30))
+    with core.store.session() as s:
+        for lateness, outcome, error in ((0.3, "delivered", None), (12.0, "delivered", None),
+                                         (None, "retry", "letta_unavailable: down"),
+                                         (None, "retry", "letta_auth: Letta refused the credentials")):
+            s.add(Delivery(schedule_id=sid, agent_id=fake.agent_ids[0], scheduled_for=FIXED_NOW,
+                           attempted_at=FIXED_NOW, outcome=outcome, attempt=1, lateness_s=lateness, error=error))
+    h = core.health()
+    assert h["status"] == "degraded" and codes(h) == ["no_delivery"] and h["oldest_overdue_s"] == 30.0
+    text = render(registry_for(core)).decode()
+    assert 'promptyoself_deliveries_total{outcome="delivered"} 2.0' in text
+    assert 'promptyoself_deliveries_total{outcome="retry"} 2.0' in text
+    assert 'promptyoself_delivery_lateness_seconds_bucket{le="0.5"} 1.0' in text
+    assert 'promptyoself_delivery_lateness_seconds_bucket{le="30.0"} 2.0' in text
+    assert "promptyoself_delivery_lateness_seconds_sum 12.3" in text
+    assert "promptyoself_due_backlog 1.0" in text and "promptyoself_oldest_overdue_seconds 30.0" in text
+    assert 'promptyoself_letta_errors_total{kind="letta_unavailable"} 1.0' in text
+    assert 'promptyoself_letta_errors_total{kind="letta_auth"} 1.0' in text
+    assert "promptyoself_worker_up 0.0" in text and "promptyoself_database_up 1.0" in text
+    core.close()

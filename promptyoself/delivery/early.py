@@ -58,8 +58,8 @@ def start_if_needed(settings: Any) -> int | None:
     global spawned_at
     try:
         db_file = sqlite_path(settings.db_url)
-        if db_file is None:
-            return None
+        if db_file is None or os.name != "posix" or not os.path.exists("/bin/sh"):
+            return None  # the deferred check after the handshake covers these
         if quick_check(db_file, datetime.now(UTC)) is not True:
             return None
         pid = spawn(settings, db_file)

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
 
     http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
 
+    health_max_lateness: str = Field("5m", validation_alias="PROMPTYOSELF_HEALTH_MAX_LATENESS")
+    health_letta_cache: float = Field(30.0, ge=0, validation_alias="PROMPTYOSELF_HEALTH_LETTA_CACHE")
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _log_level(cls, value: object) -> object:
@@ -112,6 +115,12 @@ class Settings(BaseSettings):
         from promptyoself.timing import parse_interval
 
         return parse_interval(self.min_interval)
+
+    @property
+    def health_max_lateness_td(self) -> timedelta:
+        from promptyoself.timing import parse_interval
+
+        return parse_interval(self.health_max_lateness)
 
     @property
     def executor_enabled(self) -> bool:

@@ -190,7 +190,7 @@ def test_cli_never_leaks(secret_env: Path, fake_letta_refusing: Any, capsys: pyt
         (["schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", agent, "--json"], 1),
         (["schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", agent, "--skip-validation", "--json"], 0),
         (["list", "--json"], 0),
-        (["health", "--json"], 0),
+        (["health", "--json"], 1),  # degraded: Letta refuses the credentials
         (["cancel", "424242", "--json"], 1),
     ]
     outputs = []
@@ -282,11 +282,16 @@ async def test_unreachable_postgres_fails_without_leaking(monkeypatch: pytest.Mo
     core = Core(settings)
     try:
         async with Client(build_server(core)) as client:
-            result = await client.call_tool("health", {}, raise_on_error=False)
+            result = await client.call_tool("promptyoself_list", {"agent_id": "agent-x"}, raise_on_error=False)
+            health = await client.call_tool("health", {}, raise_on_error=False)
     finally:
         core.close()
     assert result.is_error and json.loads(result.content[0].text)["code"] == "internal"
+    verdict = json.loads(health.content[0].text)  # health itself answers: down, with the reason
+    assert not health.is_error and verdict["status"] == "down"
+    assert verdict["reasons"][0]["code"] == "database_unavailable"
     _, err = capsys.readouterr()
-    for text, where in [(_texts(result), "result"), (caplog.text, "caplog"), (err, "stderr"),
+    for text, where in [(_texts(result), "result"), (_texts(health), "health"), (caplog.text, "caplog"),
+                        (err, "stderr"),
                         (log_file.read_text(encoding="utf-8"), "log file")]:
         assert_clean(text, where)

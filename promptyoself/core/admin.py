@@ -3,10 +3,8 @@ agents, inference diagnostics and health. ``Core`` inherits them; they share its
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
 from promptyoself.core.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.core.checks import check_source, check_text
@@ -137,27 +135,8 @@ class AdminOperations:
         }
 
     def health(self) -> dict[str, Any]:
-        from sqlalchemy import func, select
+        """The health fields of DESIGN §2 plus a verdict: ``status`` ok|degraded|down and ``reasons``
+        ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
+        from promptyoself.core.health import assess
 
-        from promptyoself.store.db import Schedule
-
-        with self.store.session() as s:
-            active = s.execute(
-                select(func.count()).select_from(Schedule).where(Schedule.state == "active")
-            ).scalar_one()
-        out: dict[str, Any] = {
-            "status": "healthy",
-            "version": __version__,
-            "letta_base_url": redact_url(self.settings.letta_base_url),
-            "db": self.store.describe(),
-            "auth_set": self.settings.letta_token is not None,
-            "executor_mode": self.settings.executor_mode if self.settings.executor_autostart else "off",
-            "executor_autostart": self.settings.executor_enabled,
-            "executor_interval": self.settings.executor_interval,
-            "uptime_s": round(time.monotonic() - self.started_monotonic, 3),
-            "tool_calls": self.tool_calls,
-            "schedules_active": int(active),
-        }
-        if self.delivery is not None:
-            out.update(self.delivery.health_info())
-        return out
+        return assess(self)

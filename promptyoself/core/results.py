@@ -170,8 +170,15 @@ class DefaultAgentResult(TypedDict):
     message: NotRequired[str]
 
 
+class HealthReason(TypedDict):
+    code: str
+    message: str
+    fix: str
+
+
 class HealthResult(TypedDict, total=False):
-    status: str
+    status: str  # ok | degraded | down
+    reasons: list[HealthReason]
     version: str
     letta_base_url: str
     db: str
@@ -181,7 +188,10 @@ class HealthResult(TypedDict, total=False):
     executor_interval: float
     uptime_s: float
     tool_calls: int
-    schedules_active: int
+    schedules_active: int | None
+    due_now: int | None
+    oldest_overdue_s: float | None
+    delivery_live: bool
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
     letta_auth_error: str | None

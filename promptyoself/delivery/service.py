@@ -28,7 +28,7 @@ from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owne
 from promptyoself.deps import Deps
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
-from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
+from promptyoself.store.db import count_state, delivery_totals, due_summary, latest_delivery
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,10 @@ class DeliveryService:
 
         def check() -> None:
             try:
+                if count_state(self.core.store, "active") == 0:
+                    return  # nothing to deliver: no worker (the next write checks again)
+                if _early_spawn_pending(self.core):
+                    return
                 worker.ensure_worker(self.core)
             except Exception:
                 log.exception("could not check or start the delivery worker")
@@ -107,6 +111,23 @@ class DeliveryService:
             "worker": worker.lease_info(self.core),
             "letta_auth_error": self.auth_error(),
         }
+
+
+def _early_spawn_pending(core: Deps, wait: float = 5.0) -> bool:
+    """True when this process started a worker at start-up (``promptyoself.delivery.early``) and it
+    took the lease within ``wait`` seconds of that start: no second spawn is needed."""
+    from promptyoself.delivery import early, worker
+
+    if early.spawned_at is None:
+        return False
+    deadline = early.spawned_at + wait
+    while True:
+        info = worker.lease_info(core)
+        if info is not None and info.get("alive"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def service_for(core: Deps) -> DeliveryService:

@@ -47,13 +47,20 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
 
 
-def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
-    )
-    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port for http/sse (default 8000)")
-    p.add_argument("--path", default=None, help="endpoint path (default /mcp for http, /sse for sse)")
+def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) -> None:
+    if service:  # `promptyoself serve`: without --transport, the long-lived service
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default=None,
+            help="only the MCP server on this transport (default: the service: delivery + /mcp, /healthz, "
+            "/metrics on one HTTP port)",
+        )
+    else:
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
+        )
+    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse/the service (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port for http/sse/the service (default 8000)")
+    p.add_argument("--path", default=None, help="MCP endpoint path (default /mcp for http, /sse for sse)")
     p.add_argument(
         "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
     )
@@ -142,8 +149,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description", help="tool description")
     _add_json(p)
 
-    p = sub.add_parser("serve", help="run the MCP server")
-    add_serve_arguments(p)
+    p = sub.add_parser("serve", help="run the service (delivery + HTTP), or the MCP server with --transport")
+    add_serve_arguments(p, service=True)
+
+    p = sub.add_parser("service", help="install, remove or inspect the supervised service (systemd/launchd)")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("install", "write the unit (and enable + start it where systemd runs)"),
+                       ("uninstall", "stop, disable and remove the unit"),
+                       ("status", "the unit's state and the worker lease")):
+        a = actions.add_parser(name, help=text)
+        a.add_argument("--system", action="store_true", help="a system unit (default: a user unit)")
+        a.add_argument("--kind", choices=("systemd", "launchd"), default=None,
+                       help="supervisor (default: launchd on macOS, else systemd)")
+        if name == "install":
+            a.add_argument("--print", action="store_true", help="only print the unit (and settings file)")
+            a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
+            a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
+        _add_json(a)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
@@ -212,6 +234,38 @@ def want_json(args: argparse.Namespace) -> bool:
 
 
 def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    return _with_delivery(core, _schedule_only(core, a))
+
+
+def _with_delivery(core: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """``schedule`` and ``resume`` make a schedule active: make sure something delivers it."""
+    if result.get("status") == "success" and result.get("state", "active") == "active":
+        result["delivery"] = ensure_delivery(core)
+    return result
+
+
+def ensure_delivery(core: Any) -> str:
+    """After a write: make sure something will deliver it, and say what (DESIGN §4 ``worker`` mode:
+    a live worker lease, or a worker started now). Never fails the write."""
+    settings = core.settings
+    if not settings.executor_enabled:
+        return ("PROMPTYOSELF_EXECUTOR_MODE is off: run `promptyoself worker` or the service "
+                "(`promptyoself service install`) to deliver it.")
+    if settings.executor_mode == "embedded":
+        return "Delivered by an MCP server running in embedded mode (none is started by the CLI)."
+    from promptyoself.delivery.worker import ensure_worker
+
+    try:
+        started = ensure_worker(core)
+    except Exception as exc:
+        logging.getLogger("promptyoself.faces.cli").warning("could not start the delivery worker: %s", exc)
+        return "Could not start the delivery worker; run `promptyoself health` to see why."
+    if started.get("spawned"):
+        return f"Started the delivery worker (pid {started['pid']})."
+    return f"The delivery worker (pid {started.get('pid')}) will deliver it."
+
+
+def _schedule_only(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     common = {
         "agent_id": a.agent_id,
         "timezone": a.timezone,
@@ -256,6 +310,25 @@ def _worker(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
 
 
+def _service(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
+    from promptyoself.core import supervise
+
+    kw: dict[str, Any] = {"host": a.host, "port": a.port, "mask": a.print} if a.action == "install" else {}
+    plan = supervise.plan(core.settings.db_url, system=a.system, kind=a.kind, **kw)
+    if a.action == "install" and a.print:
+        text = f"# {plan.unit_path}\n{plan.unit_text}"
+        if plan.env_path is not None:
+            text += f"\n# {plan.env_path} (mode 0600; secrets shown as ***)\n{plan.env_text}"
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    if a.action == "install":
+        return supervise.install(plan)
+    if a.action == "uninstall":
+        return supervise.uninstall(plan)
+    return supervise.status(core, plan)
+
+
 def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
 
@@ -269,7 +342,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     ),
     "cancel": lambda c, a: dict(c.cancel(a.id)),
     "pause": lambda c, a: dict(c.pause(a.id)),
-    "resume": lambda c, a: dict(c.resume(a.id)),
+    "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,
@@ -278,6 +351,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "health": lambda c, a: dict(c.health()),
     "upload": _upload,
     "import-legacy": _import_legacy,
+    "service": _service,
 }
 
 
@@ -347,6 +421,8 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
         emit(result, as_json)
         if result.get("status") == "error":
             return EXIT_FAILED
+        if args.command == "health" and result.get("status") != "ok":
+            return EXIT_FAILED  # degraded or down: the reasons say why
     return EXIT_OK
 
 

@@ -451,7 +451,7 @@ def serve(args: Any) -> int:
     if getattr(args, "no_executor", False):
         settings.executor_autostart = False
     setup_logging(settings)
-    transport = args.transport
+    transport = args.transport or "service"
     if transport != "stdio":
         problem = check_exposure(args.host, args.allow_external, settings)
         if problem:
@@ -466,7 +466,21 @@ def serve(args: Any) -> int:
         _hidden_password(settings.letta_base_url),
         settings.executor_mode if settings.executor_enabled else "off",
     )
+    if transport == "stdio" and settings.executor_enabled and settings.executor_mode == "worker":
+        # Before the handshake, in ~ms and without SQLAlchemy: Letta may end this process 30 ms
+        # after its tools/list reply, before the deferred check below ever runs.
+        from promptyoself.delivery.early import start_if_needed
+
+        start_if_needed(settings)
     core = Core(settings)
+    if transport == "service":  # `promptyoself serve`: delivery in this process + one HTTP port
+        from promptyoself.faces.http import run_service
+
+        try:
+            run_service(core, settings, host=args.host, port=args.port, mcp_path=args.path)
+        finally:
+            core.close()
+        return 0
     if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
         from promptyoself.delivery.deferred import DeferredDelivery
 

@@ -1,0 +1,160 @@
+"""Health as a verdict with reasons, the same in the MCP tool, the CLI (exit code) and ``/healthz``.
+
+``status`` is ``ok``, ``degraded`` (something will not be delivered, or late) or ``down`` (the
+database cannot be used). Each reason is ``{code, message, fix}``; the fix names the command that
+repairs it. The checks:
+
+* ``database_unavailable`` (down): the store cannot be opened or queried.
+* ``no_delivery``: schedules are due and no live delivery runs (no live worker lease, no loop in
+  this process).
+* ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
+* ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
+  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from promptyoself import __version__
+from promptyoself.config import redact_url
+from promptyoself.errors import LettaAuth, PromptYoSelfError
+
+if TYPE_CHECKING:
+    from promptyoself.core.admin import AdminOperations
+
+log = logging.getLogger(__name__)
+
+
+class Reason(TypedDict):
+    code: str
+    message: str
+    fix: str
+
+
+FIX_DELIVERY = (
+    "Run `promptyoself worker` (or any MCP tool call starts one), or install the service for delivery "
+    "that survives reboots: `promptyoself service install`."
+)
+FIX_LATE = (
+    "Check the delivery worker with `promptyoself worker --status` and failed attempts with "
+    "`promptyoself history`; `promptyoself service status` for the installed service."
+)
+FIX_DB = (
+    "Check PROMPTYOSELF_DB (the file's directory must be writable; a PostgreSQL server must be up and "
+    "the database must exist), then run `promptyoself health` again."
+)
+FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
+FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
+
+_probe_lock = threading.Lock()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return redact_url(text[0][:300]) if text else type(exc).__name__
+
+
+def letta_probe(core: AdminOperations) -> Reason | None:
+    """Is Letta reachable and does it accept our credentials? Cached per process."""
+    ttl = float(core.settings.health_letta_cache)
+    cached = getattr(core, "_letta_probe", None)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < ttl:
+        return cached[1]  # type: ignore[no-any-return]
+    with _probe_lock:
+        reason: Reason | None = None
+        try:
+            core.letta.list_agents(limit=1)
+        except LettaAuth as exc:
+            reason = Reason(code="letta_auth", message=exc.message, fix=FIX_AUTH)
+        except PromptYoSelfError as exc:
+            reason = Reason(code="letta_unreachable", message=exc.message, fix=FIX_LETTA)
+        except Exception as exc:
+            reason = Reason(code="letta_unreachable", message=f"Letta probe failed: {_first_line(exc)}", fix=FIX_LETTA)
+        core._letta_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
+    return reason
+
+
+def _live_delivery(lease: dict[str, Any] | None, delivery: dict[str, Any] | None) -> bool:
+    if lease is not None and lease.get("alive"):
+        return True
+    ex = (delivery or {}).get("executor") or {}
+    return bool(ex.get("running"))
+
+
+def assess(core: AdminOperations) -> dict[str, Any]:
+    settings = core.settings
+    reasons: list[Reason] = []
+    out: dict[str, Any] = {
+        "status": "ok",
+        "reasons": reasons,
+        "version": __version__,
+        "letta_base_url": redact_url(settings.letta_base_url),
+        "db": None,
+        "auth_set": settings.letta_token is not None,
+        "executor_mode": settings.executor_mode if settings.executor_autostart else "off",
+        "executor_autostart": settings.executor_enabled,
+        "executor_interval": settings.executor_interval,
+        "uptime_s": round(time.monotonic() - core.started_monotonic, 3),
+        "tool_calls": core.tool_calls,
+        "schedules_active": None,
+        "due_now": None,
+        "oldest_overdue_s": None,
+    }
+    down = False
+    try:
+        from promptyoself.store import health as queries
+
+        store = core.store
+        out["db"] = store.describe()
+        now: datetime = core.now()  # type: ignore[attr-defined]
+        bl = queries.backlog(store, now)
+        lease = queries.lease(store, now)
+        delivery = core.delivery.health_info() if core.delivery is not None else None
+    except Exception as exc:
+        log.debug("health: the database cannot be used", exc_info=True)
+        code = getattr(exc, "code", None)
+        reasons.append(Reason(
+            code=code if isinstance(code, str) and code.startswith("database_") else "database_unavailable",
+            message=f"The database cannot be used: {_first_line(exc)}",
+            fix=FIX_DB,
+        ))
+        if out["db"] is None:
+            out["db"] = redact_url(settings.db_url)
+        down = True
+    else:
+        out["schedules_active"] = bl.active
+        out["due_now"] = bl.due
+        late = (now - bl.oldest_overdue).total_seconds() if bl.oldest_overdue is not None else None
+        out["oldest_overdue_s"] = round(late, 3) if late is not None else None
+        if delivery is not None:
+            out.update(delivery)
+        elif lease is not None:
+            out["worker"] = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in lease.items()}
+        live = _live_delivery(lease, delivery)
+        out["delivery_live"] = live
+        if bl.due and not live:
+            reasons.append(Reason(
+                code="no_delivery",
+                message=f"{bl.due} schedule(s) are due and no delivery worker is running for this database "
+                f"(mode {out['executor_mode']}).",
+                fix=FIX_DELIVERY,
+            ))
+        threshold = settings.health_max_lateness_td.total_seconds()
+        if late is not None and late > threshold:
+            reasons.append(Reason(
+                code="delivery_late",
+                message=f"The oldest overdue prompt is {late:.0f}s late (threshold {threshold:.0f}s, "
+                "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
+                fix=FIX_LATE,
+            ))
+    letta = letta_probe(core)
+    if letta is not None:
+        reasons.append(letta)
+    out["status"] = "down" if down else ("degraded" if reasons else "ok")
+    return out

@@ -1,0 +1,102 @@
+"""``/metrics``: Prometheus text through ``prometheus_client``, collected at scrape time.
+
+Everything that lives in the database (deliveries by outcome, the lateness histogram, the due backlog,
+the age of the oldest overdue occurrence, claims lost, Letta errors by kind) is read when Prometheus
+scrapes, by a custom collector: the numbers are the same whichever process delivered, and no code on
+the delivery path has to count anything. ``promptyoself_worker_up`` says whether a live delivery runs
+for this database (a live worker lease, or this service's own loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from promptyoself.deps import Deps
+from promptyoself.store import health as queries
+
+log = logging.getLogger(__name__)
+
+LATENESS_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class DeliveryCollector(Collector):
+    def __init__(self, core: Deps) -> None:
+        self.core = core
+
+    def collect(self) -> Iterator[Metric]:
+        store, now = self.core.store, self.core.now()
+        up = GaugeMetricFamily("promptyoself_database_up", "1 when the database answered this scrape.")
+        try:
+            bl = queries.backlog(store, now)
+            outcomes = queries.delivery_outcomes(store)
+            counts, total, late_sum = queries.lateness_buckets(store, LATENESS_BUCKETS)
+            kinds = queries.letta_error_kinds(store)
+            lost = queries.claims_lost(store)
+            lease = queries.lease(store, now)
+        except Exception as exc:
+            log.warning("metrics: the database cannot be read: %s", str(exc).splitlines()[0][:200])
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+
+        c = CounterMetricFamily("promptyoself_deliveries", "Delivery attempts recorded in history, by outcome.",
+                                labels=["outcome"])
+        for outcome in sorted({"delivered", "retry", "failed", "missed", *outcomes}):
+            c.add_metric([outcome], outcomes.get(outcome, 0))
+        yield c
+
+        h = HistogramMetricFamily("promptyoself_delivery_lateness_seconds",
+                                  "Lateness of delivered prompts (delivery time minus intended time).")
+        h.add_metric([], [*[(str(b), n) for b, n in zip(LATENESS_BUCKETS, counts, strict=True)], ("+Inf", total)],
+                     sum_value=late_sum)
+        yield h
+
+        g = GaugeMetricFamily("promptyoself_due_backlog", "Active schedules that are due and not yet delivered.")
+        g.add_metric([], bl.due)
+        yield g
+        g = GaugeMetricFamily("promptyoself_schedules_active", "Active schedules.")
+        g.add_metric([], bl.active)
+        yield g
+        g = GaugeMetricFamily("promptyoself_oldest_overdue_seconds",
+                              "Age of the oldest due, undelivered occurrence (0 when none).")
+        g.add_metric([], max((now - bl.oldest_overdue).total_seconds(), 0.0) if bl.oldest_overdue else 0.0)
+        yield g
+
+        c = CounterMetricFamily("promptyoself_claims_lost", "Attempts whose claim was lost before recording.")
+        c.add_metric([], lost)
+        yield c
+
+        c = CounterMetricFamily("promptyoself_letta_errors", "Failed attempts by error kind (letta_unavailable, "
+                                "letta_auth, agent_not_found, ...).", labels=["kind"])
+        for kind, n in sorted(kinds.items()):
+            c.add_metric([kind], n)
+        yield c
+
+        running = False
+        delivery: Any = self.core.delivery
+        ex = getattr(delivery, "executor", None)
+        if ex is not None:
+            running = bool(ex.running)
+        g = GaugeMetricFamily("promptyoself_worker_up",
+                              "1 when a live delivery runs for this database (worker lease or this service).")
+        g.add_metric([], 1 if running or (lease is not None and lease["alive"]) else 0)
+        yield g
+
+
+def registry_for(core: Deps) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DeliveryCollector(core))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

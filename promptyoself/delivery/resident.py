@@ -1,0 +1,112 @@
+"""Delivery inside the long-lived service (``promptyoself serve``): the loop in-process, holding the
+worker lease.
+
+The service is what ``worker`` mode's detached worker is, but supervised (systemd, launchd, Docker)
+and serving HTTP beside it. It holds the same lease, so stdio servers and CLI writes on this machine
+see a live worker and start none. On start it takes the lease over: a detached worker on this host
+that holds it is sent SIGTERM (it finishes its in-flight sends and releases the lease). A live holder
+on another host keeps it; the service then delivers anyway (claims keep every delivery single, as
+with ``worker --shared``) and takes the lease when it frees. It never exits for idleness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from promptyoself import __version__
+from promptyoself.delivery import worker
+from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, make_owner
+from promptyoself.delivery.service import service_for
+from promptyoself.deps import Deps
+
+log = logging.getLogger(__name__)
+
+ROLE = "service"
+
+
+class Resident:
+    """``async with Resident(core).run():`` delivers until the block ends."""
+
+    def __init__(self, core: Deps) -> None:
+        self.core = core
+        self.owner = make_owner(ROLE)
+        self.holds_lease = False
+        self.executor: Executor | None = None
+
+    def _info(self) -> str:
+        ex = self.executor
+        data: dict[str, Any] = {"role": ROLE, "version": __version__}
+        if ex is not None:
+            info = ex.info()
+            for k in ("last_tick", "next_due", "in_flight", "delivered", "failed", "retried", "missed",
+                      "auth_error", "interval"):
+                data[k] = info[k]
+        return json.dumps(data)
+
+    def take_lease(self, *, take_over: bool) -> bool:
+        """Hold the worker lease; with ``take_over``, stop a detached worker of this host first."""
+        store, secs = self.core.store, float(self.core.settings.lease_seconds)
+        ok, holder = worker.acquire(store, self.owner, os.getpid(), secs, info=self._info())
+        if not ok and take_over and holder is not None and holder.host == worker.hostname():
+            log.info("taking the delivery over from worker pid %d", holder.pid)
+            worker.stop_worker(self.core)
+            ok, holder = worker.acquire(store, self.owner, os.getpid(), secs, info=self._info())
+        if ok and not self.holds_lease:
+            log.info("the service holds the worker lease for %s", store.describe())
+        elif not ok and holder is not None and take_over:
+            log.warning("worker pid %d on %s holds the lease; delivering beside it (claims keep each "
+                        "delivery single)", holder.pid, holder.host)
+        self.holds_lease = ok
+        return ok
+
+    async def _guard(self) -> None:
+        settings = self.core.settings
+        tick = max(min(float(settings.lease_seconds) / 3, 5.0), 0.05)
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                if self.holds_lease:
+                    alive = await asyncio.to_thread(
+                        worker.heartbeat, self.core.store, self.owner, float(settings.lease_seconds), self._info()
+                    )
+                    if not alive:
+                        log.warning("the service lost the worker lease; it keeps delivering and retries")
+                        self.holds_lease = False
+                else:
+                    await asyncio.to_thread(self.take_lease, take_over=False)
+            except Exception as exc:
+                log.warning("the service cannot renew its lease: %s", str(exc).splitlines()[0][:200])
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[Resident]:
+        svc = service_for(self.core)
+        try:
+            await asyncio.to_thread(self.take_lease, take_over=True)
+        except Exception as exc:  # the database may be down: deliver once it is back (health says down)
+            log.error("the service cannot take the worker lease: %s", str(exc).splitlines()[0][:200])
+        ex = Executor(self.core, role=ROLE, owner=self.owner)
+        self.executor = ex
+        svc.executor = ex
+        task = asyncio.create_task(ex.run(), name="promptyoself-service-executor")
+        guard = asyncio.create_task(self._guard(), name="promptyoself-service-lease")
+        try:
+            yield self
+        finally:
+            ex.request_stop()
+            done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
+            if not done:
+                task.cancel()
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await guard
+            if self.holds_lease:
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(worker.release, self.core.store, self.owner)
+            ex.close()

@@ -1,0 +1,144 @@
+"""The service's one HTTP port (``promptyoself serve``): ``/mcp``, ``/healthz``, ``/metrics`` and the
+REST API, with delivery running in the same process (promptyoself.delivery.resident).
+
+* ``/mcp``: the MCP tools over streamable HTTP (FastMCP's app, mounted as is).
+* ``/healthz``: the health verdict as JSON; 200 when ``ok``, 503 when ``degraded`` or ``down``.
+  Open without a token (load balancers and orchestrators probe it); it shows no secret.
+* ``/metrics``: Prometheus text format (promptyoself.delivery.metrics).
+* the REST API (``/v1/agents/{id}/schedule...``, ``/api/...``, ``/openapi.json``): the app
+  ``promptyoself.faces.rest.build_rest_app(core)``, mounted at the marked point below when that module
+  exists; every path the other routes do not take goes to it.
+
+When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz`` must carry it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from promptyoself.config import Settings
+from promptyoself.core.operations import Core
+from promptyoself.faces.http_auth import BearerAuth, http_token
+from promptyoself.faces.mcp import build_server
+
+log = logging.getLogger(__name__)
+
+ASGIApp = Any
+
+NOT_FOUND = json.dumps({"status": "error", "error": "Not found. Try /mcp, /healthz or /metrics.",
+                        "code": "not_found"}).encode()
+
+
+async def _send_bytes(send: Any, status: int, body: bytes, content_type: str) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _rest_app(core: Core) -> ASGIApp | None:
+    """The REST API of the Letta issue, if this build has it."""
+    try:
+        from promptyoself.faces.rest import build_rest_app  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return build_rest_app(core)
+
+
+class ServiceApp:
+    """The ASGI app: dispatches by path; its lifespan runs FastMCP's, the REST app's and delivery."""
+
+    def __init__(self, core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True) -> None:
+        from promptyoself.delivery.metrics import registry_for
+
+        self.core = core
+        self.mcp_path = mcp_path.rstrip("/") or "/mcp"
+        self.mcp_app: ASGIApp = build_server(core).http_app(path=self.mcp_path)
+        # ---- REST mount point: promptyoself.faces.rest.build_rest_app(core) serves every other path ----
+        self.rest_app: ASGIApp | None = _rest_app(core)
+        self.registry = registry_for(core)
+        self.delivery = delivery
+        token = http_token(settings)
+        self.guarded: ASGIApp = BearerAuth(self._routes, token) if token else self._routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "http" and scope.get("path") == "/healthz":
+            await self._healthz(send)
+            return
+        await self.guarded(scope, receive, send)
+
+    async def _routes(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = str(scope.get("path", ""))
+        if path == "/metrics" and scope["type"] == "http":
+            from promptyoself.delivery.metrics import CONTENT_TYPE, render
+
+            body = await asyncio.to_thread(render, self.registry)
+            await _send_bytes(send, 200, body, CONTENT_TYPE)
+        elif path == self.mcp_path or path.startswith(self.mcp_path + "/"):
+            await self.mcp_app(scope, receive, send)
+        elif self.rest_app is not None:
+            await self.rest_app(scope, receive, send)
+        elif scope["type"] == "http":
+            await _send_bytes(send, 404, NOT_FOUND, "application/json")
+
+    async def _healthz(self, send: Any) -> None:
+        result = await asyncio.to_thread(self.core.health)
+        body = json.dumps(result, default=str).encode()
+        await _send_bytes(send, 200 if result.get("status") == "ok" else 503, body, "application/json")
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.mcp_app.router.lifespan_context(self.mcp_app))
+            rest_router = getattr(self.rest_app, "router", None)
+            if rest_router is not None:
+                await stack.enter_async_context(rest_router.lifespan_context(self.rest_app))
+            if self.delivery:
+                from promptyoself.delivery.resident import Resident
+
+                await stack.enter_async_context(Resident(self.core).run())
+            yield
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        message = await receive()
+        assert message["type"] == "lifespan.startup"
+        ctx = self._running()
+        try:
+            await ctx.__aenter__()
+        except Exception as exc:
+            log.exception("the service could not start")
+            await send({"type": "lifespan.startup.failed", "message": str(exc)[:300]})
+            return
+        await send({"type": "lifespan.startup.complete"})
+        message = await receive()
+        try:
+            await ctx.__aexit__(None, None, None)
+        except Exception:
+            log.exception("the service did not stop cleanly")
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True) -> ServiceApp:
+    return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery)
+
+
+def run_service(core: Core, settings: Settings, *, host: str, port: int, mcp_path: str | None) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn handles both: delivery then stops within a few seconds)."""
+    import uvicorn
+
+    app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled)
+    level = settings.log_level.lower()
+    log.info("service on http://%s:%s: /mcp, /healthz, /metrics%s (bearer token %s), delivery %s",
+             f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
+             "required" if http_token(settings) else "not required",
+             "in this process" if settings.executor_enabled else "off")
+    uvicorn.run(app, host=host, port=port, log_config=None, log_level=level, access_log=level == "debug",
+                lifespan="on")

@@ -1,0 +1,103 @@
+"""The read-only queries behind health, ``/metrics`` and ``service status``.
+
+Three kinds: what is due (backlog and the oldest overdue occurrence), history totals and lateness
+buckets (for the Prometheus histogram), and the worker lease as a plain dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import case, func, select
+
+from promptyoself.store.db import Delivery, Schedule, Store, WorkerLease
+from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
+
+
+@dataclass(frozen=True)
+class Backlog:
+    active: int
+    due: int
+    """Active schedules whose ``due_at`` has passed (including those waiting for a retry)."""
+    oldest_overdue: datetime | None
+    """The intended time (``next_run``) of the oldest occurrence that is due and not delivered."""
+
+
+def backlog(store: Store, now: datetime) -> Backlog:
+    with store.session() as s:
+        active = s.execute(select(func.count()).select_from(Schedule).where(Schedule.state == "active")).scalar_one()
+        due, oldest = s.execute(
+            select(func.count(), func.min(func.coalesce(Schedule.next_run, Schedule.due_at)))
+            .select_from(Schedule)
+            .where(Schedule.state == "active", Schedule.due_at <= now)
+        ).one()
+    return Backlog(int(active), int(due), _aware(oldest))
+
+
+def _aware(value: Any) -> datetime | None:
+    """``func.min`` over a coalesce loses the column type: SQLite hands back text or a naive value."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return None
+
+
+def delivery_outcomes(store: Store) -> dict[str, int]:
+    with store.session() as s:
+        rows = s.execute(select(Delivery.outcome, func.count()).group_by(Delivery.outcome)).all()
+    return {str(outcome): int(n) for outcome, n in rows}
+
+
+def lateness_buckets(store: Store, bounds: tuple[float, ...]) -> tuple[list[int], int, float]:
+    """Cumulative counts of delivered rows with ``lateness_s <= b`` for each bound, the total count
+    and the sum of lateness (one query, for a Prometheus histogram built at scrape time)."""
+    late = func.coalesce(Delivery.lateness_s, 0.0)
+    cols = [func.sum(case((late <= b, 1), else_=0)) for b in bounds]
+    with store.session() as s:
+        row = s.execute(
+            select(func.count(), func.coalesce(func.sum(late), 0.0), *cols).where(Delivery.outcome == "delivered")
+        ).one()
+    return [int(v or 0) for v in row[2:]], int(row[0] or 0), float(row[1] or 0.0)
+
+
+def letta_error_kinds(store: Store) -> dict[str, int]:
+    """History rows with an error, by the error's code (the text before the first colon)."""
+    with store.session() as s:
+        rows = s.execute(
+            select(Delivery.error, func.count()).where(Delivery.error.is_not(None)).group_by(Delivery.error)
+        ).all()
+    kinds: dict[str, int] = {}
+    for error, n in rows:
+        kind = str(error).split(":", 1)[0].strip()[:40] or "unknown"
+        kinds[kind] = kinds.get(kind, 0) + int(n)
+    return kinds
+
+
+def lease(store: Store, now: datetime) -> dict[str, Any] | None:
+    """The worker lease (pid, host, owner, heartbeat, lease_until, alive) or None."""
+    with store.session() as s:
+        row = s.get(WorkerLease, LEASE_NAME)
+        if row is None:
+            return None
+        alive = row.lease_until > now and (row.host != hostname() or pid_alive(row.pid))
+        return {
+            "pid": row.pid,
+            "host": row.host,
+            "owner": row.owner,
+            "heartbeat_at": row.heartbeat_at,
+            "lease_until": row.lease_until,
+            "alive": alive,
+        }
+
+
+def claims_lost(store: Store) -> int:
+    """History rows recorded after their claim was lost (another process had taken the occurrence)."""
+    with store.session() as s:
+        return int(s.execute(
+            select(func.count()).select_from(Delivery).where(Delivery.error.like("%claim lost%"))
+        ).scalar_one())

@@ -1,0 +1,163 @@
+"""``promptyoself service install|uninstall|status`` (issue 10, point 2): the files' content, written
+under a temporary HOME / XDG_CONFIG_HOME, never the real system; and the Docker files of docs/deployment.md."""
+
+from __future__ import annotations
+
+import json
+import plistlib
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from promptyoself.core import supervise
+from promptyoself.faces import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(h / "cfg"))
+    monkeypatch.setenv("PROMPTYOSELF_DB", str(tmp_path / "svc.db"))
+    monkeypatch.setenv("LETTA_BASE_URL", "http://letta.example:8283")
+    monkeypatch.setenv("LETTA_API_KEY", "sk-very-secret")
+    # This machine has no systemd as PID 1; pin it so the test never calls systemctl either way.
+    monkeypatch.setattr(supervise, "systemd_running", lambda: False)
+    return h
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def ini(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out.setdefault(k, []).append(v)
+    return out
+
+
+def test_install_writes_a_user_unit_and_its_settings(home: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "service", "install", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    unit = home / "cfg" / "systemd" / "user" / "promptyoself.service"
+    env_file = home / "cfg" / "promptyoself" / "promptyoself.env"
+    assert result["unit_path"] == str(unit) and result["env_file"] == str(env_file)
+    assert result["started"] is False and "systemd is not running here" in result["message"]
+    keys = ini(unit.read_text())
+    assert keys["ExecStart"] == [f"{sys.executable} -m promptyoself serve --host 127.0.0.1 --port 8000"]
+    assert Path(sys.executable).is_absolute()
+    assert keys["Restart"] == ["on-failure"] and keys["EnvironmentFile"] == [f"-{env_file}"]
+    assert keys["WantedBy"] == ["default.target"] and "User" not in keys
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    env = ini(env_file.read_text())
+    assert env["PROMPTYOSELF_DB"] == [f'"sqlite:///{tmp_path / "svc.db"}"']
+    assert env["LETTA_BASE_URL"] == ['"http://letta.example:8283"'] and env["LETTA_API_KEY"] == ['"sk-very-secret"']
+    # a second install keeps the settings the user may have edited
+    env_file.write_text("LETTA_BASE_URL=http://edited\n")
+    assert run(capsys, "service", "install", "--json")[0] == 0
+    assert env_file.read_text() == "LETTA_BASE_URL=http://edited\n"
+
+    code, out = run(capsys, "service", "status", "--json")
+    status = json.loads(out)
+    assert code == 0 and status["unit"]["installed"] is True and status["worker"] is None
+    assert "no worker lease" in status["message"]
+
+    code, out = run(capsys, "service", "uninstall", "--json")
+    assert code == 0 and json.loads(out)["removed"] is True and not unit.exists() and env_file.exists()
+    code, out = run(capsys, "service", "status", "--json")
+    assert json.loads(out)["unit"]["installed"] is False
+
+
+def test_print_only_prints_and_masks_secrets(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "service", "install", "--system", "--print", "--port", "8100")
+    assert code == 0
+    assert "# /etc/systemd/system/promptyoself.service" in out and "WantedBy=multi-user.target" in out
+    assert "EnvironmentFile=-/etc/promptyoself/promptyoself.env" in out and "--port 8100" in out
+    assert "sk-very-secret" not in out and 'LETTA_API_KEY="***"' in out
+    assert not (home / "cfg").exists()
+
+
+def test_launchd_plist(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(capsys, "service", "install", "--kind", "launchd", "--json")
+    assert code == 0, out
+    path = home / "Library" / "LaunchAgents" / "dev.promptyoself.service.plist"
+    assert json.loads(out)["unit_path"] == str(path)
+    plist = plistlib.loads(path.read_bytes())
+    assert plist["Label"] == "dev.promptyoself.service"
+    assert plist["ProgramArguments"][:4] == [sys.executable, "-m", "promptyoself", "serve"]
+    assert plist["KeepAlive"] == {"SuccessfulExit": False} and plist["RunAtLoad"] is True
+    assert plist["EnvironmentVariables"]["LETTA_API_KEY"] == "sk-very-secret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_service_status_shows_the_worker_lease(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    from datetime import timedelta
+
+    from promptyoself.config import load_settings
+    from promptyoself.core.operations import Core
+    from promptyoself.store.db import WorkerLease, utcnow
+    from promptyoself.store.quick import hostname
+
+    core = Core(load_settings())
+    now = utcnow()
+    with core.store.session() as s:
+        s.add(WorkerLease(name="worker", owner="service:x", pid=os.getpid(), host=hostname(), started_at=now,
+                          heartbeat_at=now, lease_until=now + timedelta(seconds=60)))
+    core.close()
+    status = json.loads(run(capsys, "service", "status", "--json")[1])
+    assert status["worker"]["pid"] == os.getpid() and status["worker"]["alive"] is True
+    assert f"service pid {os.getpid()}" in status["message"]
+
+
+def test_the_cli_help_lists_service(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "promptyoself", "service", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "install" in proc.stdout and "uninstall" in proc.stdout
+
+
+# ---- Docker (docs/deployment.md): no `docker compose` here, so the compose file is checked as YAML ----
+
+
+def test_compose_runs_letta_postgres_and_promptyoself_together() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"letta", "postgres", "promptyoself"}
+    assert services["letta"]["image"] == "letta/letta:0.16.8"
+    assert services["postgres"]["image"].startswith("pgvector/pgvector:")  # Letta needs pgvector
+    app = services["promptyoself"]
+    assert app["build"]["context"] == "."
+    env = app["environment"]
+    assert env["LETTA_BASE_URL"] == "http://letta:8283"
+    assert env["PROMPTYOSELF_DB"].startswith("postgresql+psycopg://") and "@postgres:5432/" in env["PROMPTYOSELF_DB"]
+    assert "PROMPTYOSELF_HTTP_TOKEN" in env
+    assert app["ports"] == ["127.0.0.1:8000:8000"]
+    assert "--allow-external" in app["command"] and "0.0.0.0" in app["command"]
+    depends = app["depends_on"]
+    assert depends["postgres"]["condition"] == "service_healthy" and "letta" in depends
+    assert "healthz" in " ".join(app["healthcheck"]["test"])
+    assert services["letta"]["environment"]["LETTA_PG_URI"].endswith("@postgres:5432/letta")
+    init = (ROOT / "docker" / "postgres-init.sql").read_text()
+    assert "CREATE DATABASE promptyoself" in init and "vector" in init
+    assert any(v.startswith("./docker/postgres-init.sql:") for v in services["postgres"]["volumes"])
+
+
+def test_dockerfile_runs_the_service() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "\nFROM python:3.1" in text and '".[postgres]"' in text
+    assert 'ENTRYPOINT ["python", "-m", "promptyoself"]' in text
+    assert 'CMD ["serve", "--host", "0.0.0.0", "--port", "8000", "--allow-external"]' in text
+    assert "HEALTHCHECK" in text and "/healthz" in text and "USER " in text

@@ -17,6 +17,7 @@ The only window for a duplicate is a crash between Letta's reply and that commit
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -79,6 +80,7 @@ class Claim:
     attempt: int
     repetition_count: int
     max_repetitions: int | None
+    letta_payload: str | None = None  # JSON body of a Letta scheduling-API schedule (sent as is)
 
     @classmethod
     def from_row(cls, row: Any) -> Claim:
@@ -97,6 +99,7 @@ class Claim:
             attempt=row.attempt or 0,
             repetition_count=row.repetition_count or 0,
             max_repetitions=row.max_repetitions,
+            letta_payload=getattr(row, "letta_payload", None),
         )
 
 
@@ -238,7 +241,8 @@ def attempt(core: Deps, claim: Claim, owner: str, *, stopping: Any = None) -> At
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
     text = envelope(claim, now, settings.message_format)
     try:
-        sent = core.letta.send_message(claim.agent_id, text)
+        payload = json.loads(claim.letta_payload) if claim.letta_payload else None
+        sent = core.letta.send_message(claim.agent_id, text, payload=payload)
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:

@@ -196,12 +196,14 @@ class LettaClient:
             after = str(batch[-1].get("id"))
         return out
 
-    def send_message(self, agent_id: str, text: str) -> dict[str, Any]:
+    def send_message(self, agent_id: str, text: str, *, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one user message. Async route first (returns a run); sync route where it is missing.
 
-        Returns ``{"run_id": str|None, "route": "async"|"sync"}``.
+        ``payload`` (a Letta scheduling-API schedule's stored body: ``messages`` and optionally
+        ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent as is instead of
+        ``text``. Returns ``{"run_id": str|None, "route": "async"|"sync"}``.
         """
-        body = {"messages": [{"role": "user", "content": text}]}
+        body: dict[str, Any] = dict(payload) if payload else {"messages": [{"role": "user", "content": text}]}
         resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id)
         if resp is not None:
             run = resp.json()

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from promptyoself.core import native_tools
 from promptyoself.core.letta_schedules import LettaSchedules
 from promptyoself.errors import (
     AgentNotFound,
@@ -163,7 +164,8 @@ def build_rest_app(core: Core) -> FastAPI:
         return await call(core.resume, schedule_id)
 
     @app.delete("/api/schedules/{schedule_id}", tags=["schedules"], summary="Cancel a schedule")
-    async def cancel(schedule_id: int) -> JSONResponse:
-        return await call(core.cancel, schedule_id)
+    async def cancel(schedule_id: int, agent_id: str | None = None) -> JSONResponse:
+        """Cancel; with ``agent_id`` only that agent's schedule (404 otherwise: the native tools use this)."""
+        return await call(native_tools.cancel_own, core, schedule_id, agent_id)
 
     return app

@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     log_backups: int = Field(3, ge=1, le=100, validation_alias="PROMPTYOSELF_LOG_BACKUPS")
 
     http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
+    letta_proxy: bool = Field(False, validation_alias="PROMPTYOSELF_LETTA_PROXY")
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -81,8 +81,33 @@ class EveryRequest(_Common):
     max_repetitions: int | None = Field(None, description="Stop after this many deliveries.")
 
 
-def build_rest_app(core: Core) -> FastAPI:
-    """The REST app over ``core`` (blocking store and Letta calls run in the thread pool)."""
+def _mount_proxy(app: FastAPI, core: Core) -> None:
+    """Every other ``/v1/...`` request goes to Letta (``letta/proxy.py``), streamed both ways."""
+    from starlette.background import BackgroundTask
+    from starlette.responses import StreamingResponse
+
+    from promptyoself.letta.proxy import LettaProxy
+
+    proxy = LettaProxy(core.settings.letta_base_url, core.settings.letta_token)
+
+    async def forward(request: Request) -> StreamingResponse:
+        status, headers, body, close = await proxy.forward(
+            request.method, request.url.path, request.url.query.encode(), request.headers.raw, request.stream()
+        )
+        response = StreamingResponse(body, status_code=status, background=BackgroundTask(close))
+        response.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        return response
+
+    app.add_api_route("/v1/{rest:path}", forward, include_in_schema=False,
+                      methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
+    app.router.on_shutdown.append(proxy.aclose)
+
+
+def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
+    """The REST app over ``core`` (blocking store and Letta calls run in the thread pool).
+
+    ``letta_proxy`` (default: ``PROMPTYOSELF_LETTA_PROXY``) adds the pass-through to Letta for every
+    other ``/v1/...`` route, so ``Letta(base_url=<this service>)`` serves the whole SDK."""
     api = LettaSchedules(core)
     app = FastAPI(
         title="PromptYoSelf",
@@ -168,4 +193,6 @@ def build_rest_app(core: Core) -> FastAPI:
         """Cancel; with ``agent_id`` only that agent's schedule (404 otherwise: the native tools use this)."""
         return await call(native_tools.cancel_own, core, schedule_id, agent_id)
 
+    if core.settings.letta_proxy if letta_proxy is None else letta_proxy:
+        _mount_proxy(app, core)
     return app

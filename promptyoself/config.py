@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     log_backups: int = Field(3, ge=1, le=100, validation_alias="PROMPTYOSELF_LOG_BACKUPS")
 
     http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
+    letta_proxy: bool = Field(False, validation_alias="PROMPTYOSELF_LETTA_PROXY")
 
     health_max_lateness: str = Field("5m", validation_alias="PROMPTYOSELF_HEALTH_MAX_LATENESS")
     health_letta_cache: float = Field(30.0, ge=0, validation_alias="PROMPTYOSELF_HEALTH_LETTA_CACHE")

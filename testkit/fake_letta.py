@@ -125,6 +125,9 @@ def _content_text(content: object) -> str | None:
     if isinstance(content, list) and content:
         parts: list[str] = []
         for part in content:
+            if isinstance(part, dict) and part.get("type") == "image" and isinstance(part.get("source"), dict):
+                parts.append("[image]")  # Letta accepts image parts (base64 source) next to text
+                continue
             if not isinstance(part, dict) or part.get("type", "text") != "text":
                 return None
             text = part.get("text")
@@ -482,7 +485,7 @@ class FakeLetta:
 
     @property
     def received(self) -> list[dict[str, Any]]:
-        """Recorded messages: ``{agent_id, text, route, at, role, run_id, otid}``."""
+        """Recorded messages: ``{agent_id, text, route, at, role, run_id, otid, request}`` (request: the whole body)."""
         with self._lock:
             return [dict(item) for item in self._received]
 
@@ -864,6 +867,7 @@ class FakeLetta:
                     "text": text,
                     "otid": msg.get("otid"),
                     "name": msg.get("name"),
+                    "request": body,
                 }
             )
         return parsed
@@ -972,6 +976,7 @@ class FakeLetta:
                         "role": msg["role"],
                         "run_id": run_id,
                         "otid": msg["otid"],
+                        "request": msg.get("request"),
                     }
                 )
                 history.append(

@@ -52,6 +52,7 @@ class Plan:
     message: str
     anchor: datetime | None = None
     max_repetitions: int | None = None
+    letta_payload: str | None = None  # JSON: a Letta scheduling-API request's payload (letta_schedules.py)
 
 
 class Core(Deps, AdminOperations):
@@ -225,6 +226,7 @@ class Core(Deps, AdminOperations):
             repetition_count=0,
             idempotency_key=key,
             attempt=0,
+            letta_payload=plan.letta_payload,
         )
         try:
             with self.store.session() as s:

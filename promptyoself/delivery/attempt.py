@@ -21,6 +21,7 @@ expired holder) is first looked up in Letta (``LettaClient.find_message``) and r
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -96,6 +97,7 @@ class Claim:
     max_repetitions: int | None
     in_doubt: bool = False
     """An earlier attempt on this occurrence may have reached Letta: check before sending."""
+    letta_payload: str | None = None  # JSON body of a Letta scheduling-API schedule (sent as is)
 
     @classmethod
     def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
@@ -118,6 +120,7 @@ class Claim:
             repetition_count=row.repetition_count or 0,
             max_repetitions=row.max_repetitions,
             in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
+            letta_payload=getattr(row, "letta_payload", None),
         )
 
 
@@ -278,7 +281,8 @@ def attempt(
             if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
                 return _transient(core, claim, owner, now, number, msg, None)
-        sent = core.letta.send_message(claim.agent_id, text, otid=otid)
+        payload = json.loads(claim.letta_payload) if claim.letta_payload else None
+        sent = core.letta.send_message(claim.agent_id, text, otid=otid, payload=payload)
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:

@@ -167,6 +167,19 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
         _add_json(a)
 
+    p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
+    lsub = p.add_subparsers(dest="letta_command", metavar="ACTION", required=True)
+    for name, text in (("install-tools", "upload the tools and attach them to agents"),
+                       ("uninstall-tools", "detach the tools (and delete them with --all-agents)")):
+        lp = lsub.add_parser(name, help=text)
+        who = lp.add_mutually_exclusive_group(required=True)
+        who.add_argument("--agent-id", action="append", dest="agent_ids", help="agent id (repeatable)")
+        who.add_argument("--all-agents", action="store_true", help="every agent on the Letta server")
+        if name == "install-tools":
+            lp.add_argument("--service-url", default="http://127.0.0.1:8000",
+                            help="PromptYoSelf's REST URL as Letta's tool sandbox reaches it (default http://127.0.0.1:8000)")
+        _add_json(lp)
+
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
     _add_json(p)
@@ -329,6 +342,14 @@ def _service(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
     return supervise.status(core, plan)
 
 
+def _letta(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import native_tools
+
+    if a.letta_command == "install-tools":
+        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url)
+    return native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents)
+
+
 def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
 
@@ -352,6 +373,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "upload": _upload,
     "import-legacy": _import_legacy,
     "service": _service,
+    "letta": _letta,
 }
 
 

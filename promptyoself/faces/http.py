@@ -41,12 +41,11 @@ async def _send_bytes(send: Any, status: int, body: bytes, content_type: str) ->
     await send({"type": "http.response.body", "body": body})
 
 
-def _rest_app(core: Core) -> ASGIApp | None:
-    """The REST API of the Letta issue, if this build has it."""
-    try:
-        from promptyoself.faces.rest import build_rest_app  # type: ignore[import-not-found]
-    except ImportError:
-        return None
+def _rest_app(core: Core) -> ASGIApp:
+    """The REST API: Letta's scheduling routes, our /api routes, /openapi.json (and, with
+    PROMPTYOSELF_LETTA_PROXY, the pass-through to Letta)."""
+    from promptyoself.faces.rest import build_rest_app
+
     return build_rest_app(core)
 
 

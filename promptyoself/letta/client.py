@@ -43,6 +43,19 @@ def message_body(text: str, otid: str | None = None) -> dict[str, Any]:
     return {"messages": [message]}
 
 
+def with_otid(payload: dict[str, Any], otid: str | None) -> dict[str, Any]:
+    """A stored scheduling-API body, sent as is, with ``otid`` on its first message that has none."""
+    body = dict(payload)
+    if otid is not None:
+        messages = [dict(m) if isinstance(m, dict) else m for m in body.get("messages") or []]
+        for m in messages:
+            if isinstance(m, dict) and not m.get("otid"):
+                m["otid"] = otid
+                break
+        body["messages"] = messages
+    return body
+
+
 def _retry_after(resp: httpx.Response) -> float | None:
     raw = resp.headers.get("retry-after")
     if raw is None:
@@ -222,13 +235,18 @@ class LettaClient:
             after = str(batch[-1].get("id"))
         return out
 
-    def send_message(self, agent_id: str, text: str, *, otid: str | None = None) -> dict[str, Any]:
+    def send_message(
+        self, agent_id: str, text: str, *, otid: str | None = None, payload: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Send one user message. Async route first (returns a run); sync route where it is missing.
 
-        Returns ``{"run_id": str|None, "route": "async"|"sync"}``. A ``LettaUnavailable`` whose
-        ``details["in_doubt"]`` is True may have reached Letta (see ``IN_DOUBT``).
+        ``payload`` (a Letta scheduling-API schedule's stored body: ``messages`` and optionally
+        ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
+        ``otid`` is put on its first message that has none. Returns ``{"run_id": str|None, "route":
+        "async"|"sync"}``. A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
+        Letta (see ``IN_DOUBT``).
         """
-        body = message_body(text, otid)
+        body = message_body(text, otid) if not payload else with_otid(payload, otid)
         resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id)
         if resp is not None:
             run = resp.json()

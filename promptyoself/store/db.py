@@ -37,7 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0005"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -95,6 +95,8 @@ class Schedule(Base):
     claimed_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
     claim_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    # Letta scheduling API only (0005): the JSON payload passed on to Letta's async message route.
+    letta_payload: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),

@@ -1,0 +1,160 @@
+"""Against a real Letta 0.16.8 (``PROMPTYOSELF_TEST_LETTA_URL``; /work/shared/letta/start.sh starts one).
+
+Native tools installed on a fresh agent; the agent (mock LLM, ``MOCK_TOOL_CALL``) calls the schedule
+tool without any agent id; the prompt arrives in that agent's history on time and once. The stdio MCP
+registration still works next to them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from promptyoself.core import native_tools
+from promptyoself.core.operations import Core
+from promptyoself.delivery.loop import Executor
+from promptyoself.faces.rest import build_rest_app
+from tests.conftest import make_settings
+
+LETTA = os.environ.get("PROMPTYOSELF_TEST_LETTA_URL", "")
+pytestmark = [
+    pytest.mark.letta,
+    pytest.mark.skipif(
+        not LETTA, reason="PROMPTYOSELF_TEST_LETTA_URL is not set (start one: /work/shared/letta/start.sh)"
+    ),
+]
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "letta-real-token"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def letta_env(tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
+    # The real env var survives conftest's isolation only through the module constant above.
+    http = httpx.Client(base_url=LETTA, timeout=120, headers={"User-Agent": "promptyoself-tests/1"})
+    agent = http.post("/v1/agents/", json={
+        "name": f"pys-native-{uuid.uuid4().hex[:8]}", "model": "openai-proxy/mock-llm",
+        "embedding": "openai/text-embedding-3-small",
+        "memory_blocks": [{"label": "persona", "value": "test agent"}],
+    }).json()
+    yield http, agent["id"]
+    http.delete(f"/v1/agents/{agent['id']}")
+    http.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, Core]]:
+    core = Core(make_settings(tmp_path / "p.db", letta_base_url=LETTA, http_token=TOKEN))
+    port = _port()
+    server = uvicorn.Server(uvicorn.Config(build_rest_app(core), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}", core
+    server.should_exit = True
+    thread.join(5)
+    core.close()
+
+
+def _user_texts(http: httpx.Client, agent: str) -> list[str]:
+    msgs = http.get(f"/v1/agents/{agent}/messages", params={"limit": 100}).json()
+    out = []
+    for m in msgs:
+        if m.get("message_type") == "user_message":
+            c = m.get("content")
+            out.append(c if isinstance(c, str) else json.dumps(c))
+    return out
+
+
+def test_native_tool_schedules_for_the_calling_agent(letta_env: tuple[httpx.Client, str],
+                                                     service: tuple[str, Core]) -> None:
+    http, agent = letta_env
+    url, core = service
+    t0 = time.monotonic()
+    installed = native_tools.install(core, agent_ids=[agent], all_agents=False, service_url=url)
+    install_s = time.monotonic() - t0
+    assert set(installed["tools"]) == set(native_tools.TOOLS)
+    attached = {t["name"] for t in http.get(f"/v1/agents/{agent}/tools").json()}
+    assert set(native_tools.TOOLS) <= attached
+    for tool in installed["tools"]:  # the token is in the agent's environment, never in tool source
+        src = native_tools.tool_sources()[tool]
+        assert TOKEN not in src
+
+    marker = f"native-ping-{uuid.uuid4().hex[:8]}"
+    call = {"name": "schedule_prompt_at", "arguments": {"prompt": marker, "time": "in 8s"}}
+    t1 = time.monotonic()
+    turn = http.post(f"/v1/agents/{agent}/messages",
+                     json={"messages": [{"role": "user", "content": "MOCK_TOOL_CALL " + json.dumps(call)}]})
+    turn_s = time.monotonic() - t1
+    assert turn.status_code == 200, turn.text
+    returns = [m for m in turn.json()["messages"] if m.get("message_type") == "tool_return_message"]
+    assert returns and returns[0].get("status") == "success", returns
+    rows = core.list_schedules(agent_id=agent)["schedules"]
+    assert [r["prompt_text"] for r in rows] == [marker]  # made for the calling agent, no id given
+    due = rows[0]["next_run"]
+
+    ex = Executor(core)
+    ex.start_in_thread()
+    try:
+        deadline = time.monotonic() + 40
+        seen: list[str] = []
+        while time.monotonic() < deadline:
+            seen = [t for t in _user_texts(http, agent) if marker in t and "MOCK_TOOL_CALL" not in t]
+            if seen:
+                break
+            time.sleep(0.25)
+        arrived = time.time()
+        time.sleep(3)  # and nothing more arrives
+        seen = [t for t in _user_texts(http, agent) if marker in t and "MOCK_TOOL_CALL" not in t]
+    finally:
+        ex.request_stop()
+        ex.wait_stopped(10)
+    assert len(seen) == 1, seen
+    from datetime import datetime
+
+    late = arrived - datetime.fromisoformat(due).timestamp()
+    hist = core.history(agent_id=agent)["deliveries"]
+    assert [d["outcome"] for d in hist] == ["delivered"]
+    sys.stderr.write(f"\nFIGURES install_s={install_s:.2f} tool_turn_s={turn_s:.2f} "
+                     f"seen_in_history_after_due_s={late:.2f} lateness_s={hist[0]['lateness_s']}\n")
+    assert late < 5.0
+
+    native_tools.uninstall(core, agent_ids=[agent], all_agents=False)
+    attached = {t["name"] for t in http.get(f"/v1/agents/{agent}/tools").json()}
+    assert not set(native_tools.TOOLS) & attached
+
+
+def test_stdio_mcp_registration_still_works(letta_env: tuple[httpx.Client, str], tmp_path: Path) -> None:
+    http, _ = letta_env
+    name = f"promptyoself-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    resp = http.post("/v1/mcp-servers/", json={"server_name": name, "config": {
+        "mcp_server_type": "stdio", "command": sys.executable, "args": [str(ROOT / "promptyoself_mcp_server.py")],
+        "env": {"LETTA_BASE_URL": LETTA, "PROMPTYOSELF_DB": str(tmp_path / "mcp.db")}}})
+    if resp.status_code == 400 and "MCP_DISABLE_STDIO" in resp.text:
+        pytest.skip("this Letta runs with MCP_DISABLE_STDIO=true (stock setting): stdio MCP is refused")
+    assert resp.status_code == 200, resp.text
+    server_id = resp.json()["id"]
+    try:
+        tools = {t["name"] for t in http.get(f"/v1/mcp-servers/{server_id}/tools").json()}
+        sys.stderr.write(f"\nFIGURES mcp_register_s={time.monotonic() - t0:.2f} tools={len(tools)}\n")
+        assert "promptyoself_schedule_time" in tools or any("schedule" in t for t in tools), tools
+    finally:
+        http.delete(f"/v1/mcp-servers/{server_id}")

@@ -23,7 +23,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from promptyoself.delivery.worker import read_lease
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import (
     SERVER,
     add_schedule,

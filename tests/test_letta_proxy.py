@@ -43,7 +43,7 @@ def _serve(core: Core, proxy: bool) -> Iterator[str]:
 
 @pytest.fixture
 def secure_letta() -> Iterator[Any]:
-    from tests.fake_letta import FakeLetta
+    from testkit.fake_letta import FakeLetta
 
     with FakeLetta(agents=2, password="letta-pw") as fake:
         yield fake

@@ -88,6 +88,9 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     sent = [m for m in fake_letta.received if m["agent_id"] == agent]
     assert len(sent) == 2  # two messages, one request
     request = sent[0]["request"]
+    # The one addition: our occurrence otid on the first message that had none (exactly once, docs/design.md §7).
+    ours = [m.pop("otid") for m in request["messages"] if str(m.get("otid", "")).startswith("promptyoself-")]
+    assert len(ours) == 1 and request["messages"][0] is not None
     assert request == {
         "messages": messages,
         "callback_url": "https://example.invalid/cb",

@@ -21,7 +21,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 
 from promptyoself.delivery.worker import read_lease
-from tests.fake_letta import FakeLetta
+from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import child_env, history, kill_all, make_core, reap, subreaper, wait_until
 from tests.procs import free_port
 
@@ -189,3 +189,26 @@ def test_the_service_takes_over_from_a_detached_worker(db: Path, fake: FakeLetta
             worker.kill()
             worker.wait()
         core.close()
+
+
+def test_the_service_serves_the_rest_api_and_letta_schedule_routes(db: Path, fake: FakeLetta) -> None:
+    """`serve` mounts the REST app on its one port: /openapi.json, /api and Letta's schedule routes,
+    all behind the token, and a schedule made there is delivered by the service itself."""
+    agent = fake.add_agent("rest-agent")
+    env = child_env(db, fake.url, PROMPTYOSELF_HTTP_TOKEN="s3cret-token")
+    svc = Service(db, env)
+    auth = {"Authorization": "Bearer s3cret-token"}
+    try:
+        assert svc.get("/openapi.json").status_code == 401
+        spec = svc.get("/openapi.json", headers=auth)
+        assert spec.status_code == 200 and "/v1/agents/{agent_id}/schedule" in spec.json()["paths"]
+        at = int((time.time() + 1.5) * 1000)
+        body = {"schedule": {"type": "one-time", "scheduled_at": at},
+                "messages": [{"role": "user", "content": "via the service"}]}
+        made = httpx.post(f"{svc.url}/v1/agents/{agent}/schedule", json=body, headers=auth, timeout=30)
+        assert made.status_code == 200, made.text
+        listed = svc.get("/api/schedules", headers=auth, params={"agent_id": agent})
+        assert listed.status_code == 200 and listed.json()["count"] == 1
+        assert wait_until(lambda: any(m["text"] == "via the service" for m in fake.received), 30)
+    finally:
+        svc.stop()

@@ -69,6 +69,19 @@ class LettaAuth(PromptYoSelfError):
     code = "letta_auth"
 
 
+class DatabaseDriverMissing(PromptYoSelfError):
+    """The database URL names a driver that is not installed (e.g. psycopg for PostgreSQL)."""
+
+    code = "database_driver_missing"
+
+
+class DatabaseUnavailable(PromptYoSelfError):
+    """The database cannot be opened or reached: refused, unknown host, missing database, a folder
+    that cannot be created or written, ..."""
+
+    code = "database_unavailable"
+
+
 class InternalError(PromptYoSelfError):
     code = "internal"
 
@@ -85,5 +98,7 @@ ERROR_CODES: tuple[str, ...] = (
     "quota_exceeded",
     "letta_unavailable",
     "letta_auth",
+    "database_driver_missing",
+    "database_unavailable",
     "internal",
 )

@@ -286,7 +286,7 @@ async def test_unreachable_postgres_fails_without_leaking(monkeypatch: pytest.Mo
             health = await client.call_tool("health", {}, raise_on_error=False)
     finally:
         core.close()
-    assert result.is_error and json.loads(result.content[0].text)["code"] == "internal"
+    assert result.is_error and json.loads(result.content[0].text)["code"] == "database_unavailable"
     verdict = json.loads(health.content[0].text)  # health itself answers: down, with the reason
     assert not health.is_error and verdict["status"] == "down"
     assert verdict["reasons"][0]["code"] == "database_unavailable"

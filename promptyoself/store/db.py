@@ -35,6 +35,9 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
+from promptyoself.config import redact_url
+from promptyoself.errors import DatabaseDriverMissing, DatabaseUnavailable, PromptYoSelfError
+
 log = logging.getLogger(__name__)
 
 HEAD_REVISION = "0005"
@@ -205,13 +208,61 @@ def migrate(engine: Engine) -> None:
     raise last
 
 
+# OperationalError texts that mean "cannot reach or open the database" (not "busy" or a bad query).
+_UNREACHABLE = (
+    "connection refused", "could not connect", "could not translate host name", "name or service not known",
+    "does not exist", "unable to open database file", "connection timed out", "no route to host",
+    "server closed the connection", "connection to server", "password authentication failed",
+    "readonly database", "read-only file system", "disk i/o error",
+)
+
+
+def _cause(exc: BaseException) -> str:
+    """The first line of the underlying driver's message, without the URL's password."""
+    orig = getattr(exc, "orig", None) or exc
+    line = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return line[:300]
+
+
+def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
+    """Map a failure to open or reach the database onto ``database_driver_missing`` or
+    ``database_unavailable`` (docs/design.md §9); ``None`` when it is something else."""
+    where = redact_url(url)
+    if isinstance(exc, ImportError):
+        name = getattr(exc, "name", None) or _cause(exc)
+        return DatabaseDriverMissing(
+            f"The database driver for {where} is not installed ({name}). "
+            'Install it with: pip install "promptyoself[postgres]".'
+        )
+    if isinstance(exc, OSError):
+        return DatabaseUnavailable(
+            f"Cannot create or open the database at {where}: {exc.strerror or exc} "
+            f"({getattr(exc, 'filename', None) or 'path'}). Set PROMPTYOSELF_DB to a writable path or a reachable URL."
+        )
+    if isinstance(exc, (OperationalError, ProgrammingError)):
+        cause = _cause(exc)
+        if any(marker in cause.lower() for marker in _UNREACHABLE):
+            return DatabaseUnavailable(
+                f"Cannot reach the database at {where}: {cause}. "
+                "Check PROMPTYOSELF_DB and that the server is running, then `promptyoself health`."
+            )
+    return None
+
+
 class Store:
     """The database handle the core and the executor share."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = make_engine(url)
-        migrate(self.engine)
+        try:
+            self.engine = make_engine(url)
+            migrate(self.engine)
+        except Exception as exc:
+            mapped = database_error(exc, url)
+            if mapped is None:
+                raise
+            log.debug("opening the database failed", exc_info=True)  # the traceback only at DEBUG
+            raise mapped from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
@@ -225,8 +276,15 @@ class Store:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """A session in one transaction: committed on success, rolled back on any error."""
-        with self._sessions() as s, s.begin():
-            yield s
+        try:
+            with self._sessions() as s, s.begin():
+                yield s
+        except OperationalError as exc:  # the server went away after opening: say so, not "internal"
+            mapped = database_error(exc, self.url)
+            if mapped is None:
+                raise
+            log.debug("database session failed", exc_info=True)
+            raise mapped from None
 
     def close(self) -> None:
         self.engine.dispose()

@@ -222,7 +222,7 @@ def spawn_worker(settings: Any, token: str) -> int:
     env[TOKEN_ENV] = token
     env["PROMPTYOSELF_DB"] = settings.db_url
     env.pop("PROMPTYOSELF_LOG_FILE", None)  # its stderr already is the log file: no double lines
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parent.parent.parent)  # the checkout root, not the package folder
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     args = [sys.executable, "-m", "promptyoself", "worker"]
     if os.name == "posix" and os.path.exists("/bin/sh"):

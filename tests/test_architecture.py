@@ -1,0 +1,165 @@
+"""The package's import graph keeps the layers of docs/design.md §2 (issue 8 point 2).
+
+The graph is read with ``ast`` from every module (module-level, function-level and TYPE_CHECKING
+imports alike). The rules are data below. ``KNOWN_*`` list the violations the code still has: each is
+open work of issue 8, named so it cannot grow unnoticed. A new violation fails; so does a listed one
+that has gone (shrink the list then).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "promptyoself"
+
+SHARED = {"root", "errors", "config", "logs", "deps", "cli", "__main__"}  # root: promptyoself/__init__.py
+# room -> rooms it may import (besides itself and the shared leaves)
+ALLOWED: dict[str, set[str]] = {
+    "faces": {"core", "delivery", "timing"},
+    "core": {"timing", "store", "letta"},
+    "delivery": {"store", "letta", "timing"},
+    "store": set(),
+    "letta": set(),
+    "timing": set(),
+    "errors": set(),
+    "config": {"timing"},
+    "logs": set(),
+    "deps": {"store", "letta"},
+    "root": set(),
+    "cli": {"faces"},
+    "__main__": {"faces"},
+}
+TIMING_ONLY = {"errors", "root"}  # timing is pure: it imports nothing of ours but the errors
+
+KNOWN_EDGES: set[tuple[str, str]] = {
+    # the pass-through proxy is reached from the REST face directly, not through the core
+    ("promptyoself.faces.rest", "promptyoself.letta.proxy"),
+}
+KNOWN_CYCLES: set[frozenset[str]] = {
+    frozenset({"promptyoself.faces.cli", "promptyoself.faces.mcp", "promptyoself.faces.http"}),
+    frozenset({"promptyoself.core.admin", "promptyoself.core.health"}),
+    frozenset({"promptyoself.delivery.service", "promptyoself.delivery.worker"}),
+}
+KNOWN_SQLALCHEMY_OUTSIDE_STORE = {
+    "promptyoself/core/legacy.py",
+    "promptyoself/core/operations.py",
+    "promptyoself/core/letta_schedules.py",
+    "promptyoself/delivery/worker.py",
+    "promptyoself/faces/mcp.py",
+    "promptyoself/logs.py",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PKG.rglob("*.py") if "migrations" not in p.parts}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "root"
+
+
+def imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+            found.extend(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: {t for t in imports(p) if t in mods and t != m} for m, p in mods.items()}
+
+
+def strongly_connected(g: dict[str, set[str]]) -> list[set[str]]:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            out.append(comp)
+
+    for v in g:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_is_read() -> None:
+    g = graph()
+    assert "promptyoself.faces.mcp" in g and "promptyoself.core.operations" in g["promptyoself.faces.mcp"]
+
+
+def test_no_forbidden_edge() -> None:
+    bad: set[tuple[str, str]] = set()
+    for src, targets in graph().items():
+        for dst in targets:
+            a, b = room(src), room(dst)
+            if a == b or b in {"root"}:
+                continue
+            if a == "timing":
+                ok = b in TIMING_ONLY
+            else:
+                ok = b in ALLOWED.get(a, set()) or (b in SHARED and b not in {"cli", "__main__"})
+            if b == "faces" and a not in {"cli", "__main__"}:
+                ok = False  # nothing imports a face but the entry scripts
+            if a in {"store", "letta"} and b in {"store", "letta", "core", "delivery", "faces"}:
+                ok = False
+            if not ok:
+                bad.add((src, dst))
+    assert bad - KNOWN_EDGES == set(), sorted(bad - KNOWN_EDGES)
+    assert KNOWN_EDGES - bad == set(), f"fixed, remove from KNOWN_EDGES: {sorted(KNOWN_EDGES - bad)}"
+
+
+def test_no_import_cycle() -> None:
+    cycles = {frozenset(c) for c in strongly_connected(graph()) if len(c) > 1}
+    assert cycles - KNOWN_CYCLES == set(), [sorted(c) for c in cycles - KNOWN_CYCLES]
+    assert KNOWN_CYCLES - cycles == set(), f"fixed, remove from KNOWN_CYCLES: {KNOWN_CYCLES - cycles}"
+
+
+def test_only_the_store_imports_sqlalchemy() -> None:
+    users = defaultdict(list)
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).as_posix()
+        if rel.startswith("promptyoself/store/"):
+            continue
+        for name in imports(path):
+            if name.split(".")[0] in {"sqlalchemy", "alembic"}:
+                users[rel].append(name)
+    assert set(users) - KNOWN_SQLALCHEMY_OUTSIDE_STORE == set(), dict(users)
+    gone = KNOWN_SQLALCHEMY_OUTSIDE_STORE - set(users)
+    assert not gone, f"fixed, remove from KNOWN_SQLALCHEMY_OUTSIDE_STORE: {sorted(gone)}"

@@ -227,7 +227,9 @@ def test_real_letta_one_occurrence_sent_twice_arrives_once(tmp_path: Path) -> No
         if not agents:
             pytest.skip(f"the Letta server at {url} has no agent")
         agent = str(agents[0]["id"])
-        sid = add_schedule(core.store, agent, f"promptyoself otid test {time.time_ns()}", T0)
+        # A slot of its own per run: the otid is (schedule id, slot), and this server keeps earlier runs' messages.
+        slot = T0 - timedelta(milliseconds=time.time_ns() // 1000 % 10**7)
+        sid = add_schedule(core.store, agent, f"promptyoself otid test {time.time_ns()}", slot)
         first = take(core)
         otid = otid_for(first)
         core.letta.send_message(agent, "first copy, answer lost", otid=otid)  # attempt 1: Letta has it

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from promptyoself import __version__, timing
 from promptyoself.deps import Deps
 from promptyoself.store.db import Store, WorkerLease, count_state, utcnow
+from promptyoself.store.quick import hostname, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -50,30 +50,6 @@ SPAWN_HOLD = 30.0
 """Seconds a server reserves the lease for the worker it is starting."""
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
-
-
-def hostname() -> str:
-    return socket.gethostname()[:200]
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` is a running (not zombie) process on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True  # no /proc (e.g. macOS): kill(0) is all we know
-    return state not in ("Z", "X")
 
 
 def lease_alive(row: WorkerLease, now: datetime) -> bool:

@@ -43,10 +43,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset({"promptyoself.delivery.service", "promptyoself.delivery.worker"}),
 }
 KNOWN_SQLALCHEMY_OUTSIDE_STORE = {
-    "promptyoself/core/legacy.py",
-    "promptyoself/core/operations.py",
-    "promptyoself/core/letta_schedules.py",
-    "promptyoself/delivery/worker.py",
     "promptyoself/faces/mcp.py",
     "promptyoself/logs.py",
 }

@@ -3,11 +3,21 @@ agents, inference diagnostics and health. ``Core`` inherits them; they share its
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from promptyoself.config import Settings, redact_url
 from promptyoself.core.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.core.checks import check_source, check_text
+from promptyoself.core.results import (
+    AgentRecord,
+    AgentsResult,
+    DefaultAgentResult,
+    DiagnosticsResult,
+    HealthResult,
+    TestResult,
+    UploadResult,
+)
 from promptyoself.deps import DeliveryView
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
@@ -33,6 +43,9 @@ class AdminOperations:
     def store(self) -> Store:
         raise NotImplementedError
 
+    def now(self) -> datetime:
+        raise NotImplementedError
+
     def _single_agent(self) -> str | None:
         """The one agent Letta lists, for the single-agent fallback; ``None`` unless there is exactly one."""
         agents = self.letta.list_agents(limit=2)
@@ -42,7 +55,7 @@ class AdminOperations:
 
     # ---- Letta --------------------------------------------------------------------------------
 
-    def test_connection(self) -> dict[str, Any]:
+    def test_connection(self) -> TestResult:
         health = self.letta.health()
         agents = self.letta.list_all_agents()
         return {
@@ -52,8 +65,8 @@ class AdminOperations:
             "agent_count": len(agents),
         }
 
-    def list_agents(self) -> dict[str, Any]:
-        agents = [
+    def list_agents(self) -> AgentsResult:
+        agents: list[AgentRecord] = [
             {
                 "id": a.get("id"),
                 "name": a.get("name"),
@@ -64,7 +77,7 @@ class AdminOperations:
         ]
         return {"status": "success", "agents": agents, "count": len(agents)}
 
-    def upload_tool(self, source_code: object, *, name: object = None, description: object = None) -> dict[str, Any]:
+    def upload_tool(self, source_code: object, *, name: object = None, description: object = None) -> UploadResult:
         source, defs = check_source(source_code)
         wanted = check_text("name", name, 100)
         desc = check_text("description", description, 2000)
@@ -78,7 +91,7 @@ class AdminOperations:
 
     # ---- defaults and diagnostics ---------------------------------------------------------------
 
-    def set_default_agent(self, agent_id: object) -> dict[str, Any]:
+    def set_default_agent(self, agent_id: object) -> DefaultAgentResult:
         agent = normalize_agent_id(agent_id)
         self.defaults.process = agent
         msg = (
@@ -88,7 +101,7 @@ class AdminOperations:
         )
         return {"status": "success", "agent_id": agent, "scope": "process", "message": msg}
 
-    def set_scoped_default_agent(self, agent_id: object, ctx: CallContext | None) -> dict[str, Any]:
+    def set_scoped_default_agent(self, agent_id: object, ctx: CallContext | None) -> DefaultAgentResult:
         agent = normalize_agent_id(agent_id)
         scope = ctx.scope_key if ctx else None
         if scope is None:
@@ -104,11 +117,11 @@ class AdminOperations:
         )
         return {"status": "success", "agent_id": agent, "scope": "session", "message": msg}
 
-    def get_scoped_default_agent(self, ctx: CallContext | None) -> dict[str, Any]:
+    def get_scoped_default_agent(self, ctx: CallContext | None) -> DefaultAgentResult:
         agent = self.defaults.get_scoped(ctx.scope_key if ctx else None)
         return {"status": "success", "agent_id": agent, "scope": "session"}
 
-    def inference_diagnostics(self, ctx: CallContext | None) -> dict[str, Any]:
+    def inference_diagnostics(self, ctx: CallContext | None) -> DiagnosticsResult:
         meta = dict(ctx.meta) if ctx and ctx.meta else {}
         env_values = (
             self.settings.default_agent_id,
@@ -134,7 +147,7 @@ class AdminOperations:
             "inference_debug": debug,
         }
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> HealthResult:
         """The health fields of DESIGN §2 plus a verdict: ``status`` ok|degraded|down and ``reasons``
         ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
         from promptyoself.core.health import assess

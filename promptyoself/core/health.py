@@ -18,22 +18,19 @@ import logging
 import threading
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__
 from promptyoself.config import redact_url
+from promptyoself.core.results import HealthReason as Reason
+from promptyoself.core.results import HealthResult
+from promptyoself.deps import DeliveryHealth
 from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
     from promptyoself.core.admin import AdminOperations
 
 log = logging.getLogger(__name__)
-
-
-class Reason(TypedDict):
-    code: str
-    message: str
-    fix: str
 
 
 FIX_DELIVERY = (
@@ -80,22 +77,22 @@ def letta_probe(core: AdminOperations) -> Reason | None:
     return reason
 
 
-def _live_delivery(lease: dict[str, Any] | None, delivery: dict[str, Any] | None) -> bool:
+def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
     if lease is not None and lease.get("alive"):
         return True
-    ex = (delivery or {}).get("executor") or {}
-    return bool(ex.get("running"))
+    ex = delivery["executor"] if delivery is not None else None
+    return bool(ex and ex.get("running"))
 
 
-def assess(core: AdminOperations) -> dict[str, Any]:
+def assess(core: AdminOperations) -> HealthResult:
     settings = core.settings
     reasons: list[Reason] = []
-    out: dict[str, Any] = {
+    out: HealthResult = {
         "status": "ok",
         "reasons": reasons,
         "version": __version__,
         "letta_base_url": redact_url(settings.letta_base_url),
-        "db": None,
+        "db": redact_url(settings.db_url),  # the store's own description once it opens
         "auth_set": settings.letta_token is not None,
         "executor_mode": settings.executor_mode if settings.executor_autostart else "off",
         "executor_autostart": settings.executor_enabled,
@@ -112,7 +109,7 @@ def assess(core: AdminOperations) -> dict[str, Any]:
 
         store = core.store
         out["db"] = store.describe()
-        now: datetime = core.now()  # type: ignore[attr-defined]
+        now: datetime = core.now()
         bl = queries.backlog(store, now)
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
@@ -124,8 +121,6 @@ def assess(core: AdminOperations) -> dict[str, Any]:
             message=f"The database cannot be used: {_first_line(exc)}",
             fix=FIX_DB,
         ))
-        if out["db"] is None:
-            out["db"] = redact_url(settings.db_url)
         down = True
     else:
         out["schedules_active"] = bl.active

@@ -21,25 +21,23 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import sqlite3
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
-
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from typing import TYPE_CHECKING
 
 from promptyoself import timing
 from promptyoself.core.agents import normalize_agent_id
+from promptyoself.core.results import LegacyImportResult, LegacyRowError
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
-from promptyoself.store.db import Schedule
+from promptyoself.store.legacy import read_reminders
+from promptyoself.store.records import NewSchedule
+
+if TYPE_CHECKING:
+    from promptyoself.core.operations import Core
 
 log = logging.getLogger(__name__)
 
-TABLE = "unified_reminders"
-REQUIRED_COLUMNS = ("id", "message", "agent_id", "schedule_type", "schedule_value", "next_run")
 KEY_PREFIX = "legacy:"
 
 TYPE_ALIASES: dict[str, str] = {
@@ -70,8 +68,8 @@ def _shown(path: object) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _open_legacy(path: object) -> tuple[sqlite3.Connection, Path]:
-    """The legacy file opened read-only, after checking it exists and holds ``unified_reminders``."""
+def _legacy_file(path: object) -> Path:
+    """The legacy file's resolved path, after checking that it is a path to an existing file."""
     if not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
         raise InvalidArgument("Give the path of the earlier PromptYoSelf database file (SQLite).")
     shown = _shown(path)
@@ -85,31 +83,7 @@ def _open_legacy(path: object) -> tuple[sqlite3.Connection, Path]:
             f"No legacy database at {shown!r}: the file does not exist or is not a regular file. "
             "Give the path of the earlier PromptYoSelf SQLite file (often promptyoself.db)."
         )
-    try:
-        conn = sqlite3.connect(f"file:{quote(str(file))}?mode=ro", uri=True, timeout=10)
-        conn.row_factory = sqlite3.Row
-        conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad byte spoils no row
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-    except sqlite3.Error as exc:
-        raise InvalidArgument(
-            f"{shown!r} is not a readable SQLite database ({exc.__class__.__name__}: {exc})."
-        ) from None
-    if TABLE not in names:
-        conn.close()
-        found = ", ".join(sorted(names)[:10]) or "none"
-        raise InvalidArgument(
-            f"{shown!r} has no table '{TABLE}', so it is not a database written by the earlier "
-            f"PromptYoSelf (tables found: {found})."
-        )
-    columns = {r[1] for r in conn.execute(f"PRAGMA table_info({TABLE})")}
-    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-    if missing:
-        conn.close()
-        raise InvalidArgument(
-            f"Table '{TABLE}' in {shown!r} lacks the column(s) {', '.join(missing)}; it does not "
-            "look like the earlier PromptYoSelf schema."
-        )
-    return conn, file
+    return file
 
 
 # ---- reading one row ------------------------------------------------------------------------
@@ -184,7 +158,7 @@ def legacy_key(legacy_id: object, message: str, kind: str, value: str) -> str:
     return f"{KEY_PREFIX}{digest[:40]}"
 
 
-def convert_row(row: Mapping[str, Any], core: Any, now: datetime) -> dict[str, Any] | None:
+def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> NewSchedule | None:
     """A legacy row as the column values of a new schedule, or ``None`` for an inactive/finished one.
 
     Raises RowError for a row that cannot be imported.
@@ -250,24 +224,22 @@ def convert_row(row: Mapping[str, Any], core: Any, now: datetime) -> dict[str, A
     if max_reps is not None and reps >= max_reps:
         return None  # already delivered as often as it was meant to be
     created = _optional_time(row, "created_at") or now
-    return {
-        "agent_id": agent,
-        "prompt_text": message,
-        "schedule_type": kind,
-        "schedule_value": value,
-        "timezone": "UTC",
-        "next_run": next_run,
-        "due_at": next_run,
-        "anchor": anchor,
-        "state": "active",
-        "created_at": created,
-        "updated_at": now,
-        "last_run": _optional_time(row, "last_run"),
-        "max_repetitions": max_reps,
-        "repetition_count": reps,
-        "idempotency_key": legacy_key(row.get("id"), message, kind, value),
-        "attempt": 0,
-    }
+    return NewSchedule(
+        agent_id=agent,
+        prompt_text=message,
+        schedule_type=kind,
+        schedule_value=value,
+        timezone="UTC",
+        next_run=next_run,
+        due_at=next_run,
+        anchor=anchor,
+        created_at=created,
+        updated_at=now,
+        last_run=_optional_time(row, "last_run"),
+        max_repetitions=max_reps,
+        repetition_count=reps,
+        idempotency_key=legacy_key(row.get("id"), message, kind, value),
+    )
 
 
 def _short(value: object) -> object:
@@ -278,7 +250,7 @@ def _short(value: object) -> object:
     return text if len(text) <= 100 else text[:100] + "..."
 
 
-def _optional_time(row: Mapping[str, Any], name: str) -> datetime | None:
+def _optional_time(row: Mapping[str, object], name: str) -> datetime | None:
     """Timestamps that are nice to keep but never worth failing a row over."""
     try:
         return parse_legacy_datetime(row.get(name), name)
@@ -289,67 +261,59 @@ def _optional_time(row: Mapping[str, Any], name: str) -> datetime | None:
 # ---- the import -------------------------------------------------------------------------------
 
 
-def import_legacy(core: Any, path: object) -> dict[str, Any]:
+def import_legacy(core: Core, path: object) -> LegacyImportResult:
     """Import the active rows of an earlier PromptYoSelf database into ``core``'s store.
 
     Returns ``{status, path, imported, skipped_existing, skipped_inactive, errors:[{legacy_id,
     agent_id, error, code}], imported_ids, message}``. A missing file or a file without the
     ``unified_reminders`` table raises InvalidArgument.
     """
-    conn, file = _open_legacy(path)
-    try:
-        try:
-            rows = [dict(r) for r in conn.execute(f"SELECT * FROM {TABLE} ORDER BY id")]
-        except sqlite3.Error as exc:
-            raise InvalidArgument(f"Cannot read table '{TABLE}' in {_shown(path)!r}: {exc}.") from None
-    finally:
-        conn.close()
+    from promptyoself.store import schedules
+
+    file = _legacy_file(path)
+    rows = read_reminders(file, _shown(path))
 
     now = core.now()
     store = core.store
     limit = core.settings.max_active_per_agent
     live: dict[str, int] = {}
     imported_ids: list[int] = []
-    errors: list[dict[str, Any]] = []
+    errors: list[LegacyRowError] = []
     skipped_existing = skipped_inactive = 0
 
     for row in rows:
-        report = {"legacy_id": row.get("id"), "agent_id": _short(row.get("agent_id"))}
+        legacy_id, shown_agent = row.get("id"), _short(row.get("agent_id"))
         try:
-            values = convert_row(row, core, now)
+            new = convert_row(row, core, now)
         except RowError as exc:
-            errors.append({**report, "error": exc.message, "code": exc.code})
+            errors.append({"legacy_id": legacy_id, "agent_id": shown_agent, "error": exc.message, "code": exc.code})
             continue
-        if values is None:
+        if new is None:
             skipped_inactive += 1
             continue
-        agent, key = values["agent_id"], values["idempotency_key"]
-        with store.session() as s:
-            existing = s.execute(
-                select(Schedule.id).where(Schedule.agent_id == agent, Schedule.idempotency_key == key)
-            ).scalar_one_or_none()
-            if existing is None and agent not in live:
-                live[agent] = store.count_active(s, agent)
-        if existing is not None:
+        agent, key = new.agent_id, new.idempotency_key
+        assert key is not None  # convert_row always sets the legacy key
+        if schedules.by_idempotency_key(store, agent, key) is not None:
             skipped_existing += 1
             continue
+        if agent not in live:
+            live[agent] = schedules.count_live(store, agent)
         if live[agent] >= limit:
             errors.append({
-                **report,
+                "legacy_id": legacy_id,
+                "agent_id": shown_agent,
                 "error": f"Agent {agent} already has {live[agent]} live schedules; the limit is {limit} "
                 "(PROMPTYOSELF_MAX_ACTIVE_PER_AGENT).",
                 "code": "quota_exceeded",
             })
             continue
-        schedule = Schedule(**values)
         try:
-            with store.session() as s:
-                s.add(schedule)
-        except IntegrityError:  # another import of the same file got there first
+            created = schedules.insert(store, new)
+        except schedules.DuplicateKey:  # another import of the same file got there first
             skipped_existing += 1
             continue
         live[agent] += 1
-        imported_ids.append(schedule.id)
+        imported_ids.append(created.id)
 
     if imported_ids:
         core._changed()

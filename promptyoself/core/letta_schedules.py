@@ -25,10 +25,17 @@ from zoneinfo import ZoneInfo
 
 from promptyoself import timing
 from promptyoself.core.checks import parse_schedule_id
+from promptyoself.core.results import (
+    LettaScheduleCreated,
+    LettaScheduleDeleted,
+    LettaScheduledMessage,
+    LettaSchedulePage,
+)
 from promptyoself.errors import InvalidArgument, InvalidCron, NotFound
 
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
+    from promptyoself.store.records import ScheduleRow
 
 ROLES = ("user", "assistant", "system")
 RETURN_TYPES = (
@@ -145,7 +152,7 @@ class LettaSchedules:
 
     # ---- create -------------------------------------------------------------------------------
 
-    def create(self, agent_id: str, body: object) -> dict[str, Any]:
+    def create(self, agent_id: str, body: object) -> LettaScheduleCreated:
         from promptyoself.core.operations import Plan
 
         if not isinstance(body, dict):
@@ -189,10 +196,8 @@ class LettaSchedules:
 
     # ---- read ---------------------------------------------------------------------------------
 
-    def list(self, agent_id: str, *, after: object = None, limit: object = None) -> dict[str, Any]:
-        from sqlalchemy import select
-
-        from promptyoself.store.db import Schedule
+    def list(self, agent_id: str, *, after: object = None, limit: object = None) -> LettaSchedulePage:
+        from promptyoself.store import schedules
 
         lim = DEFAULT_LIMIT
         if limit is not None and limit != "":
@@ -202,22 +207,16 @@ class LettaSchedules:
                 raise InvalidArgument("limit must be an integer.") from None
             if not 1 <= lim <= MAX_LIMIT:
                 raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}.")
-        conds = [Schedule.agent_id == agent_id, Schedule.letta_payload.is_not(None), Schedule.state.in_(LIVE)]
-        if after is not None and after != "":
-            conds.append(Schedule.id > self._id(after, found=False))
-        with self.core.store.session() as s:
-            rows = list(s.execute(select(Schedule).where(*conds).order_by(Schedule.id).limit(lim + 1)).scalars())
-            out = [self._record(r) for r in rows[:lim]]
+        start = self._id(after, found=False) if after is not None and after != "" else None
+        rows = schedules.letta_page(self.core.store, agent_id, start, lim + 1)
+        out = [self._record(r) for r in rows[:lim]]
         return {"has_next_page": len(rows) > lim, "scheduled_messages": out}
 
-    def retrieve(self, agent_id: str, scheduled_message_id: object) -> dict[str, Any]:
-        with self.core.store.session() as s:
-            return self._record(self._live(s, agent_id, scheduled_message_id))
+    def retrieve(self, agent_id: str, scheduled_message_id: object) -> LettaScheduledMessage:
+        return self._record(self._live(agent_id, scheduled_message_id))
 
-    def delete(self, agent_id: str, scheduled_message_id: object) -> dict[str, Any]:
-        with self.core.store.session() as s:
-            row = self._live(s, agent_id, scheduled_message_id)
-            sid = row.id
+    def delete(self, agent_id: str, scheduled_message_id: object) -> LettaScheduleDeleted:
+        sid = self._live(agent_id, scheduled_message_id).id
         self.core.cancel(sid)
         return {"success": True}
 
@@ -232,17 +231,18 @@ class LettaSchedules:
                 raise NotFound(f"No scheduled message with id {value!r}.") from None
             raise InvalidArgument(f"after must be a scheduled message id, got {value!r}.") from None
 
-    def _live(self, s: Any, agent_id: str, scheduled_message_id: object) -> Any:
-        from promptyoself.store.db import Schedule
+    def _live(self, agent_id: str, scheduled_message_id: object) -> ScheduleRow:
+        from promptyoself.store import schedules
 
         sid = self._id(scheduled_message_id)
-        row = s.get(Schedule, sid)
+        row = schedules.get(self.core.store, sid)
         if row is None or row.agent_id != agent_id or row.letta_payload is None or row.state not in LIVE:
             raise NotFound(f"No scheduled message {scheduled_message_id} for agent {agent_id}.")
         return row
 
     @staticmethod
-    def _record(row: Any) -> dict[str, Any]:
+    def _record(row: ScheduleRow) -> LettaScheduledMessage:
+        assert row.letta_payload is not None  # _live and letta_page keep only the API's schedules
         payload = json.loads(row.letta_payload)
         message: dict[str, Any] = {
             "messages": payload["messages"],

@@ -8,8 +8,9 @@ tool source. Works with a stock Letta (no stdio MCP, no HTTP MCP address rules).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from promptyoself.core.results import CancelResult, NativeToolsInstalled, NativeToolsRemoved
 from promptyoself.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -132,7 +133,9 @@ def _agents(core: Core, agent_ids: list[str] | None, all_agents: bool) -> list[s
     return list(dict.fromkeys(agent_ids))
 
 
-def install(core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str) -> dict[str, Any]:
+def install(
+    core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str
+) -> NativeToolsInstalled:
     """Upsert the tools, attach them to the agents and set the agents' tool environment."""
     from promptyoself.letta import tools_api
 
@@ -160,7 +163,7 @@ def install(core: Core, *, agent_ids: list[str] | None, all_agents: bool, servic
     }
 
 
-def uninstall(core: Core, *, agent_ids: list[str] | None, all_agents: bool) -> dict[str, Any]:
+def uninstall(core: Core, *, agent_ids: list[str] | None, all_agents: bool) -> NativeToolsRemoved:
     """Detach the tools from the agents and drop our environment variables; with ``--all-agents``
     also delete the tools from Letta."""
     from promptyoself.letta import tools_api
@@ -183,14 +186,13 @@ def uninstall(core: Core, *, agent_ids: list[str] | None, all_agents: bool) -> d
             "deleted": all_agents}
 
 
-def cancel_own(core: Core, schedule_id: int, agent_id: str | None) -> dict[str, Any]:
+def cancel_own(core: Core, schedule_id: int, agent_id: str | None) -> CancelResult:
     """``cancel``, refused (404) when ``agent_id`` is given and the schedule is another agent's."""
     from promptyoself.errors import NotFound
-    from promptyoself.store.db import Schedule
+    from promptyoself.store import schedules
 
     if agent_id:
-        with core.store.session() as s:
-            row = s.get(Schedule, schedule_id)
-            if row is None or row.agent_id != agent_id:
-                raise NotFound(f"No schedule {schedule_id} of agent {agent_id}.")
+        row = schedules.get(core.store, schedule_id)
+        if row is None or row.agent_id != agent_id:
+            raise NotFound(f"No schedule {schedule_id} of agent {agent_id}.")
     return core.cancel(schedule_id)

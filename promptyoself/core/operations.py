@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
@@ -27,13 +28,23 @@ from promptyoself.core.checks import (
     parse_schedule_id,
     required_time,
 )
-from promptyoself.core.results import delivery_record, iso, schedule_record
+from promptyoself.core.results import (
+    CancelResult,
+    HistoryResult,
+    ListResult,
+    ScheduleResult,
+    StateResult,
+    delivery_record,
+    iso,
+    schedule_record,
+)
 from promptyoself.deps import Clock, Deps
 from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
     from promptyoself.letta.client import LettaClient
-    from promptyoself.store.db import Schedule, Store
+    from promptyoself.store.db import Store
+    from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +110,7 @@ class Core(Deps, AdminOperations):
         skip_validation: bool = False,
         idempotency_key: object = None,
         ctx: CallContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         raw = required_time("time", time, "e.g. '2026-12-25T09:00:00+01:00' or 'in 5m'")
         tz = self._zone(timezone)
@@ -120,7 +131,7 @@ class Core(Deps, AdminOperations):
         skip_validation: bool = False,
         idempotency_key: object = None,
         ctx: CallContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         if not isinstance(cron, str) or not cron.strip():
             raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI' or '@daily'.")
@@ -148,7 +159,7 @@ class Core(Deps, AdminOperations):
         skip_validation: bool = False,
         idempotency_key: object = None,
         ctx: CallContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         blank = isinstance(every, str) and not every.strip()
         if isinstance(every, bool) or not isinstance(every, (str, int)) or blank:
@@ -188,16 +199,18 @@ class Core(Deps, AdminOperations):
         idempotency_key: object,
         ctx: CallContext | None,
         now: datetime,
-    ) -> dict[str, Any]:
+    ) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
+        from promptyoself.store import schedules
+        from promptyoself.store.records import NewSchedule
+
         key = check_text("idempotency_key", idempotency_key, 200)
         agent = self.resolve_agent(agent_id, ctx)
         if key is not None:
-            existing = self._by_idempotency(agent, key)
+            existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._created_result(existing, DEDUPLICATED, True)
-        with self.store.session() as s:
-            active = self.store.count_active(s, agent)
+        active = schedules.count_live(self.store, agent)
         if active >= self.settings.max_active_per_agent:
             raise QuotaExceeded(
                 f"Agent {agent} already has {active} live schedules; the limit is "
@@ -206,11 +219,7 @@ class Core(Deps, AdminOperations):
             )
         if not skip_validation:
             self.letta.get_agent(agent)
-        from sqlalchemy.exc import IntegrityError
-
-        from promptyoself.store.db import Schedule
-
-        row = Schedule(
+        new = NewSchedule(
             agent_id=agent,
             prompt_text=text,
             schedule_type=plan.schedule_type,
@@ -219,38 +228,25 @@ class Core(Deps, AdminOperations):
             next_run=plan.next_run,
             due_at=plan.next_run,
             anchor=plan.anchor,
-            state="active",
             created_at=now,
             updated_at=now,
             max_repetitions=plan.max_repetitions,
-            repetition_count=0,
             idempotency_key=key,
-            attempt=0,
             letta_payload=plan.letta_payload,
         )
         try:
-            with self.store.session() as s:
-                s.add(row)
-        except IntegrityError:  # the same key raced in from another call: return that schedule
-            existing = self._by_idempotency(agent, key) if key else None
+            row = schedules.insert(self.store, new)
+        except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
+            existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
             if existing is None:
                 raise
             return self._created_result(existing, DEDUPLICATED, True)
         self._changed()
         return self._created_result(row, plan.message, False)
 
-    def _by_idempotency(self, agent: str, key: str) -> Schedule | None:
-        from sqlalchemy import select
-
-        from promptyoself.store.db import Schedule
-
-        with self.store.session() as s:
-            q = select(Schedule).where(Schedule.agent_id == agent, Schedule.idempotency_key == key)
-            return s.execute(q).scalar_one_or_none()
-
-    def _created_result(self, row: Schedule, message: str, deduplicated: bool) -> dict[str, Any]:
+    def _created_result(self, row: ScheduleRow, message: str, deduplicated: bool) -> ScheduleResult:
         tz = timing.resolve_zone(row.timezone, "UTC")
-        out: dict[str, Any] = {
+        out: ScheduleResult = {
             "status": "success",
             "id": row.id,
             "agent_id": row.agent_id,
@@ -276,7 +272,7 @@ class Core(Deps, AdminOperations):
         limit: object = 50,
         offset: object = 0,
         ctx: CallContext | None = None,
-    ) -> dict[str, Any]:
+    ) -> ListResult:
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
         off = check_limit("offset", offset, 0, 10**9)
         found = infer_agent(agent_id, ctx, self.settings, self.defaults, None)
@@ -291,15 +287,20 @@ class Core(Deps, AdminOperations):
             "agent_id": found.agent_id,
         }
 
-    def _get(self, s: Any, schedule_id: int) -> Schedule:
-        from promptyoself.store.db import Schedule
+    @staticmethod
+    def _not_found(schedule_id: int) -> NotFound:
+        return NotFound(
+            f"No schedule with id {schedule_id}. Call promptyoself_list (with "
+            "include_cancelled=true for ended ones) to see the ids."
+        )
 
-        row = s.get(Schedule, schedule_id)
+    def _change(self, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
+        """Apply ``change`` to the schedule in one transaction (NotFound when there is none)."""
+        from promptyoself.store import schedules
+
+        row = schedules.update(self.store, schedule_id, change)
         if row is None:
-            raise NotFound(
-                f"No schedule with id {schedule_id}. Call promptyoself_list (with "
-                "include_cancelled=true for ended ones) to see the ids."
-            )
+            raise self._not_found(schedule_id)
         return row
 
     def history(
@@ -309,24 +310,19 @@ class Core(Deps, AdminOperations):
         agent_id: object = None,
         limit: object = 20,
         ctx: CallContext | None = None,
-    ) -> dict[str, Any]:
-        from sqlalchemy import select
-
-        from promptyoself.store.db import Delivery
+    ) -> HistoryResult:
+        from promptyoself.store import history, schedules
 
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
-        conds = []
+        sid: int | None = None
+        agent: str | None = None
         if schedule_id is not None and not (isinstance(schedule_id, str) and not schedule_id.strip()):
             sid = parse_schedule_id(schedule_id)
-            with self.store.session() as s:
-                self._get(s, sid)
-            conds.append(Delivery.schedule_id == sid)
+            if schedules.get(self.store, sid) is None:
+                raise self._not_found(sid)
         else:
-            found = infer_agent(agent_id, ctx, self.settings, self.defaults, None)
-            if found.agent_id:
-                conds.append(Delivery.agent_id == found.agent_id)
-        with self.store.session() as s:
-            rows = s.execute(select(Delivery).where(*conds).order_by(Delivery.id.desc()).limit(lim)).scalars().all()
+            agent = infer_agent(agent_id, ctx, self.settings, self.defaults, None).agent_id or None
+        rows = history.deliveries(self.store, schedule_id=sid, agent_id=agent, limit=lim)
         return {
             "status": "success",
             "deliveries": [delivery_record(d) for d in rows],
@@ -335,28 +331,34 @@ class Core(Deps, AdminOperations):
 
     # ---- changing state -----------------------------------------------------------------------
 
-    def cancel(self, schedule_id: object) -> dict[str, Any]:
+    def cancel(self, schedule_id: object) -> CancelResult:
         sid = parse_schedule_id(schedule_id)
-        with self.store.session() as s:
-            row = self._get(s, sid)
-            if row.state == "cancelled":
-                return {
-                    "status": "success",
-                    "cancelled_id": sid,
-                    "already_cancelled": True,
-                    "message": f"Schedule {sid} was already cancelled.",
-                }
+        now = self.now()
+        before: list[ScheduleRow] = []
+
+        def change(row: ScheduleRow) -> ScheduleRow:
+            before.append(row)
             if row.state not in LIVE_STATES:
-                return {
-                    "status": "success",
-                    "cancelled_id": sid,
-                    "already_cancelled": False,
-                    "state": row.state,
-                    "message": f"Schedule {sid} had already ended ({row.state}); nothing to cancel.",
-                }
-            row.state = "cancelled"
-            row.due_at = None
-            row.updated_at = self.now()
+                return row  # already cancelled or ended: nothing to write
+            return replace(row, state="cancelled", due_at=None, updated_at=now)
+
+        self._change(sid, change)
+        was = before[0].state
+        if was == "cancelled":
+            return {
+                "status": "success",
+                "cancelled_id": sid,
+                "already_cancelled": True,
+                "message": f"Schedule {sid} was already cancelled.",
+            }
+        if was not in LIVE_STATES:
+            return {
+                "status": "success",
+                "cancelled_id": sid,
+                "already_cancelled": False,
+                "state": was,
+                "message": f"Schedule {sid} had already ended ({was}); nothing to cancel.",
+            }
         self._changed()
         return {
             "status": "success",
@@ -365,47 +367,46 @@ class Core(Deps, AdminOperations):
             "message": f"Cancelled schedule {sid}.",
         }
 
-    def pause(self, schedule_id: object) -> dict[str, Any]:
+    def pause(self, schedule_id: object) -> StateResult:
         sid = parse_schedule_id(schedule_id)
-        with self.store.session() as s:
-            row = self._get(s, sid)
+        now = self.now()
+
+        def change(row: ScheduleRow) -> ScheduleRow:
             if row.state not in LIVE_STATES:
                 raise InvalidArgument(f"Schedule {sid} is {row.state}; only active schedules can be paused.")
-            row.state = "paused"
-            row.due_at = None
-            row.updated_at = self.now()
-            result = self._state_result(row, f"Paused schedule {sid}.")
+            return replace(row, state="paused", due_at=None, updated_at=now)
+
+        result = self._state_result(self._change(sid, change), f"Paused schedule {sid}.")
         self._changed()
         return result
 
-    def resume(self, schedule_id: object) -> dict[str, Any]:
+    def resume(self, schedule_id: object) -> StateResult:
         sid = parse_schedule_id(schedule_id)
         now = self.now()
-        with self.store.session() as s:
-            row = self._get(s, sid)
+
+        def change(row: ScheduleRow) -> ScheduleRow:
             if row.state not in LIVE_STATES:
                 raise InvalidArgument(
                     f"Schedule {sid} is {row.state}; only paused schedules can be resumed. Schedule a new one instead."
                 )
-            if row.state == "paused":
-                if row.schedule_type != "once" and (row.next_run is None or row.next_run <= now):
-                    # Slots that fell inside the pause are skipped, not caught up.
-                    tz = timing.resolve_zone(row.timezone, "UTC")
-                    row.next_run = timing.next_run_after(
-                        row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor
-                    )
-                row.state = "active"
-                row.due_at = row.next_run
-                row.attempt = 0
-                row.claimed_by = None
-                row.claim_until = None
-                row.updated_at = now
-            result = self._state_result(row, f"Resumed schedule {sid}.")
+            if row.state != "paused":
+                return row
+            next_run = row.next_run
+            if row.schedule_type != "once" and (next_run is None or next_run <= now):
+                # Slots that fell inside the pause are skipped, not caught up.
+                tz = timing.resolve_zone(row.timezone, "UTC")
+                next_run = timing.next_run_after(
+                    row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor
+                )
+            return replace(row, state="active", next_run=next_run, due_at=next_run, attempt=0,
+                           claimed_by=None, claim_until=None, updated_at=now)
+
+        result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")
         self._changed()
         return result
 
     @staticmethod
-    def _state_result(row: Schedule, message: str) -> dict[str, Any]:
+    def _state_result(row: ScheduleRow, message: str) -> StateResult:
         return {
             "status": "success",
             "id": row.id,

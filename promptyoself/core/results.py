@@ -7,10 +7,13 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from promptyoself.deps import ExecutedItem, ExecuteResult, ExecutorStatus
 from promptyoself.timing import to_utc_iso
 
 if TYPE_CHECKING:
-    from promptyoself.store.db import Delivery, Schedule
+    from promptyoself.store.records import DeliveryRow, ListedSchedule
+
+__all__ = ["ExecuteResult", "ExecutedItem", "ExecutorStatus"]  # the delivery side's shapes, defined in deps.py
 
 
 class ScheduleRecord(TypedDict):
@@ -85,46 +88,6 @@ class HistoryResult(TypedDict):
     count: int
 
 
-class ExecutedItem(TypedDict):
-    id: int
-    agent_id: str
-    delivered: bool
-    next_run: str | None
-    repetition_count: int
-    max_repetitions: int | None
-    completed: bool
-    error: NotRequired[str | None]
-    outcome: NotRequired[str]  # delivered | retry | failed | missed | paused | lost
-    attempt: NotRequired[int]
-    state: NotRequired[str | None]
-    letta_run_id: NotRequired[str | None]
-
-
-class ExecuteResult(TypedDict):
-    status: str
-    executed: NotRequired[list[ExecutedItem]]
-    message: str
-    running: NotRequired[bool]
-    interval: NotRequired[float]
-
-
-class ExecutorStatus(TypedDict):
-    status: str
-    running: bool
-    interval: float
-    last_tick: str | None
-    next_due: str | None
-    due_now: int
-    delivered_total: int
-    failed_total: int
-    retry_total: NotRequired[int]
-    missed_total: NotRequired[int]
-    mode: NotRequired[str]
-    executor: NotRequired[dict[str, Any] | None]
-    worker: NotRequired[dict[str, Any] | None]
-    auth_error: NotRequired[str | None]
-
-
 class TestResult(TypedDict):
     status: str
     message: str
@@ -197,6 +160,61 @@ class HealthResult(TypedDict, total=False):
     letta_auth_error: str | None
 
 
+class LegacyRowError(TypedDict):
+    legacy_id: object  # the legacy row's id as the earlier database held it
+    agent_id: object
+    error: str
+    code: str
+
+
+class LegacyImportResult(TypedDict):
+    status: str
+    path: str
+    imported: int
+    skipped_existing: int
+    skipped_inactive: int
+    errors: list[LegacyRowError]
+    imported_ids: list[int]
+    message: str
+
+
+class LettaScheduleCreated(TypedDict):
+    id: str
+    next_scheduled_at: str | None
+
+
+class LettaScheduledMessage(TypedDict):
+    id: str
+    agent_id: str
+    message: dict[str, Any]
+    next_scheduled_time: str | None
+    schedule: dict[str, Any]
+
+
+class LettaSchedulePage(TypedDict):
+    has_next_page: bool
+    scheduled_messages: list[LettaScheduledMessage]
+
+
+class LettaScheduleDeleted(TypedDict):
+    success: bool
+
+
+class NativeToolsInstalled(TypedDict):
+    status: str
+    tools: dict[str, Any]
+    agents: list[str]
+    service_url: str
+    message: str
+
+
+class NativeToolsRemoved(TypedDict):
+    status: str
+    agents: list[str]
+    removed_tools: list[str]
+    deleted: bool
+
+
 # ---- builders: a stored row -> its result shape ---------------------------------------------------
 
 
@@ -205,7 +223,7 @@ def iso(dt: datetime | None) -> str | None:
     return to_utc_iso(dt) if dt is not None else None
 
 
-def schedule_record(s: Schedule) -> ScheduleRecord:
+def schedule_record(s: ListedSchedule) -> ScheduleRecord:
     """A schedule as ``list`` returns it (DESIGN §2)."""
     return {
         "id": s.id,
@@ -225,7 +243,7 @@ def schedule_record(s: Schedule) -> ScheduleRecord:
     }
 
 
-def delivery_record(d: Delivery) -> DeliveryRecord:
+def delivery_record(d: DeliveryRow) -> DeliveryRecord:
     return {
         "schedule_id": d.schedule_id,
         "scheduled_for": iso(d.scheduled_for),

@@ -53,11 +53,11 @@ class Resident:
     def take_lease(self, *, take_over: bool) -> bool:
         """Hold the worker lease; with ``take_over``, stop a detached worker of this host first."""
         store, secs = self.core.store, float(self.core.settings.lease_seconds)
-        ok, holder = worker.acquire(store, self.owner, os.getpid(), secs, info=self._info())
+        ok, holder = worker.acquire(self.core, self.owner, os.getpid(), secs, info=self._info())
         if not ok and take_over and holder is not None and holder.host == worker.hostname():
             log.info("taking the delivery over from worker pid %d", holder.pid)
             worker.stop_worker(self.core)
-            ok, holder = worker.acquire(store, self.owner, os.getpid(), secs, info=self._info())
+            ok, holder = worker.acquire(self.core, self.owner, os.getpid(), secs, info=self._info())
         if ok and not self.holds_lease:
             log.info("the service holds the worker lease for %s", store.describe())
         elif not ok and holder is not None and take_over:
@@ -74,7 +74,7 @@ class Resident:
             try:
                 if self.holds_lease:
                     alive = await asyncio.to_thread(
-                        worker.heartbeat, self.core.store, self.owner, float(settings.lease_seconds), self._info()
+                        worker.heartbeat, self.core, self.owner, float(settings.lease_seconds), self._info()
                     )
                     if not alive:
                         log.warning("the service lost the worker lease; it keeps delivering and retries")

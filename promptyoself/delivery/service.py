@@ -21,11 +21,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
-from promptyoself.deps import Deps
+from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 from promptyoself.store.db import count_state, delivery_totals, due_summary, latest_delivery
@@ -103,7 +103,7 @@ class DeliveryService:
             return last.error
         return None
 
-    def health_info(self) -> dict[str, Any]:
+    def health_info(self) -> DeliveryHealth:
         from promptyoself.delivery import worker
 
         return {
@@ -147,7 +147,7 @@ def effective_mode(settings: Any) -> str:
 # ---- entry points: MCP tools -----------------------------------------------------------------------
 
 
-def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> dict[str, Any]:
+def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> ExecuteResult:
     """``promptyoself_execute``: deliver what is due now, or start the background loop and return."""
     svc = service_for(core)
     if loop:
@@ -164,13 +164,14 @@ def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> dict[str,
     return run_once_result(core)
 
 
-def run_once_result(core: Deps) -> dict[str, Any]:
+def run_once_result(core: Deps) -> ExecuteResult:
     ex = Executor(core, role="once")
     try:
         results = ex.run_once()
     finally:
         ex.close()
-    executed = [r.item() for r in results if r.outcome != "released"]
+    # attempt.py's item() is still typed as a plain dict; it has ExecutedItem's keys
+    executed = [cast(ExecutedItem, r.item()) for r in results if r.outcome != "released"]
     delivered = sum(1 for r in results if r.delivered)
     if not executed:
         message = "Nothing was due."
@@ -185,7 +186,7 @@ def run_once_result(core: Deps) -> dict[str, Any]:
     return {"status": "success", "executed": executed, "message": message}
 
 
-def status_tool(core: Deps) -> dict[str, Any]:
+def status_tool(core: Deps) -> ExecutorStatus:
     """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
     from promptyoself.delivery import worker
 
@@ -221,7 +222,7 @@ def status_tool(core: Deps) -> dict[str, Any]:
 def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, Any]:
     """``promptyoself execute [--loop]``: once, or in the foreground until SIGINT/SIGTERM."""
     if not loop:
-        return run_once_result(core)
+        return dict(run_once_result(core))
     ex = Executor(core, interval=interval, role="execute")
     service_for(core).executor = ex
     with StopOnSignals(ex.request_stop):

@@ -28,41 +28,32 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import delete, update
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__, timing
+from promptyoself.config import Settings
 from promptyoself.deps import Deps
-from promptyoself.store.db import Store, WorkerLease, count_state, utcnow
-from promptyoself.store.quick import hostname, pid_alive
+from promptyoself.store import lease as store_lease
+from promptyoself.store.db import count_state
+from promptyoself.store.db import sqlite_file as _sqlite_file
+from promptyoself.store.lease import lease_alive, read_lease, release
+from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
+from promptyoself.store.records import LeaseRow
+
+if TYPE_CHECKING:
+    from promptyoself.delivery.loop import Executor
 
 log = logging.getLogger(__name__)
 
-LEASE_NAME = "worker"
+__all__ = ["LEASE_NAME", "hostname", "lease_alive", "read_lease", "release"]  # the lease, from the store
+
 TOKEN_ENV = "PROMPTYOSELF_WORKER_TOKEN"
 LOG_ENV = "PROMPTYOSELF_WORKER_LOG"
 SPAWN_HOLD = 30.0
 """Seconds a server reserves the lease for the worker it is starting."""
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
-
-
-def lease_alive(row: WorkerLease, now: datetime) -> bool:
-    if row.lease_until <= now:
-        return False
-    if row.host == hostname():
-        return pid_alive(row.pid)
-    return True
-
-
-def read_lease(store: Store) -> WorkerLease | None:
-    with store.session() as s:
-        return s.get(WorkerLease, LEASE_NAME)
 
 
 def lease_info(core: Deps) -> dict[str, Any] | None:
@@ -74,7 +65,7 @@ def lease_info(core: Deps) -> dict[str, Any] | None:
         info = json.loads(row.info) if row.info else {}
     except ValueError:
         info = {}
-    now = utcnow()
+    now = core.now()
     return {
         "pid": row.pid,
         "host": row.host,
@@ -89,84 +80,27 @@ def lease_info(core: Deps) -> dict[str, Any] | None:
 
 
 def acquire(
-    store: Store, owner: str, pid: int, seconds: float, *, token: str | None = None, info: str | None = None
-) -> tuple[bool, WorkerLease | None]:
+    core: Deps, owner: str, pid: int, seconds: float, *, token: str | None = None, info: str | None = None
+) -> tuple[bool, LeaseRow | None]:
     """Take the lease for ``owner`` if it is free, not live, ours, or reserved for us under ``token``.
-    Returns ``(True, None)`` or ``(False, the live holder)``. A compare-and-set on the previous
-    owner and expiry keeps two racing takers from both winning."""
-    host = hostname()
-    for _ in range(5):
-        now = utcnow()
-        until = now + timedelta(seconds=seconds)
-        values = {"owner": owner, "pid": pid, "host": host, "started_at": now, "heartbeat_at": now,
-                  "lease_until": until, "info": info}
-        try:
-            with store.session() as s:
-                row = s.get(WorkerLease, LEASE_NAME)
-                if row is None:
-                    s.add(WorkerLease(name=LEASE_NAME, **values))
-                    s.flush()
-                    return True, None
-                if not (row.owner == owner or (token and row.owner == token) or not lease_alive(row, now)):
-                    s.expunge(row)
-                    return False, row
-                done = s.execute(
-                    update(WorkerLease)
-                    .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == row.owner,
-                           WorkerLease.lease_until == row.lease_until)
-                    .values(**values)
-                    .execution_options(synchronize_session=False)
-                ).rowcount  # type: ignore[attr-defined]
-                if done == 1:
-                    return True, None
-        except IntegrityError:
-            pass  # another process inserted the row first: look again
-        time.sleep(0.02)
-    row = read_lease(store)
-    return False, row
+    Returns ``(True, None)`` or ``(False, the live holder)`` (``store.lease.acquire``, on the Deps clock)."""
+    return store_lease.acquire(core.store, owner, pid, seconds, clock=core.clock, token=token, info=info)
 
 
-def heartbeat(store: Store, owner: str, seconds: float, info: str | None) -> bool:
-    """Extend ``owner``'s lease; False if it no longer holds it."""
-    now = utcnow()
-    with store.session() as s:
-        done = s.execute(
-            update(WorkerLease)
-            .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner)
-            .values(heartbeat_at=now, lease_until=now + timedelta(seconds=seconds), info=info)
-            .execution_options(synchronize_session=False)
-        ).rowcount  # type: ignore[attr-defined]
-    return bool(done == 1)
-
-
-def release(store: Store, owner: str) -> None:
-    with store.session() as s:
-        s.execute(delete(WorkerLease).where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner))
-
-
-def _set_pid(store: Store, owner: str, pid: int) -> None:
-    with store.session() as s:
-        s.execute(
-            update(WorkerLease)
-            .where(WorkerLease.name == LEASE_NAME, WorkerLease.owner == owner)
-            .values(pid=pid)
-            .execution_options(synchronize_session=False)
-        )
+def heartbeat(core: Deps, owner: str, seconds: float, info: str | None) -> bool:
+    """Extend ``owner``'s lease by ``seconds`` from now; False if it no longer holds it."""
+    return store_lease.heartbeat(core.store, owner, core.now(), seconds, info)
 
 
 # ---- starting a worker --------------------------------------------------------------------------
 
 
-def sqlite_file(settings: Any) -> Path | None:
+def sqlite_file(settings: Settings) -> Path | None:
     """The SQLite database file, or None for other databases."""
-    url = make_url(settings.db_url)
-    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:" \
-            and not url.database.startswith("file:"):
-        return Path(url.database).expanduser().resolve()
-    return None
+    return _sqlite_file(settings.db_url)
 
 
-def worker_log_path(settings: Any) -> Path:
+def worker_log_path(settings: Settings) -> Path:
     """``PROMPTYOSELF_LOG_FILE``, else ``promptyoself-worker.log`` next to a SQLite database, else the
     per-user log directory."""
     if settings.log_file:
@@ -185,7 +119,7 @@ def _rotate(path: Path, max_bytes: int) -> None:
             os.replace(path, path.with_name(path.name + ".1"))
 
 
-def spawn_worker(settings: Any, token: str) -> int:
+def spawn_worker(settings: Settings, token: str) -> int:
     """Start ``python -m promptyoself worker`` detached; returns its pid.
 
     On POSIX a throw-away ``sh`` starts it in the background and exits at once, so the worker is
@@ -222,10 +156,10 @@ def ensure_worker(core: Deps) -> dict[str, Any]:
     """Start a worker for this database unless a live one holds the lease (idempotent, race-safe)."""
     store = core.store
     row = read_lease(store)
-    if row is not None and lease_alive(row, utcnow()):
+    if row is not None and lease_alive(row, core.now()):
         return {"spawned": False, "pid": row.pid, "reason": "a live worker holds the lease"}
     token = f"spawn:{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ok, holder = acquire(store, token, os.getpid(), SPAWN_HOLD)
+    ok, holder = acquire(core, token, os.getpid(), SPAWN_HOLD)
     if not ok:
         return {"spawned": False, "pid": holder.pid if holder else None, "reason": "another process is starting one"}
     try:
@@ -233,7 +167,7 @@ def ensure_worker(core: Deps) -> dict[str, Any]:
     except Exception:
         release(store, token)
         raise
-    _set_pid(store, token, pid)
+    store_lease.set_pid(store, token, pid)
     log.info("started delivery worker pid %d (log: %s)", pid, worker_log_path(core.settings))
     return {"spawned": True, "pid": pid}
 
@@ -251,7 +185,7 @@ def run_worker(core: Deps, *, shared: bool = False) -> dict[str, Any] | None:
     role = "shared" if shared else "worker"
     owner = make_owner(role)
     if not shared:
-        ok, holder = acquire(core.store, owner, os.getpid(), settings.lease_seconds,
+        ok, holder = acquire(core, owner, os.getpid(), settings.lease_seconds,
                              token=os.environ.get(TOKEN_ENV), info=json.dumps({"role": role}))
         if not ok:
             who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
@@ -292,7 +226,7 @@ def run_worker(core: Deps, *, shared: bool = False) -> dict[str, Any] | None:
     return None
 
 
-async def _lease_and_idle(core: Deps, ex: Any, owner: str, shared: bool, trouble: list[str]) -> None:
+async def _lease_and_idle(core: Deps, ex: Executor, owner: str, shared: bool, trouble: list[str]) -> None:
     """Heartbeat the lease, watch for idleness, and stop the worker when the lease is lost or the
     database stays unreachable for longer than a lease (another worker may hold it by then)."""
     settings = core.settings
@@ -309,7 +243,7 @@ async def _lease_and_idle(core: Deps, ex: Any, owner: str, shared: bool, trouble
         try:
             if db_file is not None and not db_file.exists():  # open connections would not notice
                 raise FileNotFoundError(f"the database file {db_file} is gone")
-            if not shared and not await ex._io(heartbeat, core.store, owner, settings.lease_seconds, _info(ex)):
+            if not shared and not await ex._io(heartbeat, core, owner, settings.lease_seconds, _info(ex)):
                 trouble.append("lost the worker lease (another worker took it over)")
                 log.error("worker %s %s; stopping", owner, trouble[-1])
                 ex.request_stop()
@@ -336,7 +270,7 @@ async def _lease_and_idle(core: Deps, ex: Any, owner: str, shared: bool, trouble
             return
 
 
-def _info(ex: Any) -> str:
+def _info(ex: Executor) -> str:
     info = ex.info()
     keys = ("last_tick", "next_due", "in_flight", "delivered", "failed", "retried", "missed", "auth_error", "interval")
     return json.dumps({"role": info["role"], "version": __version__, **{k: info[k] for k in keys}})

@@ -227,7 +227,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         call: CallContext | None = None,
     ) -> ScheduleResult:
         """Schedule a one-time prompt to be delivered to the agent at `time`."""
-        return core.schedule_time(  # type: ignore[return-value]
+        return core.schedule_time(
             prompt,
             time,
             agent_id=agent_id,
@@ -253,7 +253,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         call: CallContext | None = None,
     ) -> ScheduleResult:
         """Schedule a recurring prompt on a cron rule, in an IANA timezone (DST-safe)."""
-        return core.schedule_cron(  # type: ignore[return-value]
+        return core.schedule_cron(
             prompt,
             cron,
             agent_id=agent_id,
@@ -280,7 +280,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         call: CallContext | None = None,
     ) -> ScheduleResult:
         """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
-        return core.schedule_every(  # type: ignore[return-value]
+        return core.schedule_every(
             prompt,
             every,
             start_at=start_at,
@@ -302,7 +302,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         call: CallContext | None = None,
     ) -> ListResult:
         """List schedules (the inferred agent's, or every agent's when none is inferable)."""
-        return core.list_schedules(  # type: ignore[return-value]
+        return core.list_schedules(
             agent_id=agent_id,
             include_cancelled=include_cancelled,
             limit=limit,
@@ -312,15 +312,15 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
 
     def promptyoself_cancel(schedule_id: ScheduleId) -> CancelResult:
         """Cancel a schedule. Cancelling twice succeeds (already_cancelled=true)."""
-        return core.cancel(schedule_id)  # type: ignore[return-value]
+        return core.cancel(schedule_id)
 
     def promptyoself_pause(schedule_id: ScheduleId) -> StateResult:
         """Pause a schedule; nothing is delivered until it is resumed."""
-        return core.pause(schedule_id)  # type: ignore[return-value]
+        return core.pause(schedule_id)
 
     def promptyoself_resume(schedule_id: ScheduleId) -> StateResult:
         """Resume a paused schedule; recurring ones continue at their next future slot."""
-        return core.resume(schedule_id)  # type: ignore[return-value]
+        return core.resume(schedule_id)
 
     def promptyoself_history(
         schedule_id: Annotated[int | str | None, Field(description="Only this schedule's deliveries.")] = None,
@@ -329,17 +329,17 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         call: CallContext | None = None,
     ) -> HistoryResult:
         """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
-        return core.history(  # type: ignore[return-value]
+        return core.history(
             schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call
         )
 
     def promptyoself_test() -> TestResult:
         """Check the connection to the Letta server and count its agents."""
-        return core.test_connection()  # type: ignore[return-value]
+        return core.test_connection()
 
     def promptyoself_agents() -> AgentsResult:
         """List the agents on the Letta server."""
-        return core.list_agents()  # type: ignore[return-value]
+        return core.list_agents()
 
     def promptyoself_upload(
         source_code: Annotated[
@@ -349,32 +349,32 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         description: Annotated[str | None, Field(description="Tool description shown to agents.")] = None,
     ) -> UploadResult:
         """Upload a Python function to Letta as a tool."""
-        return core.upload_tool(source_code, name=name, description=description)  # type: ignore[return-value]
+        return core.upload_tool(source_code, name=name, description=description)
 
     def promptyoself_inference_diagnostics(call: CallContext | None = None) -> DiagnosticsResult:
         """Show how the agent id would be inferred for this call, and from where."""
-        return core.inference_diagnostics(call)  # type: ignore[return-value]
+        return core.inference_diagnostics(call)
 
     def promptyoself_set_default_agent(
         agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
     ) -> DefaultAgentResult:
         """Set the default agent for this server process."""
-        return core.set_default_agent(agent_id)  # type: ignore[return-value]
+        return core.set_default_agent(agent_id)
 
     def promptyoself_set_scoped_default_agent(
         agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
         call: CallContext | None = None,
     ) -> DefaultAgentResult:
         """Set the default agent for this client session only."""
-        return core.set_scoped_default_agent(agent_id, call)  # type: ignore[return-value]
+        return core.set_scoped_default_agent(agent_id, call)
 
     def promptyoself_get_scoped_default_agent(call: CallContext | None = None) -> DefaultAgentResult:
         """Show this client session's default agent."""
-        return core.get_scoped_default_agent(call)  # type: ignore[return-value]
+        return core.get_scoped_default_agent(call)
 
     def health() -> HealthResult:
         """Server health: version, Letta URL, database, executor, uptime, active schedules."""
-        return core.health()  # type: ignore[return-value]
+        return core.health()
 
     write = {"read_only": False}
     _register(mcp, core, promptyoself_schedule_time, **write, open_world=True)
@@ -411,13 +411,13 @@ def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
         """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
         from promptyoself.delivery import service as executor
 
-        return executor.execute_tool(core, loop=loop, interval=interval)  # type: ignore[return-value]
+        return executor.execute_tool(core, loop=loop, interval=interval)
 
     def promptyoself_executor_status() -> ExecutorStatus:
         """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
         from promptyoself.delivery import service as executor
 
-        return executor.status_tool(core)  # type: ignore[return-value]
+        return executor.status_tool(core)
 
     _register(mcp, core, promptyoself_execute)
     _register(mcp, core, promptyoself_executor_status, read_only=True)

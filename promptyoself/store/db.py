@@ -170,6 +170,15 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite database URL (resolved), or None for other databases and in-memory ones."""
+    parsed = make_url(url)
+    db = parsed.database
+    if parsed.get_backend_name() == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
+        return Path(db).expanduser().resolve()
+    return None
+
+
 def current_revision(engine: Engine) -> str | None:
     try:
         with engine.connect() as conn:

@@ -20,17 +20,12 @@ from typing import Any
 from sqlalchemy import Column, Integer, MetaData, Select, String, Table, bindparam, func, select
 
 from promptyoself.store.db import Schedule, Store
+from promptyoself.store.records import ListedSchedule, column_names, record_of
 
 LIVE_STATES = ("active", "paused")
 
 _t = Schedule.__table__
-_COLUMNS = [
-    _t.c[name]
-    for name in (
-        "id", "agent_id", "prompt_text", "schedule_type", "schedule_value", "timezone", "next_run",
-        "state", "created_at", "last_run", "max_repetitions", "repetition_count", "last_error",
-    )
-]
+_COLUMNS = [_t.c[name] for name in column_names(ListedSchedule)]  # a schedule record's columns
 
 
 def _page(by_agent: bool, live_only: bool) -> Select[Any]:
@@ -64,11 +59,12 @@ _COUNT_ALL_SQLITE = select(func.coalesce(func.sum(STATE_COUNTS.c.n), 0))
 
 def list_page(
     store: Store, agent_id: str | None, include_ended: bool, limit: int, offset: int
-) -> tuple[list[Any], int]:
-    """One page of schedules (rows with the record's columns as attributes) and the exact total."""
+) -> tuple[list[ListedSchedule], int]:
+    """One page of schedules and the exact total."""
     params = {"agent": agent_id, "lim": limit, "off": offset}
     with store.engine.connect() as conn:
-        rows = list(conn.execute(_PAGES[(agent_id is not None, not include_ended)], params).all())
+        result = conn.execute(_PAGES[(agent_id is not None, not include_ended)], params)
+        rows = [record_of(ListedSchedule, r) for r in result]
         if (rows and len(rows) < limit) or (not rows and offset == 0):
             return rows, offset + len(rows)
         if agent_id is not None:

@@ -1,0 +1,117 @@
+"""The plain records the store hands to the core and to delivery: frozen dataclasses, one per table,
+never ORM rows or sessions.
+
+A record's fields are named exactly like its table's columns and are filled from a row by name
+(``record_of``), so a new column is one field here next to the model and the migration; nothing else
+in the store builds these records field by field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from functools import cache
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+
+@dataclass(frozen=True)
+class ListedSchedule:
+    """The columns a schedule shows in ``list`` (what ``store.queries.list_page`` selects)."""
+
+    id: int
+    agent_id: str
+    prompt_text: str
+    schedule_type: str  # once | cron | interval
+    schedule_value: str
+    timezone: str
+    next_run: datetime | None
+    state: str  # active | paused | completed | cancelled | failed
+    created_at: datetime
+    last_run: datetime | None
+    max_repetitions: int | None
+    repetition_count: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class ScheduleRow(ListedSchedule):
+    """One row of ``schedules``, every column."""
+
+    due_at: datetime | None
+    anchor: datetime | None
+    updated_at: datetime
+    idempotency_key: str | None
+    claimed_by: str | None
+    claim_until: datetime | None
+    attempt: int
+    letta_payload: str | None
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """The column values of a schedule to insert (the id is the database's)."""
+
+    agent_id: str
+    prompt_text: str
+    schedule_type: str
+    schedule_value: str
+    timezone: str
+    next_run: datetime | None
+    due_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    anchor: datetime | None = None
+    state: str = "active"
+    last_run: datetime | None = None
+    max_repetitions: int | None = None
+    repetition_count: int = 0
+    idempotency_key: str | None = None
+    attempt: int = 0
+    letta_payload: str | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryRow:
+    """One row of ``deliveries`` (one delivery attempt)."""
+
+    id: int
+    schedule_id: int
+    agent_id: str
+    scheduled_for: datetime
+    attempted_at: datetime
+    outcome: str  # delivered | retry | failed | missed | sent_lost_claim
+    attempt: int
+    letta_run_id: str | None
+    error: str | None
+    lateness_s: float | None
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """The row of ``worker_leases`` (the singleton delivery worker's lease)."""
+
+    name: str
+    owner: str
+    pid: int
+    host: str
+    started_at: datetime
+    heartbeat_at: datetime
+    lease_until: datetime
+    info: str | None
+
+
+R = TypeVar("R", bound="DataclassInstance")
+
+
+@cache
+def column_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    """The columns behind a record type: its field names."""
+    return tuple(f.name for f in fields(cls))
+
+
+def record_of(cls: type[R], row: object) -> R:
+    """The record ``cls`` of an ORM object or a result row: each field read by its column name."""
+    return cls(**{name: getattr(row, name) for name in column_names(cls)})

@@ -1,0 +1,82 @@
+"""The statements behind the core's schedule operations: insert (with the idempotency key's
+uniqueness), look up by id or key, count an agent's live schedules, change one row in a transaction,
+and the page of Letta scheduling-API schedules. Records in and out (``store.records``); the
+decisions (what a cancel, pause or resume changes) stay in the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from promptyoself.store.db import Schedule, Store
+from promptyoself.store.queries import LIVE_STATES
+from promptyoself.store.records import NewSchedule, ScheduleRow, column_names, record_of
+
+
+class DuplicateKey(Exception):
+    """An insert lost to another schedule of the same agent with the same idempotency key."""
+
+
+def get(store: Store, schedule_id: int) -> ScheduleRow | None:
+    with store.session() as s:
+        row = s.get(Schedule, schedule_id)
+        return record_of(ScheduleRow, row) if row is not None else None
+
+
+def by_idempotency_key(store: Store, agent_id: str, key: str) -> ScheduleRow | None:
+    """The agent's schedule made with ``key`` (unique per agent), if any."""
+    with store.session() as s:
+        q = select(Schedule).where(Schedule.agent_id == agent_id, Schedule.idempotency_key == key)
+        row = s.execute(q).scalar_one_or_none()
+        return record_of(ScheduleRow, row) if row is not None else None
+
+
+def count_live(store: Store, agent_id: str) -> int:
+    """The agent's active and paused schedules (what its quota counts)."""
+    with store.session() as s:
+        return store.count_active(s, agent_id)
+
+
+def insert(store: Store, new: NewSchedule) -> ScheduleRow:
+    """Insert one schedule in its own transaction. Raises ``DuplicateKey`` when the agent already
+    has a schedule with the same idempotency key (e.g. it raced in from another call)."""
+    row = Schedule(**asdict(new))
+    try:
+        with store.session() as s:
+            s.add(row)
+    except IntegrityError as exc:
+        raise DuplicateKey(str(exc.orig) if exc.orig is not None else str(exc)) from exc
+    return record_of(ScheduleRow, row)
+
+
+def update(store: Store, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow | None:
+    """Change one schedule in one transaction: ``change`` gets the row as it is and returns it as it
+    should be (``dataclasses.replace``); the columns that differ are written. ``change`` may raise to
+    leave the row as it was. Returns the row as written, or ``None`` when there is no such schedule."""
+    with store.session() as s:
+        row = s.get(Schedule, schedule_id)
+        if row is None:
+            return None
+        before = record_of(ScheduleRow, row)
+        after = change(before)
+        for name in column_names(ScheduleRow):
+            value = getattr(after, name)
+            if name != "id" and value != getattr(before, name):
+                setattr(row, name, value)
+        return after
+
+
+def letta_page(store: Store, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:
+    """Up to ``limit`` live schedules of the agent made through Letta's scheduling API, in id
+    order, after the id ``after`` when given."""
+    conds = [Schedule.agent_id == agent_id, Schedule.letta_payload.is_not(None), Schedule.state.in_(LIVE_STATES)]
+    if after is not None:
+        conds.append(Schedule.id > after)
+    with store.session() as s:
+        rows = s.execute(select(Schedule).where(*conds).order_by(Schedule.id).limit(limit)).scalars()
+        return [record_of(ScheduleRow, r) for r in rows]
+

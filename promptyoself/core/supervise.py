@@ -22,8 +22,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
+
+if TYPE_CHECKING:
+    from promptyoself.deps import Deps
 
 NAME = "promptyoself"
 LAUNCHD_LABEL = "dev.promptyoself.service"
@@ -269,7 +272,7 @@ def unit_state(p: Plan) -> dict[str, Any]:
     return state
 
 
-def status(core: Any, p: Plan) -> dict[str, Any]:
+def status(core: Deps, p: Plan) -> dict[str, Any]:
     """``service status``: the unit's state and the worker lease of the configured database."""
     from datetime import datetime
 

@@ -22,9 +22,12 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from promptyoself.store.quick import quick_check
+
+if TYPE_CHECKING:
+    from promptyoself.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +48,14 @@ def sqlite_path(db_url: str) -> Path | None:
     return Path(raw)
 
 
-def log_path(settings: Any, db_file: Path) -> Path:
+def log_path(settings: Settings, db_file: Path) -> Path:
     """Where the worker's stderr goes: as ``promptyoself.delivery.worker.worker_log_path``."""
     if settings.log_file:
         return Path(settings.log_file).expanduser()
     return db_file.parent / "promptyoself-worker.log"
 
 
-def start_if_needed(settings: Any) -> int | None:
+def start_if_needed(settings: Settings) -> int | None:
     """Spawn a worker when a schedule is active and no live worker holds the lease. Returns the
     ``sh`` helper's pid when one was started, else None. Never raises."""
     global spawned_at
@@ -70,7 +73,7 @@ def start_if_needed(settings: Any) -> int | None:
         return None
 
 
-def spawn(settings: Any, db_file: Path) -> int:
+def spawn(settings: Settings, db_file: Path) -> int:
     """``python -m promptyoself worker`` detached (own session, stdin/stdout /dev/null, stderr to
     the worker log). A throw-away ``sh`` backgrounds it and exits, so the worker is re-parented to
     init; a daemon thread reaps the ``sh`` (the process may exit first: init reaps it then)."""

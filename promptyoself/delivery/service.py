@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
+from promptyoself.config import Settings
 from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
@@ -139,7 +140,7 @@ def service_for(core: Deps) -> DeliveryService:
     return svc
 
 
-def effective_mode(settings: Any) -> str:
+def effective_mode(settings: Settings) -> str:
     """worker | embedded | off (``PROMPTYOSELF_EXECUTOR_AUTOSTART=false``/``--no-executor`` mean off)."""
     return str(settings.executor_mode) if settings.executor_enabled else "off"
 

@@ -37,6 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 from promptyoself.config import redact_url
 from promptyoself.errors import DatabaseDriverMissing, DatabaseUnavailable, PromptYoSelfError
+from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
@@ -629,7 +630,8 @@ def count_state(store: Store, state: str = "active") -> int:
         return int(s.execute(select(func.count()).select_from(_S).where(_S.c.state == state)).scalar_one())
 
 
-def latest_delivery(store: Store) -> Delivery | None:
+def latest_delivery(store: Store) -> DeliveryRow | None:
     """The newest history row of any schedule (the executor's most recent attempt)."""
     with store._sessions() as s:
-        return s.execute(select(Delivery).order_by(Delivery.id.desc()).limit(1)).scalar_one_or_none()
+        row = s.execute(select(Delivery).order_by(Delivery.id.desc()).limit(1)).scalar_one_or_none()
+        return record_of(DeliveryRow, row) if row is not None else None

@@ -38,7 +38,6 @@ KNOWN_EDGES: set[tuple[str, str]] = {
     ("promptyoself.faces.rest", "promptyoself.letta.proxy"),
 }
 KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"promptyoself.faces.cli", "promptyoself.faces.mcp", "promptyoself.faces.http"}),
     frozenset({"promptyoself.core.admin", "promptyoself.core.health"}),
     frozenset({"promptyoself.delivery.service", "promptyoself.delivery.worker"}),
 }
@@ -47,8 +46,6 @@ KNOWN_SQLALCHEMY_OUTSIDE_STORE = {
     "promptyoself/core/operations.py",
     "promptyoself/core/letta_schedules.py",
     "promptyoself/delivery/worker.py",
-    "promptyoself/faces/mcp.py",
-    "promptyoself/logs.py",
 }
 
 

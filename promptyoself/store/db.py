@@ -271,7 +271,7 @@ class Store:
 
     def describe(self) -> str:
         """The URL with any password hidden: safe for health output and logs."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return redact_url(self.url)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

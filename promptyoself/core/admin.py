@@ -3,6 +3,7 @@ agents, inference diagnostics and health. ``Core`` inherits them; they share its
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from promptyoself.config import Settings, redact_url
@@ -31,6 +32,9 @@ class AdminOperations:
 
     @property
     def store(self) -> Store:
+        raise NotImplementedError
+
+    def now(self) -> datetime:
         raise NotImplementedError
 
     def _single_agent(self) -> str | None:

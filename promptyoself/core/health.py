@@ -18,14 +18,16 @@ import logging
 import threading
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from promptyoself import __version__
-from promptyoself.config import redact_url
+from promptyoself.config import Settings, redact_url
+from promptyoself.deps import DeliveryView
 from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
-    from promptyoself.core.admin import AdminOperations
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,29 @@ FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta a
 _probe_lock = threading.Lock()
 
 
+class Checked(Protocol):
+    """What health reads of the core (``Core`` is one; declared here so this module needs no core import)."""
+
+    settings: Settings
+    started_monotonic: float
+    tool_calls: int
+    delivery: DeliveryView | None
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def letta(self) -> LettaClient: ...
+
+    def now(self) -> datetime: ...
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return redact_url(text[0][:300]) if text else type(exc).__name__
 
 
-def letta_probe(core: AdminOperations) -> Reason | None:
+def letta_probe(core: Checked) -> Reason | None:
     """Is Letta reachable and does it accept our credentials? Cached per process."""
     ttl = float(core.settings.health_letta_cache)
     cached = getattr(core, "_letta_probe", None)
@@ -87,7 +106,7 @@ def _live_delivery(lease: dict[str, Any] | None, delivery: dict[str, Any] | None
     return bool(ex.get("running"))
 
 
-def assess(core: AdminOperations) -> dict[str, Any]:
+def assess(core: Checked) -> dict[str, Any]:
     settings = core.settings
     reasons: list[Reason] = []
     out: dict[str, Any] = {
@@ -112,7 +131,7 @@ def assess(core: AdminOperations) -> dict[str, Any]:
 
         store = core.store
         out["db"] = store.describe()
-        now: datetime = core.now()  # type: ignore[attr-defined]
+        now = core.now()
         bl = queries.backlog(store, now)
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None

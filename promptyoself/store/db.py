@@ -37,6 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 from promptyoself.config import redact_url
 from promptyoself.errors import DatabaseDriverMissing, DatabaseUnavailable, PromptYoSelfError
+from promptyoself.store import LIVE_STATES
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ class Store:
         q = (
             select(func.count())
             .select_from(Schedule)
-            .where(Schedule.agent_id == agent_id, Schedule.state.in_(("active", "paused")))
+            .where(Schedule.agent_id == agent_id, Schedule.state.in_(LIVE_STATES))
         )
         return int(s.execute(q).scalar_one())
 

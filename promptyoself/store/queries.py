@@ -19,9 +19,8 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Select, String, Table, bindparam, func, select
 
+from promptyoself.store import LIVE_STATES
 from promptyoself.store.db import Schedule, Store
-
-LIVE_STATES = ("active", "paused")
 
 _t = Schedule.__table__
 _COLUMNS = [

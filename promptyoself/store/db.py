@@ -300,11 +300,6 @@ class Store:
         )
         return int(s.execute(q).scalar_one())
 
-    def earliest_due(self) -> datetime | None:
-        with self._sessions() as s:
-            q = select(func.min(Schedule.due_at)).where(Schedule.state == "active")
-            return s.execute(q).scalar_one_or_none()
-
 
 def utcnow() -> datetime:
     """The one place the store reads the clock (for callers that have no ``now`` of their own)."""

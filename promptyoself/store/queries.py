@@ -77,14 +77,3 @@ def list_page(
         if include_ended:
             return rows, int(conn.execute(_COUNT_ALL_SQLITE if sqlite else _COUNT_ALL).scalar_one())
         return rows, int(conn.execute(_COUNT_LIVE_SQLITE if sqlite else _COUNT_LIVE).scalar_one())
-
-
-def count_states(store: Store, states: tuple[str, ...]) -> int:
-    """How many schedules (of every agent) are in ``states``: O(1) on SQLite (the trigger-kept
-    counters), a count on PostgreSQL. E.g. ``count_states(store, ("active",))`` for health."""
-    with store.engine.connect() as conn:
-        if store.dialect == "sqlite":
-            q = select(func.coalesce(func.sum(STATE_COUNTS.c.n), 0)).where(STATE_COUNTS.c.state.in_(states))
-        else:
-            q = _count(_t.c.state.in_(states))
-        return int(conn.execute(q).scalar_one())

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from promptyoself.faces.mcp import main
+from promptyoself.faces.serve import main
 
 if __name__ == "__main__":
     sys.exit(main())

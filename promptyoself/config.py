@@ -19,9 +19,47 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def redact_url(url: str) -> str:
-    """A URL with any ``user:password@`` part removed: safe for messages, results and logs."""
-    return re.sub(r"//[^/@]*@", "//", url)
+REDACTED = "***"
+# ``scheme://user:password@``: the password runs to the first ``@`` (as SQLAlchemy's ``make_url``
+# reads it), so a password with an unescaped ``/``, ``?`` or ``#`` is still found whole.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@?#]*):(?P<password>[^\s@]*)@")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+# Query parameters whose value is a credential (``?password=``, ``?token=``, ``?api_key=`` ...).
+_SECRET_PARAM = re.compile(r"(?P<key>[?&;][^=&;#\s]*(?:pass|pwd|token|secret|key|auth|signature|credential)"
+                           r"[^=&;#\s]*=)[^&;#\s]*", re.IGNORECASE)
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The credentials a URL holds, percent-decoded: the password of its ``user:password@`` part and
+    the values of its credential query parameters (what ``redact_url`` hides), for the log filter."""
+    from urllib.parse import unquote
+
+    if not url or "://" not in url:
+        return []
+    url = url.strip()
+    found = _USERINFO.match(url)
+    secrets = [found.group("password")] if found else []
+    rest = url[found.end():] if found else url
+    if "?" in rest:
+        query = "?" + rest.split("?", 1)[1]
+        secrets.extend(m.group(0)[len(m.group("key")):] for m in _SECRET_PARAM.finditer(query))
+    return [unquote(s) for s in secrets if s]
+
+
+def redact_url(text: str) -> str:
+    """``text`` (one URL, or a message holding URLs) with every URL's password, and the value of
+    every credential-looking query parameter, shown as ``***``; the user, host, path and the rest are
+    kept. Text without a URL (a file path) comes back as it is. The one URL redaction of the package:
+    messages, results, health, the start-up log line and ``service install --print`` use it."""
+
+    def one(match: re.Match[str]) -> str:
+        url = _USERINFO.sub(lambda m: f"{m.group('head')}:{REDACTED}@", match.group(0), count=1)
+        if "?" in url:
+            head, query = url.split("?", 1)
+            url = head + _SECRET_PARAM.sub(lambda m: m.group("key") + REDACTED, "?" + query)
+        return url
+
+    return _URL.sub(one, text)
 
 
 def default_db_path() -> Path:

@@ -82,10 +82,6 @@ class DatabaseUnavailable(PromptYoSelfError):
     code = "database_unavailable"
 
 
-class InternalError(PromptYoSelfError):
-    code = "internal"
-
-
 ERROR_CODES: tuple[str, ...] = (
     "invalid_time",
     "time_in_past",

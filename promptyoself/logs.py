@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from promptyoself.config import Settings
+from promptyoself.config import REDACTED, Settings, url_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-REDACTED = "***"
 # Loggers that install their own handlers; we route them through ours instead.
 FOREIGN_LOGGERS = ("fastmcp", "uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 # Loggers too chatty (or too close to the wire: request headers) below WARNING.
@@ -93,26 +92,6 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def _url_password(url: str | None) -> str | None:
-    if not url or "://" not in url or "@" not in url or ":" not in url.split("://", 1)[1].split("@", 1)[0]:
-        return None  # no password in the URL (and no SQLAlchemy import at start-up)
-    from sqlalchemy.engine import make_url
-
-    try:
-        password = make_url(url).password
-    except Exception:
-        password = None
-    if password:
-        return str(password)
-    from urllib.parse import unquote, urlsplit
-
-    try:
-        raw = urlsplit(url).password
-    except ValueError:
-        return None
-    return unquote(raw) if raw else None
-
-
 def settings_secrets(settings: Settings) -> list[str]:
     """Every secret the settings hold: keys, passwords, the HTTP token, passwords inside URLs."""
     found = [
@@ -123,9 +102,7 @@ def settings_secrets(settings: Settings) -> list[str]:
     stripped = [s.strip() for s in found if s.strip() != s]
     found.extend(s for s in stripped if s)
     for url in (settings.db_url, settings.letta_base_url):
-        password = _url_password(url)
-        if password:
-            found.append(password)
+        found.extend(url_secrets(url))
     return found
 
 

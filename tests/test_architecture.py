@@ -33,19 +33,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 TIMING_ONLY = {"errors", "root"}  # timing is pure: it imports nothing of ours but the errors
 
-KNOWN_EDGES: set[tuple[str, str]] = {
-    # the pass-through proxy is reached from the REST face directly, not through the core
-    ("promptyoself.faces.rest", "promptyoself.letta.proxy"),
-}
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset({"promptyoself.faces.cli", "promptyoself.faces.mcp", "promptyoself.faces.http"}),
-    frozenset({"promptyoself.core.admin", "promptyoself.core.health"}),
-    frozenset({"promptyoself.delivery.service", "promptyoself.delivery.worker"}),
-}
-KNOWN_SQLALCHEMY_OUTSIDE_STORE = {
-    "promptyoself/faces/mcp.py",
-    "promptyoself/logs.py",
-}
+KNOWN_EDGES: set[tuple[str, str]] = set()
+KNOWN_CYCLES: set[frozenset[str]] = set()
+KNOWN_SQLALCHEMY_OUTSIDE_STORE: set[str] = set()
 
 
 def module_name(path: Path) -> str:

@@ -169,7 +169,7 @@ def test_bad_values_are_named_without_echoing_them(no_env_file: Path, monkeypatc
 
 def test_bad_config_stops_the_server_cleanly(no_env_file: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from promptyoself.faces.mcp import main
+    from promptyoself.faces.serve import main
 
     monkeypatch.setenv("PROMPTYOSELF_EXECUTOR_MODE", "sometimes")
     assert main([]) == 2

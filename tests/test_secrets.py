@@ -238,11 +238,10 @@ def test_database_url_password_is_hidden_without_connecting() -> None:
     assert_clean(shown, "Store.describe")
     assert_clean(_safe_url(PG_URL), "_safe_url")
 
-    from promptyoself.faces.mcp import _hidden_password
-
-    assert _hidden_password(PG_URL) == "postgresql+psycopg://promptyoself:***@127.0.0.1:1/pys"
-    assert _hidden_password(f"http://letta:{PASSWORD}@127.0.0.1:8283") == "http://letta:***@127.0.0.1:8283"
-    assert _hidden_password("http://localhost:8283") == "http://localhost:8283"
+    # the start-up log line shows the URLs through the same helper
+    assert _safe_url(PG_URL) == "postgresql+psycopg://promptyoself:***@127.0.0.1:1/pys"
+    assert _safe_url(f"http://letta:{PASSWORD}@127.0.0.1:8283") == "http://letta:***@127.0.0.1:8283"
+    assert _safe_url("http://localhost:8283") == "http://localhost:8283"
 
     settings = Settings(db=PG_URL)
     assert DB_PASSWORD in settings_secrets(settings)

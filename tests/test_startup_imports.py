@@ -28,7 +28,7 @@ def run(self, *args, **kwargs):  # stands in for serving: report what start-up i
     sys.stdout.write(json.dumps({"heavy": heavy}))
 
 FastMCP.run = run
-from promptyoself.faces.mcp import main
+from promptyoself.faces.serve import main
 main([])
 """
 

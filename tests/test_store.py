@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime
+from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime, due_summary
 
 
 def test_open_creates_migrates_and_sets_wal(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_datetimes_round_trip_aware_utc(tmp_path: Path) -> None:
     when = datetime(2026, 12, 25, 15, 0, tzinfo=UTC)
     with store.session() as s:
         s.add(_once(when))
-    assert store.earliest_due() == when
+    assert due_summary(store, when) == (when, 1)  # the delivery side's earliest due time
     with store.session() as s:
         row = s.get(Schedule, 1)
         assert row is not None and row.next_run == when and row.next_run.tzinfo is not None

@@ -18,7 +18,8 @@ from fastmcp.client.transports import SSETransport, StreamableHttpTransport
 
 from promptyoself.config import Settings
 from promptyoself.core.operations import Core
-from promptyoself.faces.mcp import build_server, check_exposure, is_loopback
+from promptyoself.faces.mcp import build_server
+from promptyoself.faces.serve import check_exposure, is_loopback
 from tests.procs import PYTHON, SERVER_SCRIPT, ServerProcess, free_port, running_server, server_env
 
 TOKEN = "tok-3f9a1c2e7b5d4a60-transport-test"

@@ -18,17 +18,18 @@ import logging
 import threading
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from promptyoself import __version__
-from promptyoself.config import redact_url
+from promptyoself.config import Settings, redact_url
 from promptyoself.core.results import HealthReason as Reason
 from promptyoself.core.results import HealthResult
-from promptyoself.deps import DeliveryHealth
+from promptyoself.deps import DeliveryHealth, DeliveryView
 from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
-    from promptyoself.core.admin import AdminOperations
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,29 @@ FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta a
 _probe_lock = threading.Lock()
 
 
+class Checked(Protocol):
+    """What health reads of the core (``Core`` is one; declared here so this module needs no core import)."""
+
+    settings: Settings
+    started_monotonic: float
+    tool_calls: int
+    delivery: DeliveryView | None
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def letta(self) -> LettaClient: ...
+
+    def now(self) -> datetime: ...
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return redact_url(text[0][:300]) if text else type(exc).__name__
 
 
-def letta_probe(core: AdminOperations) -> Reason | None:
+def letta_probe(core: Checked) -> Reason | None:
     """Is Letta reachable and does it accept our credentials? Cached per process."""
     ttl = float(core.settings.health_letta_cache)
     cached = getattr(core, "_letta_probe", None)
@@ -84,7 +102,7 @@ def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None
     return bool(ex and ex.get("running"))
 
 
-def assess(core: AdminOperations) -> HealthResult:
+def assess(core: Checked) -> HealthResult:
     settings = core.settings
     reasons: list[Reason] = []
     out: HealthResult = {

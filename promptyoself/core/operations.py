@@ -40,6 +40,7 @@ from promptyoself.core.results import (
 )
 from promptyoself.deps import Clock, Deps
 from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
+from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
     from promptyoself.letta.client import LettaClient
@@ -48,7 +49,6 @@ if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the M
 
 log = logging.getLogger(__name__)
 
-LIVE_STATES = ("active", "paused")
 DEDUPLICATED = "Already scheduled with this idempotency_key."
 
 

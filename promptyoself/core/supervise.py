@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
+from promptyoself.config import REDACTED, redact_url
+
 if TYPE_CHECKING:
     from promptyoself.deps import Deps
 
@@ -64,17 +66,15 @@ def settings_env(db_url: str, *, mask: bool = False) -> dict[str, str]:
     """The PromptYoSelf and Letta variables of this environment, plus the resolved database, so the
     service uses the same database and Letta as the command that installed it. ``mask`` hides
     secrets (for ``--print``); the files themselves get the real values and mode 0600."""
-    import re
-
     env = {k: v for k, v in sorted(os.environ.items())
            if k.startswith(ENV_PREFIXES) and k not in SKIP_ENV and "\n" not in v}
     env["PROMPTYOSELF_DB"] = db_url
     if mask:
         for k, v in env.items():
             if k in SECRET_ENV and v:
-                env[k] = "***"
+                env[k] = REDACTED
             elif "://" in v:
-                env[k] = re.sub(r"//([^/:@]*):[^/@]*@", r"//\1:***@", v)
+                env[k] = redact_url(v)
     return env
 
 

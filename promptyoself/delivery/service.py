@@ -83,6 +83,10 @@ class DeliveryService:
             self._thread = ex.start_in_thread()
             return True
 
+    def attach(self, executor: Executor) -> None:
+        """Make ``executor`` (run by someone else, e.g. the worker) the one health and status report on."""
+        self.executor = executor
+
     def request_stop(self) -> None:
         if self.executor is not None:
             self.executor.request_stop()
@@ -224,6 +228,8 @@ def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, 
     """``promptyoself execute [--loop]``: once, or in the foreground until SIGINT/SIGTERM."""
     if not loop:
         return dict(run_once_result(core))
+    from promptyoself.delivery.worker import StopOnSignals
+
     ex = Executor(core, interval=interval, role="execute")
     service_for(core).executor = ex
     with StopOnSignals(ex.request_stop):
@@ -242,25 +248,7 @@ def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[st
         return worker.status_result(core)
     if stop:
         return worker.stop_worker(core)
-    return worker.run_worker(core, shared=shared)
-
-
-class StopOnSignals:
-    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op)."""
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> StopOnSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, lambda *_: self.callback())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+    return worker.run_worker(core, shared=shared, on_executor=service_for(core).attach)
 
 
 # ---- entry point: the MCP server's lifespan ----------------------------------------------------------

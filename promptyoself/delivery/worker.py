@@ -26,8 +26,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,11 +177,13 @@ def ensure_worker(core: Deps) -> dict[str, Any]:
 # ---- running as the worker ------------------------------------------------------------------------
 
 
-def run_worker(core: Deps, *, shared: bool = False) -> dict[str, Any] | None:
+def run_worker(core: Deps, *, shared: bool = False,
+               on_executor: Callable[[Executor], None] | None = None) -> dict[str, Any] | None:
     """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
     SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
-    release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1)."""
-    from promptyoself.delivery.service import Executor, StopOnSignals, make_owner, service_for
+    release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1).
+    ``on_executor`` is told of the loop before it runs (the delivery service reports on it)."""
+    from promptyoself.delivery.loop import Executor, make_owner
 
     settings = core.settings
     role = "shared" if shared else "worker"
@@ -194,7 +198,8 @@ def run_worker(core: Deps, *, shared: bool = False) -> dict[str, Any] | None:
             sys.stderr.flush()
             return None
     ex = Executor(core, role=role, owner=owner)
-    service_for(core).executor = ex
+    if on_executor is not None:
+        on_executor(ex)
     log.info("worker %s started for %s (pid %d)", owner, core.store.describe(), os.getpid())
 
     trouble: list[str] = []
@@ -313,3 +318,21 @@ def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
         return {"status": "error", "code": "internal",
                 "error": f"Worker pid {pid} did not exit within {wait:.0f}s of SIGTERM."}
     return {"status": "ok", "stopped": True, "pid": pid, "message": f"Stopped worker pid {pid}."}
+
+
+class StopOnSignals:
+    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopOnSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, lambda *_: self.callback())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from promptyoself.errors import PromptYoSelfError
+from promptyoself.faces.serve import add_serve_arguments
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -45,36 +46,6 @@ def _add_agent(p: argparse.ArgumentParser) -> None:
 def _add_json(p: argparse.ArgumentParser) -> None:
     # SUPPRESS: a subcommand's default must not undo `promptyoself --json CMD`.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
-
-
-def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) -> None:
-    if service:  # `promptyoself serve`: without --transport, the long-lived service
-        p.add_argument(
-            "--transport", choices=("stdio", "http", "sse"), default=None,
-            help="only the MCP server on this transport (default: the service: delivery + /mcp, /healthz, "
-            "/metrics on one HTTP port)",
-        )
-    else:
-        p.add_argument(
-            "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
-        )
-    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse/the service (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port for http/sse/the service (default 8000)")
-    p.add_argument("--path", default=None, help="MCP endpoint path (default /mcp for http, /sse for sse)")
-    p.add_argument(
-        "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
-    )
-    p.add_argument(
-        "--no-executor",
-        action="store_true",
-        help="deliver nothing from this process (same as PROMPTYOSELF_EXECUTOR_AUTOSTART=false)",
-    )
-
-
-def serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="promptyoself-mcp", description="Run the PromptYoSelf MCP server.")
-    add_serve_arguments(p)
-    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,7 +359,7 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     if args.command == "serve":
-        from promptyoself.faces.mcp import serve
+        from promptyoself.faces.serve import serve
 
         return serve(args)
     as_json = want_json(args)

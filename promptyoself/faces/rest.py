@@ -82,13 +82,13 @@ class EveryRequest(_Common):
 
 
 def _mount_proxy(app: FastAPI, core: Core) -> None:
-    """Every other ``/v1/...`` request goes to Letta (``letta/proxy.py``), streamed both ways."""
+    """Every other ``/v1/...`` request goes to Letta (``core/passthrough.py``), streamed both ways."""
     from starlette.background import BackgroundTask
     from starlette.responses import StreamingResponse
 
-    from promptyoself.letta.proxy import LettaProxy
+    from promptyoself.core.passthrough import letta_passthrough
 
-    proxy = LettaProxy(core.settings.letta_base_url, core.settings.letta_token)
+    proxy = letta_passthrough(core.settings)
 
     async def forward(request: Request) -> StreamingResponse:
         status, headers, body, close = await proxy.forward(

@@ -37,6 +37,7 @@ from sqlalchemy.types import TypeDecorator
 
 from promptyoself.config import redact_url
 from promptyoself.errors import DatabaseDriverMissing, DatabaseUnavailable, PromptYoSelfError
+from promptyoself.store import LIVE_STATES
 from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
@@ -281,7 +282,7 @@ class Store:
 
     def describe(self) -> str:
         """The URL with any password hidden: safe for health output and logs."""
-        return self.engine.url.render_as_string(hide_password=True)
+        return redact_url(self.url)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -305,14 +306,9 @@ class Store:
         q = (
             select(func.count())
             .select_from(Schedule)
-            .where(Schedule.agent_id == agent_id, Schedule.state.in_(("active", "paused")))
+            .where(Schedule.agent_id == agent_id, Schedule.state.in_(LIVE_STATES))
         )
         return int(s.execute(q).scalar_one())
-
-    def earliest_due(self) -> datetime | None:
-        with self._sessions() as s:
-            q = select(func.min(Schedule.due_at)).where(Schedule.state == "active")
-            return s.execute(q).scalar_one_or_none()
 
 
 def utcnow() -> datetime:

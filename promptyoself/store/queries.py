@@ -19,10 +19,9 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Select, String, Table, bindparam, func, select
 
+from promptyoself.store import LIVE_STATES
 from promptyoself.store.db import Schedule, Store
 from promptyoself.store.records import ListedSchedule, column_names, record_of
-
-LIVE_STATES = ("active", "paused")
 
 _t = Schedule.__table__
 _COLUMNS = [_t.c[name] for name in column_names(ListedSchedule)]  # a schedule record's columns
@@ -74,14 +73,3 @@ def list_page(
         if include_ended:
             return rows, int(conn.execute(_COUNT_ALL_SQLITE if sqlite else _COUNT_ALL).scalar_one())
         return rows, int(conn.execute(_COUNT_LIVE_SQLITE if sqlite else _COUNT_LIVE).scalar_one())
-
-
-def count_states(store: Store, states: tuple[str, ...]) -> int:
-    """How many schedules (of every agent) are in ``states``: O(1) on SQLite (the trigger-kept
-    counters), a count on PostgreSQL. E.g. ``count_states(store, ("active",))`` for health."""
-    with store.engine.connect() as conn:
-        if store.dialect == "sqlite":
-            q = select(func.coalesce(func.sum(STATE_COUNTS.c.n), 0)).where(STATE_COUNTS.c.state.in_(states))
-        else:
-            q = _count(_t.c.state.in_(states))
-        return int(conn.execute(q).scalar_one())

@@ -1,0 +1,183 @@
+"""Starting the server: ``promptyoself serve`` and ``promptyoself_mcp_server.py``.
+
+The ``serve`` arguments, the refusal to bind a non-loopback address without a token, and the choice of
+what runs: the service (``promptyoself.faces.http``: delivery and one HTTP port) or the MCP server
+alone (``promptyoself.faces.mcp``) on stdio, streamable HTTP or SSE. Both faces are imported only when
+they start: the CLI reads these arguments without loading FastMCP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from promptyoself import __version__
+from promptyoself.config import Settings, redact_url
+
+log = logging.getLogger(__name__)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) -> None:
+    if service:  # `promptyoself serve`: without --transport, the long-lived service
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default=None,
+            help="only the MCP server on this transport (default: the service: delivery + /mcp, /healthz, "
+            "/metrics on one HTTP port)",
+        )
+    else:
+        p.add_argument(
+            "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
+        )
+    p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse/the service (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port for http/sse/the service (default 8000)")
+    p.add_argument("--path", default=None, help="MCP endpoint path (default /mcp for http, /sse for sse)")
+    p.add_argument(
+        "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
+    )
+    p.add_argument(
+        "--no-executor",
+        action="store_true",
+        help="deliver nothing from this process (same as PROMPTYOSELF_EXECUTOR_AUTOSTART=false)",
+    )
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="promptyoself-mcp", description="Run the PromptYoSelf MCP server.")
+    add_serve_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``promptyoself_mcp_server.py`` / ``promptyoself serve``: run the MCP server (stdio by default)."""
+    args = serve_parser().parse_args(argv)
+    return serve(args)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Start the server for parsed ``serve`` arguments.
+
+    Refuses (exit code 2, reason on stderr) to bind a non-loopback address without
+    ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, and to start on invalid configuration.
+    When a token is set, every HTTP/SSE request must carry it, whatever the bind address.
+    """
+    from pydantic import ValidationError
+
+    from promptyoself.config import describe_settings_error, load_settings
+    from promptyoself.core.operations import Core
+    from promptyoself.faces.mcp import build_server  # before setup_logging: it routes FastMCP's loggers
+    from promptyoself.logs import setup_logging
+
+    try:
+        settings = load_settings()
+    except ValidationError as exc:
+        sys.stderr.write(f"promptyoself: {describe_settings_error(exc)}\n")
+        return 2
+    if getattr(args, "no_executor", False):
+        settings.executor_autostart = False
+    setup_logging(settings)
+    transport = args.transport or "service"
+    if transport != "stdio":
+        problem = check_exposure(args.host, args.allow_external, settings)
+        if problem:
+            sys.stderr.write(f"promptyoself: {problem}\n")
+            sys.stderr.flush()
+            return 2
+    log.info(
+        "PromptYoSelf %s starting: transport %s, database %s, Letta %s, executor %s",
+        __version__,
+        transport,
+        redact_url(settings.db_url),
+        redact_url(settings.letta_base_url),
+        settings.executor_mode if settings.executor_enabled else "off",
+    )
+    if transport == "stdio" and settings.executor_enabled and settings.executor_mode == "worker":
+        # Before the handshake, in ~ms and without SQLAlchemy: Letta may end this process 30 ms
+        # after its tools/list reply, before the deferred check below ever runs.
+        from promptyoself.delivery.early import start_if_needed
+
+        start_if_needed(settings)
+    core = Core(settings)
+    if transport == "service":  # `promptyoself serve`: delivery in this process + one HTTP port
+        from promptyoself.faces.http import run_service
+
+        try:
+            run_service(core, settings, host=args.host, port=args.port, mcp_path=args.path)
+        finally:
+            core.close()
+        return 0
+    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
+        from promptyoself.delivery.deferred import DeferredDelivery
+
+        deferred = DeferredDelivery(core)
+        mcp = build_server(core, lifespan=deferred.lifespan)
+        mcp.add_middleware(deferred)
+    else:
+        mcp = build_server(core)
+    try:
+        if transport == "stdio":
+            mcp.run("stdio", show_banner=False)
+        else:
+            from promptyoself.faces.http_auth import bearer_middleware
+
+            level = settings.log_level.lower()
+            log.info(
+                "serving %s on http://%s:%s%s (bearer token %s)",
+                transport,
+                _url_host(args.host),
+                args.port,
+                args.path or ("/mcp" if transport == "http" else "/sse"),
+                "required" if bearer_middleware(settings) else "not required",
+            )
+            mcp.run(
+                transport,
+                host=args.host,
+                port=args.port,
+                path=args.path,
+                show_banner=False,
+                middleware=bearer_middleware(settings),
+                # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
+                # default config would print access lines on stdout.
+                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},
+            )
+    finally:
+        core.close()
+    return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+LOOPBACK = ("localhost", "ip6-localhost")
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1); false for all else."""
+    import ipaddress
+
+    name = host.strip().strip("[]").lower()
+    if name in LOOPBACK:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, allow_external: bool, settings: Settings) -> str | None:
+    """Why binding ``host`` is refused, or ``None`` when it is allowed."""
+    if is_loopback(host):
+        return None
+    if not allow_external:
+        return (
+            f"Refusing to bind {host}: only 127.0.0.1 is allowed without --allow-external "
+            "(and PROMPTYOSELF_HTTP_TOKEN)."
+        )
+    token = settings.http_token.get_secret_value().strip() if settings.http_token else ""
+    if not token:
+        return (
+            f"Refusing to bind {host} without PROMPTYOSELF_HTTP_TOKEN: anyone on the network could "
+            "schedule prompts. Set a token (clients send 'Authorization: Bearer <token>')."
+        )
+    return None

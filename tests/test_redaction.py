@@ -1,0 +1,50 @@
+"""The one URL redaction helper (``promptyoself.config.redact_url``) and the credentials it finds in a
+URL (``url_secrets``, which the log filter adds to its secrets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from promptyoself.config import Settings, redact_url, url_secrets
+from promptyoself.logs import settings_secrets
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # a password: replaced, the user, host, port and path kept
+        ("postgresql+psycopg://app:s3cr%2Fet@db.example:5432/pys", "postgresql+psycopg://app:***@db.example:5432/pys"),
+        ("http://letta:pw-LETTA@127.0.0.1:8283", "http://letta:***@127.0.0.1:8283"),
+        ("postgresql://app:ab/cd@db/pys", "postgresql://app:***@db/pys"),  # unescaped '/', as SQLAlchemy reads it
+        # a credential in the query string
+        ("https://letta.example/v1?token=tok-123&limit=5", "https://letta.example/v1?token=***&limit=5"),
+        ("postgresql://app@db/pys?sslmode=require&password=pw9", "postgresql://app@db/pys?sslmode=require&password=***"),
+        ("http://h/x?API_KEY=k1;access_token=k2#frag", "http://h/x?API_KEY=***;access_token=***#frag"),
+        # nothing to hide
+        ("http://localhost:8283", "http://localhost:8283"),
+        ("postgresql+psycopg://postgres@127.0.0.1:5432/test", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+        ("sqlite:////home/u/.local/share/promptyoself/promptyoself.db",
+         "sqlite:////home/u/.local/share/promptyoself/promptyoself.db"),
+        # not a URL at all: a file path comes back as it is
+        ("/home/u/pass:word@x/promptyoself.db", "/home/u/pass:word@x/promptyoself.db"),
+        ("", ""),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+def test_redact_url_in_a_message() -> None:
+    text = 'connection to "postgresql://app:hunter22@db:5432/pys" failed; retry http://x/?token=abcd later'
+    shown = 'connection to "postgresql://app:***@db:5432/pys" failed; retry http://x/?token=*** later'
+    assert redact_url(text) == shown
+
+
+def test_url_secrets_feed_the_log_filter() -> None:
+    assert url_secrets("postgresql://app:s3cr%2Fet%40x@db/pys") == ["s3cr/et@x"]
+    assert url_secrets("http://h/v1?token=tok-123&limit=5") == ["tok-123"]
+    assert url_secrets("http://localhost:8283") == []
+    assert url_secrets("/home/u/p.db") == []
+    assert url_secrets(None) == []
+    settings = Settings(db="postgresql://app:dbpass-1@db/pys", letta_base_url="http://letta/?token=tok-4567")
+    assert {"dbpass-1", "tok-4567"} <= set(settings_secrets(settings))

@@ -31,14 +31,14 @@ _AGENT_ID = re.compile(r"[\x21-\x7e]+")
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # What each kind of setting accepts, word for word as docs/configuration.md states it (a test checks).
-ACCEPTS_INTERVAL = "a duration of at least 1s: 30s, 10m, 1h30m, 24h, 1d, PT2H, or whole seconds (90)"
-ACCEPTS_SECONDS = "seconds > 0 (2.5) or a duration (30s, 10m)"
-ACCEPTS_SECONDS_OR_0 = "seconds >= 0 (2.5, and 0 = {zero}) or a duration (30s, 10m)"
+ACCEPTS_INTERVAL = "a duration of at least 1s such as 30s, 10m, 1h30m, 24h, 1d or PT2H, or whole seconds such as 90"
+ACCEPTS_SECONDS = "a number of seconds > 0 such as 2.5, or a duration such as 30s or 10m"
+ACCEPTS_SECONDS_OR_0 = "a number of seconds >= 0 such as 2.5 (0 = {zero}), or a duration such as 30s or 10m"
 ACCEPTS_BOOL = "true or false (also 1/0, yes/no, on/off, t/f, y/n, any case)"
 ACCEPTS_COUNT = "a whole number >= 1"
 ACCEPTS_SECRET = "any text without control characters (empty = unset)"
 ACCEPTS_AGENT_ID = (f"an agent id: up to {MAX_AGENT_ID_CHARS} printable characters without spaces, "
-                    "e.g. agent-<uuid> (empty = unset)")
+                    "e.g. agent-UUID (empty = unset)")
 
 
 class ConfigError(ValueError):
@@ -159,8 +159,9 @@ class Settings(BaseSettings):
         description="a file path, or a URL whose scheme is " + ", ".join(f"{s}://" for s in DB_SCHEMES)
         + " (empty = the per-user default file)",
     )
-    timezone: Zone = _field(ZoneInfo("UTC"), "PROMPTYOSELF_TIMEZONE",
-                            "an IANA time zone name such as UTC or Europe/Berlin (Z and GMT mean UTC)")
+    timezone: Zone = _field(
+        ZoneInfo("UTC"), "PROMPTYOSELF_TIMEZONE",
+        "an IANA time zone name such as UTC or Europe/Berlin (Z and GMT, in any case, also mean UTC)")
 
     executor_mode: Literal["worker", "embedded", "off"] = _field(
         "worker", "PROMPTYOSELF_EXECUTOR_MODE", "worker, embedded or off (any case)")
@@ -345,5 +346,5 @@ def describe_settings_error(exc: ValidationError) -> str:
         if text not in parts:
             parts.append(text)
     where = env_file()
-    source = f" (read from the environment or {where})" if where else ""
+    source = f" (read from the environment or {where})" if where and Path(where).is_file() else ""
     return "invalid configuration" + source + ": " + "; ".join(parts)

@@ -1,12 +1,14 @@
-"""One Settings object, read from the environment and a ``.env`` file.
+"""One Settings object, read from the environment and a ``.env`` file, every value parsed into its
+type when it loads (durations, the time zone, choices, URLs, paths, booleans, numbers).
 
 The ``.env`` file is the one in the working directory, or the file named by
-``PROMPTYOSELF_ENV_FILE``. Every setting is listed with its default in ``.env.example``.
+``PROMPTYOSELF_ENV_FILE``. Every setting is listed with its default in ``.env.example``. A bad value
+makes :func:`load_settings` raise :class:`ConfigError`, whose one line each entry point prints on
+stderr before exiting with code 2 (docs/configuration.md).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -82,7 +84,7 @@ class Interval(timedelta):
 
 
 def _interval(value: object) -> Interval:
-    if isinstance(value, timedelta) and not isinstance(value, bool):
+    if isinstance(value, timedelta):
         if value < timedelta(seconds=1):
             raise ValueError("under 1 second")
         return Interval(microseconds=value // timedelta(microseconds=1))
@@ -122,12 +124,6 @@ def _zone(value: object) -> ZoneInfo:
 
 def _lower(value: object) -> object:
     return value.strip().lower() if isinstance(value, str) else value
-
-
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("not a finite number")
-    return value
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds)]
@@ -189,7 +185,7 @@ class Settings(BaseSettings):
     max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _field(
-        "INFO", "PROMPTYOSELF_LOG_LEVEL", "DEBUG, INFO, WARNING, ERROR or CRITICAL (any case)")
+        "INFO", "PROMPTYOSELF_LOG_LEVEL", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]} (any case)")
     log_file: Path | None = _field(None, "PROMPTYOSELF_LOG_FILE",
                                    "a file path (~ expanded) without control characters, not ending in / "
                                    "(empty = stderr only)")

@@ -1,22 +1,63 @@
-"""One Settings object, read from the environment and a ``.env`` file.
+"""One Settings object, read from the environment and a ``.env`` file, every value parsed into its
+type when it loads (durations, the time zone, choices, URLs, paths, booleans, numbers).
 
 The ``.env`` file is the one in the working directory, or the file named by
-``PROMPTYOSELF_ENV_FILE``. Every setting is listed with its default in ``.env.example``.
+``PROMPTYOSELF_ENV_FILE``. Every setting is listed with its default in ``.env.example``. A bad value
+makes :func:`load_settings` raise :class:`ConfigError`, whose one line each entry point prints on
+stderr before exiting with code 2 (docs/configuration.md).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, PlainValidator, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from promptyoself import timing
+from promptyoself.errors import PromptYoSelfError
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DB_SCHEMES = ("sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
+"""The SQLAlchemy URL schemes ``PROMPTYOSELF_DB`` may use (the backends and drivers the store supports)."""
+MAX_AGENT_ID_CHARS = 100
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_AGENT_ID = re.compile(r"[\x21-\x7e]+")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+# What each kind of setting accepts, word for word as docs/configuration.md states it (a test checks).
+ACCEPTS_INTERVAL = "a duration of at least 1s such as 30s, 10m, 1h30m, 24h, 1d or PT2H, or whole seconds such as 90"
+ACCEPTS_SECONDS = "a number of seconds > 0 such as 2.5, or a duration such as 30s or 10m"
+ACCEPTS_SECONDS_OR_0 = "a number of seconds >= 0 such as 2.5 (0 = {zero}), or a duration such as 30s or 10m"
+ACCEPTS_BOOL = "true or false (also 1/0, yes/no, on/off, t/f, y/n, any case)"
+ACCEPTS_COUNT = "a whole number >= 1"
+ACCEPTS_SECRET = "any text without control characters (empty = unset)"
+ACCEPTS_AGENT_ID = (f"an agent id: up to {MAX_AGENT_ID_CHARS} printable characters without spaces, "
+                    "e.g. agent-UUID (empty = unset)")
+
+
+class ConfigError(ValueError):
+    """A setting has a value its variable does not accept. ``message`` is one line naming the
+    variable(s) and what each accepts, never the value (it may be a secret in the wrong place)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def report(self) -> int:
+        """Write ``promptyoself: <message>`` to stderr (never stdout) and return the exit code, 2."""
+        sys.stderr.write(f"promptyoself: {self.message}\n")
+        sys.stderr.flush()
+        return self.exit_code
 
 
 REDACTED = "***"
@@ -69,62 +110,198 @@ def default_db_path() -> Path:
     return Path(user_data_dir("promptyoself", appauthor=False)) / "promptyoself.db"
 
 
+# ---- value parsers: each turns the raw text into its type or raises ValueError -------------------
+
+
+class Interval(timedelta):
+    """A parsed duration setting: a ``timedelta`` that prints compactly (``10s``, ``1d``, ``1h 30m``),
+    so messages quoting a setting read as the user wrote it."""
+
+    def __str__(self) -> str:
+        return timing.format_duration(self)
+
+
+def _interval(value: object) -> Interval:
+    if isinstance(value, timedelta):
+        if value < timedelta(seconds=1):
+            raise ValueError("under 1 second")
+        return Interval(microseconds=value // timedelta(microseconds=1))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("not a duration")
+    try:
+        td = timing.parse_interval(value)
+    except PromptYoSelfError as exc:
+        raise ValueError(exc.message) from None
+    return Interval(microseconds=td // timedelta(microseconds=1))
+
+
+def _seconds(value: object) -> object:
+    """Plain seconds (``2.5``) stay a number for the float check; duration text becomes seconds."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str) and value.strip() and not _NUMBER.fullmatch(value.strip()):
+        try:
+            return timing.parse_interval(value).total_seconds()
+        except PromptYoSelfError as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
+def _zone(value: object) -> ZoneInfo:
+    if isinstance(value, ZoneInfo):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("not a time zone name")
+    try:
+        return timing.resolve_zone(value)
+    except PromptYoSelfError as exc:
+        raise ValueError(exc.message) from None
+
+
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+Duration = Annotated[Interval, PlainValidator(_interval)]
+Zone = Annotated[ZoneInfo, PlainValidator(_zone)]
+
+
+def _field(default: Any, env: str, accepts: str, **constraints: Any) -> Any:
+    """A setting read from ``env``; ``accepts`` (kept as the field's description) is what the error
+    line and docs/configuration.md say it takes."""
+    return Field(default, validation_alias=env, description=accepts, **constraints)
+
+
 class Settings(BaseSettings):
-    """Every knob PromptYoSelf reads. Field aliases are the environment variable names."""
+    """Every knob PromptYoSelf reads, each parsed into its type when it loads. Field aliases are the
+    environment variable names; each field's description is what the variable accepts."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False,
+                                      env_ignore_empty=True)
 
-    letta_base_url: str = Field("http://localhost:8283", validation_alias="LETTA_BASE_URL")
-    letta_api_key: SecretStr | None = Field(None, validation_alias="LETTA_API_KEY")
-    letta_server_password: SecretStr | None = Field(None, validation_alias="LETTA_SERVER_PASSWORD")
-    letta_timeout: float = Field(10.0, gt=0, validation_alias="PROMPTYOSELF_LETTA_TIMEOUT")
+    letta_base_url: str = _field("http://localhost:8283", "LETTA_BASE_URL", "an http:// or https:// URL with a host")
+    letta_api_key: SecretStr | None = _field(None, "LETTA_API_KEY", ACCEPTS_SECRET)
+    letta_server_password: SecretStr | None = _field(None, "LETTA_SERVER_PASSWORD", ACCEPTS_SECRET)
+    letta_timeout: Seconds = _field(10.0, "PROMPTYOSELF_LETTA_TIMEOUT", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
 
     # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
-    db: str | None = Field(None, validation_alias="PROMPTYOSELF_DB", repr=False)
-    timezone: str = Field("UTC", validation_alias="PROMPTYOSELF_TIMEZONE")
+    db: str | None = Field(
+        None, validation_alias="PROMPTYOSELF_DB", repr=False,
+        description="a file path, or a URL whose scheme is " + ", ".join(f"{s}://" for s in DB_SCHEMES)
+        + " (empty = the per-user default file)",
+    )
+    timezone: Zone = _field(
+        ZoneInfo("UTC"), "PROMPTYOSELF_TIMEZONE",
+        "an IANA time zone name such as UTC or Europe/Berlin (Z and GMT, in any case, also mean UTC)")
 
-    executor_mode: Literal["worker", "embedded", "off"] = Field("worker", validation_alias="PROMPTYOSELF_EXECUTOR_MODE")
-    executor_autostart: bool = Field(True, validation_alias="PROMPTYOSELF_EXECUTOR_AUTOSTART")
-    executor_interval: float = Field(1.0, gt=0, validation_alias="PROMPTYOSELF_EXECUTOR_INTERVAL")
-    worker_idle_exit: float = Field(600.0, ge=0, validation_alias="PROMPTYOSELF_WORKER_IDLE_EXIT")
-    lease_seconds: float = Field(60.0, gt=0, validation_alias="PROMPTYOSELF_LEASE_SECONDS")
-    max_in_flight: int = Field(8, ge=1, validation_alias="PROMPTYOSELF_MAX_IN_FLIGHT")
-    max_attempts: int = Field(10, ge=1, validation_alias="PROMPTYOSELF_MAX_ATTEMPTS")
-    retry_base: float = Field(5.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_BASE")
-    retry_max: float = Field(600.0, gt=0, validation_alias="PROMPTYOSELF_RETRY_MAX")
-    misfire_grace: str = Field("24h", validation_alias="PROMPTYOSELF_MISFIRE_GRACE")
-    message_format: Literal["annotated", "plain"] = Field("annotated", validation_alias="PROMPTYOSELF_MESSAGE_FORMAT")
+    executor_mode: Literal["worker", "embedded", "off"] = _field(
+        "worker", "PROMPTYOSELF_EXECUTOR_MODE", "worker, embedded or off (any case)")
+    executor_autostart: bool = _field(True, "PROMPTYOSELF_EXECUTOR_AUTOSTART", ACCEPTS_BOOL)
+    executor_interval: Seconds = _field(1.0, "PROMPTYOSELF_EXECUTOR_INTERVAL", ACCEPTS_SECONDS,
+                                        gt=0, allow_inf_nan=False)
+    worker_idle_exit: Seconds = _field(600.0, "PROMPTYOSELF_WORKER_IDLE_EXIT",
+                                       ACCEPTS_SECONDS_OR_0.format(zero="never"), ge=0, allow_inf_nan=False)
+    lease_seconds: Seconds = _field(60.0, "PROMPTYOSELF_LEASE_SECONDS", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
+    max_in_flight: int = _field(8, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
+    max_attempts: int = _field(10, "PROMPTYOSELF_MAX_ATTEMPTS", ACCEPTS_COUNT, ge=1)
+    retry_base: Seconds = _field(5.0, "PROMPTYOSELF_RETRY_BASE", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
+    retry_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_MAX", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
+    misfire_grace: Duration = _field("24h", "PROMPTYOSELF_MISFIRE_GRACE", ACCEPTS_INTERVAL, validate_default=True)
+    message_format: Literal["annotated", "plain"] = _field(
+        "annotated", "PROMPTYOSELF_MESSAGE_FORMAT", "annotated or plain (any case)")
 
-    default_agent_id: str | None = Field(None, validation_alias="PROMPTYOSELF_DEFAULT_AGENT_ID")
-    letta_agent_id: str | None = Field(None, validation_alias="LETTA_AGENT_ID")
-    letta_default_agent_id: str | None = Field(None, validation_alias="LETTA_DEFAULT_AGENT_ID")
-    use_single_agent_fallback: bool = Field(False, validation_alias="PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK")
+    default_agent_id: str | None = _field(None, "PROMPTYOSELF_DEFAULT_AGENT_ID", ACCEPTS_AGENT_ID)
+    letta_agent_id: str | None = _field(None, "LETTA_AGENT_ID", ACCEPTS_AGENT_ID)
+    letta_default_agent_id: str | None = _field(None, "LETTA_DEFAULT_AGENT_ID", ACCEPTS_AGENT_ID)
+    use_single_agent_fallback: bool = _field(False, "PROMPTYOSELF_USE_SINGLE_AGENT_FALLBACK", ACCEPTS_BOOL)
 
-    max_active_per_agent: int = Field(100, ge=1, validation_alias="PROMPTYOSELF_MAX_ACTIVE_PER_AGENT")
-    min_interval: str = Field("10s", validation_alias="PROMPTYOSELF_MIN_INTERVAL")
-    max_prompt_chars: int = Field(8000, ge=1, validation_alias="PROMPTYOSELF_MAX_PROMPT_CHARS")
+    max_active_per_agent: int = _field(100, "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT", ACCEPTS_COUNT, ge=1)
+    min_interval: Duration = _field("10s", "PROMPTYOSELF_MIN_INTERVAL", ACCEPTS_INTERVAL, validate_default=True)
+    max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
 
-    log_level: str = Field("INFO", validation_alias="PROMPTYOSELF_LOG_LEVEL")
-    log_file: str | None = Field(None, validation_alias="PROMPTYOSELF_LOG_FILE")
-    log_json: bool = Field(False, validation_alias="PROMPTYOSELF_LOG_JSON")
-    log_max_bytes: int = Field(5_000_000, ge=1024, validation_alias="PROMPTYOSELF_LOG_MAX_BYTES")
-    log_backups: int = Field(3, ge=1, le=100, validation_alias="PROMPTYOSELF_LOG_BACKUPS")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _field(
+        "INFO", "PROMPTYOSELF_LOG_LEVEL", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]} (any case)")
+    log_file: Path | None = _field(None, "PROMPTYOSELF_LOG_FILE",
+                                   "a file path (~ expanded) without control characters, not ending in / "
+                                   "(empty = stderr only)")
+    log_json: bool = _field(False, "PROMPTYOSELF_LOG_JSON", ACCEPTS_BOOL)
+    log_max_bytes: int = _field(5_000_000, "PROMPTYOSELF_LOG_MAX_BYTES", "a whole number >= 1024", ge=1024)
+    log_backups: int = _field(3, "PROMPTYOSELF_LOG_BACKUPS", "a whole number from 1 to 100", ge=1, le=100)
 
-    http_token: SecretStr | None = Field(None, validation_alias="PROMPTYOSELF_HTTP_TOKEN")
-    letta_proxy: bool = Field(False, validation_alias="PROMPTYOSELF_LETTA_PROXY")
+    http_token: SecretStr | None = _field(None, "PROMPTYOSELF_HTTP_TOKEN", ACCEPTS_SECRET)
+    letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
 
-    health_max_lateness: str = Field("5m", validation_alias="PROMPTYOSELF_HEALTH_MAX_LATENESS")
-    health_letta_cache: float = Field(30.0, ge=0, validation_alias="PROMPTYOSELF_HEALTH_LETTA_CACHE")
+    health_max_lateness: Duration = _field("5m", "PROMPTYOSELF_HEALTH_MAX_LATENESS", ACCEPTS_INTERVAL,
+                                           validate_default=True)
+    health_letta_cache: Seconds = _field(30.0, "PROMPTYOSELF_HEALTH_LETTA_CACHE",
+                                         ACCEPTS_SECONDS_OR_0.format(zero="probe on every call"),
+                                         ge=0, allow_inf_nan=False)
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _log_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("executor_mode", "message_format", mode="before")
+    @classmethod
+    def _enum(cls, value: object) -> object:
+        return _lower(value)
+
+    @field_validator("letta_base_url", mode="before")
+    @classmethod
+    def _letta_url(cls, value: object) -> object:
         if isinstance(value, str):
-            upper = value.strip().upper()
-            if upper not in LOG_LEVELS:
-                raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-            return upper
+            text = value.strip()
+            m = re.fullmatch(r"(?i)(https?)://([^/?#\s]+)(\S*)", text)
+            if not m or _CONTROL.search(text) or not m.group(2).rpartition("@")[2].strip(":"):
+                raise ValueError("not an http(s) URL")
+            return text
         return value
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if _CONTROL.search(text):
+            raise ValueError("control characters")
+        if "://" in text and text.split("://", 1)[0].lower() not in DB_SCHEMES:
+            raise ValueError("unknown database URL scheme")
+        return text or None
+
+    @field_validator("letta_api_key", "letta_server_password", "http_token", mode="before")
+    @classmethod
+    def _secret(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and _CONTROL.search(text.strip()):
+            raise ValueError("control characters")
+        return value
+
+    @field_validator("default_agent_id", "letta_agent_id", "letta_default_agent_id", mode="before")
+    @classmethod
+    def _agent_id(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text and (len(text) > MAX_AGENT_ID_CHARS or not _AGENT_ID.fullmatch(text)):
+            raise ValueError("not an agent id")
+        return text or None
+
+    @field_validator("log_file", mode="before")
+    @classmethod
+    def _log_file(cls, value: object) -> object:
+        if isinstance(value, Path):
+            value = str(value)
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if _CONTROL.search(text) or text.endswith(("/", os.sep)):
+            raise ValueError("not a file path")
+        return Path(text).expanduser() if text else None
 
     @cached_property
     def db_url(self) -> str:
@@ -145,25 +322,30 @@ class Settings(BaseSettings):
 
     @property
     def misfire_grace_td(self) -> timedelta:
-        from promptyoself.timing import parse_interval
-
-        return parse_interval(self.misfire_grace)
+        """``misfire_grace``, parsed when the settings loaded."""
+        return self.misfire_grace
 
     @property
     def min_interval_td(self) -> timedelta:
-        from promptyoself.timing import parse_interval
-
-        return parse_interval(self.min_interval)
+        """``min_interval``, parsed when the settings loaded."""
+        return self.min_interval
 
     @property
     def health_max_lateness_td(self) -> timedelta:
-        from promptyoself.timing import parse_interval
-
-        return parse_interval(self.health_max_lateness)
+        """``health_max_lateness``, parsed when the settings loaded."""
+        return self.health_max_lateness
 
     @property
     def executor_enabled(self) -> bool:
         return self.executor_autostart and self.executor_mode != "off"
+
+
+def accepts(env: str) -> str:
+    """What the variable ``env`` accepts, as the error line and docs/configuration.md say it."""
+    for field in Settings.model_fields.values():
+        if str(field.validation_alias).upper() == env.upper():
+            return str(field.description)
+    raise KeyError(env)
 
 
 def env_file() -> str | None:
@@ -175,18 +357,28 @@ def env_file() -> str | None:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags)."""
-    return Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+    """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags).
+
+    Every value is parsed into its type here; a bad one raises :class:`ConfigError` with the one line
+    that every entry point prints before exiting with code 2."""
+    try:
+        return Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+    except ValidationError as exc:
+        raise ConfigError(describe_settings_error(exc)) from exc
 
 
 def describe_settings_error(exc: ValidationError) -> str:
-    """A one-paragraph message naming each bad variable, without echoing its value (it may be a secret)."""
+    """One line naming each bad variable and what it accepts, never the value (it may be a secret)."""
     aliases = {name: str(field.validation_alias or name).upper() for name, field in Settings.model_fields.items()}
-    parts = []
+    described = {str(field.validation_alias or name).upper(): str(field.description)
+                 for name, field in Settings.model_fields.items()}
+    parts: list[str] = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = err.get("loc") or ("?",)
-        name = str(loc[0])
-        parts.append(f"{aliases.get(name, name)}: {err.get('msg', 'invalid value')}")
+        var = aliases.get(str(loc[0]), str(loc[0]).upper())
+        text = f"{var}: expected {described[var]}" if var in described else f"{var}: {err.get('msg', 'invalid')}"
+        if text not in parts:
+            parts.append(text)
     where = env_file()
-    source = f" (environment or {where})" if where else " (environment)"
-    return "Invalid configuration" + source + ": " + "; ".join(parts)
+    source = f" (read from the environment or {where})" if where and Path(where).is_file() else ""
+    return "invalid configuration" + source + ": " + "; ".join(parts)

@@ -15,7 +15,6 @@ import logging
 import logging.handlers
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -140,12 +139,12 @@ def setup_logging(settings: Settings, *, stream: Any = None) -> None:
         if _is_ours(handler):
             root.removeHandler(handler)
             handler.close()
-    level = getattr(logging, settings.log_level.upper(), logging.INFO)
+    level = getattr(logging, settings.log_level)  # validated and upper-cased when the settings loaded
     fmt: logging.Formatter = JsonFormatter() if settings.log_json else logging.Formatter(TEXT_FORMAT)
     redactor = RedactSecrets(settings_secrets(settings))
     handlers: list[logging.Handler] = [logging.StreamHandler(stream) if stream is not None else StderrHandler()]
     if settings.log_file:
-        path = Path(settings.log_file).expanduser()
+        path = settings.log_file  # a Path, ~ expanded when the settings loaded
         path.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(
             logging.handlers.RotatingFileHandler(

@@ -172,9 +172,11 @@ def format_duration(td: timedelta) -> str:
     return sign + " ".join(parts[:2])
 
 
-def resolve_zone(name: str | None, default: str = "UTC") -> ZoneInfo:
-    """IANA zone name -> ZoneInfo. None/blank means ``default``; UTC/Z/GMT -> UTC."""
+def resolve_zone(name: str | None, default: str | ZoneInfo = "UTC") -> ZoneInfo:
+    """IANA zone name -> ZoneInfo. None/blank means ``default`` (a name, or the parsed setting); UTC/Z/GMT -> UTC."""
     if name is None or not str(name).strip():
+        if isinstance(default, ZoneInfo):
+            return default
         if default is None or not str(default).strip():
             return ZoneInfo("UTC")
         name = default

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import SecretStr, ValidationError
 
 from promptyoself import config
-from promptyoself.config import Settings, default_db_path, describe_settings_error, load_settings
+from promptyoself.config import ConfigError, Settings, default_db_path, describe_settings_error, load_settings
 from tests.procs import REPO
 
 ENV_EXAMPLE = REPO / ".env.example"
@@ -99,7 +100,7 @@ def test_defaults(no_env_file: Path) -> None:
     s = load_settings()
     assert s.letta_base_url == "http://localhost:8283"
     assert s.letta_token is None
-    assert s.timezone == "UTC"
+    assert s.timezone == ZoneInfo("UTC")  # parsed when it loads
     assert s.executor_mode == "worker" and s.executor_enabled
     assert s.log_level == "INFO" and s.log_file is None and s.log_json is False
     assert s.log_max_bytes == 5_000_000 and s.log_backups == 3
@@ -121,7 +122,7 @@ def test_dotenv_in_cwd_is_read(no_env_file: Path) -> None:
     assert config.env_file() == ".env"
     s = load_settings()
     assert s.letta_base_url == "http://letta.internal:9000"
-    assert s.timezone == "Europe/Berlin"
+    assert s.timezone == ZoneInfo("Europe/Berlin")
     assert s.log_level == "DEBUG"
     assert s.log_json is True
     assert s.letta_token == "pw from dotenv"
@@ -131,7 +132,7 @@ def test_environment_beats_dotenv(no_env_file: Path, monkeypatch: pytest.MonkeyP
     (no_env_file / ".env").write_text("PROMPTYOSELF_TIMEZONE=Europe/Berlin\nPROMPTYOSELF_MAX_IN_FLIGHT=3\n")
     monkeypatch.setenv("PROMPTYOSELF_TIMEZONE", "Asia/Tokyo")
     s = load_settings()
-    assert s.timezone == "Asia/Tokyo"
+    assert s.timezone == ZoneInfo("Asia/Tokyo")
     assert s.max_in_flight == 3
 
 
@@ -143,13 +144,13 @@ def test_env_file_variable_is_read(no_env_file: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(other))
     assert config.env_file() == str(other)
     s = load_settings()
-    assert s.timezone == "America/New_York"  # the named file, not ./.env
+    assert s.timezone == ZoneInfo("America/New_York")  # the named file, not ./.env
     assert s.default_agent_id == "agent-x"
 
 
 def test_missing_env_file_is_not_an_error(no_env_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(tmp_path / "nope.env"))
-    assert load_settings().timezone == "UTC"
+    assert load_settings().timezone == ZoneInfo("UTC")
 
 
 def test_overrides_win(no_env_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -160,9 +161,11 @@ def test_overrides_win(no_env_file: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_bad_values_are_named_without_echoing_them(no_env_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROMPTYOSELF_MAX_IN_FLIGHT", "lots-secretish")
     monkeypatch.setenv("PROMPTYOSELF_LOG_LEVEL", "LOUD")
-    with pytest.raises(ValidationError) as info:
+    with pytest.raises(ConfigError) as info:  # load_settings turns the ValidationError into one line
         load_settings()
-    msg = describe_settings_error(info.value)
+    assert isinstance(info.value.__cause__, ValidationError)
+    msg = describe_settings_error(info.value.__cause__)
+    assert msg == info.value.message and "\n" not in msg
     assert "PROMPTYOSELF_MAX_IN_FLIGHT" in msg and "PROMPTYOSELF_LOG_LEVEL" in msg
     assert "lots-secretish" not in msg and "LOUD" not in msg
 

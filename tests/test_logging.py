@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from promptyoself.config import Settings
 from promptyoself.logs import reset_logging, setup_logging
@@ -237,7 +236,7 @@ def test_log_level(tmp_path: Path, level: str, shown: list[str], hidden: list[st
 
 
 def test_log_level_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from promptyoself.config import load_settings
+    from promptyoself.config import ConfigError, load_settings
 
     monkeypatch.setenv("PROMPTYOSELF_LOG_LEVEL", "error")
     monkeypatch.setenv("PROMPTYOSELF_LOG_JSON", "1")
@@ -246,7 +245,7 @@ def test_log_level_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     s = load_settings()
     assert (s.log_level, s.log_json, s.log_max_bytes, s.log_backups) == ("ERROR", True, 4096, 5)
     monkeypatch.setenv("PROMPTYOSELF_LOG_LEVEL", "chatty")
-    with pytest.raises(ValidationError):
+    with pytest.raises(ConfigError, match="PROMPTYOSELF_LOG_LEVEL"):
         load_settings()
 
 

@@ -51,7 +51,7 @@ def sqlite_path(db_url: str) -> Path | None:
 def log_path(settings: Settings, db_file: Path) -> Path:
     """Where the worker's stderr goes: as ``promptyoself.delivery.worker.worker_log_path``."""
     if settings.log_file:
-        return Path(settings.log_file).expanduser()
+        return Path(settings.log_file)
     return db_file.parent / "promptyoself-worker.log"
 
 

@@ -106,7 +106,7 @@ def worker_log_path(settings: Settings) -> Path:
     """``PROMPTYOSELF_LOG_FILE``, else ``promptyoself-worker.log`` next to a SQLite database, else the
     per-user log directory."""
     if settings.log_file:
-        return Path(settings.log_file).expanduser()
+        return Path(settings.log_file)
     db_file = sqlite_file(settings)
     if db_file is not None:
         return db_file.parent / "promptyoself-worker.log"

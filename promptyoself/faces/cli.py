@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from promptyoself.config import ConfigError
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces.serve import add_serve_arguments
 
@@ -374,14 +373,8 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
             setup_logging(settings)
             core = Core(settings)
         result = COMMANDS[args.command](core, args)
-    except ValidationError as exc:  # bad configuration (env or .env): a usage error, value not echoed
-        from promptyoself.config import describe_settings_error
-
-        message = describe_settings_error(exc)
-        sys.stderr.write(f"promptyoself: {message}\n")
-        if as_json:
-            emit({"status": "error", "error": message, "code": "usage"}, True)
-        return EXIT_USAGE
+    except ConfigError as exc:  # bad configuration (env or .env): one line on stderr, nothing on stdout, exit 2
+        return exc.report()
     except UsageError as exc:
         sys.stderr.write(f"promptyoself {args.command}: {exc}\n")
         if as_json:

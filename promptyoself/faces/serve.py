@@ -61,18 +61,15 @@ def serve(args: argparse.Namespace) -> int:
     ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, and to start on invalid configuration.
     When a token is set, every HTTP/SSE request must carry it, whatever the bind address.
     """
-    from pydantic import ValidationError
-
-    from promptyoself.config import describe_settings_error, load_settings
+    from promptyoself.config import ConfigError, load_settings
     from promptyoself.core.operations import Core
     from promptyoself.faces.mcp import build_server  # before setup_logging: it routes FastMCP's loggers
     from promptyoself.logs import setup_logging
 
     try:
         settings = load_settings()
-    except ValidationError as exc:
-        sys.stderr.write(f"promptyoself: {describe_settings_error(exc)}\n")
-        return 2
+    except ConfigError as exc:  # one line on stderr naming the variable, nothing on stdout, exit 2
+        return exc.report()
     if getattr(args, "no_executor", False):
         settings.executor_autostart = False
     setup_logging(settings)

@@ -160,7 +160,7 @@ def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> dict[str,
             if started
             else "The background executor is already running in this process."
         )
-        return {"status": "success", "running": True, "interval": ex.interval, "message": message}
+        return {"status": "success", "running": ex.running, "interval": ex.interval, "message": message}
     return run_once_result(core)
 
 

@@ -224,9 +224,11 @@ def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, 
         return run_once_result(core)
     ex = Executor(core, interval=interval, role="execute")
     service_for(core).executor = ex
-    with StopOnSignals(ex.request_stop):
-        asyncio.run(ex.run())
-    ex.close()
+    try:
+        with StopOnSignals(ex.request_stop):  # Ctrl-C: a graceful stop, then KeyboardInterrupt (exit 130)
+            asyncio.run(ex.run())
+    finally:
+        ex.close()
     info = ex.info()
     return {"status": "success", "message": "Executor stopped.", "delivered": info["delivered"],
             "failed": info["failed"], "retried": info["retried"], "missed": info["missed"]}
@@ -244,21 +246,31 @@ def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[st
 
 
 class StopOnSignals:
-    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op)."""
+    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
+    the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
+    graceful stop, so that the command exits 130 as an interrupted command does."""
 
     def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
         self.previous: dict[int, Any] = {}
+        self.interrupted = False
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT:
+            self.interrupted = True
+        self.callback()
 
     def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, lambda *_: self.callback())
+                self.previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if self.interrupted and kind is None:
+            raise KeyboardInterrupt
 
 
 # ---- entry point: the MCP server's lifespan ----------------------------------------------------------

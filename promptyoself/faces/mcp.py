@@ -156,15 +156,21 @@ class ArgumentErrors(Middleware):
     one line naming them and the arguments the tool takes) and values of the wrong type
     (``invalid_argument``, pydantic's message per argument). Logged at INFO: they are the caller's."""
 
+    def __init__(self) -> None:
+        self._schemas: dict[str, dict[str, Any]] = {}  # input schema by tool name (the tools are fixed once built)
+
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
         name = str(context.message.name)
         args = context.message.arguments or {}
         server = context.fastmcp_context.fastmcp if context.fastmcp_context is not None else None
-        if server is not None:
-            tool = await server.get_tool(name)
+        schema = self._schemas.get(name)
+        if schema is None and server is not None:
+            tool = await server.get_tool(name)  # ~1 ms: once per tool
             if tool is None:
                 raise await self._unknown_tool(server, name)
-            problem = argument_problem(name, tool.parameters, args)
+            schema = self._schemas[name] = tool.parameters
+        if schema is not None:
+            problem = argument_problem(name, schema, args)
             if problem is not None:
                 raise user_error(name, InvalidArgument(problem))
         try:

@@ -293,7 +293,8 @@ class FakeLetta:
     ``fail_modes`` (modes chosen from when failing: ``"500"``, ``"429"``...,
     ``"timeout"``, ``"drop"``), ``timeout_sleep`` (seconds a ``"timeout"`` failure
     sleeps before dropping the connection) and ``run_status`` (what
-    ``GET /v1/runs/{id}`` reports).
+    ``GET /v1/runs/{id}`` reports). ``release`` is a ``threading.Event``, set at start:
+    clear it to hold every message POST (counted in flight) until it is set again.
 
     A failed message POST never records the message.
     """
@@ -347,6 +348,8 @@ class FakeLetta:
         self._max_concurrent = 0
         self._connections: set[socket.socket] = set()
         self._stopping = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -882,6 +885,13 @@ class FakeLetta:
             return _Failure(str(mode))
         return None
 
+    def _held(self) -> bool:
+        """Wait while message POSTs are held (``release`` cleared); True if the server is stopping."""
+        while not self.release.wait(0.05):
+            if self._stopping.is_set():
+                return True
+        return self._stopping.is_set()
+
     def _sleep(self, seconds: float) -> bool:
         """Sleep unless stopping; True if the server is stopping."""
         if seconds > 0:
@@ -907,7 +917,7 @@ class FakeLetta:
             )
             self._max_concurrent = max(self._max_concurrent, self._in_flight_total)
         try:
-            if self._sleep(latency):
+            if self._held() or self._sleep(latency):
                 return _Reply(0, drop=True)
             if failure is not None:
                 return self._apply_failure(failure, agent_id, timeout_sleep, messages, route)

@@ -204,21 +204,32 @@ async def test_execute_once_returns_what_it_delivered(mcp: Any, fake: FakeLetta)
 
 
 async def test_execute_loop_returns_at_once_and_never_blocks_the_server(mcp: Any, fake: FakeLetta) -> None:
+    """Deterministic: the fake Letta holds every send until released, so the tools are asked while a
+    delivery is certainly in flight (no latency race), and ``execute`` reports the state the loop
+    really has (``running`` is true before the loop's thread gets to run)."""
     client, core = mcp
-    fake.latency = 0.4
+    fake.release.clear()  # every send waits in the fake until fake.release is set
     for i in range(4):
         add_schedule(core.store, fake.agent_ids[0], f"slow {i}", now() - timedelta(seconds=1))
     out = await call(client, "promptyoself_execute", {"loop": True, "interval": 0.5})
     assert out["running"] is True and out["interval"] == 0.5 and "Started" in out["message"]
+    health = await call(client, "health")  # at once, before the loop's thread may have started
+    assert health["executor"]["running"] is True
+    for _ in range(400):  # the loop is now blocked in a send to Letta
+        if fake.max_concurrent >= 1:
+            break
+        await asyncio.sleep(0.025)
+    assert fake.max_concurrent >= 1
     health = await call(client, "health")  # answers while the loop is busy delivering
-    assert health["status"] == "ok" and health["executor"]["running"]
-    assert len(fake.received) < 4
+    assert health["status"] == "ok" and health["executor"]["running"] is True
+    assert fake.received == []
     status = await call(client, "promptyoself_executor_status")
     assert status["status"] == "ok" and status["running"] is True and status["interval"] == 0.5
     assert set(status) >= {"running", "interval", "last_tick", "next_due", "due_now", "delivered_total",
                            "failed_total", "worker", "auth_error"}
     second = await call(client, "promptyoself_execute", {"loop": True})
-    assert "already running" in second["message"]
+    assert "already running" in second["message"] and second["running"] is True
+    fake.release.set()
     made = await call(client, "promptyoself_schedule_time", {"prompt": "via tool", "time": "in 1s",
                                                              "agent_id": fake.agent_ids[2]})
     for _ in range(300):

@@ -147,6 +147,7 @@ class Executor:
     def start_in_thread(self) -> threading.Thread:
         """Run the loop in a daemon thread with its own event loop; returns the thread."""
         self._done.clear()
+        self.running = True  # true from now on, not only once the thread gets to run(): callers report it
         thread = threading.Thread(target=lambda: asyncio.run(self.run()), name="promptyoself-loop", daemon=True)
         thread.start()
         return thread

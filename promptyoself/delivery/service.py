@@ -165,7 +165,7 @@ def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> ExecuteRe
             if started
             else "The background executor is already running in this process."
         )
-        return {"status": "success", "running": True, "interval": ex.interval, "message": message}
+        return {"status": "success", "running": ex.running, "interval": ex.interval, "message": message}
     return run_once_result(core)
 
 
@@ -232,9 +232,11 @@ def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, 
 
     ex = Executor(core, interval=interval, role="execute")
     service_for(core).executor = ex
-    with StopOnSignals(ex.request_stop):
-        asyncio.run(ex.run())
-    ex.close()
+    try:
+        with StopOnSignals(ex.request_stop):  # Ctrl-C: a graceful stop, then KeyboardInterrupt (exit 130)
+            asyncio.run(ex.run())
+    finally:
+        ex.close()
     info = ex.info()
     return {"status": "success", "message": "Executor stopped.", "delivered": info["delivered"],
             "failed": info["failed"], "retried": info["retried"], "missed": info["missed"]}

@@ -54,12 +54,30 @@ TOKEN_ENV = "PROMPTYOSELF_WORKER_TOKEN"
 LOG_ENV = "PROMPTYOSELF_WORKER_LOG"
 SPAWN_HOLD = 30.0
 """Seconds a server reserves the lease for the worker it is starting."""
+SPAWN_PREFIX = "spawn:"
+"""Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
 
 
+def reserving(owner: str, pid: int) -> bool:
+    """True while the lease is a server's reservation for a worker it is starting and ``pid`` is still
+    that server's own (the holder's liveness): the worker's pid is recorded once the spawn returns."""
+    if not owner.startswith(SPAWN_PREFIX):
+        return False
+    parts = owner.rsplit(":", 2)
+    return len(parts) == 3 and parts[1] == str(pid)
+
+
+def worker_pid(row: LeaseRow) -> int | None:
+    """The worker's pid, or None while a server is still starting it (never the server's pid)."""
+    return None if reserving(row.owner, row.pid) else row.pid
+
+
 def lease_info(core: Deps) -> dict[str, Any] | None:
-    """The lease as health, status and ``worker --status`` show it, or None when there is none."""
+    """The lease as health, status and ``worker --status`` show it, or None when there is none.
+    ``starting`` is true until the spawned worker holds the lease itself; ``pid`` is the worker's,
+    or None while the server that starts it does not know it yet."""
     row = read_lease(core.store)
     if row is None:
         return None
@@ -69,7 +87,8 @@ def lease_info(core: Deps) -> dict[str, Any] | None:
         info = {}
     now = core.now()
     return {
-        "pid": row.pid,
+        "pid": worker_pid(row),
+        "starting": row.owner.startswith(SPAWN_PREFIX),
         "host": row.host,
         "owner": row.owner,
         "started_at": timing.to_utc_iso(row.started_at),
@@ -159,11 +178,14 @@ def ensure_worker(core: Deps) -> dict[str, Any]:
     store = core.store
     row = read_lease(store)
     if row is not None and lease_alive(row, core.now()):
-        return {"spawned": False, "pid": row.pid, "reason": "a live worker holds the lease"}
-    token = f"spawn:{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        return {"spawned": False, "pid": worker_pid(row), "reason": "a live worker holds the lease"}
+    # The reservation carries this server's pid (it lives while this server does) until the
+    # worker's is known: lease_info shows no pid meanwhile, never this server's.
+    token = f"{SPAWN_PREFIX}{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     ok, holder = acquire(core, token, os.getpid(), SPAWN_HOLD)
     if not ok:
-        return {"spawned": False, "pid": holder.pid if holder else None, "reason": "another process is starting one"}
+        return {"spawned": False, "pid": worker_pid(holder) if holder else None,
+                "reason": "another process is starting one"}
     try:
         pid = spawn_worker(core.settings, token)
     except Exception:
@@ -192,9 +214,13 @@ def run_worker(core: Deps, *, shared: bool = False,
         ok, holder = acquire(core, owner, os.getpid(), settings.lease_seconds,
                              token=os.environ.get(TOKEN_ENV), info=json.dumps({"role": role}))
         if not ok:
-            who = f"pid {holder.pid} on {holder.host}" if holder else "another process"
-            sys.stderr.write(f"promptyoself worker: a live worker ({who}) already holds the lease for "
-                             f"this database; exiting.\n")
+            pid = worker_pid(holder) if holder else None
+            if holder is not None and pid is None:  # another server's reservation: its worker is on the way
+                why = f"another process on {holder.host} is starting a worker for this database"
+            else:
+                who = f"pid {pid} on {holder.host}" if holder else "another process"
+                why = f"a live worker ({who}) already holds the lease for this database"
+            sys.stderr.write(f"promptyoself worker: {why}; exiting.\n")
             sys.stderr.flush()
             return None
     ex = Executor(core, role=role, owner=owner)
@@ -289,13 +315,13 @@ def status_result(core: Deps) -> dict[str, Any]:
     if info is None:
         return {"status": "ok", "running": False, "worker": None, "message": "No worker lease in this database."}
     state = "alive" if info["alive"] else "not alive (lease expired or process gone)"
-    return {
-        "status": "ok",
-        "running": info["alive"],
-        "worker": info,
-        "message": f"Worker pid {info['pid']} on {info['host']}: {state}; last heartbeat "
-        f"{info['heartbeat_age_s']:.1f}s ago.",
-    }
+    if info["pid"] is None:
+        message = f"A worker is being started on {info['host']} (its pid is not known yet): {state}."
+    else:
+        starting = " (starting)" if info["starting"] else ""
+        message = (f"Worker pid {info['pid']}{starting} on {info['host']}: {state}; last heartbeat "
+                   f"{info['heartbeat_age_s']:.1f}s ago.")
+    return {"status": "ok", "running": info["alive"], "worker": info, "message": message}
 
 
 def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
@@ -303,6 +329,9 @@ def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     info = lease_info(core)
     if info is None or not info["alive"]:
         return {"status": "ok", "stopped": False, "worker": info, "message": "No live worker holds the lease."}
+    if info["pid"] is None:  # a server is starting one: its reservation's pid is the server's own
+        return {"status": "ok", "stopped": False, "worker": info,
+                "message": "A worker is being started (its pid is not known yet); run this again in a moment."}
     pid, host = int(info["pid"]), str(info["host"])
     if host != hostname():
         return {"status": "error", "code": "invalid_argument",
@@ -321,18 +350,28 @@ def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
 
 
 class StopOnSignals:
-    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op)."""
+    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
+    the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
+    graceful stop, so that the command exits 130 as an interrupted command does."""
 
     def __init__(self, callback: Callable[[], None]) -> None:
         self.callback = callback
         self.previous: dict[int, Any] = {}
+        self.interrupted = False
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT:
+            self.interrupted = True
+        self.callback()
 
     def __enter__(self) -> StopOnSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, lambda *_: self.callback())
+                self.previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if self.interrupted and kind is None:
+            raise KeyboardInterrupt

@@ -386,8 +386,8 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
         else:
             sys.stderr.write(f"error ({exc.code}): {exc.message}\n")
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        return EXIT_FAILED
+    except KeyboardInterrupt:  # Ctrl-C (long-running commands stop gracefully first): no traceback
+        return 130  # 128 + SIGINT, as shells report an interrupted command
     except Exception:  # a bug: log it (stderr/log file), never print a traceback as the result
         logging.getLogger("promptyoself.faces.cli").exception("command %s failed", args.command)
         error = {

@@ -6,6 +6,7 @@ before FastMCP is imported and runs with the banner off.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import logging
@@ -17,11 +18,12 @@ os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 
 from fastmcp import Context, FastMCP
-from fastmcp.exceptions import ToolError, ValidationError
+from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
 from fastmcp.server.dependencies import get_http_headers
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from mcp.types import ToolAnnotations
 from pydantic import Field
+from pydantic import ValidationError as PydanticValidationError
 
 from promptyoself import __version__
 from promptyoself.core.agents import CallContext
@@ -41,7 +43,7 @@ from promptyoself.core.results import (
     TestResult,
     UploadResult,
 )
-from promptyoself.errors import PromptYoSelfError
+from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,63 @@ def error_json(exc: PromptYoSelfError) -> str:
     return json.dumps(exc.to_dict(), default=str)
 
 
+def user_error(tool: str, exc: PromptYoSelfError) -> ToolError:
+    """A caller's error as an MCP tool error: our JSON, logged once here at INFO with its code and
+    message. FastMCP logs every ToolError itself ("Error calling tool ...", no reason) at the error's
+    ``log_level``: DEBUG here, since this line says it all."""
+    log.info("%s: %s: %s", tool, exc.code, exc.message)
+    return ToolError(error_json(exc), log_level=logging.DEBUG)
+
+
+INTERNAL = PromptYoSelfError(  # the base class carries code "internal"
+    "Internal error; the server log has the details. Try again, and call health to check the server."
+)
+
+
+def _quoted(names: list[str], limit: int = 5) -> str:
+    shown = [repr(n[:60]) for n in names[:limit]]
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def argument_problem(tool: str, schema: dict[str, Any], args: dict[str, Any]) -> str | None:
+    """Unknown or missing argument names, in one line with the arguments ``tool`` takes; None if the
+    names fit (their values are pydantic's to check)."""
+    props: dict[str, Any] = schema.get("properties") or {}
+    unknown = [str(k) for k in args if k not in props]
+    missing = [str(k) for k in schema.get("required") or [] if k not in args]
+    if not unknown and not missing:
+        return None
+    own = [k for k in props if k not in _PASS_NAMES]
+    parts = []
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        close = difflib.get_close_matches(unknown[0], own, n=1) if len(unknown) == 1 else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        parts.append(f"unknown argument{plural} {_quoted(unknown)}{hint}")
+    if missing:
+        parts.append(f"missing required argument{'s' if len(missing) > 1 else ''} {_quoted(missing)}")
+    return f"{' and '.join(parts)} for {tool}; expected: {', '.join(own) or 'no arguments'}"
+
+
+def describe_validation(tool: str, exc: ValidationError) -> str:
+    """pydantic's complaint about argument values, one line per argument and no documentation URL."""
+    cause = exc.__cause__
+    if not isinstance(cause, PydanticValidationError):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "arguments do not fit the input schema"
+        return f"invalid arguments for {tool}: {first[:300]}"
+    by_arg: dict[str, list[str]] = {}
+    for err in cause.errors(include_url=False, include_input=False):
+        loc = err.get("loc") or ()
+        name = str(loc[0]) if loc else "arguments"
+        msgs = by_arg.setdefault(name, [])
+        if err.get("msg") and err["msg"] not in msgs:
+            msgs.append(str(err["msg"]))
+    items = [(name[:60], " or ".join(msgs)[:200]) for name, msgs in list(by_arg.items())[:5]]
+    if len(items) == 1:
+        return f"invalid value for argument {items[0][0]!r} of {tool}: {items[0][1]}"
+    return f"invalid values for {tool}: " + "; ".join(f"{name!r}: {msg}" for name, msg in items)
+
+
 def call_context(ctx: Context | None) -> CallContext:
     """What the protocol tells us about the caller: request ``_meta``, ``X-Agent-Id``, session scope."""
     if ctx is None:
@@ -90,24 +149,42 @@ def call_context(ctx: Context | None) -> CallContext:
 
 
 class ArgumentErrors(Middleware):
-    """Turn FastMCP's argument-validation failures into our JSON error shape (code invalid_argument)."""
+    """Calls that do not fit a tool get our JSON error shape, before the tool runs: an unknown tool
+    (code ``not_found``, naming the tools), unknown or missing argument names (``invalid_argument``,
+    one line naming them and the arguments the tool takes) and values of the wrong type
+    (``invalid_argument``, pydantic's message per argument). Logged at INFO: they are the caller's."""
+
+    def __init__(self) -> None:
+        self._schemas: dict[str, dict[str, Any]] = {}  # input schema by tool name (the tools are fixed once built)
 
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+        name = str(context.message.name)
+        args = context.message.arguments or {}
+        server = context.fastmcp_context.fastmcp if context.fastmcp_context is not None else None
+        schema = self._schemas.get(name)
+        if schema is None and server is not None:
+            tool = await server.get_tool(name)  # ~1 ms: once per tool
+            if tool is None:
+                raise await self._unknown_tool(server, name)
+            schema = self._schemas[name] = tool.parameters
+        if schema is not None:
+            problem = argument_problem(name, schema, args)
+            if problem is not None:
+                raise user_error(name, InvalidArgument(problem))
         try:
             return await call_next(context)
+        except NotFoundError:
+            raise await self._unknown_tool(server, name) from None
         except ValidationError as exc:
-            text = str(exc).splitlines()
-            detail = "; ".join(line.strip() for line in text[:6] if line.strip())[:600]
-            detail = detail.replace("For further information visit", "").strip()
-            raise ToolError(
-                json.dumps(
-                    {
-                        "status": "error",
-                        "error": f"Invalid arguments: {detail}. Check the tool's input schema.",
-                        "code": "invalid_argument",
-                    }
-                )
-            ) from None
+            raise user_error(name, InvalidArgument(describe_validation(name, exc))) from None
+
+    @staticmethod
+    async def _unknown_tool(server: Any, name: str) -> ToolError:
+        known = sorted(t.name for t in await server.list_tools(run_middleware=False)) if server is not None else []
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        listed = f" The tools are: {', '.join(known)}." if known else ""
+        return user_error(name[:100], NotFound(f"Unknown tool {name[:100]!r}.{hint}{listed}"))
 
 
 def _register(
@@ -141,20 +218,11 @@ def _register(
         core.tool_calls += 1
         try:
             return fn(**kwargs)
-        except PromptYoSelfError as exc:
-            raise ToolError(error_json(exc)) from None
-        except Exception:
+        except PromptYoSelfError as exc:  # the caller's error: INFO, with its code and message
+            raise user_error(fn.__name__, exc) from None
+        except Exception:  # a bug: ERROR with the traceback, in the log only
             log.exception("tool %s failed", fn.__name__)
-            raise ToolError(
-                json.dumps(
-                    {
-                        "status": "error",
-                        "error": "Internal error; the server log has the details. Try again, "
-                        "and call health to check the server.",
-                        "code": "internal",
-                    }
-                )
-            ) from None
+            raise ToolError(error_json(INTERNAL), log_level=logging.DEBUG) from None
 
     tool.__name__ = fn.__name__
     # The description is passed as is: left as a docstring, FastMCP would load griffe and run three
@@ -266,7 +334,8 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         prompt: Prompt,
         every: Annotated[
             str | int,
-            Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer)."),
+            Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer); "
+                  "at least PROMPTYOSELF_MIN_INTERVAL (default 10s)."),
         ],
         start_at: Annotated[
             str | None, Field(description="First run (same formats as `time`); default now + every.")

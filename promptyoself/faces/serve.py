@@ -11,9 +11,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
+
+if TYPE_CHECKING:
+    from promptyoself.core.operations import Core
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +65,42 @@ def serve(args: argparse.Namespace) -> int:
     Refuses (exit code 2, reason on stderr) to bind a non-loopback address without
     ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, and to start on invalid configuration.
     When a token is set, every HTTP/SSE request must carry it, whatever the bind address.
+    Ctrl-C (SIGINT) ends it with exit code 130 and no traceback (promptyoself.faces.interrupt).
     """
+    from promptyoself.faces.interrupt import EXIT_INTERRUPTED, SigintExits
+
+    try:
+        with SigintExits() as sigint:  # (the stdio server swaps in StdioSigintExits)
+            code = _serve(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if sigint.seen else code
+
+
+STDIO_TERMINAL_HINT = (
+    "promptyoself: this is the MCP server; it speaks MCP (JSON-RPC) on stdin/stdout to a client such as "
+    "Letta or Claude Desktop (see {readme}). For the command line run `promptyoself --help`. Ctrl-C quits."
+)
+
+
+def _readme() -> str:
+    path = Path(__file__).resolve().parents[2] / "README_FASTMCP.md"
+    return str(path) if path.is_file() else "README_FASTMCP.md"
+
+
+def _stop_for_exit(core: Core) -> None:
+    """After Ctrl-C in the stdio server: stop this process's delivery (in-flight sends get their
+    grace), then close the store."""
+    if core.delivery is not None:
+        from promptyoself.delivery.service import DeliveryService
+
+        if isinstance(core.delivery, DeliveryService):
+            core.delivery.stop()
+    core.close()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """The body of :func:`serve`, run under its SIGINT handling."""
     from promptyoself.config import ConfigError, load_settings
     from promptyoself.core.operations import Core
     from promptyoself.faces.mcp import build_server  # before setup_logging: it routes FastMCP's loggers
@@ -113,7 +153,13 @@ def serve(args: argparse.Namespace) -> int:
         mcp = build_server(core)
     try:
         if transport == "stdio":
-            mcp.run("stdio", show_banner=False)
+            from promptyoself.faces.interrupt import StdioSigintExits, stdin_is_terminal
+
+            if stdin_is_terminal():  # a person, not a client: say what this is (stdout stays JSON-RPC only)
+                sys.stderr.write(STDIO_TERMINAL_HINT.format(readme=_readme()) + "\n")
+                sys.stderr.flush()
+            with StdioSigintExits(lambda: _stop_for_exit(core)):
+                mcp.run("stdio", show_banner=False)
         else:
             from promptyoself.faces.http_auth import bearer_middleware
 

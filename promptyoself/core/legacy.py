@@ -22,7 +22,7 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -289,7 +289,7 @@ def _optional_time(row: Mapping[str, Any], name: str) -> datetime | None:
 # ---- the import -------------------------------------------------------------------------------
 
 
-def import_legacy(core: Any, path: object) -> dict[str, Any]:
+def import_legacy(core: Any, path: object, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Import the active rows of an earlier PromptYoSelf database into ``core``'s store.
 
     Returns ``{status, path, imported, skipped_existing, skipped_inactive, errors:[{legacy_id,
@@ -313,7 +313,7 @@ def import_legacy(core: Any, path: object) -> dict[str, Any]:
     errors: list[dict[str, Any]] = []
     skipped_existing = skipped_inactive = 0
 
-    for row in rows:
+    for row in _reporting(rows, progress):
         report = {"legacy_id": row.get("id"), "agent_id": _short(row.get("agent_id"))}
         try:
             values = convert_row(row, core, now)
@@ -372,3 +372,13 @@ def import_legacy(core: Any, path: object) -> dict[str, Any]:
         "imported_ids": imported_ids,
         "message": message,
     }
+
+
+def _reporting(rows: Sequence[Any], progress: Callable[[int, int], None] | None) -> Iterator[Any]:
+    """``rows``, calling ``progress(done, total)`` before the first and after each one (the CLI's bar)."""
+    if progress is not None:
+        progress(0, len(rows))
+    for done, row in enumerate(rows, 1):
+        yield row
+        if progress is not None:
+            progress(done, len(rows))

@@ -336,8 +336,10 @@ def _letta(core: Any, a: argparse.Namespace) -> dict[str, Any]:
 
 def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
+    from promptyoself.faces.progress import progress_bar
 
-    return dict(legacy.import_legacy(core, a.path))
+    with progress_bar("Importing legacy rows") as update:  # drawn on stderr only when it is a terminal
+        return dict(legacy.import_legacy(core, a.path, progress=update))
 
 
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] = {

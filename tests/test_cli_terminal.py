@@ -173,3 +173,17 @@ def test_a_python_without_the_dependencies_gets_one_line_on_how_to_install(entry
     assert len(lines) == 1, proc.stderr
     assert "pip install -e ." in lines[0] and "Traceback" not in proc.stderr
     assert re.search(r"lacks the dependency '\w+'", lines[0]), lines[0]
+
+
+def test_readme_says_how_to_run_the_command_and_the_postgresql_tests() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert ".venv/bin/promptyoself" in readme and "source .venv/bin/activate" in readme
+    assert "PROMPTYOSELF_TEST_PG_URL=postgresql+psycopg://" in readme
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    # the first two commands stay as they were; CI (.ci/run) runs the second one verbatim
+    assert blocks[0].strip().startswith("python3 -m venv .venv && .venv/bin/pip install -q -e . &&")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for line in blocks[1].strip().splitlines():
+        assert line in ci.splitlines(), line
+    # the command README names exists where it says after the install
+    assert (Path(sys.executable).parent / "promptyoself").is_file()

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,8 +94,17 @@ def build_parser(modules: dict[str, ModuleType]) -> argparse.ArgumentParser:
 
 
 def run_sections(args: Any, modules: dict[str, ModuleType | str], selected: list[Section]) -> list[Outcome]:
-    outcomes = []
+    from promptyoself.faces.progress import section_bar
+
+    with section_bar(len(selected)) as step:  # on stderr, only when it is a terminal
+        return _run_sections(args, modules, selected, step)
+
+
+def _run_sections(args: Any, modules: dict[str, ModuleType | str], selected: list[Section],
+                  step: Callable[[int, str], None]) -> list[Outcome]:
+    outcomes: list[Outcome] = []
     for section in selected:
+        step(len(outcomes), f"bench: {section.name}")
         module = modules[section.name]
         if isinstance(module, str):
             outcomes.append(Outcome(section, [], "not run", module))
@@ -113,6 +123,7 @@ def run_sections(args: Any, modules: dict[str, ModuleType | str], selected: list
         outcome.seconds = time.perf_counter() - t0
         say(f"[bench] {section.name}: {outcome.status} in {outcome.seconds:.1f} s")
         outcomes.append(outcome)
+        step(len(outcomes), f"bench: {section.name}")
     return outcomes
 
 

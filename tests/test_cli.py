@@ -65,6 +65,7 @@ def test_table_on_a_terminal(capsys: pytest.CaptureFixture[str], core: Core, mon
     )
     capsys.readouterr()
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for the prompt to stay in its column
     code, out, _ = run(capsys, core, "list")
     assert code == 0
     header, row = out.splitlines()[:2]

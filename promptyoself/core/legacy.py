@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ from promptyoself import timing
 from promptyoself.core.agents import normalize_agent_id
 from promptyoself.core.results import LegacyImportResult, LegacyRowError
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
-from promptyoself.store.legacy import read_reminders
+from promptyoself.store.legacy import LegacyRow, read_reminders
 from promptyoself.store.records import NewSchedule
 
 if TYPE_CHECKING:
@@ -261,7 +261,9 @@ def _optional_time(row: Mapping[str, object], name: str) -> datetime | None:
 # ---- the import -------------------------------------------------------------------------------
 
 
-def import_legacy(core: Core, path: object) -> LegacyImportResult:
+def import_legacy(
+    core: Core, path: object, progress: Callable[[int, int], None] | None = None
+) -> LegacyImportResult:
     """Import the active rows of an earlier PromptYoSelf database into ``core``'s store.
 
     Returns ``{status, path, imported, skipped_existing, skipped_inactive, errors:[{legacy_id,
@@ -281,7 +283,7 @@ def import_legacy(core: Core, path: object) -> LegacyImportResult:
     errors: list[LegacyRowError] = []
     skipped_existing = skipped_inactive = 0
 
-    for row in rows:
+    for row in _reporting(rows, progress):
         legacy_id, shown_agent = row.get("id"), _short(row.get("agent_id"))
         try:
             new = convert_row(row, core, now)
@@ -336,3 +338,15 @@ def import_legacy(core: Core, path: object) -> LegacyImportResult:
         "imported_ids": imported_ids,
         "message": message,
     }
+
+
+def _reporting(
+    rows: Sequence[LegacyRow], progress: Callable[[int, int], None] | None
+) -> Iterator[LegacyRow]:
+    """``rows``, calling ``progress(done, total)`` before the first and after each one (the CLI's bar)."""
+    if progress is not None:
+        progress(0, len(rows))
+    for done, row in enumerate(rows, 1):
+        yield row
+        if progress is not None:
+            progress(done, len(rows))

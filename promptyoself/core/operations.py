@@ -118,7 +118,7 @@ class Core(Deps, AdminOperations):
         when = timing.parse_time(raw, now=now, tz=tz)
         timing.ensure_future(when, now=now, tz=tz)
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
-        plan = Plan("once", raw.strip(), tz, when, message)
+        plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message)  # the instant, not "in 5m"
         return self._create(text, plan, agent_id, skip_validation, idempotency_key, ctx, now)
 
     def schedule_cron(

@@ -15,9 +15,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from promptyoself.config import ConfigError
 from promptyoself.errors import PromptYoSelfError
+from promptyoself.faces import tables
+from promptyoself.faces.cli_errors import cli_error
 from promptyoself.faces.serve import add_serve_arguments
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -50,10 +53,12 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="promptyoself",
+        usage="%(prog)s [-h] [--json] COMMAND ...",
         description="Schedule prompts for Letta agents and deliver them on time.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON even on a terminal")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # help=SUPPRESS: the commands are listed once, in the epilog's "Available commands:" block.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="promptyoself")
 
     p = sub.add_parser("schedule", help="schedule a prompt (--time, --cron or --every)")
     p.add_argument("--prompt", required=True, help="text the agent will receive")
@@ -163,7 +168,8 @@ def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
     rows = [(a.dest, a.help or "") for a in sub._choices_actions]
     width = max(len(name) for name, _ in rows) + 2
     lines = ["Available commands:", *(f"  {name.ljust(width)}{text}" for name, text in rows), ""]
-    lines += ["Output: JSON on stdout when it is not a terminal (or with --json), else a table.",
+    lines += ["`promptyoself COMMAND --help` shows a command's flags.",
+              "Output: JSON on stdout when it is not a terminal (or with --json), else a table.",
               "Exit codes: 0 success, 1 the operation failed, 2 usage error."]
     parser.epilog = "\n".join(lines)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -171,42 +177,20 @@ def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
 
 # ---- output -----------------------------------------------------------------------------------
 
-ROW_COLUMNS: dict[str, tuple[str, ...]] = {
-    "schedules": ("id", "agent_id", "schedule_type", "schedule_value", "timezone", "state", "next_run", "prompt_text"),
-    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
-    "agents": ("id", "name", "created_at", "last_updated"),
-    "executed": ("id", "agent_id", "delivered", "next_run", "repetition_count", "completed", "error"),
-}
-
-
-def _cell(value: Any, width: int = 40) -> str:
-    text = "" if value is None else str(value)
-    text = text.replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def render_table(result: dict[str, Any]) -> str:
-    """A readable rendering for terminals: a table for lists, ``key: value`` lines otherwise."""
-    lines: list[str] = []
-    for key, columns in ROW_COLUMNS.items():
-        rows = result.get(key)
-        if isinstance(rows, list):
-            cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-            widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-            lines.append("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
-            lines.extend("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells)
-            extra = {k: v for k, v in result.items() if k not in (key, "status")}
-            lines.append(" ".join(f"{k}={v}" for k, v in extra.items()))
-            return "\n".join(line.rstrip() for line in lines)
-    for k, v in result.items():
-        lines.append(f"{k}: {json.dumps(v) if isinstance(v, (dict, list)) else v}")
-    return "\n".join(lines)
-
-
-def emit(result: dict[str, Any], as_json: bool) -> None:
-    text = json.dumps(result, indent=None if as_json else 2, default=str) if as_json else render_table(result)
+def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) -> None:
+    """JSON (one line), or for a terminal the text of ``promptyoself.faces.tables`` with instants in
+    each schedule's timezone (``zone``, ``PROMPTYOSELF_TIMEZONE``, for the rest)."""
+    text = json.dumps(result, default=str) if as_json else tables.render(result, zone)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _zone(core: Any) -> ZoneInfo | None:
+    """``PROMPTYOSELF_TIMEZONE``: where a terminal shows instants that belong to no schedule."""
+    try:
+        return ZoneInfo(str(core.settings.timezone))
+    except Exception:  # a test double without settings, or a zone this machine lacks: UTC
+        return None
 
 
 def want_json(args: argparse.Namespace) -> bool:
@@ -322,8 +306,10 @@ def _letta(core: Any, a: argparse.Namespace) -> dict[str, Any]:
 
 def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
+    from promptyoself.faces.progress import progress_bar
 
-    return dict(legacy.import_legacy(core, a.path))
+    with progress_bar("Importing legacy rows") as update:  # drawn on stderr only when it is a terminal
+        return dict(legacy.import_legacy(core, a.path, progress=update))
 
 
 COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] = {
@@ -381,10 +367,11 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
             emit({"status": "error", "error": str(exc), "code": "usage"}, True)
         return EXIT_USAGE
     except PromptYoSelfError as exc:
+        error = cli_error(exc)  # the core words next steps for MCP; this face names its own commands
         if as_json:
-            emit(exc.to_dict(), True)
+            emit(error, True)
         else:
-            sys.stderr.write(f"error ({exc.code}): {exc.message}\n")
+            sys.stderr.write(f"error ({exc.code}): {error['error']}\n")
         return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C (long-running commands stop gracefully first): no traceback
         return 130  # 128 + SIGINT, as shells report an interrupted command
@@ -404,9 +391,11 @@ def main(argv: list[str] | None = None, *, core: Any = None) -> int:
         if own_core and core is not None:
             core.close()
     if result is not None:
-        emit(result, as_json)
+        emit(result, as_json, _zone(core))
         if result.get("status") == "error":
             return EXIT_FAILED
+        if args.command == "execute" and any(not item.get("delivered") for item in result.get("executed") or ()):
+            return EXIT_FAILED  # a due prompt was not delivered (retry, failed, ...): the message says how many
         if args.command == "health" and result.get("status") != "ok":
             return EXIT_FAILED  # degraded or down: the reasons say why
     return EXIT_OK

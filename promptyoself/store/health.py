@@ -12,8 +12,8 @@ from typing import Any
 
 from sqlalchemy import case, func, select
 
-from promptyoself.store.db import Delivery, Schedule, Store, WorkerLease
-from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
+from promptyoself.store.db import Delivery, Schedule, Store
+from promptyoself.store.lease import lease_alive, read_lease
 
 
 @dataclass(frozen=True)
@@ -80,19 +80,17 @@ def letta_error_kinds(store: Store) -> dict[str, int]:
 
 def lease(store: Store, now: datetime) -> dict[str, Any] | None:
     """The worker lease (pid, host, owner, heartbeat, lease_until, alive) or None."""
-    with store.session() as s:
-        row = s.get(WorkerLease, LEASE_NAME)
-        if row is None:
-            return None
-        alive = row.lease_until > now and (row.host != hostname() or pid_alive(row.pid))
-        return {
-            "pid": row.pid,
-            "host": row.host,
-            "owner": row.owner,
-            "heartbeat_at": row.heartbeat_at,
-            "lease_until": row.lease_until,
-            "alive": alive,
-        }
+    row = read_lease(store)
+    if row is None:
+        return None
+    return {
+        "pid": row.pid,
+        "host": row.host,
+        "owner": row.owner,
+        "heartbeat_at": row.heartbeat_at,
+        "lease_until": row.lease_until,
+        "alive": lease_alive(row, now),
+    }
 
 
 def claims_lost(store: Store) -> int:

@@ -29,6 +29,7 @@ from promptyoself.errors import (
     InvalidCron,
     InvalidInterval,
     InvalidTime,
+    PromptYoSelfError,
     TimeInPast,
 )
 
@@ -128,6 +129,18 @@ _SUFFIX_ZONE_RE = re.compile(r"(?P<body>.+?)\s+(?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9
 
 def _has_control(text: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in text)
+
+
+def _rule_text(value: object, what: str, error: type[PromptYoSelfError], forms: str) -> str:
+    """The first checks of every rule text (time, cron, interval): a string of at most
+    ``MAX_RULE_CHARS`` characters with no control characters; ``error`` names what is wrong."""
+    if not isinstance(value, str):
+        raise error(f"{what} must be a string. {forms}")
+    if len(value) > MAX_RULE_CHARS:
+        raise error(f"{what} is longer than {MAX_RULE_CHARS} characters. {forms}")
+    if _has_control(value):
+        raise error(f"{what} has control characters (tab, newline). {forms}")
+    return value
 
 
 def _is_naive(dt: datetime) -> bool:
@@ -252,11 +265,7 @@ def _iso_duration_us(text: str) -> int | None:
 
 
 def _interval_text_us(text: str) -> tuple[int, str]:
-    if len(text) > MAX_RULE_CHARS:
-        raise InvalidInterval(f"Interval is longer than {MAX_RULE_CHARS} characters. {_INTERVAL_FORMS}")
-    if _has_control(text):
-        raise InvalidInterval(f"Interval has control characters. {_INTERVAL_FORMS}")
-    shown = text.strip()
+    shown = _rule_text(text, "Interval", InvalidInterval, _INTERVAL_FORMS).strip()
     body = shown.lower()
     if body.startswith("every "):
         body = body[6:].strip()
@@ -374,13 +383,7 @@ def _parse_relative(body: str, shown: str, now_utc: datetime) -> datetime:
 
 def parse_time(text: str, *, now: datetime, tz: ZoneInfo) -> datetime:
     """Parse a one-time instant -> aware UTC. Does not check that it is future."""
-    if not isinstance(text, str):
-        raise InvalidTime(f"Time must be a string. {_TIME_FORMS}")
-    if len(text) > MAX_RULE_CHARS:
-        raise InvalidTime(f"Time is longer than {MAX_RULE_CHARS} characters. {_TIME_FORMS}")
-    if _has_control(text):
-        raise InvalidTime(f"Time contains control characters. {_TIME_FORMS}")
-    shown = text.strip()
+    shown = _rule_text(text, "Time", InvalidTime, _TIME_FORMS).strip()
     if not shown:
         raise InvalidTime(f"Time is empty. {_TIME_FORMS}")
     lowered = shown.lower()
@@ -447,13 +450,7 @@ def normalize_cron(expr: str) -> str:
 
     Aliases are returned lower-case ('@daily').
     """
-    if not isinstance(expr, str):
-        raise InvalidCron(f"Cron rule must be a string. {_CRON_FORMS}")
-    if len(expr) > MAX_RULE_CHARS:
-        raise InvalidCron(f"Cron rule is longer than {MAX_RULE_CHARS} characters. {_CRON_FORMS}")
-    if _has_control(expr):
-        raise InvalidCron(f"Cron rule has control characters (tab, newline). {_CRON_FORMS}")
-    fields = expr.split()
+    fields = _rule_text(expr, "Cron rule", InvalidCron, _CRON_FORMS).split()
     if not fields:
         raise InvalidCron(f"Cron rule is empty. {_CRON_FORMS}")
     shown = " ".join(fields)

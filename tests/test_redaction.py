@@ -48,3 +48,16 @@ def test_url_secrets_feed_the_log_filter() -> None:
     assert url_secrets(None) == []
     settings = Settings(db="postgresql://app:dbpass-1@db/pys", letta_base_url="http://letta/?token=tok-4567")
     assert {"dbpass-1", "tok-4567"} <= set(settings_secrets(settings))
+
+
+def test_database_errors_show_no_password() -> None:
+    from sqlalchemy.exc import OperationalError
+
+    from promptyoself.store.db import database_error
+
+    url = "postgresql+psycopg://app:pw-SECRET-1@db:5432/pys"
+    driver = Exception(f"connection to server failed: could not connect to {url} (refused)")
+    mapped = database_error(OperationalError("SELECT 1", {}, driver), url)
+    assert mapped is not None and mapped.code == "database_unavailable"
+    assert "pw-SECRET-1" not in mapped.message
+    assert "postgresql+psycopg://app:***@db:5432/pys" in mapped.message

@@ -71,7 +71,7 @@ class Checked(Protocol):
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return redact_url(text[0][:300]) if text else type(exc).__name__
+    return redact_url(text[0])[:300] if text else type(exc).__name__
 
 
 def letta_probe(core: Checked) -> Reason | None:

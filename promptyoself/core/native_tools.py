@@ -39,57 +39,56 @@ _CALL = '''    import json
         return exc.read().decode() or str(exc)
 '''
 
+
+def _schedule_tool(name: str, rule: str, option: tuple[str, str, str], summary: str, args: str, run: str) -> str:
+    """The head of a scheduling tool: ``POST /api/schedules/<rule>`` with the prompt, the rule and the
+    calling agent, plus the ``option`` (name, type, default) when the agent sets it."""
+    opt, opt_type, default = option
+    return f'''def {name}(prompt: str, {rule}: str, {opt}: {opt_type} = {default}) -> str:
+    """{summary}
+
+    Args:
+{args}
+    Returns:
+        str: JSON with the schedule id and its {run} run, or an error message.
+    """
+    method, path = "POST", "/api/schedules/{rule}"
+    body = {{"prompt": prompt, "{rule}": {rule}, "agent_id": __import__("os").environ["LETTA_AGENT_ID"]}}
+    if {opt}:
+        body["{opt}"] = {opt}
+'''
+
+
 TOOLS: dict[str, str] = {
-    "schedule_prompt_at": '''def schedule_prompt_at(prompt: str, time: str, timezone: str = "") -> str:
-    """Schedule a prompt that will be sent to you (this agent) once, at a given time.
-
-    Use it to remind yourself later: the prompt arrives as a user message at that time.
-
-    Args:
-        prompt (str): The text you will receive.
-        time (str): When: ISO 8601 such as '2026-12-25T09:00:00+01:00', or relative such as 'in 10m', 'in 2h'.
-        timezone (str): IANA timezone for a time without an offset, e.g. 'Europe/Berlin'. Empty for the default.
-
-    Returns:
-        str: JSON with the schedule id and its next run, or an error message.
-    """
-    method, path = "POST", "/api/schedules/time"
-    body = {"prompt": prompt, "time": time, "agent_id": __import__("os").environ["LETTA_AGENT_ID"]}
-    if timezone:
-        body["timezone"] = timezone
-''',
-    "schedule_prompt_cron": '''def schedule_prompt_cron(prompt: str, cron: str, timezone: str = "") -> str:
-    """Schedule a prompt that will be sent to you (this agent) repeatedly, on a cron rule.
-
-    Args:
-        prompt (str): The text you will receive each time.
-        cron (str): A 5-field cron rule (minute hour day month weekday), e.g. '0 9 * * MON-FRI' for 09:00 on weekdays.
-        timezone (str): IANA timezone the rule is read in, e.g. 'America/New_York'. Empty for the default.
-
-    Returns:
-        str: JSON with the schedule id and its first run, or an error message.
-    """
-    method, path = "POST", "/api/schedules/cron"
-    body = {"prompt": prompt, "cron": cron, "agent_id": __import__("os").environ["LETTA_AGENT_ID"]}
-    if timezone:
-        body["timezone"] = timezone
-''',
-    "schedule_prompt_every": '''def schedule_prompt_every(prompt: str, every: str, max_repetitions: int = 0) -> str:
-    """Schedule a prompt that will be sent to you (this agent) every fixed interval.
-
-    Args:
-        prompt (str): The text you will receive each time.
-        every (str): The interval, e.g. '30m', '1h30m', '1d'.
-        max_repetitions (int): Stop after this many deliveries; 0 for no limit.
-
-    Returns:
-        str: JSON with the schedule id and its first run, or an error message.
-    """
-    method, path = "POST", "/api/schedules/every"
-    body = {"prompt": prompt, "every": every, "agent_id": __import__("os").environ["LETTA_AGENT_ID"]}
-    if max_repetitions:
-        body["max_repetitions"] = max_repetitions
-''',
+    "schedule_prompt_at": _schedule_tool(
+        "schedule_prompt_at", "time", ("timezone", "str", '""'),
+        "Schedule a prompt that will be sent to you (this agent) once, at a given time.\n\n"
+        "    Use it to remind yourself later: the prompt arrives as a user message at that time.",
+        "        prompt (str): The text you will receive.\n"
+        "        time (str): When: ISO 8601 such as '2026-12-25T09:00:00+01:00', or relative such as 'in 10m', "
+        "'in 2h'.\n"
+        "        timezone (str): IANA timezone for a time without an offset, e.g. 'Europe/Berlin'. Empty for the "
+        "default.\n",
+        "next",
+    ),
+    "schedule_prompt_cron": _schedule_tool(
+        "schedule_prompt_cron", "cron", ("timezone", "str", '""'),
+        "Schedule a prompt that will be sent to you (this agent) repeatedly, on a cron rule.",
+        "        prompt (str): The text you will receive each time.\n"
+        "        cron (str): A 5-field cron rule (minute hour day month weekday), e.g. '0 9 * * MON-FRI' for 09:00 "
+        "on weekdays.\n"
+        "        timezone (str): IANA timezone the rule is read in, e.g. 'America/New_York'. Empty for the "
+        "default.\n",
+        "first",
+    ),
+    "schedule_prompt_every": _schedule_tool(
+        "schedule_prompt_every", "every", ("max_repetitions", "int", "0"),
+        "Schedule a prompt that will be sent to you (this agent) every fixed interval.",
+        "        prompt (str): The text you will receive each time.\n"
+        "        every (str): The interval, e.g. '30m', '1h30m', '1d'.\n"
+        "        max_repetitions (int): Stop after this many deliveries; 0 for no limit.\n",
+        "first",
+    ),
     "list_my_scheduled_prompts": '''def list_my_scheduled_prompts() -> str:
     """List the prompts you (this agent) have scheduled that are still active or paused.
 

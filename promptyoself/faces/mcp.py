@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, TypedDict, get_type_hints
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
@@ -199,14 +199,20 @@ def _register(
     title: str | None = None,
 ) -> None:
     """Register ``fn`` as a tool: add the pass-through arguments, inject the call context where
-    ``fn`` takes ``call``, and map core errors onto MCP tool errors."""
+    ``fn`` takes ``call``, spread ``options`` (``ScheduleOptions``) into the tool's arguments, and map
+    core errors onto MCP tool errors."""
     sig = inspect.signature(fn)
     hints = get_type_hints(fn, include_extras=True)
     wants_call = "call" in sig.parameters
+    wants_options = "options" in sig.parameters
     params = [
-        p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values() if p.name != "call"
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in sig.parameters.values()
+        if p.name not in ("call", "options")
     ]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+    if wants_options:
+        params.extend(SCHEDULE_OPTIONS)
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None)
 
     def tool(**kwargs: Any) -> Any:
@@ -215,6 +221,9 @@ def _register(
             kwargs.pop(name, None)
         if wants_call:
             kwargs["call"] = call_context(ctx)
+        if wants_options:
+            options = {p.name: kwargs.pop(p.name, p.default) for p in SCHEDULE_OPTIONS}
+            kwargs["options"] = {**options, "ctx": call_context(ctx)}
         core.tool_calls += 1
         try:
             return fn(**kwargs)
@@ -268,6 +277,41 @@ IdempotencyKey = Annotated[
     Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
 ]
 ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
+When = Annotated[
+    str,
+    Field(
+        description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in "
+        "`timezone`, or relative 'in 5m', '+2h', 'in 1h30m'."
+    ),
+]
+CronRule = Annotated[
+    str,
+    Field(
+        description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, "
+        "evaluated in `timezone`."
+    ),
+]
+
+
+class ScheduleOptions(TypedDict):
+    """The arguments every scheduling tool shares, passed on to the core as they are."""
+
+    agent_id: str | None
+    timezone: str | None
+    skip_validation: bool
+    idempotency_key: str | None
+    ctx: CallContext
+
+
+SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+    for name, ann, default in (
+        ("agent_id", AgentId, None),
+        ("timezone", Timezone, None),
+        ("skip_validation", SkipValidation, False),
+        ("idempotency_key", IdempotencyKey, None),
+    )
+)
 
 
 def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
@@ -278,57 +322,13 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
     mcp = FastMCP("promptyoself", **kwargs)
     mcp.add_middleware(ArgumentErrors())
 
-    def promptyoself_schedule_time(
-        prompt: Prompt,
-        time: Annotated[
-            str,
-            Field(
-                description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in "
-                "`timezone`, or relative 'in 5m', '+2h', 'in 1h30m'."
-            ),
-        ],
-        agent_id: AgentId = None,
-        timezone: Timezone = None,
-        skip_validation: SkipValidation = False,
-        idempotency_key: IdempotencyKey = None,
-        call: CallContext | None = None,
-    ) -> ScheduleResult:
+    def promptyoself_schedule_time(prompt: Prompt, time: When, options: ScheduleOptions) -> ScheduleResult:
         """Schedule a one-time prompt to be delivered to the agent at `time`."""
-        return core.schedule_time(
-            prompt,
-            time,
-            agent_id=agent_id,
-            timezone=timezone,
-            skip_validation=skip_validation,
-            idempotency_key=idempotency_key,
-            ctx=call,
-        )
+        return core.schedule_time(prompt, time, **options)
 
-    def promptyoself_schedule_cron(
-        prompt: Prompt,
-        cron: Annotated[
-            str,
-            Field(
-                description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, "
-                "evaluated in `timezone`."
-            ),
-        ],
-        agent_id: AgentId = None,
-        timezone: Timezone = None,
-        skip_validation: SkipValidation = False,
-        idempotency_key: IdempotencyKey = None,
-        call: CallContext | None = None,
-    ) -> ScheduleResult:
+    def promptyoself_schedule_cron(prompt: Prompt, cron: CronRule, options: ScheduleOptions) -> ScheduleResult:
         """Schedule a recurring prompt on a cron rule, in an IANA timezone (DST-safe)."""
-        return core.schedule_cron(
-            prompt,
-            cron,
-            agent_id=agent_id,
-            timezone=timezone,
-            skip_validation=skip_validation,
-            idempotency_key=idempotency_key,
-            ctx=call,
-        )
+        return core.schedule_cron(prompt, cron, **options)
 
     def promptyoself_schedule_every(
         prompt: Prompt,
@@ -341,23 +341,12 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
             str | None, Field(description="First run (same formats as `time`); default now + every.")
         ] = None,
         max_repetitions: Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")] = None,
-        agent_id: AgentId = None,
-        timezone: Timezone = None,
-        skip_validation: SkipValidation = False,
-        idempotency_key: IdempotencyKey = None,
-        call: CallContext | None = None,
+        *,
+        options: ScheduleOptions,
     ) -> ScheduleResult:
         """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
         return core.schedule_every(
-            prompt,
-            every,
-            start_at=start_at,
-            max_repetitions=max_repetitions,
-            agent_id=agent_id,
-            timezone=timezone,
-            skip_validation=skip_validation,
-            idempotency_key=idempotency_key,
-            ctx=call,
+            prompt, every, start_at=start_at, max_repetitions=max_repetitions, **options
         )
 
     def promptyoself_list(

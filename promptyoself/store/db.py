@@ -232,7 +232,7 @@ def _cause(exc: BaseException) -> str:
     """The first line of the underlying driver's message, without the URL's password."""
     orig = getattr(exc, "orig", None) or exc
     line = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    return line[:300]
+    return redact_url(line)[:300]
 
 
 def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:

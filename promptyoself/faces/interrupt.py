@@ -52,7 +52,8 @@ class SigintExits:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._installed:
-            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            previous = self._previous if self._previous is not None else signal.SIG_DFL  # None: not set from Python
+            signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
             self._installed = False
 
 
@@ -68,10 +69,10 @@ class StdioSigintExits(SigintExits):
         if self.seen:  # a second Ctrl-C: do not wait for the clean-up
             _exit_now()
         self.seen = True
-        log.info("interrupted (Ctrl-C): stopping")
         threading.Thread(target=self._finish, name="promptyoself-sigint", daemon=True).start()
 
     def _finish(self) -> None:
+        log.info("interrupted (Ctrl-C): stopping")  # here, not in the signal handler (logging locks)
         done = threading.Thread(target=self._cleanup, name="promptyoself-sigint-cleanup", daemon=True)
         done.start()
         done.join(self.grace)

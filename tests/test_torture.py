@@ -55,6 +55,7 @@ pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("PROMPTYOSELF_TORTURE_SEED", "9"))
 SCALE = float(os.environ.get("PROMPTYOSELF_TORTURE_SCALE", "1"))
+REPORT = os.environ.get("PROMPTYOSELF_TORTURE_REPORT")  # read here: tests run with PROMPTYOSELF_* cleared
 N_ONCE = max(10, round(500 * SCALE))
 N_RECURRING = max(1, round(10 * SCALE))
 N_AGENTS = max(5, round(50 * SCALE))
@@ -148,9 +149,8 @@ def explain(otids: list[str], received: list[dict[str, Any]], rows: list[Any], t
 
 
 def report(figures: dict[str, Any]) -> None:
-    path = os.environ.get("PROMPTYOSELF_TORTURE_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:
+    if REPORT:
+        with open(REPORT, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(figures) + "\n")
     sys.stderr.write(f"torture: {json.dumps(figures)}\n")
 

@@ -12,12 +12,13 @@ Everything here is synchronous and runs in a worker thread of the executor. The 
    transaction. Several attempts (each on its own claim) may share that transaction: group commit.
    ``deliver`` is 2 then 3.
 
-Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``), every
-send carries the occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have
-reached Letta (``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an
-expired holder) is first looked up in Letta (``LettaClient.find_message``) and recorded
-``delivered`` without a send when it is there. docs/deployment.md states what remains.
-"""
+Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``, asked
+before the work and again by the client right before the request is written), every send carries the
+occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have reached Letta
+(``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an expired
+holder) is first looked up in Letta (``LettaClient.find_message``) and recorded ``delivered`` without
+a send when it is there, also when it is past the misfire grace. A claim taken over is never given
+back unsent (``give_back``). docs/deployment.md states what remains."""
 
 from __future__ import annotations
 

@@ -342,6 +342,7 @@ class FakeLetta:
         self._requests: list[tuple[str, str, int]] = []
         self._request_details: list[dict[str, Any]] = []
         self._pending_failures: deque[_Failure] = deque()
+        self._failure_counts: Counter[str] = Counter()
         self._in_flight: Counter[str] = Counter()
         self._in_flight_total = 0
         self._max_concurrent_per_agent = 0
@@ -513,6 +514,12 @@ class FakeLetta:
             return [dict(item) for item in self._request_details]
 
     @property
+    def failures(self) -> Counter[str]:
+        """How many message POSTs failed, by failure mode (``"500"``, ``"429r"``, ``"accepted_drop"``...)."""
+        with self._lock:
+            return Counter(self._failure_counts)
+
+    @property
     def max_concurrent_per_agent(self) -> int:
         with self._lock:
             return self._max_concurrent_per_agent
@@ -535,6 +542,7 @@ class FakeLetta:
             for history in self._history.values():
                 history.clear()
             self._pending_failures.clear()
+            self._failure_counts.clear()
             self._max_concurrent_per_agent = max(self._in_flight.values(), default=0)
             self._max_concurrent = self._in_flight_total
             self._rng = random.Random(self._seed)
@@ -580,6 +588,7 @@ class FakeLetta:
                 "received": [dict(item) for item in self._received],
                 "requests": len(self._requests),
                 "statuses": dict(statuses),
+                "failures": dict(self._failure_counts),
                 "max_concurrent_per_agent": self._max_concurrent_per_agent,
                 "max_concurrent": self._max_concurrent,
             }
@@ -937,6 +946,8 @@ class FakeLetta:
         messages: list[dict[str, Any]] | None = None,
         route: str = "async",
     ) -> _Reply:
+        with self._lock:
+            self._failure_counts[failure.mode] += 1
         if failure.mode in ("accepted_timeout", "accepted_drop"):
             self._record(agent_id, messages or [], route)  # Letta has it; the answer never arrives
             if failure.mode == "accepted_timeout":

@@ -7,8 +7,10 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -245,3 +247,60 @@ def subreaper() -> Iterator[bool]:
     finally:
         if ok:
             libc.prctl(36, 0, 0, 0, 0)
+
+
+class Proc:
+    """A child process whose stderr lines are collected by a thread."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.popen = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            self.lines.append(line)
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in self.lines)
+
+
+@contextlib.contextmanager
+def scratch_database(kind: str, tmp_path: Path, name: str = "multi.db") -> Iterator[Any]:
+    """A SQLite file in ``tmp_path`` (``kind`` "sqlite"), or a throw-away schema on the PostgreSQL of
+    PROMPTYOSELF_TEST_PG_URL (``kind`` "postgresql"; the test is skipped without it), as the value for
+    PROMPTYOSELF_DB. On exit every process of that database is killed and the schema dropped."""
+    if kind == "sqlite":
+        path = tmp_path / name
+        try:
+            yield path
+        finally:
+            kill_all(path)
+        return
+    import pytest
+
+    base = os.environ.get("PROMPTYOSELF_TEST_PG_URL")
+    if not base:
+        pytest.skip("set PROMPTYOSELF_TEST_PG_URL to run against PostgreSQL")
+    from urllib.parse import quote
+
+    from sqlalchemy import create_engine, text
+
+    schema = f"t_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
+    try:
+        yield url
+    finally:
+        kill_all(url)
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

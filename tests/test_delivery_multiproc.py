@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,35 +22,24 @@ from sqlalchemy import update
 
 from promptyoself.store.db import Schedule
 from testkit.fake_letta import FakeLetta
-from tests.helpers_delivery import add_many, add_schedule, child_env, get, history, kill_all, make_core, wait_until
+from tests.helpers_delivery import (
+    Proc,
+    add_many,
+    add_schedule,
+    child_env,
+    get,
+    history,
+    kill_all,
+    make_core,
+    scratch_database,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
 N_PROMPTS = 500
 N_PROCS = 4
 N_AGENTS = 10
-
-
-class Proc:
-    """A child process whose stderr lines are collected by a thread."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.popen = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.popen.stderr is not None
-        for line in self.popen.stderr:
-            self.lines.append(line)
-
-    def saw(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
-    def count(self, text: str) -> int:
-        return sum(text in line for line in self.lines)
 
 
 def worker(env: dict[str, str]) -> Proc:
@@ -68,30 +56,8 @@ def db(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A SQLite file, or (with PROMPTYOSELF_TEST_PG_URL) a throw-away schema on PostgreSQL."""
-    if request.param == "sqlite":
-        path = tmp_path / "multi.db"
-        yield path
-        kill_all(path)
-        return
-    base = os.environ.get("PROMPTYOSELF_TEST_PG_URL")
-    if not base:
-        pytest.skip("set PROMPTYOSELF_TEST_PG_URL to run against PostgreSQL")
-    from urllib.parse import quote
-
-    from sqlalchemy import create_engine, text
-
-    schema = f"t_{os.getpid()}_{int(time.time() * 1000) % 10**8}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}')}"
-    try:
-        yield url
-    finally:
-        kill_all(url)  # type: ignore[arg-type]
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with scratch_database(request.param, tmp_path) as db:
+        yield db
 
 
 def start_all_then_make_due(db: Path, env: dict[str, str], n: int) -> list[Proc]:

@@ -162,3 +162,64 @@ def test_the_executor_fences_every_claim_it_queues(tmp_path: Path, fake: FakeLet
         assert get(c.store, sid).claimed_by is None  # given back: anyone may take it now
     finally:
         c.close()
+
+
+def test_the_poster_asks_the_guard_last_and_writes_nothing_when_it_says_no(fake: FakeLetta) -> None:
+    from promptyoself.letta.http1 import KeepAlivePoster, NotSent
+
+    poster = KeepAlivePoster(fake.url, {}, 2.0)
+    path = f"/v1/agents/{fake.agent_ids[0]}/messages/async"
+    body = b'{"messages":[{"role":"user","content":"x"}]}'
+    try:
+        assert poster.post(path, body, guard=lambda: True).status_code == 200  # a kept-alive connection now
+        with pytest.raises(NotSent):
+            poster.post(path, body, guard=lambda: False)
+        assert poster.post(path, body).status_code == 200  # the half-built request's connection was dropped
+    finally:
+        poster.close()
+    assert len(fake.received) == 2 and len(fake.requests) == 2
+
+
+def test_the_fence_is_asked_again_right_before_the_send(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    """A holder that stalls after the first fence (here: during the look-up in Letta that an in-doubt
+    occurrence needs) must not send when it resumes: the fence is asked again just before the write."""
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    fake.fail_next(1, "drop")  # a reset: not recorded by Letta, but the outcome is unknown: in doubt
+    first = attempt(core, take(core, "A")[0], "A")
+    from promptyoself.delivery.attempt import record_attempt
+
+    assert not isinstance(first, type(None)) and getattr(first, "kind", None) == "retry"
+    record_attempt(core, first)  # type: ignore[arg-type]
+    clock.advance(60)
+    [again] = take(core, "A")
+    assert again.in_doubt
+    answers = iter([True, False])  # passes the first fence, then "stalls" past its deadline
+    out = attempt(core, again, "A", may_send=lambda: next(answers))
+    assert getattr(out, "outcome", None) == "released"
+    assert fake.received == []
+    assert [m for m, _p, _s in fake.requests] == ["POST", "GET", "GET"]  # the reset POST, then only the look-up
+    assert get(core.store, sid).claimed_by is None
+
+
+def test_a_claim_taken_over_is_never_given_back_unsent(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    """The expired claim is the only mark that its holder may have sent: a successor that gives up the
+    occurrence unsent (fenced, or stopping) leaves its claim to run out, so the next one asks Letta too."""
+    from promptyoself.delivery.attempt import give_back
+
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    take(core, "A")  # A claims and dies (maybe after sending)
+    clock.advance(LEASE + 1)
+    taken: set[int] = set()
+    now = core.now()
+    [row] = claim_due(core.store, "B", now, now + timedelta(seconds=LEASE), limit=1, taken_over=taken)
+    b = Claim.from_row(row, taken_over=row.id in taken)
+    assert b.taken_over and b.in_doubt
+    assert getattr(attempt(core, b, "B", may_send=lambda: False), "outcome", None) == "released"
+    give_back(core, "B", [b])  # the loop's way on stopping: the same rule
+    assert get(core.store, sid).claimed_by == "B"  # not released
+    clock.advance(LEASE + 1)
+    taken.clear()
+    now = core.now()
+    [row] = claim_due(core.store, "C", now, now + timedelta(seconds=LEASE), limit=1, taken_over=taken)
+    assert Claim.from_row(row, taken_over=row.id in taken).in_doubt  # C asks Letta before sending
+    assert fake.received == []

@@ -254,3 +254,61 @@ def test_real_letta_one_occurrence_sent_twice_arrives_once(tmp_path: Path) -> No
         assert sum(1 for h in history(core.store, sid) if h.outcome == "delivered") == 1
     finally:
         core.close()
+
+
+# ---- in doubt past the misfire grace, auth errors, the settle time --------------------------------
+
+
+def test_in_doubt_past_the_grace_asks_letta_and_records_delivered(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    """A one-time prompt whose answer was lost and whose next attempt comes after the misfire grace:
+    Letta has it, so it is ``delivered`` (not ``missed``), and it is not sent again."""
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    fake.fail_next(1, "accepted_drop")
+    assert deliver(core, take(core), "A").outcome == "retry"
+    clock.advance(hours=25)  # beyond PROMPTYOSELF_MISFIRE_GRACE (24h)
+    res = deliver(core, take(core), "A")
+    assert res.outcome == "delivered" and res.state == "completed"
+    assert len(fake.received) == 1 and posts(fake) == 1
+    assert [h.outcome for h in history(core.store, sid)] == ["retry", "delivered"]
+
+
+def test_in_doubt_past_the_grace_and_not_in_letta_is_missed(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    fake.fail_next(1, "drop")  # a reset: in doubt, but Letta never got it
+    assert deliver(core, take(core), "A").outcome == "retry"
+    clock.advance(hours=25)
+    res = deliver(core, take(core), "A")
+    assert res.outcome == "missed" and "not in Letta" in (res.error or "")
+    assert fake.received == [] and posts(fake) == 1 and gets(fake) == 2  # asked, then not sent: too late
+    assert get(core.store, sid).state == "completed"
+
+
+def test_an_auth_error_keeps_the_occurrence_in_doubt(core: Any, fake: FakeLetta, clock: Clock) -> None:
+    add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    fake.configure(visible_delay=0.5)
+    fake.fail_next(1, "accepted_drop")  # Letta has it, the answer is lost
+    assert deliver(core, take(core), "A").outcome == "retry"
+    fake.password = "now-required"  # then the credentials are refused (the look-up answers 401)
+    clock.advance(60)
+    res = deliver(core, take(core), "A")
+    assert res.auth_error and (res.error or "").startswith(IN_DOUBT_PREFIX)
+    fake.password = None
+    time.sleep(0.6)
+    clock.advance(60)
+    again = take(core)
+    assert again.in_doubt  # so the next attempt asks again instead of sending a second copy
+    assert deliver(core, again, "A").outcome == "delivered" and len(fake.received) == 1
+
+
+def test_an_answer_lost_in_flight_waits_at_least_the_client_timeout(core: Any, fake: FakeLetta) -> None:
+    """A request Letta was still working on when the client gave up must land before the next attempt
+    asks for it: that retry waits at least PROMPTYOSELF_LETTA_TIMEOUT (a 503 only its backoff)."""
+    add_schedule(core.store, fake.agent_ids[0], "p", T0)
+    add_schedule(core.store, fake.agent_ids[1], "q", T0)
+    fake.fail_next(1, "slow")  # answered (and recorded) after the client's timeout
+    fake.fail_next(1, 503)
+    slow = deliver(core, take(core), "A")
+    plain = deliver(core, take(core), "A")
+    assert slow.outcome == plain.outcome == "retry"
+    assert slow.retry_in is not None and slow.retry_in >= core.settings.letta_timeout
+    assert plain.retry_in is not None and plain.retry_in < core.settings.letta_timeout

@@ -95,3 +95,10 @@ def test_same_seed_same_delays() -> None:
     a = RetryPolicy(1.0, 60.0, 5, random.Random(3))
     b = RetryPolicy(1.0, 60.0, 5, random.Random(3))
     assert [a.delay(n) for n in range(1, 8)] == [b.delay(n) for n in range(1, 8)]
+
+
+def test_a_request_maybe_still_in_flight_waits_at_least_the_settle_time() -> None:
+    policy = RetryPolicy(base=0.1, cap=1.0, max_attempts=3, rng=random.Random(7), settle=2.0)
+    assert policy.delay(1) < 2.0  # a plain failure: its backoff
+    assert policy.delay(1, in_flight=True) == 2.0  # the answer was lost in flight: at least the settle time
+    assert policy.delay(1, 5, in_flight=True) == 5.0  # a longer Retry-After still wins

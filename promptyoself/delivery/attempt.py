@@ -12,12 +12,13 @@ Everything here is synchronous and runs in a worker thread of the executor. The 
    transaction. Several attempts (each on its own claim) may share that transaction: group commit.
    ``deliver`` is 2 then 3.
 
-Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``), every
-send carries the occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have
-reached Letta (``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an
-expired holder) is first looked up in Letta (``LettaClient.find_message``) and recorded
-``delivered`` without a send when it is there. docs/deployment.md states what remains.
-"""
+Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``, asked
+before the work and again by the client right before the request is written), every send carries the
+occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have reached Letta
+(``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an expired
+holder) is first looked up in Letta (``LettaClient.find_message``) and recorded ``delivered`` without
+a send when it is there, also when it is past the misfire grace. A claim taken over is never given
+back unsent (``give_back``). docs/deployment.md states what remains."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
+from promptyoself.letta.http1 import NotSent
 from promptyoself.store.db import (
     DatabaseBusy,
     add_deliveries,
@@ -98,6 +100,10 @@ class Claim:
     in_doubt: bool = False
     """An earlier attempt on this occurrence may have reached Letta: check before sending."""
     letta_payload: str | None = None  # JSON body of a Letta scheduling-API schedule (sent as is)
+    taken_over: bool = False
+    """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
+    that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
+    out, and whoever claims it next sees the same mark (``give_back``)."""
 
     @classmethod
     def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
@@ -121,6 +127,7 @@ class Claim:
             max_repetitions=row.max_repetitions,
             in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
             letta_payload=getattr(row, "letta_payload", None),
+            taken_over=taken_over,
         )
 
 
@@ -255,21 +262,20 @@ def attempt(
     now = core.now()
     number = claim.attempt + 1
     late = now - claim.next_run
+    missed = None
     if claim.schedule_type == "once" and late > settings.misfire_grace_td:
-        msg = (
+        missed = (
             f"missed: {timing.format_duration(late)} late, beyond PROMPTYOSELF_MISFIRE_GRACE "
             f"({settings.misfire_grace}); not delivered"
         )
-        return Attempt(claim, owner, "missed", now, number, error=msg)
+        if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask Letta first (below)
+            return Attempt(claim, owner, "missed", now, number, error=missed)
     if stopping is not None and stopping.is_set():
-        with write_lock(core.store):
-            release_claims(core.store, owner, [claim.id])
+        give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
     if may_send is not None and not may_send():
-        with write_lock(core.store):  # a no-op when someone else holds it now
-            release_claims(core.store, owner, [claim.id])
-        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt,
-                      error="claim lost or past its deadline; not sent")
+        give_back(core, owner, [claim])  # a no-op when someone else holds it now
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
     text = envelope(claim, now, settings.message_format)
     otid = otid_for(claim)
     try:
@@ -281,38 +287,70 @@ def attempt(
             if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
                 return _transient(core, claim, owner, now, number, msg, None)
+            if missed is not None:  # it never arrived, and it is too late to send it now
+                return Attempt(claim, owner, "missed", now, number,
+                               error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)")
         payload = json.loads(claim.letta_payload) if claim.letta_payload else None
-        sent = core.letta.send_message(claim.agent_id, text, otid=otid, payload=payload)
+        # The claim's fence is asked again right before the request is written (after the look-up
+        # above, and as late as the client can): a holder that stalled since gives the claim back.
+        sent = core.letta.send_message(claim.agent_id, text, otid=otid, payload=payload, guard=may_send)
+    except NotSent:
+        give_back(core, owner, [claim])
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
     except (AgentNotFound, InvalidArgument) as exc:
         return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
     except LettaAuth as exc:
         delay = policy(core).delay(number)
-        return Attempt(claim, owner, "retry", now, number, error=error_text(exc), delay=delay, auth_error=True)
+        error = (IN_DOUBT_PREFIX if claim.in_doubt else "") + error_text(exc)  # keep asking first
+        return Attempt(claim, owner, "retry", now, number, error=error, delay=delay, auth_error=True)
     except LettaUnavailable as exc:
         retry_after = exc.details.get("retry_after")
-        doubt = bool(exc.details.get("in_doubt")) or claim.in_doubt  # still unknown: keep asking first
+        in_flight = bool(exc.details.get("in_doubt"))  # this request may still be inside Letta
+        doubt = in_flight or claim.in_doubt  # still unknown: keep asking first
         error = (IN_DOUBT_PREFIX if doubt else "") + error_text(exc)
-        return _transient(core, claim, owner, now, number, error, retry_after)
+        return _transient(core, claim, owner, now, number, error, retry_after, in_flight=in_flight)
     except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure (in doubt)
         log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None)
+        return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None, in_flight=True)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
+
+
+FENCED = "claim lost or past its deadline; not sent"
+
+
+def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
+    """Release claims on which nothing was sent, but not those taken over from an expired holder:
+    they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
+    ids = [c.id for c in claims if not c.taken_over]
+    if ids:
+        with write_lock(core.store):
+            release_claims(core.store, owner, ids)
 
 
 def policy(core: Deps) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
     settings = core.settings
-    return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng)
+    return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng,
+                       settle=settings.letta_timeout)
 
 
 def _transient(
-    core: Deps, claim: Claim, owner: str, now: datetime, number: int, error: str, retry_after: Any
+    core: Deps,
+    claim: Claim,
+    owner: str,
+    now: datetime,
+    number: int,
+    error: str,
+    retry_after: Any,
+    *,
+    in_flight: bool = False,
 ) -> Attempt:
     retry = policy(core)
     if retry.gives_up(_transient_attempts(core, claim, number)):
         error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts})"
         return Attempt(claim, owner, "failed", now, number, error=error)
-    return Attempt(claim, owner, "retry", now, number, error=error, delay=retry.delay(number, retry_after))
+    delay = retry.delay(number, retry_after, in_flight=in_flight)
+    return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
@@ -320,7 +358,8 @@ def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     wait for the credentials to be fixed, however long that takes)."""
     if attempt < core.settings.max_attempts:
         return attempt
-    return attempt - count_attempts_with_error(core.store, claim.id, claim.next_run, AUTH_PREFIX)
+    return attempt - sum(count_attempts_with_error(core.store, claim.id, claim.next_run, prefix)
+                         for prefix in (AUTH_PREFIX, IN_DOUBT_PREFIX + AUTH_PREFIX))
 
 
 # ---- recording -------------------------------------------------------------------------------

@@ -24,13 +24,14 @@ from promptyoself.delivery.attempt import (
     attempt,
     deliver,
     error_text,
+    give_back,
     policy,
     record_batch,
     write_lock,
 )
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.db import claim_due, next_due, release_claims
+from promptyoself.store.db import claim_due, next_due
 
 log = logging.getLogger(__name__)
 
@@ -313,19 +314,16 @@ class Executor:
         return full
 
     async def _release_ready(self) -> None:
-        """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials)."""
+        """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials);
+        ``give_back`` leaves those taken over from an expired holder to run out."""
         with self._cv:
-            ids = [c.id for c in self._ready]
+            claims = list(self._ready)
             self._ready.clear()
-        if not ids:
+        if not claims:
             return
-        for sid in ids:
-            self._keeper.discard(sid)
-        await self._io(self._release_sync, ids)
-
-    def _release_sync(self, ids: list[int]) -> None:
-        with write_lock(self.core.store):
-            release_claims(self.core.store, self.owner, ids)
+        for claim in claims:
+            self._keeper.discard(claim.id)
+        await self._io(give_back, self.core, self.owner, claims)
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait up to ``seconds``; True if woken early."""

@@ -28,12 +28,16 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | No
 @dataclass(frozen=True)
 class RetryPolicy:
     """``base``/``cap``: backoff seconds (``PROMPTYOSELF_RETRY_BASE``/``_MAX``); ``max_attempts``:
-    transient attempts on one occurrence before it is ``failed`` (``PROMPTYOSELF_MAX_ATTEMPTS``)."""
+    transient attempts on one occurrence before it is ``failed`` (``PROMPTYOSELF_MAX_ATTEMPTS``);
+    ``settle``: the least wait after an attempt whose request may still be inside Letta (a timeout or
+    reset after it was written), so that such a request has landed (or died) before the next attempt
+    asks Letta for it: the client's own timeout (``PROMPTYOSELF_LETTA_TIMEOUT``)."""
 
     base: float
     cap: float
     max_attempts: int
     rng: random.Random = field(default_factory=random.Random, compare=False)
+    settle: float = 0.0
 
     @staticmethod
     def kind(exc: BaseException) -> str:
@@ -48,11 +52,14 @@ class RetryPolicy:
             return "transient"
         return "transient"
 
-    def delay(self, attempt: int, retry_after: object = None) -> float:
-        """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer."""
+    def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False) -> float:
+        """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer;
+        at least ``settle`` when the request may still be in flight inside Letta (``in_flight``)."""
         delay = backoff_delay(attempt, self.base, self.cap, self.rng)
         if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and retry_after > 0:
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
+        if in_flight:
+            delay = max(delay, self.settle)
         return delay
 
     def gives_up(self, counted_attempts: int) -> bool:

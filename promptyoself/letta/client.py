@@ -8,6 +8,7 @@ an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -16,7 +17,7 @@ import httpx
 from promptyoself import __version__
 from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
-from promptyoself.letta.http1 import KeepAlivePoster, encode_json
+from promptyoself.letta.http1 import KeepAlivePoster, NotSent, encode_json
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,13 @@ class LettaClient:
         return out
 
     def send_message(
-        self, agent_id: str, text: str, *, otid: str | None = None, payload: dict[str, Any] | None = None
+        self,
+        agent_id: str,
+        text: str,
+        *,
+        otid: str | None = None,
+        payload: dict[str, Any] | None = None,
+        guard: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:
         """Send one user message. Async route first (returns a run); sync route where it is missing.
 
@@ -244,15 +251,16 @@ class LettaClient:
         ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
         ``otid`` is put on its first message that has none. Returns ``{"run_id": str|None, "route":
         "async"|"sync"}``. A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
-        Letta (see ``IN_DOUBT``).
+        Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked right before each
+        request is written; when it says no, ``NotSent`` is raised and Letta never saw that request.
         """
         body = message_body(text, otid) if not payload else with_otid(payload, otid)
-        resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id)
+        resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id, guard)
         if resp is not None:
             run = resp.json()
             run_id = run.get("id") if isinstance(run, dict) else None
             return {"run_id": run_id, "route": "async"}
-        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, via_poster=False)
+        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, guard, via_poster=False)
         _raise_for_send(sync, agent_id)
         data = sync.json()
         run_id = None
@@ -262,9 +270,11 @@ class LettaClient:
                 run_id = msgs[-1].get("run_id")
         return {"run_id": run_id, "route": "sync"}
 
-    def _http_send(self, path: str, body: dict[str, Any], agent_id: str) -> httpx.Response | None:
+    def _http_send(
+        self, path: str, body: dict[str, Any], agent_id: str, guard: Callable[[], bool] | None = None
+    ) -> httpx.Response | None:
         """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
-        resp = self._post(path, body, agent_id)
+        resp = self._post(path, body, agent_id, guard)
         if resp.status_code == 405:
             return None
         if resp.status_code == 404 and "agent" not in _detail(resp).lower():
@@ -272,11 +282,22 @@ class LettaClient:
         _raise_for_send(resp, agent_id)
         return resp
 
-    def _post(self, path: str, body: dict[str, Any], agent_id: str, *, via_poster: bool = True) -> httpx.Response:
-        """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it."""
+    def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        agent_id: str,
+        guard: Callable[[], bool] | None = None,
+        *,
+        via_poster: bool = True,
+    ) -> httpx.Response:
+        """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
+        ``guard``: see ``send_message`` (through httpx it is asked just before the request starts)."""
         try:
             if via_poster and self._poster is not None:
-                return self._poster.post(path, encode_json(body))
+                return self._poster.post(path, encode_json(body), guard=guard)
+            if guard is not None and not guard():
+                raise NotSent("the send's guard refused it before the request was written")
             return self._http.post(path, json=body)
         except httpx.HTTPError as exc:
             # Only a failure to connect proves Letta never saw the request.

@@ -22,10 +22,15 @@ import json
 import select
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
+
+class NotSent(Exception):
+    """A send's guard said no right before its request was written: the server never saw it."""
 
 
 class KeepAlivePoster:
@@ -49,8 +54,10 @@ class KeepAlivePoster:
         self._lock = threading.Lock()
         self._closed = False
 
-    def post(self, path: str, body: bytes) -> httpx.Response:
-        """One request; raises httpx exceptions on transport failures (never for an HTTP status)."""
+    def post(self, path: str, body: bytes, *, guard: Callable[[], bool] | None = None) -> httpx.Response:
+        """One request; raises httpx exceptions on transport failures (never for an HTTP status).
+        ``guard`` is asked last, right before the request's bytes are written: False raises
+        ``NotSent`` and nothing reaches the server (the half-built request's connection is dropped)."""
         url = self.prefix + path
         conn = self._connection()
         connected = conn.sock is not None
@@ -62,9 +69,14 @@ class KeepAlivePoster:
             for name, value in self.headers.items():
                 conn.putheader(name, value)
             conn.putheader("Content-Length", str(len(body)))
-            conn.endheaders(body)
+            if guard is not None and not guard():
+                raise NotSent("the send's guard refused it before the request was written")
+            conn.endheaders(body)  # headers and body go out in one write
             resp = conn.getresponse()
             data = resp.read()
+        except NotSent:
+            self._drop(conn)
+            raise
         except BaseException as exc:
             self._drop(conn)
             raise _as_httpx(exc, connected=connected) from None

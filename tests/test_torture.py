@@ -1,0 +1,270 @@
+"""The torture test of exactly-once delivery (issue 9, point 5), on SQLite and on PostgreSQL.
+
+About 500 one-time and 10 recurring prompts (with ``max_repetitions``) over 50 agents, delivered by
+four real processes on one database at once: two ``python -m promptyoself worker --shared``, one
+``python -m promptyoself execute --loop`` and one ``python -m promptyoself serve`` (the service,
+delivering in-process). The fake Letta (``testkit.fake_letta``, real HTTP) fails about 20% of the
+message sends: 500, 503, 429 with Retry-After, connection resets, answers slower than the client's
+timeout (recorded by Letta all the same), accepted-then-timeout and accepted-then-reset. Mid-burst one
+worker is SIGKILLed while it holds claims, and one other process is SIGSTOPped while it holds claims
+for longer than the lease, then SIGCONTed.
+
+Then, as Letta (the fake) counts them: nothing lost, no occurrence twice (per ``otid`` and per
+prompt), every recurring schedule exactly its repetitions; and history agrees with Letta: exactly one
+``delivered`` row per occurrence that reached Letta, nothing else but ``retry`` rows and, for a copy
+whose sender had lost its claim before recording, ``sent_lost_claim`` (docs/deployment.md).
+
+``PROMPTYOSELF_TORTURE_SEED`` picks the run (prompts' due times, the faults, which process is
+stopped); ``PROMPTYOSELF_TORTURE_SCALE`` multiplies the size for longer local runs;
+``PROMPTYOSELF_TORTURE_REPORT`` names a file that gets one JSON line of figures per run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from promptyoself.store.db import Schedule
+from testkit.fake_letta import FakeLetta
+from tests.helpers_delivery import (
+    Proc,
+    add_many,
+    add_schedule,
+    child_env,
+    history,
+    make_core,
+    scratch_database,
+    wait_until,
+)
+from tests.procs import free_port
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("PROMPTYOSELF_TORTURE_SEED", "9"))
+SCALE = float(os.environ.get("PROMPTYOSELF_TORTURE_SCALE", "1"))
+REPORT = os.environ.get("PROMPTYOSELF_TORTURE_REPORT")  # read here: tests run with PROMPTYOSELF_* cleared
+N_ONCE = max(10, round(500 * SCALE))
+N_RECURRING = max(1, round(10 * SCALE))
+N_AGENTS = max(5, round(50 * SCALE))
+REPETITIONS = 4
+EVERY_S = 3
+SPREAD_S = 8.0 * max(1.0, SCALE)
+"""The one-time prompts fall due over this many seconds (the burst the faults land in)."""
+LEASE_S = 3.0
+LETTA_TIMEOUT_S = 1.0
+SLOW_S = 1.5
+"""How long the fake's slow and accepted-then-timeout answers take (longer than the client waits)."""
+STOP_S = 1.7 * LEASE_S
+FAIL_RATE = 0.2
+FAULTS = ("500", "503", "429r", "drop", "slow", "accepted_timeout", "accepted_drop")
+BUDGET_S = 240.0 * max(1.0, SCALE)
+OTID = re.compile(r"^promptyoself-(\d+)-(\d+)$")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    with scratch_database(request.param, tmp_path, "torture.db") as db:
+        yield db
+
+
+def seed_prompts(db: Any, fake: FakeLetta) -> tuple[dict[int, str], dict[int, str]]:
+    """One-time and recurring schedules, all far in the future for now: ``({id: text}, {id: text})``."""
+    core = make_core(db)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    agents = fake.agent_ids
+    texts = [f"once-{i:04d}" for i in range(N_ONCE)]
+    add_many(core.store, [(agents[i % N_AGENTS], t, later) for i, t in enumerate(texts)])
+    recurring = {}
+    for j in range(N_RECURRING):
+        text = f"recurring-{j:03d}"
+        sid = add_schedule(core.store, agents[(7 * j) % N_AGENTS], text, later, schedule_type="interval",
+                           value=f"{EVERY_S}s", max_repetitions=REPETITIONS)
+        recurring[sid] = text
+    with core.store.session() as s:
+        once = {r.id: r.prompt_text for r in s.execute(select(Schedule).where(Schedule.schedule_type == "once"))
+                .scalars()}
+    core.close()
+    return once, recurring
+
+
+def make_due(db: Any, rng: random.Random, start: datetime) -> None:
+    """One-time prompts fall due spread over ``SPREAD_S``; the recurring ones start at ``start``."""
+    core = make_core(db)
+    with core.store.session() as s:
+        for row in s.execute(select(Schedule)).scalars():
+            due = start if row.schedule_type != "once" else start + timedelta(seconds=rng.uniform(0, SPREAD_S))
+            row.next_run = row.due_at = due
+            if row.schedule_type == "interval":
+                row.anchor = due
+    core.close()
+
+
+def holds_claims(db: Any, pid: int) -> int:
+    """How many live claims the process ``pid`` holds (claim owners are ``role:host:pid:random``)."""
+    core = make_core(db)
+    try:
+        with core.store.session() as s:
+            owners = s.execute(select(Schedule.claimed_by).where(Schedule.claimed_by.is_not(None))).scalars()
+            return sum(1 for o in owners if o and o.split(":")[2:3] == [str(pid)])
+    finally:
+        core.close()
+
+
+def active_count(db: Any) -> int:
+    core = make_core(db)
+    try:
+        with core.store.session() as s:
+            return len(s.execute(select(Schedule.id).where(Schedule.state == "active")).all())
+    finally:
+        core.close()
+
+
+def wait_holding(db: Any, proc: Proc, timeout: float = 30.0) -> int:
+    return int(wait_until(lambda: holds_claims(db, proc.popen.pid), timeout=timeout, interval=0.01))
+
+
+def explain(otids: list[str], received: list[dict[str, Any]], rows: list[Any], t0: float) -> str:
+    """For a failure message: each duplicated occurrence's copies in Letta and its history rows."""
+    lines = []
+    for otid in otids:
+        sid = int(otid.split("-")[1])
+        copies = [f"{m['at'] - t0:.3f}s run={m['run_id']}" for m in received if m["otid"] == otid]
+        lines.append(f"{otid}: Letta got {copies}")
+        lines += [f"    #{r.attempt} {r.outcome} at {r.attempted_at.timestamp() - t0:.3f}s: {r.error}"
+                  for r in rows if r.schedule_id == sid]
+    return "\n".join(lines)
+
+
+def report(figures: dict[str, Any]) -> None:
+    if REPORT:
+        with open(REPORT, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(figures) + "\n")
+    sys.stderr.write(f"torture: {json.dumps(figures)}\n")
+
+
+def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None:
+    db = any_db
+    backend = "sqlite" if isinstance(db, Path) else "postgresql"
+    rng = random.Random(SEED)
+    began = time.monotonic()
+    began_at = time.time()
+    with FakeLetta(agents=N_AGENTS, latency=0.005, fail_rate=FAIL_RATE, fail_modes=FAULTS, timeout_sleep=SLOW_S,
+                   visible_delay=0.3, seed=SEED) as fake:
+        once, recurring = seed_prompts(db, fake)
+        port = free_port()
+        env = child_env(
+            db, fake.url,
+            PROMPTYOSELF_MESSAGE_FORMAT="plain",
+            PROMPTYOSELF_WORKER_IDLE_EXIT="2",
+            PROMPTYOSELF_EXECUTOR_INTERVAL="0.25",
+            PROMPTYOSELF_LEASE_SECONDS=str(LEASE_S),
+            PROMPTYOSELF_LETTA_TIMEOUT=str(LETTA_TIMEOUT_S),
+            PROMPTYOSELF_RETRY_BASE="0.1",
+            PROMPTYOSELF_RETRY_MAX="1.0",
+            PROMPTYOSELF_MAX_ATTEMPTS="100",
+        )
+        py = [sys.executable, "-m", "promptyoself"]
+        workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
+        looper = Proc([*py, "execute", "--loop"], env)
+        served = Proc([*py, "serve", "--port", str(port)], env)
+        procs = [*workers, looper, served]
+        try:
+            wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
+            make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
+
+            # SIGKILL a worker while it holds claims (some mid-send), early in the burst.
+            time.sleep(rng.uniform(1.0, 2.5))
+            doomed = workers[rng.randrange(2)]
+            killed_holding = wait_holding(db, doomed)
+            os.kill(doomed.popen.pid, signal.SIGKILL)
+            doomed.popen.wait(timeout=10)
+
+            # SIGSTOP another process while it holds claims, for longer than the lease; then SIGCONT.
+            time.sleep(rng.uniform(0.5, 2.0))
+            frozen = rng.choice([p for p in procs if p is not doomed])
+            stopped_holding = wait_holding(db, frozen)
+            os.kill(frozen.popen.pid, signal.SIGSTOP)
+            stop_at = time.time() - began_at
+            time.sleep(STOP_S)
+            os.kill(frozen.popen.pid, signal.SIGCONT)
+            cont_at = time.time() - began_at
+
+            wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
+            for p in (looper, served):
+                p.popen.send_signal(signal.SIGTERM)
+            for p in procs:
+                if p is not doomed:
+                    p.popen.wait(timeout=30)
+                    assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+        finally:
+            for p in procs:
+                if p.popen.poll() is None:
+                    p.popen.kill()
+                    p.popen.wait(timeout=10)
+        time.sleep(SLOW_S + 0.5)  # let the fake finish what it was still "processing" when clients gave up
+        received = fake.received
+        failures = fake.failures
+        posts = sum(1 for method, path, _ in fake.requests if method == "POST" and "/messages" in path)
+
+    core = make_core(db)
+    rows = history(core.store)
+    with core.store.session() as s:
+        states = Counter(s.execute(select(Schedule.state)).scalars())
+    core.close()
+    wall = round(time.monotonic() - began, 1)
+
+    # ---- what Letta received ----
+    by_otid = Counter(m["otid"] for m in received)
+    by_text = Counter(m["text"] for m in received)
+    duplicates = sum(n - 1 for n in by_otid.values())
+    lost_once = [t for t in once.values() if by_text[t] == 0]
+    outcomes = Counter(r.outcome for r in rows)
+    figures = {
+        "seed": SEED, "backend": backend, "scale": SCALE, "sent": posts, "received": len(received),
+        "occurrences": len(by_otid), "delivered_rows": outcomes["delivered"], "duplicates": duplicates,
+        "lost": len(lost_once) + sum(max(0, REPETITIONS - by_text[t]) for t in recurring.values()),
+        "outcomes": dict(outcomes), "faults": dict(failures), "killed_holding": killed_holding,
+        "stopped_holding": stopped_holding, "stopped": " ".join(frozen.popen.args[3:4]),
+        "stop_s": [round(stop_at, 3), round(cont_at, 3)], "wall_s": wall,
+    }
+    report(figures)
+
+    assert all(m["otid"] and OTID.match(m["otid"]) for m in received)
+    assert duplicates == 0, explain([o for o, n in by_otid.items() if n > 1], received, rows, began_at)
+    assert not lost_once
+    assert all(by_text[t] == 1 for t in once.values())  # per content: each one-time prompt once
+    for sid, text in recurring.items():  # each recurring schedule exactly its repetitions, one per slot
+        assert by_text[text] == REPETITIONS, (sid, by_text[text])
+        slots = {int(OTID.match(m["otid"])[2]) for m in received if m["text"] == text}  # type: ignore[index]
+        assert len(slots) == REPETITIONS
+        assert all(OTID.match(m["otid"])[1] == str(sid) for m in received if m["text"] == text)  # type: ignore[index]
+    assert set(by_text) == set(once.values()) | set(recurring.values())
+    assert states == Counter({"completed": N_ONCE + N_RECURRING})
+
+    # ---- history agrees with Letta ----
+    assert set(outcomes) <= {"delivered", "retry", "sent_lost_claim"}, outcomes
+    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
+                        for r in rows if r.outcome == "delivered")
+    assert delivered == by_otid  # exactly one delivered row per occurrence that reached Letta
+    lost_claim = {f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
+                  for r in rows if r.outcome == "sent_lost_claim"}
+    assert lost_claim <= set(by_otid)  # a copy sent on a lost claim is one Letta has (and counted once)
+
+    # ---- the faults really happened ----
+    assert set(failures) == set(FAULTS), failures
+    assert sum(failures.values()) >= 0.1 * posts
+    assert outcomes["retry"] > 0
+    assert killed_holding > 0 and stopped_holding > 0

@@ -70,5 +70,30 @@ def letta_core(db_path: Path, fake_letta: Any) -> Iterator[Core]:
     c.close()
 
 
+# ---- a real Letta (PROMPTYOSELF_TEST_LETTA_URL; /work/shared/letta/start.sh starts one) ----------------
+LETTA_URL = os.environ.get("PROMPTYOSELF_TEST_LETTA_URL", "")
+
+
+@pytest.fixture
+def letta_env() -> Iterator[tuple[Any, str]]:
+    """An httpx client on the real Letta and a fresh agent (mock LLM) of its own, deleted afterwards;
+    skips with the reason when no Letta is configured."""
+    if not LETTA_URL:
+        pytest.skip("PROMPTYOSELF_TEST_LETTA_URL is not set (start one: /work/shared/letta/start.sh)")
+    import uuid
+
+    import httpx
+
+    http = httpx.Client(base_url=LETTA_URL, timeout=120, headers={"User-Agent": "promptyoself-tests/1"})
+    agent = http.post("/v1/agents/", json={
+        "name": f"pys-test-{uuid.uuid4().hex[:8]}", "model": "openai-proxy/mock-llm",
+        "embedding": "openai/text-embedding-3-small",
+        "memory_blocks": [{"label": "persona", "value": "test agent"}],
+    }).json()
+    yield http, agent["id"]
+    http.delete(f"/v1/agents/{agent['id']}")
+    http.close()
+
+
 # ---- PostgreSQL (tests/pg.py): fixtures pg_url / pg_module_url, fresh schema each, skip with reason ----
 from tests.pg import pg_module_url, pg_url  # noqa: E402, F401

@@ -8,7 +8,6 @@ registration still works next to them.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import threading
@@ -25,9 +24,9 @@ from promptyoself.core import native_tools
 from promptyoself.core.operations import Core
 from promptyoself.delivery.loop import Executor
 from promptyoself.faces.rest import build_rest_app
+from tests.conftest import LETTA_URL as LETTA
 from tests.conftest import make_settings
 
-LETTA = os.environ.get("PROMPTYOSELF_TEST_LETTA_URL", "")
 pytestmark = [
     pytest.mark.letta,
     pytest.mark.skipif(
@@ -42,20 +41,6 @@ def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def letta_env(tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
-    # The real env var survives conftest's isolation only through the module constant above.
-    http = httpx.Client(base_url=LETTA, timeout=120, headers={"User-Agent": "promptyoself-tests/1"})
-    agent = http.post("/v1/agents/", json={
-        "name": f"pys-native-{uuid.uuid4().hex[:8]}", "model": "openai-proxy/mock-llm",
-        "embedding": "openai/text-embedding-3-small",
-        "memory_blocks": [{"label": "persona", "value": "test agent"}],
-    }).json()
-    yield http, agent["id"]
-    http.delete(f"/v1/agents/{agent['id']}")
-    http.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ accept-then-reset, delayed visibility), ``httpx.MockTransport`` for the client's
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -213,20 +212,14 @@ def test_find_message(runs: list[Any], messages: list[Any], answer: str) -> None
 
 
 @pytest.mark.letta
-def test_real_letta_one_occurrence_sent_twice_arrives_once(tmp_path: Path) -> None:
+def test_real_letta_one_occurrence_sent_twice_arrives_once(letta_env: tuple[Any, str], tmp_path: Path) -> None:
     """Against Letta 0.16.8: the first attempt's answer is lost (we send through the client and drop
     the answer); the retry of the same occurrence asks Letta, which lists the otid (after its run
     starts), and records ``delivered`` without a second copy."""
-    url = os.environ.get("PROMPTYOSELF_TEST_LETTA_URL")
-    if not url:
-        pytest.skip("set PROMPTYOSELF_TEST_LETTA_URL to a Letta 0.16.8 server to run this test")
+    http, agent = letta_env
     clock = Clock()
-    core = make_core(tmp_path / "l.db", None, clock=clock, letta_base_url=url, letta_timeout=30.0)
+    core = make_core(tmp_path / "l.db", None, clock=clock, letta_base_url=str(http.base_url), letta_timeout=30.0)
     try:
-        agents = core.letta.list_agents(limit=1)
-        if not agents:
-            pytest.skip(f"the Letta server at {url} has no agent")
-        agent = str(agents[0]["id"])
         # A slot of its own per run: the otid is (schedule id, slot), and this server keeps earlier runs' messages.
         slot = T0 - timedelta(milliseconds=time.time_ns() // 1000 % 10**7)
         sid = add_schedule(core.store, agent, f"promptyoself otid test {time.time_ns()}", slot)

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     def executor_enabled(self) -> bool:
         return self.executor_autostart and self.executor_mode != "off"
 
+    # The service's Unix socket for stdio servers of the same database (promptyoself/faces/relay.py).
+    stdio_relay: Literal["auto", "off"] = Field("auto", validation_alias="PROMPTYOSELF_STDIO_RELAY")
+
 
 def env_file() -> str | None:
     """``PROMPTYOSELF_ENV_FILE`` if set, else ``.env`` in the working directory when it exists."""

@@ -108,7 +108,7 @@ class ServiceApp:
             if self.settings.stdio_relay != "off":  # stdio servers for this database hand their sessions here
                 from promptyoself.faces.relay_server import RelayListener
 
-                await stack.enter_async_context(RelayListener(self.core).serving())
+                await stack.enter_async_context(RelayListener(self.core, build_server).serving())
             yield
 
     async def _lifespan(self, receive: Any, send: Any) -> None:

@@ -23,13 +23,12 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.core.operations import Core
-from promptyoself.faces.mcp import build_server
 from promptyoself.faces.relay import MAX_SOCKET_PATH, PROTOCOL, socket_path
 
 log = logging.getLogger(__name__)
@@ -103,10 +102,12 @@ class _Out:
 
 
 class RelayListener:
-    """``async with RelayListener(core).serving():`` accepts relayed stdio sessions until the block ends."""
+    """``async with RelayListener(core, build_server).serving():`` accepts relayed stdio sessions until
+    the block ends; ``build`` makes the FastMCP app of a session's core (``faces.mcp.build_server``)."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, build: Callable[[Core], Any]) -> None:
         self.core = core
+        self.build = build
         self.path = socket_path(core.settings.db_url)
         self.server: asyncio.AbstractServer | None = None
         self._inode: int | None = None
@@ -185,7 +186,7 @@ class RelayListener:
 
     def _build(self) -> tuple[Core, Any]:
         core = Core(self.core.settings, store=self.core.store, letta=self.core.letta, clock=self.core.clock)
-        return core, build_server(core)
+        return core, self.build(core)
 
     def _replenish(self, delay: float) -> None:
         async def fill() -> None:

@@ -9,15 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-if __name__ == "__main__":
-    from promptyoself.faces.relay import is_stdio_args, try_relay
-
-    if is_stdio_args(sys.argv[1:], default_stdio=True):
-        relayed = try_relay()
-        if relayed is not None:
-            sys.exit(relayed)
-
-from promptyoself.faces.mcp import main
+from promptyoself.faces.stdio_entry import mcp_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(mcp_main())

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import TEXT_PREFIX, _get, database, fake_letta, floor_run, stop_process
-from bench.common import ROOT, NotRun, Row, bench_command, bulk_insert_schedules, clean_env, say
+from bench.common import ROOT, NotRun, Row, bench_command, bulk_insert_schedules, clean_env, cpu_seconds, say
 
 TITLE = "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts due at once (fake Letta in 20 ms)"
 TARGET_FRACTION = 0.8
@@ -82,6 +82,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 ready = [("delivery loop" in p.read_text(errors="replace")) for p in logs]
                 started_before_due = all(ready)
                 load_at_due = os.getloadavg()[0]
+                cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
+                fake_cpu0 = cpu_seconds(fake["proc"].pid) or 0.0
                 deadline = time.monotonic() + max(120.0, count * latency * 4)
                 received = 0
                 while received < count and time.monotonic() < deadline:
@@ -92,6 +94,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                                                f"{logs[i].read_text(errors='replace')[-2000:]}")
                     received = int(_get(fake["url"] + "/_fake/count")["received"])
                 by_sender = _get(fake["url"] + "/_fake/count")["by_sender"]
+                worker_cpu = sum((cpu_seconds(p.pid) or 0.0) - c for p, c in zip(procs, cpu0, strict=True))
+                fake_cpu = (cpu_seconds(fake["proc"].pid) or 0.0) - fake_cpu0
             finally:
                 for p in procs:
                     stop_process(p)
@@ -115,6 +119,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
         "max_concurrent_per_agent": stats.get("max_concurrent_per_agent"),
         "started_before_due": started_before_due,
         "load": load_at_due,
+        "worker_cpu_s": worker_cpu,
+        "fake_cpu_s": fake_cpu,
     }
 
 
@@ -168,6 +174,13 @@ def run(args: Any) -> list[Row]:
                     + ", ".join(f"{s:.1%}" for s in shares)))
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: largest share", max(shares) * 100, "%",
                     f"<= {hi:.0%}", max(shares) <= hi, command, "fair: " + ("yes" if fair else "NO")))
+    cpu_ms = res["worker_cpu_s"] / count * 1000
+    need = (res["worker_cpu_s"] + res["fake_cpu_s"]) / ideal
+    rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: worker CPU per delivery", cpu_ms, "ms", "",
+                    None, command, f"utime+stime of the {workers} workers from the due instant to the end, / "
+                    f"deliveries; with the fake Letta's own CPU ({res['fake_cpu_s']:.1f} s), delivering at the ideal "
+                    f"rate would take {need:.1f} cores (PostgreSQL's own work not counted); this machine has "
+                    f"{os.cpu_count()}"))
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: delivered exactly once",
                     1.0 if res["exactly_once"] else 0.0, "", "= 1 (yes)", res["exactly_once"], command,
                     f"missing {res['missing']}, duplicates {res['duplicates']}"))

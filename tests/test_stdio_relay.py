@@ -324,3 +324,33 @@ def test_fallback_when_the_service_is_gone(tmp_path: Path, runtime: Path) -> Non
         assert dump.exists()
     finally:
         svc.stop()
+
+
+async def test_concurrent_relayed_sessions_keep_their_own_default_agents(
+    tmp_path: Path, runtime: Path, service: Service
+) -> None:
+    """Three stdio processes at once, each relayed to the service: each session's default agent is
+    its own (a fresh process each, as without the relay), and each schedule lands on its agent."""
+    import asyncio
+
+    agents = [f"agent-{i}1111111-2222-3333-4444-555555555555" for i in range(3)]
+
+    async def one(i: int) -> dict[str, Any]:
+        dump = tmp_path / f"modules-{i}.txt"
+        env = stdio_env(tmp_path / "relay.db", runtime, PROMPTYOSELF_RELAY_DUMP_MODULES=str(dump))
+        params = StdioServerParameters(command=PYTHON, args=[str(SERVER_SCRIPT)], env=env, cwd=str(tmp_path))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            await session.call_tool("promptyoself_set_default_agent", {"agent_id": agents[i]})
+            await asyncio.sleep(0.5)  # the three sessions overlap
+            made = outcome(await session.call_tool(
+                "promptyoself_schedule_time", {"prompt": f"p{i}", "time": "in 1h", "skip_validation": True}))
+            seen = outcome(await session.call_tool("promptyoself_inference_diagnostics", {}))
+        assert dump.exists()
+        return {"made": made, "seen": seen}
+
+    results = await asyncio.gather(*(one(i) for i in range(3)))
+    for i, res in enumerate(results):
+        assert res["made"]["agent_id"] == agents[i]
+        assert json.dumps(res["seen"]).count(agents[i]) >= 1
+        assert all(json.dumps(res["seen"]).count(a) == 0 for a in agents if a != agents[i])

@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - Python >= 3.12 names it _sha2
         from hashlib import sha256  # type: ignore[assignment]
 
 PROTOCOL = 1
-HANDSHAKE_TIMEOUT = 2.0
+HANDSHAKE_TIMEOUT = 5.0  # the in-process fallback itself takes 1-5 s; a busy service is still quicker
 RELAY_ENV = "PROMPTYOSELF_STDIO_RELAY"
 PREFIXES = ("PROMPTYOSELF_", "LETTA_")
 CHUNK = 65536

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 LINE_LIMIT = 64 * 1024 * 1024  # one JSON-RPC message per line; uploads may be large
 HANDSHAKE_WAIT = 5.0
 SPARES = 2
+IDLE_APPS = 16
 MUST_MATCH = ("db_url", "letta_base_url", "letta_token", "letta_timeout")
 """Settings a relayed session must share with the service: it uses the service's store and Letta client."""
 
@@ -101,6 +102,27 @@ class _Out:
             await self.writer.drain()
 
 
+class CoreSlot:
+    """Stands for the ``Core`` of whichever session an app serves now: a FastMCP app (~60 ms to
+    build) is bound to a slot once and reused by one session after another, each with a fresh
+    ``Core``. Attribute reads and writes go to that core."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_core", None)
+
+    def bind(self, core: Core | None) -> None:
+        object.__setattr__(self, "_core", core)
+
+    def __getattr__(self, name: str) -> Any:
+        core = object.__getattribute__(self, "_core")
+        if core is None:
+            raise RuntimeError("no session is bound to this app")
+        return getattr(core, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_core"), name, value)
+
+
 class RelayListener:
     """``async with RelayListener(core, build_server).serving():`` accepts relayed stdio sessions until
     the block ends; ``build`` makes the FastMCP app of a session's core (``faces.mcp.build_server``)."""
@@ -111,7 +133,7 @@ class RelayListener:
         self.path = socket_path(core.settings.db_url)
         self.server: asyncio.AbstractServer | None = None
         self._inode: int | None = None
-        self._spares: list[tuple[Core, Any]] = []
+        self._spares: list[tuple[CoreSlot, Any]] = []  # apps no session uses now
         self._tasks: set[asyncio.Task[Any]] = set()
         self.sessions = 0
 
@@ -184,9 +206,9 @@ class RelayListener:
 
     # ---- sessions ------------------------------------------------------------------------------
 
-    def _build(self) -> tuple[Core, Any]:
-        core = Core(self.core.settings, store=self.core.store, letta=self.core.letta, clock=self.core.clock)
-        return core, self.build(core)
+    def _build(self) -> tuple[CoreSlot, Any]:
+        slot = CoreSlot()
+        return slot, self.build(slot)  # type: ignore[arg-type]
 
     def _replenish(self, delay: float) -> None:
         async def fill() -> None:
@@ -221,10 +243,10 @@ class RelayListener:
 
         try:
             reader, writer = await asyncio.open_unix_connection(sock=here, limit=LINE_LIMIT)
-            core, app = await self._take(self.core.settings)
+            slot, app = await self._take(self.core.settings)
             talk = asyncio.ensure_future(asyncio.to_thread(client))
             try:
-                await self._session(core, app, reader, writer)
+                await self._session(slot, app, reader, writer)
             finally:
                 writer.close()
             await asyncio.wait_for(talk, timeout=10.0)
@@ -236,13 +258,21 @@ class RelayListener:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _take(self, settings: Settings) -> tuple[Core, Any]:
-        pair = self._spares.pop() if self._spares else await asyncio.to_thread(self._build)
-        self._replenish(0.3)
-        core, app = pair
-        core.settings = settings
+    async def _take(self, settings: Settings) -> tuple[CoreSlot, Any]:
+        """An idle app (or a new one) bound to a fresh ``Core``: the session's settings, its own
+        default agents and counters, the service's store and Letta client."""
+        slot, app = self._spares.pop() if self._spares else await asyncio.to_thread(self._build)
+        if not self._spares:
+            self._replenish(0.3)
+        core = Core(settings, store=self.core.store, letta=self.core.letta, clock=self.core.clock)
         core.on_change(self.core.changed)  # a write in the session wakes the service's executor
-        return core, app
+        slot.bind(core)
+        return slot, app
+
+    def _give_back(self, slot: CoreSlot, app: Any) -> None:
+        slot.bind(None)
+        if len(self._spares) < IDLE_APPS:
+            self._spares.append((slot, app))
 
     async def _handshake(self, reader: asyncio.StreamReader) -> tuple[Settings | None, str]:
         try:
@@ -276,11 +306,11 @@ class RelayListener:
                 writer.write(json.dumps({"ok": False, "reason": reason}).encode() + b"\n")
                 await writer.drain()
                 return
-            core, app = await self._take(settings)
-            writer.write(b'{"ok": true}\n')
+            writer.write(b'{"ok": true}\n')  # before the app is taken: building one may take a while
             await writer.drain()
+            slot, app = await self._take(settings)
             self.sessions += 1
-            await self._session(core, app, reader, writer)
+            await self._session(slot, app, reader, writer)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
@@ -292,8 +322,10 @@ class RelayListener:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _session(self, core: Core, app: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One stdio MCP session, as ``FastMCP.run_stdio_async`` runs it, over the socket."""
+    async def _session(self, slot: CoreSlot, app: Any, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
+        """One stdio MCP session, as ``FastMCP.run_stdio_async`` runs it, over the socket; the app
+        goes back to the idle ones afterwards."""
         from fastmcp.server.context import reset_transport, set_transport
         from mcp.server.stdio import stdio_server
 
@@ -301,18 +333,23 @@ class RelayListener:
 
         # As a fresh stdio process: its delivery side exists when its settings enable delivery (the
         # service, holding the worker lease, is then the worker it sees).
+        core: Core = object.__getattribute__(slot, "_core")
         if core.settings.executor_enabled:
             service_for(core)
         token = set_transport("stdio")
+        clean = False
         try:
             async with app._lifespan_manager():
                 async with stdio_server(stdin=_Lines(reader), stdout=_Out(writer)) as (read_stream, write_stream):  # type: ignore[arg-type]
                     server = app._mcp_server
                     await server.run(read_stream, write_stream, server.create_initialization_options())
+            clean = True
         finally:
             reset_transport(token)
             started = core.delivery  # promptyoself_execute(loop=true) may have started a loop: it ends with us
             ex = started.executor if isinstance(started, DeliveryService) else None
             if isinstance(started, DeliveryService) and ex is not None and ex.role == "loop":
                 await asyncio.to_thread(started.stop)
+            if clean:  # an app whose session was cut short is not reused
+                self._give_back(slot, app)
 

@@ -10,7 +10,8 @@ connection carries newline-delimited JSON-RPC exactly as a stdio pipe does.
 
 Each session behaves as a fresh stdio process would: its own ``Core`` (the relay's settings, its own
 process and scoped default agents, its own tool-call count) over the service's store and Letta
-client, and its own FastMCP app. Building that app takes ~60 ms, so a spare one is kept ready.
+client. The FastMCP app serving it (~60 ms to build) is bound to that core through a ``CoreSlot``
+and reused by later sessions, one at a time; spare apps are kept ready.
 Writes in a session wake the service's executor at once (``Core.on_change``).
 """
 

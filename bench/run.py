@@ -51,6 +51,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("lateness", "bench.lateness", "2d", "Delivery lateness p50/p99, SQLite and PostgreSQL"),
     Section("burst", "bench.burst", "2e", "Burst: 10,000 prompts due at once to 1,000 agents"),
     Section("idle", "bench.idle_cpu", "2f", "Idle CPU of server + worker with 10,000 future schedules"),
+    Section("stdio_relay", "bench.stdio_relay", "13.1", "Stdio start through the service's relay vs in-process"),
+    Section("scaleout", "bench.scaleout", "13.2", "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

@@ -1,7 +1,11 @@
-"""``python -m promptyoself`` runs the command line."""
+"""``python -m promptyoself`` runs the command line.
+
+``serve --transport stdio`` first tries the stdio relay (promptyoself.faces.stdio_entry): with a
+service running for the same database this process then imports no more than the standard library.
+"""
 
 import sys
 
-from promptyoself.faces.cli import main
+from promptyoself.faces.stdio_entry import cli_main
 
-sys.exit(main())
+sys.exit(cli_main())

@@ -339,6 +339,9 @@ class Settings(BaseSettings):
     def executor_enabled(self) -> bool:
         return self.executor_autostart and self.executor_mode != "off"
 
+    # The service's Unix socket for stdio servers of the same database (promptyoself/faces/relay.py).
+    stdio_relay: Literal["auto", "off"] = Field("auto", validation_alias="PROMPTYOSELF_STDIO_RELAY")
+
 
 def accepts(env: str) -> str:
     """What the variable ``env`` accepts, as the error line and docs/configuration.md say it."""

@@ -341,6 +341,8 @@ class FakeLetta:
         self._received: list[dict[str, Any]] = []
         self._requests: list[tuple[str, str, int]] = []
         self._request_details: list[dict[str, Any]] = []
+        # accepted message POSTs per sender (the request's Authorization header; "" without one)
+        self._by_sender: Counter[str] = Counter()
         self._pending_failures: deque[_Failure] = deque()
         self._failure_counts: Counter[str] = Counter()
         self._in_flight: Counter[str] = Counter()
@@ -538,6 +540,7 @@ class FakeLetta:
             self._received.clear()
             self._requests.clear()
             self._request_details.clear()
+            self._by_sender.clear()
             self._runs.clear()
             for history in self._history.values():
                 history.clear()
@@ -599,6 +602,7 @@ class FakeLetta:
             return {
                 "received": len(self._received),
                 "requests": len(self._requests),
+                "by_sender": dict(self._by_sender),
                 "max_concurrent_per_agent": self._max_concurrent_per_agent,
                 "max_concurrent": self._max_concurrent,
             }
@@ -615,6 +619,9 @@ class FakeLetta:
     def _log_request(self, method: str, path: str, status: int, headers: Any) -> None:
         with self._lock:
             self._requests.append((method, path, status))
+            if method == "POST" and "/messages" in path and 200 <= status < 300:
+                lower = {str(k).lower(): v for k, v in headers.items()}
+                self._by_sender[str(lower.get("authorization", ""))] += 1
             self._request_details.append(
                 {
                     "method": method,

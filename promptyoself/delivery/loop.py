@@ -8,6 +8,7 @@ import asyncio
 import collections
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -42,6 +43,14 @@ RECORD_DELAY = 0.01
 """During a backlog, the recorder waits up to this long for a few attempts to record together."""
 ONCE_BUDGET = 120.0
 """``execute`` (once) stops claiming after this many seconds."""
+BACKLOG_POLL = 0.05
+"""When a claim came back short although something was due (other processes took the rows first),
+an executor with free send slots looks again after about this long (jittered), not after
+``interval``: several workers on one database then share a backlog instead of the one that just
+finished winning every claim."""
+LEASE_SHARE = 0.5
+"""An executor holds no more claims than its senders can send within this share of the lease, at
+the send time seen so far."""
 
 
 def make_owner(role: str) -> str:
@@ -101,6 +110,8 @@ class Executor:
         self._claiming = False  # a claim is running (the loop's or the recorder's)
         self._nudged = False  # a nudge is pending: no need to send another
         self._reread = False  # set by wake(): re-read the earliest due time
+        self._contended = False  # the last claim came back short while rows were due: poll the backlog
+        self._send_s = 0.0  # moving average of one send's duration (0: none yet)
         self._counts_lock = threading.Lock()
         self.running = False
         self.started_at: datetime | None = None
@@ -244,6 +255,8 @@ class Executor:
                         self._drained = False
                     self.last_tick = self.core.now()
                     self.next_due = earliest
+                    if earliest is None or earliest > self.core.now():
+                        self._contended = False
                 auth_wait = self._auth_until - time.monotonic()
                 if auth_wait > 0 and self._ready:
                     await self._release_ready()  # the credentials are wrong: do not sit on claims
@@ -260,6 +273,8 @@ class Executor:
                             finally:
                                 full = self._took(claims, want)
                             must_read = not full and bool(claims)  # find the next alarm at once
+                            # due rows, yet none (or too few) for us: other processes took them
+                            self._contended = not full
                             continue
                         # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
                         # a delivery to finish, a local write, or the next re-read.
@@ -267,8 +282,13 @@ class Executor:
                         timeout = min(timeout, wait_s)
                 if auth_wait > 0:
                     timeout = min(timeout, auth_wait)
+                poll = self._contended and self._has_room()
+                if poll:  # a backlog others share: look again soon, not after `interval`
+                    timeout = min(timeout, BACKLOG_POLL * random.uniform(0.5, 1.5))
                 if await self._sleep(max(timeout, 0.0)) and not self._ahead:
                     must_read = True  # a delivery ended: its agent's next occurrence may be due
+                elif poll:
+                    must_read = True
             except Exception:
                 log.exception("delivery loop error; retrying in %.3gs", self.interval)
                 must_read = True
@@ -280,7 +300,21 @@ class Executor:
             return 0
         if len(self._ready) > self._ahead // 2:  # claim in batches, before the queue runs dry
             return 0
-        return max(0, self.max_in_flight - len(self._inflight) + self._ahead - len(self._ready))
+        return max(0, self._hold_limit() - len(self._inflight) - len(self._ready))
+
+    def _hold_limit(self) -> int:
+        """(Under ``_cv``.) Claims to hold at most (waiting plus being sent): the senders plus the
+        backlog's run-ahead, but never more than they can send within ``LEASE_SHARE`` of the lease."""
+        limit = self.max_in_flight + self._ahead
+        if self._send_s > 0:
+            limit = min(limit, max(self.max_in_flight, int(self.lease * LEASE_SHARE / self._send_s
+                                                           * self.max_in_flight)))
+        return limit
+
+    def _has_room(self) -> bool:
+        """A send slot is free, or will be soon, with no claim waiting for it."""
+        with self._cv:
+            return len(self._inflight) + len(self._ready) < self.max_in_flight
 
     def _claim_wanted(self) -> int:
         """(Under ``_cv``.) ``_claim_count``; a positive answer reserves the claim for the caller."""
@@ -376,10 +410,13 @@ class Executor:
                 if self._ahead and len(self._ready) <= self._ahead // 2:
                     self._rec_cv.notify()  # a backlog and the queue runs low: the recorder refills it
             sent: Attempt | Result | None = None
+            began = time.monotonic()
             try:
                 sent = attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
             except Exception:
                 log.exception("delivery of schedule %s failed", claim.id)
+            took = time.monotonic() - began
+            self._send_s = took if not self._send_s else 0.9 * self._send_s + 0.1 * took
             try:
                 self._hand_over(claim, sent)
             except Exception:  # never let the thread die

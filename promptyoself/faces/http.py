@@ -56,6 +56,7 @@ class ServiceApp:
         from promptyoself.delivery.metrics import registry_for
 
         self.core = core
+        self.settings = settings
         self.mcp_path = mcp_path.rstrip("/") or "/mcp"
         self.mcp_app: ASGIApp = build_server(core).http_app(path=self.mcp_path)
         # ---- REST mount point: promptyoself.faces.rest.build_rest_app(core) serves every other path ----
@@ -104,6 +105,10 @@ class ServiceApp:
                 from promptyoself.delivery.resident import Resident
 
                 await stack.enter_async_context(Resident(self.core).run())
+            if self.settings.stdio_relay != "off":  # stdio servers for this database hand their sessions here
+                from promptyoself.faces.relay_server import RelayListener
+
+                await stack.enter_async_context(RelayListener(self.core, build_server).serving())
             yield
 
     async def _lifespan(self, receive: Any, send: Any) -> None:

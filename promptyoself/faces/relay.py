@@ -1,0 +1,246 @@
+"""The stdio relay: a stdio MCP process that hands its stdin and stdout to the service.
+
+Letta starts a new stdio server for every tool call; importing the ``mcp`` SDK alone takes ~0.7 s.
+When a service (``promptyoself serve``) runs for the same database on this machine, it listens on a
+Unix socket (promptyoself.faces.relay_server) and runs each connection as a stdio MCP session of its
+own FastMCP app. The short-lived process then only:
+
+1. works out the database URL the way ``Settings.db_url`` does (environment, then the ``.env`` file),
+2. connects to ``<runtime dir>/mcp-<hash of the database URL>.sock`` and sends one handshake line
+   (the database URL and the PROMPTYOSELF_* / LETTA_* settings this process sees),
+3. on ``{"ok": true}`` copies bytes both ways (stdin to the socket, the socket to stdout) until EOF.
+
+Standard library only (plus platformdirs, for the same per-user directories as the rest of the
+program): no mcp, fastmcp, pydantic or SQLAlchemy. Anything else (no socket, refused, a stale
+socket, a handshake refused or not answered within ``HANDSHAKE_TIMEOUT``) and the caller runs
+today's in-process server; nothing has been read from stdin by then. ``PROMPTYOSELF_STDIO_RELAY=off``
+turns the relay off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import sys
+
+try:  # the built-in module: hashlib would load OpenSSL (~5 ms)
+    from _sha256 import sha256  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - Python >= 3.12 names it _sha2
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        from hashlib import sha256  # type: ignore[assignment]
+
+PROTOCOL = 1
+HANDSHAKE_TIMEOUT = 5.0  # the in-process fallback itself takes 1-5 s; a busy service is still quicker
+RELAY_ENV = "PROMPTYOSELF_STDIO_RELAY"
+PREFIXES = ("PROMPTYOSELF_", "LETTA_")
+CHUNK = 65536
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in ("'", '"'):
+        inner = value[1:-1]
+        if value[0] == '"':
+            for escaped, plain in (("\\n", "\n"), ("\\t", "\t"), ('\\"', '"'), ("\\\\", "\\")):
+                inner = inner.replace(escaped, plain)
+        return inner
+    if " #" in value:
+        value = value.split(" #", 1)[0].rstrip()
+    return value
+
+
+def read_env_file(path: str | None) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a ``.env`` file (``export`` prefixes, quotes and comments allowed), keys
+    upper-cased as the settings read them case-insensitively. A line this cannot read is skipped:
+    a value read differently from the service makes the handshake fail, never a wrong relay."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, _, value = line.partition("=")
+        out[key.strip().upper()] = _unquote(value)
+    return out
+
+
+def env_file_path() -> str | None:
+    """As ``promptyoself.config.env_file``: ``PROMPTYOSELF_ENV_FILE``, else ``./.env`` if it exists."""
+    explicit = os.environ.get("PROMPTYOSELF_ENV_FILE")
+    if explicit:
+        return explicit
+    return ".env" if os.path.isfile(".env") else None
+
+
+def visible_settings() -> dict[str, str]:
+    """The PROMPTYOSELF_* and LETTA_* values this process's settings would read: the ``.env`` file
+    overridden by the environment (as pydantic-settings does)."""
+    found = {k: v for k, v in read_env_file(env_file_path()).items() if k.startswith(PREFIXES)}
+    for key, value in os.environ.items():
+        upper = key.upper()
+        if upper.startswith(PREFIXES):
+            found[upper] = value
+    return found
+
+
+def db_url_from(values: dict[str, str]) -> str:
+    """``Settings.db_url`` for these values: a URL as is, a path made absolute, or the per-user default."""
+    raw = (values.get("PROMPTYOSELF_DB") or "").strip()
+    if "://" in raw:
+        return raw
+    if raw:
+        path = os.path.expanduser(raw)
+    else:
+        from platformdirs import user_data_dir
+
+        path = os.path.join(user_data_dir("promptyoself", appauthor=False), "promptyoself.db")
+    return f"sqlite:///{os.path.realpath(path)}"
+
+
+def _private_dir(path: str) -> bool:
+    """A real directory of this user that no one else may enter (what XDG asks of a runtime dir)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return os.path.isdir(path) and not os.path.islink(path) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def runtime_dir(*, create: bool = False) -> str:
+    """``<per-user runtime dir>/promptyoself``: ``$XDG_RUNTIME_DIR`` when it is a private directory
+    of this user, else platformdirs' ``user_runtime_dir`` (``/run/user/<uid>``, else
+    ``<tmp>/runtime-<uid>``; with ``create``, made 0700 where missing)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
+    if xdg and os.path.isabs(xdg) and _private_dir(xdg):
+        return os.path.join(xdg, "promptyoself")
+    import warnings
+
+    from platformdirs import user_runtime_dir
+
+    with warnings.catch_warnings():  # platformdirs warns when it falls back; the fallback is fine
+        warnings.simplefilter("ignore")
+        return str(user_runtime_dir("promptyoself", appauthor=False, ensure_exists=create))
+
+
+def socket_path(db_url: str) -> str:
+    """The service's socket for this database: one per database URL, never shared by two."""
+    digest = sha256(db_url.encode("utf-8")).hexdigest()[:24]
+    return os.path.join(runtime_dir(), f"mcp-{digest}.sock")
+
+
+def relay_enabled(values: dict[str, str]) -> bool:
+    return (values.get(RELAY_ENV) or "auto").strip().lower() != "off"
+
+
+def connect(values: dict[str, str], timeout: float = HANDSHAKE_TIMEOUT) -> socket.socket | None:
+    """A socket to a service for this database that accepted our handshake, else None."""
+    db_url = db_url_from(values)
+    path = socket_path(db_url)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": values, "cwd": os.getcwd(),
+                 "pid": os.getpid()}
+        sock.sendall(json.dumps(hello).encode("utf-8") + b"\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            part = sock.recv(4096)
+            if not part or len(reply) > 65536:
+                raise OSError("the service closed the socket during the handshake")
+            reply += part
+        answer = json.loads(reply)
+        if not (isinstance(answer, dict) and answer.get("ok") is True):
+            raise OSError(str(answer.get("reason") if isinstance(answer, dict) else answer)[:300])
+        sock.settimeout(None)
+        return sock
+    except (OSError, ValueError):
+        sock.close()
+        return None
+
+
+def pump(sock: socket.socket, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
+    """Copy stdin to the socket and the socket to stdout until the service closes its side."""
+    stdin_open = True
+    try:
+        while True:
+            watch = [sock, stdin_fd] if stdin_open else [sock]
+            ready, _, _ = select.select(watch, [], [])
+            if stdin_fd in ready:
+                data = os.read(stdin_fd, CHUNK)
+                if data:
+                    sock.sendall(data)
+                else:
+                    stdin_open = False
+                    sock.shutdown(socket.SHUT_WR)
+            if sock in ready:
+                data = sock.recv(CHUNK)
+                if not data:
+                    return 0
+                view = memoryview(data)
+                while view:
+                    written = os.write(stdout_fd, view)
+                    view = view[written:]
+    except (BrokenPipeError, ConnectionResetError):
+        return 0
+    finally:
+        sock.close()
+
+
+def try_relay() -> int | None:
+    """Relay this process's stdio to a service for the same database; the exit code, or None
+    when no service took it (run the in-process server then)."""
+    values = visible_settings()
+    if not relay_enabled(values) or os.name != "posix":
+        return None
+    try:
+        sock = connect(values)
+    except Exception:
+        return None
+    if sock is None:
+        return None
+    if os.environ.get("PROMPTYOSELF_RELAY_DUMP_MODULES"):  # tests: which modules this process loaded
+        with open(os.environ["PROMPTYOSELF_RELAY_DUMP_MODULES"], "w", encoding="utf-8") as fh:
+            fh.write("\n".join(sorted(sys.modules)))
+    return pump(sock)
+
+
+STDIO_FLAGS = ("--no-executor", "--allow-external")
+VALUE_FLAGS = ("--host", "--port", "--path")
+
+
+def is_stdio_args(argv: list[str], *, default_stdio: bool) -> bool:
+    """True when these ``serve`` arguments run the stdio transport (the only one the relay serves).
+    Anything unusual (help, a typo) is left to the real parser: no relay."""
+    transport = "stdio" if default_stdio else None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--transport" and i + 1 < len(argv):
+            transport = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("--transport="):
+            transport = arg.split("=", 1)[1]
+        elif arg in VALUE_FLAGS and i + 1 < len(argv):
+            i += 2
+            continue
+        elif arg.split("=", 1)[0] not in (*STDIO_FLAGS, *VALUE_FLAGS):
+            return False
+        i += 1
+    return transport == "stdio"

@@ -162,7 +162,8 @@ def test_help_lists_each_command_once(tmp_path: Path) -> None:
     assert out.startswith("usage: promptyoself [-h] [--json] COMMAND ...")
 
 
-@pytest.mark.parametrize("entry", [["promptyoself/cli.py", "list"], ["-m", "promptyoself.cli", "list"]])
+@pytest.mark.parametrize("entry", [["promptyoself/cli.py", "list"], ["-m", "promptyoself.cli", "list"],
+                                   ["-m", "promptyoself", "list"], ["promptyoself_mcp_server.py"]])
 def test_a_python_without_the_dependencies_gets_one_line_on_how_to_install(entry: list[str]) -> None:
     # -S: no site-packages (this venv's included), -E/env -i: no PYTHONPATH; as a bare system python
     proc = subprocess.run([sys.executable, "-S", "-E", *entry], capture_output=True, text=True, cwd=ROOT,

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NotRequired, Protocol
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, Unpack
 
 from typing_extensions import TypedDict
 
@@ -92,22 +92,23 @@ class DeliveryView(Protocol):
     def health_info(self) -> DeliveryHealth: ...
 
 
+class Wiring(TypedDict, total=False):
+    """What a caller may hand in instead of the defaults: an open store, a Letta client, a clock."""
+
+    store: Store | None
+    letta: LettaClient | None
+    clock: Clock | None
+
+
 class Deps:
     """Settings, store, Letta client and clock for one process, plus the listeners told of writes."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        store: Store | None = None,
-        letta: LettaClient | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
         self.settings = settings
-        self._store = store
-        self._letta = letta
+        self._store = wiring.get("store")
+        self._letta = wiring.get("letta")
         self._lock = threading.Lock()
-        self.clock: Clock = clock or system_clock
+        self.clock: Clock = wiring.get("clock") or system_clock
         self._listeners: list[Callable[[], None]] = []
         # The delivery side of this process, if one registered (health and status report on it).
         self.delivery: DeliveryView | None = None

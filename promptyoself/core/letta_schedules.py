@@ -191,7 +191,7 @@ class LettaSchedules:
         text = summary_text(payload, core.settings.max_prompt_chars)
         plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message,
                     letta_payload=json.dumps(payload, separators=(",", ":")))
-        created = core._create(text, plan, agent_id, False, None, None, now)
+        created = core._create(text, plan, {"agent_id": agent_id}, now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 
     # ---- read ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
@@ -38,18 +38,27 @@ from promptyoself.core.results import (
     iso,
     schedule_record,
 )
-from promptyoself.deps import Clock, Deps
+from promptyoself.deps import Deps, Wiring
 from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
-    from promptyoself.letta.client import LettaClient
-    from promptyoself.store.db import Store
     from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger(__name__)
 
 DEDUPLICATED = "Already scheduled with this idempotency_key."
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """The arguments every scheduling operation shares (the MCP tools, the CLI and the REST API pass
+    them as keywords): who it is for, in which zone, and the idempotency key."""
+
+    agent_id: object
+    timezone: object
+    skip_validation: bool
+    idempotency_key: object
+    ctx: CallContext | None
 
 
 @dataclass(frozen=True)
@@ -69,15 +78,8 @@ class Plan:
 class Core(Deps, AdminOperations):
     """PromptYoSelf's operations over one store and one Letta server (the wiring is ``Deps``)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        store: Store | None = None,
-        letta: LettaClient | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(settings, store=store, letta=letta, clock=clock)
+    def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
+        super().__init__(settings, **wiring)
         self.defaults = Defaults()
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
@@ -104,46 +106,34 @@ class Core(Deps, AdminOperations):
         self,
         prompt: object,
         time: object,
-        *,
-        agent_id: object = None,
-        timezone: object = None,
-        skip_validation: bool = False,
-        idempotency_key: object = None,
-        ctx: CallContext | None = None,
+        **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         raw = required_time("time", time, "e.g. '2026-12-25T09:00:00+01:00' or 'in 5m'")
-        tz = self._zone(timezone)
+        tz = self._zone(options.get("timezone"))
         now = self.now()
         when = timing.parse_time(raw, now=now, tz=tz)
         timing.ensure_future(when, now=now, tz=tz)
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
         plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message)  # the instant, not "in 5m"
-        return self._create(text, plan, agent_id, skip_validation, idempotency_key, ctx, now)
+        return self._create(text, plan, options, now)
 
     def schedule_cron(
         self,
         prompt: object,
         cron: object,
-        *,
-        agent_id: object = None,
-        timezone: object = None,
-        skip_validation: bool = False,
-        idempotency_key: object = None,
-        ctx: CallContext | None = None,
+        **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         if not isinstance(cron, str) or not cron.strip():
             raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI' or '@daily'.")
         expr = timing.normalize_cron(cron)
-        tz = self._zone(timezone)
+        tz = self._zone(options.get("timezone"))
         now = self.now()
         first = timing.next_cron(expr, tz, now)
         description = timing.describe_cron(expr)
         message = f"Scheduled '{expr}' ({description}, {tz.key}); first run {timing.to_local_iso(first, tz)}."
-        result = self._create(
-            text, Plan("cron", expr, tz, first, message), agent_id, skip_validation, idempotency_key, ctx, now
-        )
+        result = self._create(text, Plan("cron", expr, tz, first, message), options, now)
         result["description"] = description
         return result
 
@@ -154,11 +144,7 @@ class Core(Deps, AdminOperations):
         *,
         start_at: object = None,
         max_repetitions: object = None,
-        agent_id: object = None,
-        timezone: object = None,
-        skip_validation: bool = False,
-        idempotency_key: object = None,
-        ctx: CallContext | None = None,
+        **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         blank = isinstance(every, str) and not every.strip()
@@ -173,7 +159,7 @@ class Core(Deps, AdminOperations):
         reps = None
         if max_repetitions is not None:
             reps = check_limit("max_repetitions", max_repetitions, 1, MAX_MAX_REPETITIONS)
-        tz = self._zone(timezone)
+        tz = self._zone(options.get("timezone"))
         now = self.now()
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
             anchor = now + step
@@ -188,24 +174,15 @@ class Core(Deps, AdminOperations):
             f"{timing.to_local_iso(anchor, tz)} ({tz.key})."
         )
         plan = Plan("interval", value, tz, anchor, message, anchor=anchor, max_repetitions=reps)
-        return self._create(text, plan, agent_id, skip_validation, idempotency_key, ctx, now)
+        return self._create(text, plan, options, now)
 
-    def _create(
-        self,
-        text: str,
-        plan: Plan,
-        agent_id: object,
-        skip_validation: bool,
-        idempotency_key: object,
-        ctx: CallContext | None,
-        now: datetime,
-    ) -> ScheduleResult:
+    def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule
 
-        key = check_text("idempotency_key", idempotency_key, 200)
-        agent = self.resolve_agent(agent_id, ctx)
+        key = check_text("idempotency_key", options.get("idempotency_key"), 200)
+        agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
@@ -217,7 +194,7 @@ class Core(Deps, AdminOperations):
                 f"{self.settings.max_active_per_agent} (PROMPTYOSELF_MAX_ACTIVE_PER_AGENT). "
                 "Cancel some with promptyoself_cancel first."
             )
-        if not skip_validation:
+        if not options.get("skip_validation", False):
             self.letta.get_agent(agent)
         new = NewSchedule(
             agent_id=agent,

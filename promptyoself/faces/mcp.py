@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Annotated, Any, TypedDict, get_type_hints
+from typing import Annotated, Any, get_type_hints
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
@@ -27,7 +27,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from promptyoself import __version__
 from promptyoself.core.agents import CallContext
-from promptyoself.core.operations import Core
+from promptyoself.core.operations import Core, ScheduleOptions
 from promptyoself.core.results import (
     AgentsResult,
     CancelResult,
@@ -291,16 +291,6 @@ CronRule = Annotated[
         "evaluated in `timezone`."
     ),
 ]
-
-
-class ScheduleOptions(TypedDict):
-    """The arguments every scheduling tool shares, passed on to the core as they are."""
-
-    agent_id: str | None
-    timezone: str | None
-    skip_validation: bool
-    idempotency_key: str | None
-    ctx: CallContext
 
 
 SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(

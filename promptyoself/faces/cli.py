@@ -50,6 +50,15 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
 
 
+def _add_plain(sub: Any, commands: dict[str, str], *, schedule_id: bool = False) -> None:
+    """Subcommands that take nothing but ``--json`` (and a schedule id where ``schedule_id``)."""
+    for name, text in commands.items():
+        p = sub.add_parser(name, help=text)
+        if schedule_id:
+            p.add_argument("id", help="schedule id")
+        _add_json(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="promptyoself",
@@ -81,14 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offset", type=int, default=0, help="rows to skip")
     _add_json(p)
 
-    for name, text in (
-        ("cancel", "cancel a schedule"),
-        ("pause", "pause a schedule"),
-        ("resume", "resume a paused schedule"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("id", help="schedule id")
-        _add_json(p)
+    _add_plain(sub, {"cancel": "cancel a schedule", "pause": "pause a schedule",
+                     "resume": "resume a paused schedule"}, schedule_id=True)
 
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
@@ -108,13 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shared", action="store_true", help="skip the singleton lease (several workers on PostgreSQL)")
     _add_json(p)
 
-    for name, text in (
-        ("test", "check the Letta connection"),
-        ("agents", "list Letta agents"),
-        ("health", "show server health"),
-    ):
-        p = sub.add_parser(name, help=text)
-        _add_json(p)
+    _add_plain(sub, {"test": "check the Letta connection", "agents": "list Letta agents",
+                     "health": "show server health"})
 
     p = sub.add_parser("upload", help="upload a Python function to Letta as a tool")
     src = p.add_mutually_exclusive_group(required=True)

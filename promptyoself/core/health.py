@@ -95,16 +95,6 @@ def letta_probe(core: Checked) -> Reason | None:
     return reason
 
 
-def _worker_pid(lease: dict[str, Any]) -> int | None:
-    """The worker's pid, or None while a server's spawn reservation (owner ``spawn:<host>:<pid>:<nonce>``,
-    promptyoself.delivery.worker) still carries that server's own pid: never the server's."""
-    owner, pid = str(lease.get("owner") or ""), lease.get("pid")
-    parts = owner.rsplit(":", 2)
-    if owner.startswith("spawn:") and len(parts) == 3 and parts[1] == str(pid):
-        return None
-    return pid if isinstance(pid, int) else None
-
-
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
     if lease is not None and lease.get("alive"):
         return True
@@ -159,8 +149,6 @@ def assess(core: Checked) -> HealthResult:
             out.update(delivery)
         elif lease is not None:
             out["worker"] = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in lease.items()}
-            out["worker"]["pid"] = _worker_pid(lease)
-            out["worker"]["starting"] = str(lease.get("owner") or "").startswith("spawn:")
         live = _live_delivery(lease, delivery)
         out["delivery_live"] = live
         if bl.due and not live:

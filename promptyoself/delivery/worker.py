@@ -39,7 +39,7 @@ from promptyoself.deps import Deps
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import count_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
-from promptyoself.store.lease import lease_alive, read_lease, release
+from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, release, worker_pid
 from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
 from promptyoself.store.records import LeaseRow
 
@@ -54,24 +54,8 @@ TOKEN_ENV = "PROMPTYOSELF_WORKER_TOKEN"
 LOG_ENV = "PROMPTYOSELF_WORKER_LOG"
 SPAWN_HOLD = 30.0
 """Seconds a server reserves the lease for the worker it is starting."""
-SPAWN_PREFIX = "spawn:"
-"""Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
-
-
-def reserving(owner: str, pid: int) -> bool:
-    """True while the lease is a server's reservation for a worker it is starting and ``pid`` is still
-    that server's own (the holder's liveness): the worker's pid is recorded once the spawn returns."""
-    if not owner.startswith(SPAWN_PREFIX):
-        return False
-    parts = owner.rsplit(":", 2)
-    return len(parts) == 3 and parts[1] == str(pid)
-
-
-def worker_pid(row: LeaseRow) -> int | None:
-    """The worker's pid, or None while a server is still starting it (never the server's pid)."""
-    return None if reserving(row.owner, row.pid) else row.pid
 
 
 def lease_info(core: Deps) -> dict[str, Any] | None:

@@ -227,7 +227,9 @@ def ensure_delivery(core: Any) -> str:
         return "Could not start the delivery worker; run `promptyoself health` to see why."
     if started.get("spawned"):
         return f"Started the delivery worker (pid {started['pid']})."
-    return f"The delivery worker (pid {started.get('pid')}) will deliver it."
+    if started.get("pid") is None:  # another process is starting it: its pid is not known yet
+        return "A delivery worker is starting for this database; it will deliver it."
+    return f"The delivery worker (pid {started['pid']}) will deliver it."
 
 
 def _schedule_only(core: Any, a: argparse.Namespace) -> dict[str, Any]:

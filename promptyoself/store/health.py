@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from promptyoself.store.db import Delivery, Schedule, Store
-from promptyoself.store.lease import lease_alive, read_lease
+from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, worker_pid
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,14 @@ def letta_error_kinds(store: Store) -> dict[str, int]:
 
 
 def lease(store: Store, now: datetime) -> dict[str, Any] | None:
-    """The worker lease (pid, host, owner, heartbeat, lease_until, alive) or None."""
+    """The worker lease (pid, host, owner, heartbeat, lease_until, alive, starting) or None. ``pid`` is
+    the worker's, None while a server is still starting it (never that server's pid)."""
     row = read_lease(store)
     if row is None:
         return None
     return {
-        "pid": row.pid,
+        "pid": worker_pid(row),
+        "starting": row.owner.startswith(SPAWN_PREFIX),
         "host": row.host,
         "owner": row.owner,
         "heartbeat_at": row.heartbeat_at,

@@ -18,6 +18,23 @@ from promptyoself.store.db import Store, WorkerLease
 from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
 from promptyoself.store.records import LeaseRow, record_of
 
+SPAWN_PREFIX = "spawn:"
+"""Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""
+
+
+def reserving(owner: str, pid: int) -> bool:
+    """True while the lease is a server's reservation for a worker it is starting and ``pid`` is still
+    that server's own (the holder's liveness): the worker's pid is recorded once the spawn returns."""
+    if not owner.startswith(SPAWN_PREFIX):
+        return False
+    parts = owner.rsplit(":", 2)
+    return len(parts) == 3 and parts[1] == str(pid)
+
+
+def worker_pid(row: LeaseRow) -> int | None:
+    """The worker's pid, or None while a server is still starting it (never the server's pid)."""
+    return None if reserving(row.owner, row.pid) else row.pid
+
 
 def lease_alive(row: LeaseRow, now: datetime) -> bool:
     """Live while ``lease_until`` is ahead and, on this host, its pid is a running process."""

@@ -133,9 +133,13 @@ def test_with_20_percent_failures_every_prompt_still_arrives_once(any_db: Any) -
         outcomes = Counter(r.outcome for r in rows)
         assert outcomes["delivered"] == N_PROMPTS and set(outcomes) <= {"delivered", "retry"}
         assert outcomes["retry"] > 0.1 * N_PROMPTS  # the failures really happened ...
-        assert len(rows) == message_posts(fake)  # ... and every attempt has its history row
+        # ... and every attempt has its history row: one per POST, plus the attempts that asked Letta
+        # first (after a timeout) and then did not send: found it (an answer slower than the client's
+        # timeout, on a loaded machine) or could not ask. Each ask starts with one GET of the runs.
+        asks = sum(1 for method, path, _ in fake.requests if method == "GET" and path.startswith("/v1/runs"))
+        assert message_posts(fake) <= len(rows) <= message_posts(fake) + asks
         errors = Counter(r.error.removeprefix("in_doubt: ").split(" ")[0] for r in rows if r.error)
-        assert set(errors) == {"letta_unavailable:"}
+        assert "letta_unavailable:" in errors and set(errors) <= {"letta_unavailable:", "already"}
         # a timeout leaves the outcome unknown: marked, so the next attempt asked Letta first
         timeouts = [r.error or "" for r in rows if "did not answer in time" in (r.error or "")]
         assert all(e.startswith("in_doubt: ") for e in timeouts)

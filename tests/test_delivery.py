@@ -14,7 +14,7 @@ import pytest
 from promptyoself.delivery.attempt import Claim, deliver, envelope
 from promptyoself.delivery.retry import backoff_delay
 from promptyoself.delivery.service import Executor, run_once_result, service_for, status_tool
-from promptyoself.store.db import claim_due, release_claims
+from promptyoself.store.claims import claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 

@@ -175,7 +175,8 @@ def test_sigkill_mid_delivery_lease_expires_and_another_process_delivers(db: Pat
 CLAIM_AND_DIE = textwrap.dedent("""
     import os, signal, sys
     from datetime import UTC, datetime, timedelta
-    from promptyoself.store.db import Store, claim_due
+    from promptyoself.store.claims import claim_due
+    from promptyoself.store.db import Store
     store = Store(sys.argv[1])
     now = datetime.now(UTC)
     rows = claim_due(store, "doomed-process", now, now + timedelta(seconds=2), limit=10)

@@ -18,7 +18,7 @@ from sqlalchemy import event
 from promptyoself.delivery.attempt import Claim, deliver
 from promptyoself.delivery.service import Executor, server_lifespan, service_for
 from promptyoself.faces.mcp import build_server
-from promptyoself.store.db import claim_due
+from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, get, history, make_core, wait_until
 

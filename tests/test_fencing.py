@@ -13,7 +13,7 @@ import pytest
 
 from promptyoself.delivery.attempt import Claim, attempt
 from promptyoself.delivery.threads import ClaimKeeper
-from promptyoself.store.db import claim_due
+from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
 

@@ -18,7 +18,7 @@ import pytest
 from promptyoself.delivery.attempt import IN_DOUBT_PREFIX, Claim, deliver, otid_for
 from promptyoself.errors import LettaUnavailable
 from promptyoself.letta.client import IN_DOUBT, LettaClient
-from promptyoself.store.db import claim_due
+from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from promptyoself.delivery.loop import Executor
-from promptyoself.store.db import claim_due, release_claims
+from promptyoself.store.claims import claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, history, make_core, wait_until
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,14 +42,7 @@ from promptyoself.errors import (
     PromptYoSelfError,
 )
 from promptyoself.letta.http1 import NotSent
-from promptyoself.store.db import (
-    DatabaseBusy,
-    add_deliveries,
-    count_attempts_with_error,
-    lock_rows,
-    release_claims,
-    write_schedules,
-)
+from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +58,6 @@ IN_DOUBT_PREFIX = "in_doubt: "
 next attempt on the occurrence asks Letta for its ``otid`` before sending."""
 
 _rng = random.Random()
-_write_locks: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
-_locks_guard = threading.Lock()
-
-
-def write_lock(store: Any) -> threading.Lock:
-    """One lock per store for this process's delivery writes: threads queue here instead of in
-    SQLite's busy handler, whose back-off sleeps would make every contended write slow."""
-    with _locks_guard:
-        lock = _write_locks.get(store)
-        if lock is None:
-            lock = _write_locks[store] = threading.Lock()
-        return lock
-
-
 @dataclass(frozen=True)
 class Claim:
     """A snapshot of a claimed schedule: what the delivery needs, without a live session."""
@@ -323,7 +300,7 @@ def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
     ids = [c.id for c in claims if not c.taken_over]
     if ids:
-        with write_lock(core.store):
+        with core.store.write_lock:
             release_claims(core.store, owner, ids)
 
 
@@ -386,7 +363,7 @@ class Attempt:
 def record_attempt(core: Deps, item: Attempt) -> Result:
     """Record one attempt (``deliver``'s path; the executor's recorder thread records its senders'
     attempts in batches through ``record_batch``, the one way attempts are written)."""
-    with write_lock(core.store):
+    with core.store.write_lock:
         record_batch(core, [item])
     if item.failure is not None:
         raise item.failure
@@ -423,10 +400,12 @@ def record_batch(core: Deps, batch: list[Attempt]) -> None:
 def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
     now = core.now()
     results: list[Result] = []
-    history: list[dict[str, Any]] = []
-    changes: list[tuple[int, dict[str, Any]]] = []
-    with core.store.engine.begin() as conn:
-        rows = lock_rows(conn, {a.claim.id for a in batch}, {a.owner for a in batch})
+
+    def decide(rows: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+        """(Inside the store's transaction, once.) Each attempt's history row, and its schedule's
+        next state where the claim is still ours."""
+        history: list[dict[str, Any]] = []
+        changes: list[tuple[int, dict[str, Any]]] = []
         for a in batch:
             claim = a.claim
             outcome = "failed" if a.kind == "paused" else a.kind
@@ -469,8 +448,9 @@ def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
             res.repetition_count = row["repetition_count"]
             res.max_repetitions = row["max_repetitions"]
             res.retry_in = a.delay if a.kind == "retry" else None
-        add_deliveries(conn, history)
-        write_schedules(conn, changes)
+        return history, changes
+
+    record_attempts(core.store, {a.claim.id for a in batch}, {a.owner for a in batch}, decide)
     return results
 
 

@@ -28,11 +28,10 @@ from promptyoself.delivery.attempt import (
     give_back,
     policy,
     record_batch,
-    write_lock,
 )
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.db import claim_due, next_due
+from promptyoself.store.claims import claim_due, next_due
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +386,7 @@ class Executor:
         handled: Collection[int],
         taken_over: set[int] | None = None,
     ) -> list[Any]:
-        with write_lock(self.core.store):
+        with self.core.store.write_lock:
             return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease),
                              limit=limit, exclude_agents=busy, exclude_ids=handled, taken_over=taken_over)
 
@@ -483,7 +482,7 @@ class Executor:
 
     def _record(self, batch: list[Attempt]) -> None:
         try:
-            with write_lock(self.core.store):
+            with self.core.store.write_lock:
                 record_batch(self.core, batch)
         except Exception as exc:
             for a in batch:

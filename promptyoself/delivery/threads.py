@@ -11,10 +11,12 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Executor as _FuturesExecutor
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from promptyoself.delivery.attempt import write_lock
-from promptyoself.store.db import renew_claims
+from promptyoself.store.claims import renew_claims
+
+if TYPE_CHECKING:
+    from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ class ClaimKeeper:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         owner: str,
         lease: float,
         now: Callable[[], datetime],
@@ -129,7 +131,7 @@ class ClaimKeeper:
             return
         started = self.mono()
         try:
-            with write_lock(self.store):
+            with self.store.write_lock:
                 held = renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
         except Exception:
             log.exception("renewing delivery claims failed; they stop being sent %.3gs before their lease "

@@ -7,6 +7,7 @@ time order); PostgreSQL keeps ``timestamptz``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
@@ -265,6 +267,9 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.write_lock = threading.Lock()
+        """This process's delivery writes queue here instead of in SQLite's busy handler, whose
+        back-off sleeps would make every contended write slow."""
         try:
             self.engine = make_engine(url)
             migrate(self.engine)
@@ -316,293 +321,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-# ---- delivery claims (the executor's atomic queries; see promptyoself/delivery.py) ------------
-# Built once on the Core tables: the executor runs them for every delivery, and SQLAlchemy's ORM
-# attribute machinery would cost more than the queries themselves.
-
-from collections.abc import Collection  # noqa: E402
-
-from sqlalchemy import Row, and_, bindparam, exists, insert, or_, update  # noqa: E402
-
-DatabaseBusy = OperationalError
-"""What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
-
-PG_AGENT_LOCK_NS = 7305734
-"""First key of the PostgreSQL advisory locks that serialise claims per agent."""
-
-_S = Schedule.__table__
-_D = Delivery.__table__
-_BUSY = _S.alias("busy")
+SCHEDULES = Schedule.__table__
+DELIVERIES = Delivery.__table__
+_S, _D = SCHEDULES, DELIVERIES
 _NOW = bindparam("now", type_=UTCDateTime())
-_CLAIMABLE = and_(
-    _S.c.state == "active",
-    _S.c.due_at.is_not(None),
-    _S.c.due_at <= _NOW,
-    or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
-)
-"""Active, due, and not held by a live claim (a claim whose lease ran out counts as free)."""
 
-_EARLIER = _S.alias("earlier")
-_BUSY_AGENTS = (
-    select(_S.c.agent_id)
-    .distinct()
-    .where(
-        _S.c.agent_id.in_(bindparam("agents", expanding=True)),
-        _S.c.claimed_by.is_not(None),
-        _S.c.claim_until >= _NOW,
-    )
-)
-_CLAIM = (
-    update(_S)
-    .where(
-        _S.c.id == bindparam("sid"),
-        _S.c.next_run == bindparam("slot", type_=UTCDateTime()),
-        _CLAIMABLE,
-        # one message at a time per agent: no other schedule of this agent is held by a live claim
-        ~exists().where(
-            _BUSY.c.agent_id == bindparam("agent"),
-            _BUSY.c.id != bindparam("sid"),
-            _BUSY.c.claimed_by.is_not(None),
-            _BUSY.c.claim_until >= _NOW,
-        ),
-    )
-    .values(claimed_by=bindparam("owner"), claim_until=bindparam("until", type_=UTCDateTime()))
-)
-"""The claim's compare-and-set on ``(id, next_run)``: it matches (rowcount 1) for one claimer only."""
-_CLAIMED = select(_S).where(
-    _S.c.id.in_(bindparam("ids", expanding=True)),
-    _S.c.claimed_by == bindparam("owner"),
-    _S.c.claim_until == bindparam("until", type_=UTCDateTime()),
-)
-"""The rows one ``claim_due`` call took: its owner and its (unique per call) ``claim_until``."""
-_PG_LOCK = (
-    select(_S.c.id)
-    .where(
-        _S.c.id.in_(bindparam("ids", expanding=True)),
-        func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(_S.c.agent_id)),
-    )
-    .with_for_update(skip_locked=True)
-)
-"""PostgreSQL: lock the candidate rows (skipping those another claimer holds) and, per agent, the
-advisory lock that serialises claims for one agent across processes until this transaction ends."""
-_NEXT_DUE = (
-    select(_S.c.due_at)
-    .where(
-        _S.c.state == "active",
-        _S.c.due_at.is_not(None),
-        or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
-        _S.c.agent_id.not_in(bindparam("agents", expanding=True)),
-    )
-    .order_by(_S.c.due_at)
-    .limit(1)
-)
-"""``min(due_at)`` written as the first row of the ``(state, due_at)`` index that qualifies: it stops
-there instead of visiting every active schedule (what an idle loop reads every interval)."""
-_TOUCH_MANY = (
-    update(_S)
-    .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
-    .values(claim_until=_S.c.claim_until)
-)
-_ROWS = select(_S).where(_S.c.id.in_(bindparam("ids", expanding=True)))
-_ROWS_FOR_UPDATE = (
-    select(_S)
-    .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
-    .with_for_update()
-)
-_first_due_cache: dict[tuple[bool, bool, bool], Any] = {}
-_write_cache: dict[tuple[str, ...], Any] = {}
-
-
-def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
-    """The earliest ``due_at`` of an active schedule that no live claim holds (the loop's alarm),
-    leaving out agents the caller is already sending to (their turn comes when that send ends)."""
-    with store.engine.connect() as conn:
-        return conn.execute(_NEXT_DUE, {"now": now, "agents": list(exclude_agents)}).scalar()
-
-
-def claim_due(
-    store: Store,
-    owner: str,
-    now: datetime,
-    until: datetime,
-    *,
-    limit: int,
-    exclude_agents: Collection[str] = (),
-    exclude_ids: Collection[int] = (),
-    taken_over: set[int] | None = None,
-) -> list[Row[Any]]:
-    """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
-
-    ``taken_over``, when given, receives the ids whose previous claim had run out without being
-    recorded or released: its holder crashed or froze, maybe after it had sent the message (the
-    claim itself is the durable "an attempt may have started" mark). Such an occurrence is in
-    doubt: ask Letta before sending it again.
-
-    Candidates are the earliest due schedule of each agent that has no live claim. Each is then taken
-    with a compare-and-set on ``(id, next_run)`` that re-checks, inside the same write transaction,
-    that it is still due and unclaimed and that no other schedule of its agent is claimed. Only the
-    process whose UPDATE matched owns the occurrence. On PostgreSQL the candidates are locked with
-    ``FOR UPDATE SKIP LOCKED`` and claims for one agent are serialised by an advisory lock.
-    The compare-and-sets of one call go to the database as one batch (``executemany``); the rows
-    they took are read back by owner and ``until``. Returns the claimed schedule rows (column access
-    by name, like a ``Schedule``), oldest due first.
-    """
-    if limit <= 0:
-        return []
-    pg = store.dialect == "postgresql"
-    tried: list[int] = []
-    with store.engine.begin() as conn:
-        candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
-        if pg and candidates:
-            locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
-            candidates = [c for c in candidates if c[0] in locked]
-        picked = 0
-        while candidates and picked < limit:
-            batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
-            params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
-                      for sid, agent, slot in batch]
-            picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
-            tried.extend(sid for sid, _, _ in batch)
-        if not picked:
-            return []
-        claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
-    order = {sid: i for i, sid in enumerate(tried)}
-    return sorted(claimed, key=lambda row: order[row.id])
-
-
-def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
-    """The claim candidates' query: each agent's earliest claimable occurrence (by due time, then id),
-    leaving out agents that hold a live claim, oldest first, ``:want`` rows. Both conditions are
-    correlated lookups on an ``agent_id`` index, so the walk along ``(state, due_at)`` stops after
-    ``want`` rows however the due rows are spread over agents."""
-    key = (sqlite, with_agents, with_ids)
-    stmt = _first_due_cache.get(key)
-    if stmt is None:
-        e = _EARLIER
-        # SQLite: the state and due time are wrapped so that no index on them can serve this lookup:
-        # SQLite has no statistics to tell it that one agent's rows are few, and without this it
-        # walks every due row for every candidate instead of the agent's own few. (PostgreSQL plans
-        # from statistics, and a wrapped column would spoil them.)
-        due = func.coalesce(e.c.due_at, e.c.due_at) if sqlite else e.c.due_at
-        state = func.coalesce(e.c.state, e.c.state) if sqlite else e.c.state
-        earlier = [
-            e.c.agent_id == _S.c.agent_id,
-            state == "active",
-            due <= _NOW,
-            or_(e.c.claimed_by.is_(None), e.c.claim_until < _NOW),
-            or_(due < _S.c.due_at, and_(due == _S.c.due_at, e.c.id < _S.c.id)),
-        ]
-        extra = []
-        if with_agents:
-            extra.append(_S.c.agent_id.not_in(bindparam("x_agents", expanding=True)))
-        if with_ids:
-            extra.append(_S.c.id.not_in(bindparam("x_ids", expanding=True)))
-            earlier.append(e.c.id.not_in(bindparam("x_ids", expanding=True)))
-        busy = exists().where(_BUSY.c.agent_id == _S.c.agent_id, _BUSY.c.claimed_by.is_not(None),
-                              _BUSY.c.claim_until >= _NOW)
-        # Agents due at the same instant are served in id order on SQLite, where the (state, due_at)
-        # index carries the rowid; on PostgreSQL "then id" would sort every row due at that instant
-        # (a burst's thousands) for each claim, so there the index's own order breaks the tie. One
-        # agent's occurrences are always taken in (due_at, id) order: that is the "earlier" test.
-        order = (_S.c.due_at, _S.c.id) if sqlite else (_S.c.due_at,)
-        stmt = _first_due_cache[key] = (
-            select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.claimed_by)
-            .where(_CLAIMABLE, *extra, ~exists().where(*earlier), ~busy)
-            .order_by(*order)
-            .limit(bindparam("want", type_=Integer()))
-        )
-    return stmt
-
-
-def _candidates(
-    conn: Any,
-    now: datetime,
-    limit: int,
-    exclude_agents: Collection[str],
-    exclude_ids: Collection[int],
-    taken_over: set[int] | None = None,
-) -> list[tuple[int, str, datetime]]:
-    """The earliest claimable occurrence of up to ``limit`` agents with no live claim (and a few
-    more, for compare-and-sets lost to another process), oldest first."""
-    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids),
-              "want": limit + max(2, limit // 2)}
-    stmt = _first_due(conn.dialect.name == "sqlite", bool(exclude_agents), bool(exclude_ids))
-    rows = conn.execute(stmt, params).all()
-    if taken_over is not None:
-        taken_over.update(r.id for r in rows if r.claimed_by is not None)
-    return [(r.id, r.agent_id, r.next_run) for r in rows]
-
-
-def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> set[int]:
-    """Extend ``owner``'s live claims on ``ids`` (the holder's heartbeat). Returns the ids it still
-    holds (renewed); a claim missing from the answer was lost (it expired and was taken over, or
-    recorded meanwhile) and must not be sent on."""
-    if not ids:
-        return set()
-    wanted = list(ids)
-    with store.engine.begin() as conn:
-        conn.execute(update(_S).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner).values(claim_until=until))
-        held = conn.execute(select(_S.c.id).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner)).scalars()
-        return {int(i) for i in held}
-
-
-def count_attempts_with_error(store: Store, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
-    """History rows of one occurrence whose error starts with ``prefix`` (e.g. auth errors, which do
-    not count toward ``PROMPTYOSELF_MAX_ATTEMPTS``)."""
-    stmt = select(func.count()).select_from(_D).where(
-        _D.c.schedule_id == schedule_id, _D.c.scheduled_for == scheduled_for, _D.c.error.like(prefix + "%")
-    )
-    with store.engine.connect() as conn:
-        return int(conn.execute(stmt).scalar_one())
-
-
-def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
-    """Give back claims that were never acted on (no attempt was made), e.g. on shutdown."""
-    if not ids:
-        return 0
-    with store.engine.begin() as conn:
-        stmt = (
-            update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claimed_by=None, claim_until=None)
-        )
-        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
-
-
-def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[int, dict[str, Any]]:
-    """Inside a write transaction: the columns of the schedules ``ids`` that one of ``owners`` holds
-    a claim on, write-locked until the caller commits (a no-op UPDATE on SQLite, which takes the
-    database's write lock; ``SELECT ... FOR UPDATE`` on PostgreSQL). The caller compares each row's
-    ``claimed_by`` and ``next_run`` with its claim: what it changes then commits only while held."""
-    params = {"ids": list(ids), "owners": list(set(owners))}
-    if conn.dialect.name == "postgresql":
-        rows = conn.execute(_ROWS_FOR_UPDATE, params).all()
-    else:
-        conn.execute(_TOUCH_MANY, params)
-        rows = conn.execute(_ROWS, {"ids": params["ids"]}).all()
-    return {row.id: dict(row._mapping) for row in rows}
-
-
-def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> None:
-    """Update some columns of several schedules (inside the caller's transaction): one batched
-    statement per set of changed columns."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for sid, values in changes:
-        if values:
-            cols = tuple(sorted(values))
-            groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
-    for cols, params in groups.items():
-        stmt = _write_cache.get(cols)
-        if stmt is None:
-            stmt = _write_cache[cols] = (
-                update(_S).where(_S.c.id == bindparam("sid_"))
-                .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols})
-            )
-        conn.execute(stmt, params)
-
-
-def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
-    """Insert history rows (inside the caller's transaction), all in one statement."""
-    if rows:
-        conn.execute(insert(_D), rows)
 
 def delivery_totals(store: Store) -> dict[str, int]:
     """How many history rows there are per outcome (delivered, retry, failed, missed)."""

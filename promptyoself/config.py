@@ -245,7 +245,7 @@ class Settings(BaseSettings):
     def _log_level(cls, value: object) -> object:
         return value.strip().upper() if isinstance(value, str) else value
 
-    @field_validator("executor_mode", "message_format", mode="before")
+    @field_validator("executor_mode", "message_format", "stdio_relay", mode="before")
     @classmethod
     def _enum(cls, value: object) -> object:
         return _lower(value)
@@ -340,7 +340,7 @@ class Settings(BaseSettings):
         return self.executor_autostart and self.executor_mode != "off"
 
     # The service's Unix socket for stdio servers of the same database (promptyoself/faces/relay.py).
-    stdio_relay: Literal["auto", "off"] = Field("auto", validation_alias="PROMPTYOSELF_STDIO_RELAY")
+    stdio_relay: Literal["auto", "off"] = _field("auto", "PROMPTYOSELF_STDIO_RELAY", "auto or off (any case)")
 
 
 def accepts(env: str) -> str:

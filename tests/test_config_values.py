@@ -52,6 +52,7 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_RETRY_MAX": ("-5", "1h", 3600.0),
     "PROMPTYOSELF_MISFIRE_GRACE": ("bogus", "1h30m", timedelta(hours=1, minutes=30)),
     "PROMPTYOSELF_MESSAGE_FORMAT": ("fancy", "PLAIN", "plain"),
+    "PROMPTYOSELF_STDIO_RELAY": ("sometimes", "OFF", "off"),
     "PROMPTYOSELF_DEFAULT_AGENT_ID": ("agent with spaces", "agent-123", "agent-123"),
     "LETTA_AGENT_ID": ("a" * 101, "agent-abc", "agent-abc"),
     "LETTA_DEFAULT_AGENT_ID": ("agent-\u00e9t\u00e9", " agent-def ", "agent-def"),

@@ -1,6 +1,6 @@
 """The floor for start-up figures: a minimal FastMCP server with one tool, run over stdio.
 
-It starts the way a careful FastMCP program should (DESIGN §10): update check and banner off.
+It starts the way a careful FastMCP program should (docs/design.md §3): update check and banner off.
 """
 
 import os

@@ -1,4 +1,4 @@
-"""Entry script kept where plugin hosts call it: ``python promptyoself/cli.py --help`` (DESIGN §6, §9).
+"""Entry script kept where plugin hosts call it: ``python promptyoself/cli.py --help`` (docs/design.md §3, §10).
 
 The command line itself lives in ``promptyoself.faces.cli``.
 """

@@ -3,7 +3,7 @@
 Nothing here does I/O or reads the clock: functions that need "now" take it as a
 parameter. Every instant returned is timezone-aware and in UTC.
 
-DST rules (DESIGN.md section 3), for every wall-clock time read in an IANA zone:
+DST rules (docs/design.md §4), for every wall-clock time read in an IANA zone:
 
 * A wall time inside a spring-forward gap (it never shows on the clock) maps to the
   first instant after the gap: Europe/Berlin 2026-03-29 02:30 -> 03:00 CEST (01:00Z).

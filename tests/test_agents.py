@@ -1,4 +1,4 @@
-"""Agent-id inference (DESIGN §2): the whole order, request _meta, per-session scoped defaults,
+"""Agent-id inference (docs/design.md §3): the whole order, request _meta, per-session scoped defaults,
 diagnostics, and validation with one GET /v1/agents/{id} against the fake Letta."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The command line (DESIGN §6): JSON when piped, a table on a terminal, exit codes 0/1/2."""
+"""The command line (docs/design.md §3): JSON when piped, a table on a terminal, exit codes 0/1/2."""
 
 from __future__ import annotations
 

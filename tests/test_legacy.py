@@ -1,5 +1,5 @@
 """``import-legacy``: a database of the earlier PromptYoSelf (table ``unified_reminders``) becomes
-schedules, once, however often the import runs (DESIGN §5, issue 5 point 5)."""
+schedules, once, however often the import runs (docs/design.md §5, issue 5 point 5)."""
 
 from __future__ import annotations
 

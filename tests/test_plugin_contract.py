@@ -1,4 +1,4 @@
-"""``promptyoself/cli.py`` still honours the Sanctum plugin contract (archive/README.md, DESIGN §9):
+"""``promptyoself/cli.py`` still honours the Sanctum plugin contract (archive/README.md, docs/design.md §10):
 run as a file with ``--help`` it describes itself; run as a plugin host runs a command (a subprocess,
 ``--flag value`` arguments, a timeout, only the env it passes) it prints one JSON object on stdout
 and signals the outcome with its exit code."""

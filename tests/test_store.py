@@ -1,4 +1,4 @@
-"""Storage (DESIGN §5): a real SQLite file in WAL mode with a busy timeout, migrations on open, and
+"""Storage (docs/design.md §5): a real SQLite file in WAL mode with a busy timeout, migrations on open, and
 indexes that serve "earliest due", "list by agent" and "history by schedule"."""
 
 from __future__ import annotations

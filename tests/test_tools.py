@@ -19,7 +19,7 @@ from tests.conftest import FIXED_NOW, make_settings
 
 PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartbeat"}
 
-# DESIGN §2: tool -> its own arguments (the pass-through four come on top of every one).
+# docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).
 CONTRACT: dict[str, set[str]] = {
     "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key"},
     "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key"},

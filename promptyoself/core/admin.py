@@ -148,7 +148,7 @@ class AdminOperations:
         }
 
     def health(self) -> HealthResult:
-        """The health fields of DESIGN §2 plus a verdict: ``status`` ok|degraded|down and ``reasons``
+        """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``
         ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
         from promptyoself.core.health import assess
 

@@ -1,4 +1,4 @@
-"""Agent-id inference (DESIGN §2): explicit → request metadata → X-Agent-Id header → scoped default →
+"""Agent-id inference (docs/design.md §3): explicit → request metadata → X-Agent-Id header → scoped default →
 process default → env → single-agent fallback. Pure bookkeeping; the Letta call for the fallback is
 passed in as a function.
 """

@@ -32,6 +32,7 @@ from promptyoself.core.results import (
     LettaSchedulePage,
 )
 from promptyoself.errors import InvalidArgument, InvalidCron, NotFound
+from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
@@ -51,7 +52,6 @@ RETURN_TYPES = (
 )
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
-LIVE = ("active", "paused")
 
 
 def _part(part: object, where: str) -> dict[str, Any]:
@@ -236,7 +236,7 @@ class LettaSchedules:
 
         sid = self._id(scheduled_message_id)
         row = schedules.get(self.core.store, sid)
-        if row is None or row.agent_id != agent_id or row.letta_payload is None or row.state not in LIVE:
+        if row is None or row.agent_id != agent_id or row.letta_payload is None or row.state not in LIVE_STATES:
             raise NotFound(f"No scheduled message {scheduled_message_id} for agent {agent_id}.")
         return row
 

@@ -224,7 +224,7 @@ def iso(dt: datetime | None) -> str | None:
 
 
 def schedule_record(s: ListedSchedule) -> ScheduleRecord:
-    """A schedule as ``list`` returns it (DESIGN §2)."""
+    """A schedule as ``list`` returns it (docs/design.md §3)."""
     return {
         "id": s.id,
         "agent_id": s.agent_id,

@@ -42,6 +42,7 @@ from promptyoself.errors import (
     PromptYoSelfError,
 )
 from promptyoself.letta.http1 import NotSent
+from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
 
 log = logging.getLogger(__name__)
@@ -481,7 +482,7 @@ def next_state(
         out.update(repetition_count=count, last_run=attempted_at, last_error=None)
     else:  # failed (attempts exhausted) or missed (one-time prompt beyond the misfire grace)
         out["last_error"] = error
-    live = state in ("active", "paused")
+    live = state in LIVE_STATES
     if row["schedule_type"] == "once":
         out.update(next_run=None, due_at=None)
         if live:

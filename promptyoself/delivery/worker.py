@@ -1,4 +1,4 @@
-"""The delivery worker: one detached process per database that runs the loop (DESIGN §4, "worker").
+"""The delivery worker: one detached process per database that runs the loop (docs/design.md §6, "worker").
 
 The lease is one row of ``worker_leases`` (name ``worker``): owner, pid, host, heartbeat and
 ``lease_until``. It is live while ``lease_until`` is in the future and, on this host, its pid is a

@@ -14,7 +14,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself.config import ConfigError
@@ -22,6 +22,9 @@ from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces import tables
 from promptyoself.faces.cli_errors import cli_error
 from promptyoself.faces.serve import add_serve_arguments
+
+if TYPE_CHECKING:
+    from promptyoself.core.operations import Core
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -183,7 +186,7 @@ def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) ->
     sys.stdout.flush()
 
 
-def _zone(core: Any) -> ZoneInfo | None:
+def _zone(core: Core) -> ZoneInfo | None:
     """``PROMPTYOSELF_TIMEZONE``: where a terminal shows instants that belong to no schedule."""
     try:
         return ZoneInfo(str(core.settings.timezone))
@@ -198,19 +201,19 @@ def want_json(args: argparse.Namespace) -> bool:
 # ---- commands ---------------------------------------------------------------------------------
 
 
-def _schedule(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _schedule(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return _with_delivery(core, _schedule_only(core, a))
 
 
-def _with_delivery(core: Any, result: dict[str, Any]) -> dict[str, Any]:
+def _with_delivery(core: Core, result: dict[str, Any]) -> dict[str, Any]:
     """``schedule`` and ``resume`` make a schedule active: make sure something delivers it."""
     if result.get("status") == "success" and result.get("state", "active") == "active":
         result["delivery"] = ensure_delivery(core)
     return result
 
 
-def ensure_delivery(core: Any) -> str:
-    """After a write: make sure something will deliver it, and say what (DESIGN §4 ``worker`` mode:
+def ensure_delivery(core: Core) -> str:
+    """After a write: make sure something will deliver it, and say what (docs/design.md §6, ``worker`` mode:
     a live worker lease, or a worker started now). Never fails the write."""
     settings = core.settings
     if not settings.executor_enabled:
@@ -232,7 +235,7 @@ def ensure_delivery(core: Any) -> str:
     return f"The delivery worker (pid {started['pid']}) will deliver it."
 
 
-def _schedule_only(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     common = {
         "agent_id": a.agent_id,
         "timezone": a.timezone,
@@ -252,7 +255,7 @@ def _schedule_only(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def _upload(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.file:
         try:
             source = Path(a.file).read_text(encoding="utf-8")
@@ -265,19 +268,19 @@ def _upload(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     return dict(core.upload_tool(source, name=a.name, description=a.description))
 
 
-def _execute(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.delivery import service as executor
 
     return dict(executor.execute_cli(core, loop=a.loop, interval=a.interval))
 
 
-def _worker(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
+def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
     from promptyoself.delivery import service as executor
 
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
 
 
-def _service(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
+def _service(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
     from promptyoself.core import supervise
 
     kw: dict[str, Any] = {"host": a.host, "port": a.port, "mask": a.print} if a.action == "install" else {}
@@ -296,7 +299,7 @@ def _service(core: Any, a: argparse.Namespace) -> dict[str, Any] | None:
     return supervise.status(core, plan)
 
 
-def _letta(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
     if a.letta_command == "install-tools":
@@ -304,7 +307,7 @@ def _letta(core: Any, a: argparse.Namespace) -> dict[str, Any]:
     return native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents)
 
 
-def _import_legacy(core: Any, a: argparse.Namespace) -> dict[str, Any]:
+def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
     from promptyoself.faces.progress import progress_bar
 
@@ -333,7 +336,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
 }
 
 
-def main(argv: list[str] | None = None, *, core: Any = None) -> int:
+def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
     """Run one command. ``core`` may be passed in by tests; otherwise it is built from settings."""
     parser = build_parser()
     try:

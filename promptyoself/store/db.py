@@ -138,7 +138,7 @@ class Delivery(Base):
 
 
 class WorkerLease(Base):
-    """The singleton delivery worker's lease, one row per name (DESIGN §4 'worker' mode)."""
+    """The singleton delivery worker's lease, one row per name (docs/design.md §6, 'worker' mode)."""
 
     __tablename__ = "worker_leases"
 

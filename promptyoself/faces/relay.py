@@ -171,8 +171,9 @@ def connect(values: dict[str, str], timeout: float = HANDSHAKE_TIMEOUT) -> socke
     try:
         sock.settimeout(timeout)
         sock.connect(path)
-        hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": values, "cwd": os.getcwd(),
-                 "pid": os.getpid()}
+        # the database as resolved here (a relative path means this process's working directory)
+        settings = {**values, "PROMPTYOSELF_DB": db_url}
+        hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": settings, "pid": os.getpid()}
         sock.sendall(json.dumps(hello).encode("utf-8") + b"\n")
         reply = b""
         while not reply.endswith(b"\n"):

@@ -140,7 +140,9 @@ def run(args: Any) -> list[Row]:
                                  ("--scaleout-lead", args.scaleout_lead, 12.0)):
         if value is not None and value != default:
             extra += [flag, str(value)]
-    command = bench_command(args, "scaleout", extra)
+    from bench.latency import _shown_url
+
+    command = f"PROMPTYOSELF_TEST_PG_URL={_shown_url(pg_url)} " + bench_command(args, "scaleout", extra)
     rows: list[Row] = []
     threads = workers * in_flight
     say(f"[scaleout] floor: {count} bare POSTs from {threads} threads to the same fake Letta ...")

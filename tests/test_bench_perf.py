@@ -44,3 +44,4 @@ def test_scaleout_quick_reports_fraction_and_shares_on_postgresql() -> None:
     largest = rows["PostgreSQL, 4 shared workers: largest share"].value
     assert smallest is not None and largest is not None and 0 < smallest <= 25 <= largest <= 100
     assert fraction.command.endswith("-m bench --only scaleout --quick"), fraction.command
+    assert fraction.command.startswith("PROMPTYOSELF_TEST_PG_URL=postgresql"), fraction.command

@@ -354,3 +354,20 @@ async def test_concurrent_relayed_sessions_keep_their_own_default_agents(
         assert res["made"]["agent_id"] == agents[i]
         assert json.dumps(res["seen"]).count(agents[i]) >= 1
         assert all(json.dumps(res["seen"]).count(a) == 0 for a in agents if a != agents[i])
+
+
+def test_a_relative_database_path_is_resolved_in_the_stdio_process(
+    tmp_path: Path, runtime: Path, service: Service
+) -> None:
+    """``PROMPTYOSELF_DB=relay.db`` started in the service's database folder names the same file:
+    relayed. Started anywhere else it names another file: served in-process."""
+    dump = tmp_path / "modules.txt"
+    env = stdio_env(tmp_path / "relay.db", runtime, PROMPTYOSELF_DB="relay.db",
+                    PROMPTYOSELF_RELAY_DUMP_MODULES=str(dump))
+    assert len(drive(env, tmp_path)[1]["result"]["tools"]) >= 18
+    assert dump.exists()
+    dump.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert len(drive(env, elsewhere)[1]["result"]["tools"]) >= 18
+    assert not dump.exists()

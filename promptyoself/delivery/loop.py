@@ -46,7 +46,8 @@ BACKLOG_POLL = 0.05
 """When a claim came back short although something was due (other processes took the rows first),
 an executor with free send slots looks again after about this long (jittered), not after
 ``interval``: several workers on one database then share a backlog instead of the one that just
-finished winning every claim."""
+finished winning every claim. Each claim that still finds nothing doubles the wait, up to 1 s or
+``interval`` (a row whose agent another process holds for long is not polled for 20 times a second)."""
 LEASE_SHARE = 0.5
 """An executor holds no more claims than its senders can send within this share of the lease, at
 the send time seen so far."""
@@ -111,6 +112,7 @@ class Executor:
         self._reread = False  # set by wake(): re-read the earliest due time
         self._contended = False  # the last claim came back short while rows were due: poll the backlog
         self._send_s = 0.0  # moving average of one send's duration (0: none yet)
+        self._poll_s = BACKLOG_POLL / 2  # the contended executor's next look: doubled per empty claim
         self._counts_lock = threading.Lock()
         self.running = False
         self.started_at: datetime | None = None
@@ -274,6 +276,8 @@ class Executor:
                             must_read = not full and bool(claims)  # find the next alarm at once
                             # due rows, yet none (or too few) for us: other processes took them
                             self._contended = not full
+                            self._poll_s = (BACKLOG_POLL / 2 if claims else
+                                            min(self._poll_s * 2, self.interval, 1.0))
                             continue
                         # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
                         # a delivery to finish, a local write, or the next re-read.
@@ -281,9 +285,9 @@ class Executor:
                         timeout = min(timeout, wait_s)
                 if auth_wait > 0:
                     timeout = min(timeout, auth_wait)
-                poll = self._contended and self._has_room()
+                poll = self._contended and auth_wait <= 0 and self._has_room()
                 if poll:  # a backlog others share: look again soon, not after `interval`
-                    timeout = min(timeout, BACKLOG_POLL * random.uniform(0.5, 1.5))
+                    timeout = min(timeout, self._poll_s * random.uniform(0.5, 1.5))
                 if await self._sleep(max(timeout, 0.0)) and not self._ahead:
                     must_read = True  # a delivery ended: its agent's next occurrence may be due
                 elif poll:

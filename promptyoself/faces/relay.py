@@ -120,12 +120,23 @@ def _private_dir(path: str) -> bool:
 
 
 def runtime_dir(*, create: bool = False) -> str:
-    """``<per-user runtime dir>/promptyoself``: ``$XDG_RUNTIME_DIR`` when it is a private directory
-    of this user, else platformdirs' ``user_runtime_dir`` (``/run/user/<uid>``, else
-    ``<tmp>/runtime-<uid>``; with ``create``, made 0700 where missing)."""
+    """``<per-user runtime dir>/promptyoself``, as platformdirs' ``user_runtime_dir`` finds it:
+    ``$XDG_RUNTIME_DIR`` when it is a private directory of this user, else ``/run/user/<uid>``, else
+    ``<tmp>/runtime-<uid>`` (made 0700 with ``create``). On Linux this is worked out here, without
+    importing platformdirs (a failed relay attempt then costs the in-process start next to nothing);
+    elsewhere platformdirs decides."""
     xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
     if xdg and os.path.isabs(xdg) and _private_dir(xdg):
         return os.path.join(xdg, "promptyoself")
+    if sys.platform.startswith("linux"):
+        uid = os.getuid()
+        if _private_dir(f"/run/user/{uid}"):
+            return f"/run/user/{uid}/promptyoself"
+        tmp = next((os.environ[k] for k in ("TMPDIR", "TEMP", "TMP") if os.environ.get(k)), "/tmp")
+        fallback = os.path.join(tmp, f"runtime-{uid}")
+        if create and not os.path.lexists(fallback):
+            os.makedirs(fallback, mode=0o700, exist_ok=True)
+        return os.path.join(fallback, "promptyoself")
     import warnings
 
     from platformdirs import user_runtime_dir
@@ -151,12 +162,18 @@ def connect(values: dict[str, str], timeout: float = HANDSHAKE_TIMEOUT) -> socke
     path = socket_path(db_url)
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return None
+    try:  # our settings (credentials included) go only to a socket of ours, in a folder of ours
+        if not _private_dir(os.path.dirname(path)) or os.lstat(path).st_uid != os.getuid():
+            return None
+    except OSError:
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         sock.connect(path)
-        hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": values, "cwd": os.getcwd(),
-                 "pid": os.getpid()}
+        # the database as resolved here (a relative path means this process's working directory)
+        settings = {**values, "PROMPTYOSELF_DB": db_url}
+        hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": settings, "pid": os.getpid()}
         sock.sendall(json.dumps(hello).encode("utf-8") + b"\n")
         reply = b""
         while not reply.endswith(b"\n"):

@@ -150,6 +150,9 @@ class RelayListener:
         folder = runtime_dir(create=True)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         os.chmod(folder, 0o700)
+        if os.lstat(folder).st_uid != os.getuid() or os.path.islink(folder):
+            log.warning("stdio relay off: %s is not a private folder of this user", folder)
+            return None
         if os.path.lexists(path):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 log.warning("stdio relay off: %s exists and is not a socket", path)

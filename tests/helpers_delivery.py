@@ -249,6 +249,16 @@ def subreaper() -> Iterator[bool]:
             libc.prctl(36, 0, 0, 0, 0)
 
 
+@contextlib.contextmanager
+def reaped_database(path: Path) -> Iterator[Path]:
+    """``path`` for a test database whose processes (workers it starts) are killed and reaped when
+    the test ends, with this process as their subreaper meanwhile."""
+    with subreaper():
+        yield path
+        kill_all(path)
+        reap()
+
+
 class Proc:
     """A child process whose stderr lines are collected by a thread."""
 

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -40,6 +41,26 @@ def doc_path(value: str) -> str:
     if value.startswith(DOC_CHECKOUT + "/"):
         return str(REPO / value[len(DOC_CHECKOUT) + 1 :])
     return value
+
+
+def read_all(fd: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> bytes:
+    """Everything ``proc`` writes to ``fd`` (a pty's master end) until it closes the terminal or
+    exits, or ``timeout`` seconds pass."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    return b"".join(chunks)
 
 
 def free_port() -> int:

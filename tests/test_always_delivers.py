@@ -29,11 +29,9 @@ from tests.helpers_delivery import (
     add_schedule,
     child_env,
     history,
-    kill_all,
     make_core,
     processes_for,
-    reap,
-    subreaper,
+    reaped_database,
     wait_until,
 )
 
@@ -48,11 +46,8 @@ def fake() -> Iterator[FakeLetta]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "a.db"
-    with subreaper():
+    with reaped_database(tmp_path / "a.db") as path:
         yield path
-        kill_all(path)
-        reap()
 
 
 async def list_then_close(env: dict[str, str], cwd: Path, linger: float = 0.03) -> None:

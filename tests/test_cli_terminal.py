@@ -10,7 +10,6 @@ import json
 import os
 import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+
+from tests.procs import read_all
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "promptyoself"]
@@ -46,27 +47,15 @@ def on_tty(argv: list[str], env: dict[str, str], timeout: float = 60) -> tuple[i
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT, close_fds=True)
     os.close(slave)
-    chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not data:
-                    break
-                chunks.append(data)
-            elif proc.poll() is not None:
-                break
+        out = read_all(master, proc, timeout)
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if proc.poll() is None:
             proc.kill()
         os.close(master)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return code, out.decode("utf-8", "replace").replace("\r\n", "\n")
 
 
 def piped(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import pty
-import select
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from bench.run import Section, run_sections
 from promptyoself.core import legacy
 from promptyoself.core.operations import Core
 from promptyoself.faces.progress import progress_bar, section_bar
+from tests.procs import read_all
 from tests.test_legacy import COLUMNS, LEGACY_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,24 +40,6 @@ def many_rows(path: Path, n: int = ROWS) -> Path:
     conn.commit()
     conn.close()
     return path
-
-
-def read_all(fd: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> bytes:
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    return b"".join(chunks)
 
 
 def cli_env(tmp_path: Path) -> dict[str, str]:

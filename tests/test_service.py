@@ -22,7 +22,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from promptyoself.delivery.worker import read_lease
 from testkit.fake_letta import FakeLetta
-from tests.helpers_delivery import child_env, history, kill_all, make_core, reap, subreaper, wait_until
+from tests.helpers_delivery import child_env, history, make_core, reaped_database, wait_until
 from tests.procs import free_port
 
 pytestmark = pytest.mark.slow
@@ -79,11 +79,8 @@ def fake() -> Iterator[FakeLetta]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "svc.db"
-    with subreaper():
+    with reaped_database(tmp_path / "svc.db") as path:
         yield path
-        kill_all(path)
-        reap()
 
 
 def metric(text: str, name: str) -> float:

@@ -20,7 +20,7 @@ import pytest
 from promptyoself.delivery import worker
 from promptyoself.delivery.service import service_for
 from testkit.fake_letta import FakeLetta
-from tests.helpers_delivery import add_schedule, kill_all, make_core, reap, subreaper, wait_until
+from tests.helpers_delivery import add_schedule, make_core, reaped_database, wait_until
 
 
 @pytest.fixture
@@ -31,11 +31,8 @@ def fake() -> Iterator[FakeLetta]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "spawn.db"
-    with subreaper():
+    with reaped_database(tmp_path / "spawn.db") as path:
         yield path
-        kill_all(path)
-        reap()
 
 
 def test_health_right_after_a_spawn_never_shows_the_servers_pid(

@@ -31,7 +31,7 @@ from tests.helpers_delivery import (
     make_core,
     processes_for,
     reap,
-    subreaper,
+    reaped_database,
     wait_until,
     zombies_of_me,
 )
@@ -47,11 +47,8 @@ def fake() -> Iterator[FakeLetta]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "w.db"
-    with subreaper():
+    with reaped_database(tmp_path / "w.db") as path:
         yield path
-        kill_all(path)
-        reap()
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

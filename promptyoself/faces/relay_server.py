@@ -235,7 +235,9 @@ class RelayListener:
         ]
 
         def client() -> None:
-            with there, there.makefile("rwb") as fh:
+            # The service may stop (Ctrl-C, SIGTERM) in the middle of the warm-up: its end of the pair
+            # then closes under this thread, which is no error worth a traceback.
+            with contextlib.suppress(OSError), there, there.makefile("rwb") as fh:
                 fh.write((json.dumps(lines[0]) + "\n").encode())
                 fh.flush()
                 fh.readline()

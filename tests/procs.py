@@ -82,6 +82,21 @@ def server_env(db: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def bare_env(db: Path, **extra: str) -> dict[str, str]:
+    """Only PATH and HOME of this process (as a desktop client starts a server), a private DB, no
+    delivery and a Letta where nothing listens; ``extra`` on top."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/root"),
+        "PROMPTYOSELF_DB": str(db),
+        "PROMPTYOSELF_EXECUTOR_MODE": "off",
+        "PROMPTYOSELF_ENV_FILE": str(db.parent / "none.env"),
+        "LETTA_BASE_URL": "http://127.0.0.1:9",  # nothing listens: validation is skipped by the callers
+    }
+    env.update(extra)
+    return env
+
+
 class ServerProcess:
     """``python promptyoself_mcp_server.py ARGS`` in its own process group, stderr to a file."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,21 +12,10 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from tests.procs import bare_env
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "promptyoself_mcp_server.py"
-
-
-def _env(db: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", "/root"),
-        "PROMPTYOSELF_DB": str(db),
-        "PROMPTYOSELF_EXECUTOR_MODE": "off",
-        "PROMPTYOSELF_ENV_FILE": str(db.parent / "none.env"),
-        "LETTA_BASE_URL": "http://127.0.0.1:9",  # nothing listens: validation is skipped below
-    }
-    env.update(extra)
-    return env
 
 
 def _data(result: Any) -> dict[str, Any]:
@@ -37,7 +25,7 @@ def _data(result: Any) -> dict[str, Any]:
 
 async def test_schedule_list_pause_resume_cancel_over_stdio(tmp_path: Path) -> None:
     params = StdioServerParameters(
-        command=sys.executable, args=[str(SERVER)], env=_env(tmp_path / "e2e.db"), cwd=str(tmp_path)
+        command=sys.executable, args=[str(SERVER)], env=bare_env(tmp_path / "e2e.db"), cwd=str(tmp_path)
     )
     agent = "agent-11111111-2222-3333-4444-555555555555"
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -84,7 +72,7 @@ async def test_stdout_carries_only_json_rpc(tmp_path: Path) -> None:
     params = StdioServerParameters(
         command="bash",
         args=["-c", script],
-        env=_env(tmp_path / "e2e.db", PROMPTYOSELF_LOG_LEVEL="DEBUG"),
+        env=bare_env(tmp_path / "e2e.db", PROMPTYOSELF_LOG_LEVEL="DEBUG"),
         cwd=str(tmp_path),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -115,7 +103,7 @@ def test_server_exits_on_stdin_eof(tmp_path: Path) -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=_env(tmp_path / "e2e.db"),
+        env=bare_env(tmp_path / "e2e.db"),
         cwd=str(tmp_path),
     )
     assert proc.stdin is not None

@@ -27,7 +27,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from promptyoself.faces.relay import db_url_from, socket_path
-from tests.procs import PYTHON, SERVER_SCRIPT, free_port
+from tests.procs import PYTHON, SERVER_SCRIPT, bare_env, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -46,17 +46,7 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def stdio_env(db: Path, runtime: Path, **extra: str) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "HOME": os.environ.get("HOME", "/root"),
-        "XDG_RUNTIME_DIR": str(runtime),
-        "PROMPTYOSELF_DB": str(db),
-        "PROMPTYOSELF_EXECUTOR_MODE": "off",
-        "PROMPTYOSELF_ENV_FILE": str(db.parent / "none.env"),
-        "LETTA_BASE_URL": "http://127.0.0.1:9",  # nothing listens: validation is skipped below
-    }
-    env.update(extra)
-    return env
+    return bare_env(db, XDG_RUNTIME_DIR=str(runtime), **extra)
 
 
 class Service:

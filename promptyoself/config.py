@@ -321,21 +321,6 @@ class Settings(BaseSettings):
         return None
 
     @property
-    def misfire_grace_td(self) -> timedelta:
-        """``misfire_grace``, parsed when the settings loaded."""
-        return self.misfire_grace
-
-    @property
-    def min_interval_td(self) -> timedelta:
-        """``min_interval``, parsed when the settings loaded."""
-        return self.min_interval
-
-    @property
-    def health_max_lateness_td(self) -> timedelta:
-        """``health_max_lateness``, parsed when the settings loaded."""
-        return self.health_max_lateness
-
-    @property
     def executor_enabled(self) -> bool:
         return self.executor_autostart and self.executor_mode != "off"
 

@@ -106,8 +106,8 @@ def test_defaults(no_env_file: Path) -> None:
     assert s.log_max_bytes == 5_000_000 and s.log_backups == 3
     assert s.http_token is None
     assert s.max_active_per_agent == 100 and s.max_prompt_chars == 8000
-    assert s.min_interval_td.total_seconds() == 10
-    assert s.misfire_grace_td.total_seconds() == 24 * 3600
+    assert s.min_interval.total_seconds() == 10
+    assert s.misfire_grace.total_seconds() == 24 * 3600
 
 
 def test_dotenv_in_cwd_is_read(no_env_file: Path) -> None:

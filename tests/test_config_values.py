@@ -156,8 +156,8 @@ def test_the_env_file_is_named_when_one_is_read(home: Path, monkeypatch: pytest.
 def test_durations_print_as_written_in_messages() -> None:
     s = Settings(misfire_grace="24h", min_interval="90", health_max_lateness=timedelta(minutes=5))
     assert isinstance(s.misfire_grace, Interval) and f"{s.misfire_grace}" == "1d"
-    assert f"{s.min_interval}" == "1m 30s" and s.min_interval_td == timedelta(seconds=90)
-    assert s.health_max_lateness_td == timedelta(minutes=5)
+    assert f"{s.min_interval}" == "1m 30s" and s.min_interval == timedelta(seconds=90)
+    assert s.health_max_lateness == timedelta(minutes=5)
 
 
 def test_empty_values_mean_the_default(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,7 +158,7 @@ def assess(core: Checked) -> HealthResult:
                 f"(mode {out['executor_mode']}).",
                 fix=FIX_DELIVERY,
             ))
-        threshold = settings.health_max_lateness_td.total_seconds()
+        threshold = settings.health_max_lateness.total_seconds()
         if late is not None and late > threshold:
             reasons.append(Reason(
                 code="delivery_late",

@@ -210,7 +210,7 @@ def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> NewSche
                 next_run = timing.next_cron(value, timing.resolve_zone("UTC"), now)
         else:
             step = timing.parse_interval(value)
-            if step < core.settings.min_interval_td:
+            if step < core.settings.min_interval:
                 raise RowError(
                     f"interval {value!r} is shorter than the minimum interval {core.settings.min_interval} "
                     "(PROMPTYOSELF_MIN_INTERVAL).",

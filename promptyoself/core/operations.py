@@ -151,7 +151,7 @@ class Core(Deps, AdminOperations):
         if isinstance(every, bool) or not isinstance(every, (str, int)) or blank:
             raise InvalidInterval("every is required: e.g. '30s', '5m', '1h30m', '1d', 'PT15M' or a number of seconds.")
         step = timing.parse_interval(every)
-        if step < self.settings.min_interval_td:
+        if step < self.settings.min_interval:
             raise QuotaExceeded(
                 f"every={every!s} is shorter than the minimum interval "
                 f"{self.settings.min_interval} (PROMPTYOSELF_MIN_INTERVAL)."

@@ -241,7 +241,7 @@ def attempt(
     number = claim.attempt + 1
     late = now - claim.next_run
     missed = None
-    if claim.schedule_type == "once" and late > settings.misfire_grace_td:
+    if claim.schedule_type == "once" and late > settings.misfire_grace:
         missed = (
             f"missed: {timing.format_duration(late)} late, beyond PROMPTYOSELF_MISFIRE_GRACE "
             f"({settings.misfire_grace}); not delivered"

@@ -44,7 +44,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -110,6 +110,9 @@ class Schedule(Base):
         Index("ix_schedules_agent", "agent_id", "id"),
         Index("ix_schedules_state_id", "state", "id"),  # list's pages in id order by state (0002)
         Index("ux_schedules_idempotency", "agent_id", "idempotency_key", unique=True),
+        # the rows held by a claim, a few dozen: "is this agent busy?" without reading the table (0006)
+        Index("ix_schedules_claimed", "agent_id", postgresql_where=text("claimed_by IS NOT NULL"),
+              sqlite_where=text("claimed_by IS NOT NULL")),
     )
 
     @property

@@ -12,7 +12,23 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, Row, and_, bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Integer,
+    Row,
+    String,
+    all_,
+    and_,
+    any_,
+    bindparam,
+    column,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
@@ -62,6 +78,37 @@ _CLAIM = (
     .values(claimed_by=bindparam("owner"), claim_until=bindparam("until", type_=UTCDateTime()))
 )
 """The claim's compare-and-set on ``(id, next_run)``: it matches (rowcount 1) for one claimer only."""
+
+
+def _unnest(name: str, *cols: tuple[str, Any]) -> Any:
+    """PostgreSQL: ``unnest(:c1, :c2, ...) AS name(c1, c2, ...)``, one array parameter per column, so
+    that a batch of any size is one statement with one text (prepared once per connection)."""
+    return (
+        func.unnest(*(bindparam(c, type_=ARRAY(t)) for c, t in cols))
+        .table_valued(*(column(c, t) for c, t in cols))
+        .render_derived(name=name)
+    )
+
+
+_V = _unnest("v", ("sid", Integer()), ("slot", UTCDateTime()), ("agent", String()))
+_PG_CLAIM = (
+    update(_S)
+    .where(
+        _S.c.id == _V.c.sid,
+        _S.c.next_run == _V.c.slot,
+        _CLAIMABLE,
+        ~exists().where(
+            _BUSY.c.agent_id == _V.c.agent,
+            _BUSY.c.id != _V.c.sid,
+            _BUSY.c.claimed_by.is_not(None),
+            _BUSY.c.claim_until >= _NOW,
+        ),
+    )
+    .values(claimed_by=bindparam("owner"), claim_until=bindparam("until", type_=UTCDateTime()))
+    .returning(*_S.c)
+)
+"""PostgreSQL: ``_CLAIM`` for a whole batch in one statement, returning the rows it took. The batch's
+candidates are distinct agents, so no row's busy test depends on another row of the same statement."""
 _CLAIMED = select(_S).where(
     _S.c.id.in_(bindparam("ids", expanding=True)),
     _S.c.claimed_by == bindparam("owner"),
@@ -78,17 +125,29 @@ _PG_LOCK = (
 )
 """PostgreSQL: lock the candidate rows (skipping those another claimer holds) and, per agent, the
 advisory lock that serialises claims for one agent across processes until this transaction ends."""
-_NEXT_DUE = (
-    select(_S.c.due_at)
+
+
+def _not_in(col: Any, name: str, pg: bool) -> Any:
+    """``col NOT IN (:name...)``. On PostgreSQL ``col <> ALL(:name)`` with one array parameter: one
+    statement text whatever the list's length (an expanding IN is a new text, parsed and planned
+    anew, for every length)."""
+    if pg:
+        return col != all_(bindparam(name, type_=ARRAY(col.type)))
+    return col.not_in(bindparam(name, expanding=True))
+
+
+_NEXT_DUE = {
+    pg: select(_S.c.due_at)
     .where(
         _S.c.state == "active",
         _S.c.due_at.is_not(None),
         or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
-        _S.c.agent_id.not_in(bindparam("agents", expanding=True)),
+        _not_in(_S.c.agent_id, "agents", pg),
     )
     .order_by(_S.c.due_at)
     .limit(1)
-)
+    for pg in (False, True)
+}
 """``min(due_at)`` written as the first row of the ``(state, due_at)`` index that qualifies: it stops
 there instead of visiting every active schedule (what an idle loop reads every interval)."""
 _TOUCH_MANY = (
@@ -97,20 +156,20 @@ _TOUCH_MANY = (
     .values(claim_until=_S.c.claim_until)
 )
 _ROWS = select(_S).where(_S.c.id.in_(bindparam("ids", expanding=True)))
-_ROWS_FOR_UPDATE = (
-    select(_S)
-    .where(_S.c.id.in_(bindparam("ids", expanding=True)), _S.c.claimed_by.in_(bindparam("owners", expanding=True)))
-    .with_for_update()
-)
+_ROWS_FOR_UPDATE = select(_S).where(_S.c.id == any_(bindparam("ids", type_=ARRAY(Integer())))).with_for_update()
+"""PostgreSQL: by primary key alone. With the owner in the condition too, PostgreSQL chose the partial
+index of claimed rows, which a burst fills with thousands of dead entries (10,000 buffers read to lock
+4 rows); the caller compares each row's ``claimed_by`` itself."""
 _first_due_cache: dict[tuple[bool, bool, bool], Any] = {}
-_write_cache: dict[tuple[str, ...], Any] = {}
+_write_cache: dict[tuple[Any, ...], Any] = {}
 
 
 def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
     """The earliest ``due_at`` of an active schedule that no live claim holds (the loop's alarm),
     leaving out agents the caller is already sending to (their turn comes when that send ends)."""
-    with store.engine.connect() as conn:
-        return conn.execute(_NEXT_DUE, {"now": now, "agents": list(exclude_agents)}).scalar()
+    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+        stmt = _NEXT_DUE[conn.dialect.name == "postgresql"]
+        return conn.execute(stmt, {"now": now, "agents": list(exclude_agents)}).scalar()
 
 
 def claim_due(
@@ -136,8 +195,10 @@ def claim_due(
     that it is still due and unclaimed and that no other schedule of its agent is claimed. Only the
     process whose UPDATE matched owns the occurrence. On PostgreSQL the candidates are locked with
     ``FOR UPDATE SKIP LOCKED`` and claims for one agent are serialised by an advisory lock.
-    The compare-and-sets of one call go to the database as one batch (``executemany``); the rows
-    they took are read back by owner and ``until``. Returns the claimed schedule rows (column access
+    The compare-and-sets of one call go to the database as one batch: on PostgreSQL one ``UPDATE ...
+    FROM unnest(...) RETURNING`` (``executemany`` there pipelines one statement per row, which cost
+    more CPU in psycopg than the rest of the claim); on SQLite an ``executemany``, with the rows they
+    took read back by owner and ``until``. Returns the claimed schedule rows (column access
     by name, like a ``Schedule``), oldest due first.
     """
     if limit <= 0:
@@ -150,15 +211,25 @@ def claim_due(
             locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
             candidates = [c for c in candidates if c[0] in locked]
         picked = 0
+        claimed: list[Row[Any]] = []
         while candidates and picked < limit:
             batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
+            tried.extend(sid for sid, _, _ in batch)
+            if pg:
+                got = conn.execute(_PG_CLAIM, {
+                    "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
+                    "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
+                }).all()
+                claimed.extend(got)
+                picked += len(got)
+                continue
             params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
                       for sid, agent, slot in batch]
             picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
-            tried.extend(sid for sid, _, _ in batch)
         if not picked:
             return []
-        claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
+        if not pg:
+            claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
     order = {sid: i for i, sid in enumerate(tried)}
     return sorted(claimed, key=lambda row: order[row.id])
 
@@ -187,10 +258,10 @@ def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
         ]
         extra = []
         if with_agents:
-            extra.append(_S.c.agent_id.not_in(bindparam("x_agents", expanding=True)))
+            extra.append(_not_in(_S.c.agent_id, "x_agents", not sqlite))
         if with_ids:
-            extra.append(_S.c.id.not_in(bindparam("x_ids", expanding=True)))
-            earlier.append(e.c.id.not_in(bindparam("x_ids", expanding=True)))
+            extra.append(_not_in(_S.c.id, "x_ids", not sqlite))
+            earlier.append(_not_in(e.c.id, "x_ids", not sqlite))
         busy = exists().where(_BUSY.c.agent_id == _S.c.agent_id, _BUSY.c.claimed_by.is_not(None),
                               _BUSY.c.claim_until >= _NOW)
         # Agents due at the same instant are served in id order on SQLite, where the (state, due_at)
@@ -219,7 +290,9 @@ def _candidates(
     more, for compare-and-sets lost to another process), oldest first."""
     params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids),
               "want": limit + max(2, limit // 2)}
-    stmt = _first_due(conn.dialect.name == "sqlite", bool(exclude_agents), bool(exclude_ids))
+    sqlite = conn.dialect.name == "sqlite"
+    # PostgreSQL: the same text whether or not there is something to leave out (see _not_in)
+    stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite)
     rows = conn.execute(stmt, params).all()
     if taken_over is not None:
         taken_over.update(r.id for r in rows if r.claimed_by is not None)
@@ -245,7 +318,7 @@ def count_attempts_with_error(store: Store, schedule_id: int, scheduled_for: dat
     stmt = select(func.count()).select_from(_D).where(
         _D.c.schedule_id == schedule_id, _D.c.scheduled_for == scheduled_for, _D.c.error.like(prefix + "%")
     )
-    with store.engine.connect() as conn:
+    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
         return int(conn.execute(stmt).scalar_one())
 
 
@@ -261,13 +334,13 @@ def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
 
 
 def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[int, dict[str, Any]]:
-    """Inside a write transaction: the columns of the schedules ``ids`` that one of ``owners`` holds
-    a claim on, write-locked until the caller commits (a no-op UPDATE on SQLite, which takes the
-    database's write lock; ``SELECT ... FOR UPDATE`` on PostgreSQL). The caller compares each row's
+    """Inside a write transaction: the columns of the schedules ``ids``, write-locked until the caller
+    commits (on SQLite a no-op UPDATE of those one of ``owners`` holds, which takes the database's
+    write lock; ``SELECT ... FOR UPDATE`` on PostgreSQL). The caller compares each row's
     ``claimed_by`` and ``next_run`` with its claim: what it changes then commits only while held."""
     params = {"ids": list(ids), "owners": list(set(owners))}
     if conn.dialect.name == "postgresql":
-        rows = conn.execute(_ROWS_FOR_UPDATE, params).all()
+        rows = conn.execute(_ROWS_FOR_UPDATE, {"ids": params["ids"]}).all()
     else:
         conn.execute(_TOUCH_MANY, params)
         rows = conn.execute(_ROWS, {"ids": params["ids"]}).all()
@@ -282,19 +355,37 @@ def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> Non
         if values:
             cols = tuple(sorted(values))
             groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
+    pg = conn.dialect.name == "postgresql"
     for cols, params in groups.items():
-        stmt = _write_cache.get(cols)
+        stmt = _write_cache.get((pg, *cols))
         if stmt is None:
-            stmt = _write_cache[cols] = (
-                update(_S).where(_S.c.id == bindparam("sid_"))
-                .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols})
-            )
-        conn.execute(stmt, params)
+            if pg:  # one statement for the whole group (see _unnest)
+                v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols))
+                stmt = update(_S).where(_S.c.id == v.c.sid_).values({c: v.c[f"v_{c}"] for c in cols})
+            else:
+                stmt = (update(_S).where(_S.c.id == bindparam("sid_"))
+                        .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols}))
+            _write_cache[(pg, *cols)] = stmt
+        if pg:
+            conn.execute(stmt, {k: [p[k] for p in params] for k in params[0]})
+        else:
+            conn.execute(stmt, params)
+
+
+_D_COLUMNS = [c for c in _D.c if c.name != "id"]
+_PG_DELIVERIES = insert(_D).from_select(
+    [c.name for c in _D_COLUMNS], select(*_unnest("h", *((c.name, c.type) for c in _D_COLUMNS)).c)
+)
+"""PostgreSQL: history rows of a batch in one statement with one text (see _unnest)."""
 
 
 def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
     """Insert history rows (inside the caller's transaction), all in one statement."""
-    if rows:
+    if not rows:
+        return
+    if conn.dialect.name == "postgresql":
+        conn.execute(_PG_DELIVERIES, {c.name: [r.get(c.name) for r in rows] for c in _D_COLUMNS})
+    else:
         conn.execute(insert(_D), rows)
 
 

@@ -165,7 +165,13 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """An engine for ``url``. SQLite files get WAL, a busy timeout and their folder created."""
+    """An engine for ``url``. SQLite files get WAL, a busy timeout and their folder created.
+
+    PostgreSQL: psycopg prepares a statement the fifth time a connection runs it, so the server
+    stops parsing and planning it, but it forgets every prepared statement on ROLLBACK. A read in
+    ``engine.connect()`` ends in a ROLLBACK when it is closed, so the store's reads run in
+    ``engine.begin()`` like its writes (a read-only COMMIT costs the same); only an error rolls back.
+    tests/test_postgres.py checks that the delivery statements stay prepared."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database

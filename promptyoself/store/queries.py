@@ -61,7 +61,7 @@ def list_page(
 ) -> tuple[list[ListedSchedule], int]:
     """One page of schedules and the exact total."""
     params = {"agent": agent_id, "lim": limit, "off": offset}
-    with store.engine.connect() as conn:
+    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
         result = conn.execute(_PAGES[(agent_id is not None, not include_ended)], params)
         rows = [record_of(ListedSchedule, r) for r in result]
         if (rows and len(rows) < limit) or (not rows and offset == 0):

@@ -44,7 +44,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 

@@ -8,20 +8,41 @@ schedules (bench/latency.py measures it):
   id LIMIT n`` SQLite reads at most offset+n entries per state instead of sorting every live row;
 - one agent's page and count use ``ix_schedules_agent (agent_id, id)``: O(that agent's schedules);
 - the total is not counted at all when the page itself shows it (a short page);
-- the all-agents total of live schedules on SQLite is read from ``schedule_state_counts``, which
-  triggers keep exact (migration 0003): O(1) instead of visiting every live index entry. PostgreSQL
-  counts the rows (an index-only scan), since counter rows would serialise its concurrent writers.
+- the all-agents total is read from ``schedule_state_counts``, which triggers keep exact in the
+  writer's own transaction: O(1) instead of visiting every live row. SQLite has one row per state
+  (migration 0003). PostgreSQL has one row per state and writing backend (migration 0007), so that
+  concurrent writers never wait on each other's counter rows; a state's count is the sum of its rows,
+  and ``fold_state_counts`` merges the rows of past sessions when a read sees too many of them.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, Select, String, Table, bindparam, func, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    bindparam,
+    delete,
+    func,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import SQLAlchemyError
 
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.db import Schedule, Store
 from promptyoself.store.records import ListedSchedule, column_names, record_of
+
+log = logging.getLogger(__name__)
 
 _t = Schedule.__table__
 _COLUMNS = [_t.c[name] for name in column_names(ListedSchedule)]  # a schedule record's columns
@@ -41,19 +62,74 @@ def _count(*conds: Any) -> Select[Any]:
 
 
 _PAGES = {(a, b): _page(a, b) for a in (False, True) for b in (False, True)}
-_COUNT_ALL = _count()
-_COUNT_LIVE = _count(_t.c.state.in_(LIVE_STATES))
 _COUNT_AGENT = _count(_t.c.agent_id == bindparam("agent"))
 _COUNT_AGENT_LIVE = _count(_t.c.agent_id == bindparam("agent"), _t.c.state.in_(LIVE_STATES))
-# SQLite only (migration 0003): schedules per state, kept exact by triggers. Not in Base.metadata:
-# PostgreSQL has no such table and counts the rows.
+
 STATE_COUNTS = Table(
-    "schedule_state_counts", MetaData(), Column("state", String(16), primary_key=True), Column("n", Integer)
+    "schedule_state_counts",
+    MetaData(),
+    Column("state", String(16), primary_key=True),
+    Column("shard", Integer, primary_key=True),  # PostgreSQL only (0007): the writer's backend pid, 0 = folded
+    Column("n", BigInteger),
 )
-_COUNT_LIVE_SQLITE = select(func.coalesce(func.sum(STATE_COUNTS.c.n), 0)).where(
-    STATE_COUNTS.c.state.in_(LIVE_STATES)
+"""Schedules per state, kept exact by triggers (SQLite: migration 0003, one row per state; PostgreSQL:
+migration 0007, one row per state and shard). Not in Base.metadata: triggers own it. The statements
+that run on both dialects name only ``state`` and ``n``."""
+_SC = STATE_COUNTS.c
+_STATE_SUMS = select(_SC.state, func.sum(_SC.n), func.count()).group_by(_SC.state)
+"""Per state: the count and how many counter rows hold it (one on SQLite)."""
+
+FOLD_AT = 64
+"""PostgreSQL: a read that sees more counter rows than this folds them (``fold_state_counts``)."""
+_FOLD_LOCK_TIMEOUT = text("SET LOCAL lock_timeout = '200ms'")
+_FOLD_LOCK = select(_SC.state, _SC.shard).where(_SC.shard != 0).with_for_update(skip_locked=True)
+_FOLD_TAKE = (
+    delete(STATE_COUNTS)
+    .where(tuple_(_SC.state, _SC.shard).in_(bindparam("keys", expanding=True)))
+    .returning(_SC.state, _SC.n)
 )
-_COUNT_ALL_SQLITE = select(func.coalesce(func.sum(STATE_COUNTS.c.n), 0))
+_fold_add = pg_insert(STATE_COUNTS).values(state=bindparam("state"), shard=0, n=bindparam("n"))
+_FOLD_ADD = _fold_add.on_conflict_do_update(
+    index_elements=[_SC.state, _SC.shard], set_={"n": _SC.n + _fold_add.excluded.n}
+)
+
+
+def fold_state_counts(store: Store) -> int:
+    """PostgreSQL: merge the counter rows of every shard into shard 0 (one row per state), in one short
+    transaction of its own. Returns how many rows it merged. Sessions may write meanwhile.
+
+    Why nothing is lost or counted twice (READ COMMITTED):
+
+    1. ``SELECT ... FOR UPDATE SKIP LOCKED`` locks the shard rows no open transaction has written.
+       Under READ COMMITTED a row updated by a transaction that committed after this statement began
+       is locked in its newest version. A row an open transaction has written is skipped: its writer
+       may still commit or roll back, so it stays as it is, for a later fold. Nothing here waits for a
+       writer.
+    2. The DELETE runs with a snapshot taken after those locks were granted, and nobody can change a
+       locked row until this transaction ends, so RETURNING gives each row's final value, exactly once.
+       Rows inserted after step 1 (a writer's first write since the last fold) are not in ``keys``
+       and are left alone.
+    3. The sums are added to the shard-0 rows, in state order. Only folds write shard 0 (a backend
+       pid is never 0), so this waits at most for another fold, never for a writer, and two folds
+       lock shard-0 rows in the same order (no deadlock).
+    4. Commit: the deleted rows and the added sums become visible at once, so a reader sees every
+       schedule counted once before the fold or once after it. A writer whose row was deleted here
+       and not yet committed waits for this commit (its ``ON CONFLICT`` check meets the deleted row),
+       then finds no row and inserts a fresh one with its own delta: nothing lost. If this
+       transaction fails, it rolls back as a whole and the rows are as they were.
+    """
+    with store.engine.begin() as conn:
+        conn.execute(_FOLD_LOCK_TIMEOUT)  # guards step 3 (another fold holding shard 0)
+        keys = [(str(state), int(shard)) for state, shard in conn.execute(_FOLD_LOCK)]
+        if not keys:
+            return 0
+        sums: dict[str, int] = {}
+        for state, n in conn.execute(_FOLD_TAKE, {"keys": keys}):
+            sums[state] = sums.get(state, 0) + int(n)
+        for state in sorted(sums):
+            if sums[state]:
+                conn.execute(_FOLD_ADD, {"state": state, "n": sums[state]})
+    return len(keys)
 
 
 def list_page(
@@ -69,7 +145,14 @@ def list_page(
         if agent_id is not None:
             q = _COUNT_AGENT if include_ended else _COUNT_AGENT_LIVE
             return rows, int(conn.execute(q, params).scalar_one())
-        sqlite = store.dialect == "sqlite"
-        if include_ended:
-            return rows, int(conn.execute(_COUNT_ALL_SQLITE if sqlite else _COUNT_ALL).scalar_one())
-        return rows, int(conn.execute(_COUNT_LIVE_SQLITE if sqlite else _COUNT_LIVE).scalar_one())
+        total = counter_rows = 0
+        for state, n, held_in in conn.execute(_STATE_SUMS):
+            counter_rows += int(held_in)
+            if include_ended or state in LIVE_STATES:
+                total += int(n)
+    if counter_rows > FOLD_AT and store.dialect == "postgresql":
+        try:  # best effort: the total above is exact either way; the fold only keeps the next read short
+            fold_state_counts(store)
+        except SQLAlchemyError:
+            log.debug("folding the schedule state counters failed", exc_info=True)
+    return rows, total

@@ -3,8 +3,9 @@
 ``count(*) WHERE state IN ('active', 'paused')`` visits every live row's index entry (milliseconds
 at 100,000 schedules, measured by bench/latency.py). The triggers keep ``schedule_state_counts`` exact
 in the same transaction as every insert, state change and delete, whoever writes. SQLite has one
-writer at a time, so the counter rows cost nothing in concurrency. PostgreSQL gets none of this: there
-every delivery worker would queue on the counter rows' locks; it counts the rows instead.
+writer at a time, so the counter rows cost nothing in concurrency. PostgreSQL gets none of this here:
+with one row per state, every delivery worker would queue on the counter rows' locks. Migration 0007
+gives it the same table with one row per state and writing session instead.
 
 Revision ID: 0003
 Revises: 0002

@@ -317,9 +317,15 @@ def bulk_insert_schedules(url: str, rows: Iterable[dict[str, Any]], chunk: int =
     store = Store(url)
     try:
         rows_iter = iter(rows)
+        pg = store.dialect == "postgresql"
         with store.engine.begin() as conn:
-            while batch := list(islice(rows_iter, chunk)):
-                conn.execute(insert(Schedule.__table__), batch)
+            # PostgreSQL: multi-row VALUES (an executemany there is one statement per row, each
+            # firing the state-count trigger); at most 65,535 parameters per statement
+            while batch := list(islice(rows_iter, 2000 if pg else chunk)):
+                if pg:
+                    conn.execute(insert(Schedule.__table__).values(batch))
+                else:
+                    conn.execute(insert(Schedule.__table__), batch)
         if store.dialect == "postgresql":
             with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.exec_driver_sql("VACUUM ANALYZE schedules")

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from promptyoself import timing
 from promptyoself.delivery.retry import RetryPolicy
@@ -46,6 +46,7 @@ from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SENT_ON_LOST_CLAIM = "sent_lost_claim"
 """History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
@@ -372,33 +373,42 @@ def record_attempt(core: Deps, item: Attempt) -> Result:
     return item.result
 
 
-def record_batch(core: Deps, batch: list[Attempt]) -> None:
+def record_batch(core: Deps, batch: list[Attempt], then: Callable[[Any], T] | None = None) -> T | None:
     """Record ``batch`` in one transaction (the caller holds the store's ``write_lock``); every
-    attempt gets its ``result`` or its ``failure``."""
+    attempt gets its ``result`` or its ``failure``. ``then(conn)`` runs in the same transaction after
+    the writes (the executor's next claims); its answer is returned once committed, None if the
+    batch could not be recorded with it (the attempts are then recorded without it)."""
     for tries in range(5):
         try:
-            results = _record_once(core, batch)
+            results, extra = _record_once(core, batch, then)
         except DatabaseBusy as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
             if tries == 4:
                 for item in batch:
                     item.failure = exc
-                return
+                return None
             log.warning("recording %d attempt(s): database busy, retrying", len(batch))
             time.sleep(0.2 * (tries + 1))
             continue
         except Exception as exc:
+            if then is not None:  # maybe the claim's fault, not the attempts': record them alone
+                log.exception("claiming while recording failed; recording the attempts alone")
+                record_batch(core, batch)
+                return None
             if len(batch) == 1:
                 batch[0].failure = exc
-                return
+                return None
             for item in batch:  # one bad attempt must not cost the others theirs: one at a time
                 record_batch(core, [item])
-            return
+            return None
         for item, res in zip(batch, results, strict=True):
             item.result = res
-        return
+        return extra
+    return None
 
 
-def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
+def _record_once(
+    core: Deps, batch: list[Attempt], then: Callable[[Any], T] | None = None
+) -> tuple[list[Result], T | None]:
     now = core.now()
     results: list[Result] = []
 
@@ -451,8 +461,8 @@ def _record_once(core: Deps, batch: list[Attempt]) -> list[Result]:
             res.retry_in = a.delay if a.kind == "retry" else None
         return history, changes
 
-    record_attempts(core.store, {a.claim.id for a in batch}, {a.owner for a in batch}, decide)
-    return results
+    extra = record_attempts(core.store, {a.claim.id for a in batch}, {a.owner for a in batch}, decide, then)
+    return results, extra
 
 
 def next_state(

@@ -31,15 +31,16 @@ from promptyoself.delivery.attempt import (
 )
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.claims import claim_due, next_due
+from promptyoself.store.claims import claim_due, claim_due_in, next_due
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a stopping executor waits for in-flight sends before it lets them go (their claims
 then expire after the lease and another process retries)."""
-RECORD_DELAY = 0.01
-"""During a backlog, the recorder waits up to this long for a few attempts to record together."""
+RECORD_DELAY = 0.02
+"""During a backlog, the recorder waits up to this long for a batch of attempts to record together
+(about one send's time: each transaction costs the worker and the database more than its rows do)."""
 ONCE_BUDGET = 120.0
 """``execute`` (once) stops claiming after this many seconds."""
 BACKLOG_POLL = 0.05
@@ -100,7 +101,7 @@ class Executor:
         self._ready: collections.deque[Claim] = collections.deque()
         self._inflight: dict[int, Claim] = {}
         self._recording: dict[int, Claim] = {}
-        self._rec_batch = max(1, self.max_in_flight // 2)
+        self._rec_batch = max(1, self.max_in_flight)
         self._rec_queue: list[Attempt] = []
         self._senders: list[threading.Thread] = []
         self._recorder_thread: threading.Thread | None = None
@@ -225,10 +226,12 @@ class Executor:
                                                          daemon=True)
                 self._recorder_thread.start()
 
-    def _busy_agents(self) -> set[str]:
+    def _busy_agents(self, recorded: Collection[int] = ()) -> set[str]:
+        """Agents this executor is sending to or has claims for (``recorded``: claims being recorded
+        in the transaction that asks, whose agents are free in it)."""
         with self._cv:
             return ({c.agent_id for c in self._inflight.values()} | {c.agent_id for c in self._ready}
-                    | {c.agent_id for c in self._recording.values()})
+                    | {c.agent_id for sid, c in self._recording.items() if sid not in recorded})
 
     async def _loop_body(self) -> None:
         """While claims come back full (a backlog), claims run ahead, up to ``2 * max_in_flight``
@@ -467,14 +470,14 @@ class Executor:
                     batch, self._rec_queue = self._rec_queue, []
                 if want:
                     got: list[Claim] = []
-                    try:
-                        got = self._claim_rows(want)
+                    try:  # with attempts to record: one transaction records them and claims
+                        got = self._record(batch, claim=want) if batch else self._claim_rows(want)
                     except Exception:
                         log.exception("claiming due prompts failed; the loop retries")
                     finally:
                         if not self._took(got, want):
                             self._nudge()  # the backlog is done: back to the loop's alarm
-                if batch:
+                elif batch:
                     self._record(batch)
             except Exception:  # never let the thread die: the claims it records would be stuck
                 log.exception("delivery recorder error")
@@ -484,10 +487,23 @@ class Executor:
         """(Under ``_cv``.) A backlog's queue has run low and no claim is running."""
         return bool(self._ahead) and self._claim_count() > 0
 
-    def _record(self, batch: list[Attempt]) -> None:
+    def _record(self, batch: list[Attempt], *, claim: int = 0) -> list[Claim]:
+        """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
+        recorded are free by then) and return the claims."""
+        then: Callable[[Any], list[Any]] | None = None
+        claimed_at = self._keeper.mono()
+        taken: set[int] = set()
+        if claim:
+            now = self.core.now()
+            busy = self._busy_agents(recorded={a.claim.id for a in batch})
+
+            def then(conn: Any) -> list[Any]:
+                return claim_due_in(conn, self.owner, now, now + timedelta(seconds=self.lease), limit=claim,
+                                    exclude_agents=busy, taken_over=taken)
+        rows: list[Any] | None = None
         try:
             with self.core.store.write_lock:
-                record_batch(self.core, batch)
+                rows = record_batch(self.core, batch, then)
         except Exception as exc:
             for a in batch:
                 a.failure = a.failure or exc
@@ -502,6 +518,10 @@ class Executor:
                 self._recording.pop(a.claim.id, None)
             if self._drained or not self._ahead or self._stop.is_set():
                 self._nudge()  # the agents just recorded may have more due
+        claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows or ()]
+        if claims:
+            self._keeper.add([c.id for c in claims], claimed_at)
+        return claims
 
     def _may_send(self, claim: Claim) -> Callable[[], bool]:
         """The fence a sender passes right before its send: the claim is still ours, with time left."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Integer,
@@ -32,6 +32,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
+
+T = TypeVar("T")
 
 DatabaseBusy = OperationalError
 """What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
@@ -118,7 +120,7 @@ _CLAIMED = select(_S).where(
 _PG_LOCK = (
     select(_S.c.id)
     .where(
-        _S.c.id.in_(bindparam("ids", expanding=True)),
+        _S.c.id == any_(bindparam("ids", type_=ARRAY(Integer()))),
         func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(_S.c.agent_id)),
     )
     .with_for_update(skip_locked=True)
@@ -203,33 +205,52 @@ def claim_due(
     """
     if limit <= 0:
         return []
-    pg = store.dialect == "postgresql"
-    tried: list[int] = []
     with store.engine.begin() as conn:
-        candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
-        if pg and candidates:
-            locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
-            candidates = [c for c in candidates if c[0] in locked]
-        picked = 0
-        claimed: list[Row[Any]] = []
-        while candidates and picked < limit:
-            batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
-            tried.extend(sid for sid, _, _ in batch)
-            if pg:
-                got = conn.execute(_PG_CLAIM, {
-                    "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
-                    "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
-                }).all()
-                claimed.extend(got)
-                picked += len(got)
-                continue
-            params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
-                      for sid, agent, slot in batch]
-            picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
-        if not picked:
-            return []
-        if not pg:
-            claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
+        return claim_due_in(conn, owner, now, until, limit=limit, exclude_agents=exclude_agents,
+                            exclude_ids=exclude_ids, taken_over=taken_over)
+
+
+def claim_due_in(
+    conn: Any,
+    owner: str,
+    now: datetime,
+    until: datetime,
+    *,
+    limit: int,
+    exclude_agents: Collection[str] = (),
+    exclude_ids: Collection[int] = (),
+    taken_over: set[int] | None = None,
+) -> list[Row[Any]]:
+    """``claim_due`` inside the caller's write transaction (e.g. the one that records a batch of
+    attempts, so one transaction both frees agents and takes their next occurrences)."""
+    if limit <= 0:
+        return []
+    pg = conn.dialect.name == "postgresql"
+    tried: list[int] = []
+    candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
+    if pg and candidates:
+        locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
+        candidates = [c for c in candidates if c[0] in locked]
+    picked = 0
+    claimed: list[Row[Any]] = []
+    while candidates and picked < limit:
+        batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
+        tried.extend(sid for sid, _, _ in batch)
+        if pg:
+            got = conn.execute(_PG_CLAIM, {
+                "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
+                "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
+            }).all()
+            claimed.extend(got)
+            picked += len(got)
+            continue
+        params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
+                  for sid, agent, slot in batch]
+        picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
+    if not picked:
+        return []
+    if not pg:
+        claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
     order = {sid: i for i, sid in enumerate(tried)}
     return sorted(claimed, key=lambda row: order[row.id])
 
@@ -393,11 +414,16 @@ Decide = Callable[[dict[int, dict[str, Any]]], tuple[list[dict[str, Any]], list[
 """Given the locked rows (``lock_rows``), the history rows to add and the schedule changes to write."""
 
 
-def record_attempts(store: Store, ids: Collection[int], owners: Collection[str], decide: Decide) -> None:
+def record_attempts(
+    store: Store, ids: Collection[int], owners: Collection[str], decide: Decide,
+    then: Callable[[Any], T] | None = None,
+) -> T | None:
     """One write transaction: lock the schedules ``ids`` that one of ``owners`` holds a claim on, let
     ``decide`` turn their rows into history rows and changes (it compares each claim itself), write
-    both and commit. Raises ``DatabaseBusy`` when the database stays busy."""
+    both, run ``then(conn)`` if given (``claim_due_in``: the next claims in the same transaction) and
+    commit; return what ``then`` returned. Raises ``DatabaseBusy`` when the database stays busy."""
     with store.engine.begin() as conn:
         history, changes = decide(lock_rows(conn, ids, owners))
         add_deliveries(conn, history)
         write_schedules(conn, changes)
+        return then(conn) if then is not None else None

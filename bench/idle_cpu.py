@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from bench.common import (
     clean_env,
     cpu_seconds,
     median,
+    pg_schema_url,
     python,
     reap_marked,
     say,
@@ -61,17 +64,19 @@ def load(url: str, n: int) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     agents = [f"agent-{uuid.UUID(int=i + 1)}" for i in range(max(1, -(-n // PER_AGENT)))]
     kinds = [("cron", "0 9 * * MON-FRI"), ("interval", "30m"), ("once", "2031-01-01T09:00:00Z")]
-    rows = []
-    for i in range(n):
-        kind, value = kinds[i % 3]
-        due = now + timedelta(days=1, seconds=(i * 7919) % (29 * 86400))
-        rows.append({
-            "agent_id": agents[i // PER_AGENT], "prompt_text": f"idle prompt {i}", "schedule_type": kind,
-            "schedule_value": value, "timezone": "UTC", "next_run": due, "due_at": due,
-            "anchor": now if kind == "interval" else None, "state": "active", "created_at": now,
-            "updated_at": now, "repetition_count": 0, "attempt": 0,
-        })
-    bulk_insert_schedules(url, rows)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for i in range(n):
+            kind, value = kinds[i % 3]
+            due = now + timedelta(days=1, seconds=(i * 7919) % (29 * 86400))
+            yield {
+                "agent_id": agents[i // PER_AGENT], "prompt_text": f"idle prompt {i}", "schedule_type": kind,
+                "schedule_value": value, "timezone": "UTC", "next_run": due, "due_at": due,
+                "anchor": now if kind == "interval" else None, "state": "active", "created_at": now,
+                "updated_at": now, "repetition_count": 0, "attempt": 0,
+            }
+
+    bulk_insert_schedules(url, rows())
 
 
 def worker_pid(url: str, server_pid: int) -> int | None:
@@ -89,11 +94,13 @@ def worker_pid(url: str, server_pid: int) -> int | None:
     return row.pid if cpu_seconds(row.pid) is not None else None
 
 
-def one_run(n: int, seconds: float, settle: float) -> dict[str, Any]:
+def one_run(n: int, seconds: float, settle: float, pg_url: str | None = None) -> dict[str, Any]:
+    """One measurement on a fresh SQLite file, or on a throw-away schema of ``pg_url``."""
     marker = uuid.uuid4().hex
-    with tempfile.TemporaryDirectory(prefix="pys-idle-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pys-idle-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        url = f"sqlite:///{workdir / 'idle.db'}"
+        url = (stack.enter_context(pg_schema_url(pg_url, "bench_idle")) if pg_url
+               else f"sqlite:///{workdir / 'idle.db'}")
         load(url, n)
         env = clean_env(
             PROMPTYOSELF_DB=url,

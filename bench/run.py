@@ -53,6 +53,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("idle", "bench.idle_cpu", "2f", "Idle CPU of server + worker with 10,000 future schedules"),
     Section("stdio_relay", "bench.stdio_relay", "13.1", "Stdio start through the service's relay vs in-process"),
     Section("scaleout", "bench.scaleout", "13.2", "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts"),
+    Section("million", "bench.million", "13.3", "A million schedules: latency and idle CPU, SQLite and PostgreSQL"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

@@ -133,6 +133,32 @@ def test_concurrent_first_opens_migrate_once(pg_url: str) -> None:
         store.close()
 
 
+def test_delivery_and_list_statements_stay_prepared_with_one_generic_plan(store_url: str) -> None:
+    """psycopg prepares a statement on its fifth run and forgets them all on ROLLBACK: the store's
+    reads commit, so the claim, record and list statements are parsed and planned once per connection
+    (store/db.py make_engine)."""
+    from promptyoself.store.claims import claim_due, next_due
+    from promptyoself.store.queries import list_page
+
+    store = Store(store_url)
+    now = datetime.now(UTC)
+    try:
+        for _ in range(8):  # one thread: the pool hands out the same connection every time
+            next_due(store, now, ["agent-a", "agent-b"])
+            claim_due(store, "owner-prepared", now, now + timedelta(seconds=30), limit=4,
+                      exclude_agents=["agent-a"])
+            list_page(store, None, False, 50, 0)
+        with store.engine.begin() as conn:
+            prepared = list(conn.execute(text("SELECT statement FROM pg_prepared_statements")).scalars())
+            mode = conn.execute(text("SHOW plan_cache_mode")).scalar()
+        assert mode == "force_generic_plan"
+        assert any("ORDER BY schedules.due_at" in q and "LIMIT" in q for q in prepared), prepared  # next_due
+        assert any("NOT (EXISTS" in q for q in prepared), prepared  # the claim candidates
+        assert any("FROM schedules" in q and "ORDER BY schedules.id" in q for q in prepared), prepared  # list
+    finally:
+        store.close()
+
+
 def test_timestamps_come_back_aware_utc_whatever_the_session_timezone(store_url: str) -> None:
     url = make_url(store_url)
     options = f"{url.query['options']} -ctimezone=America/New_York"

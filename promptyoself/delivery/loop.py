@@ -490,20 +490,19 @@ class Executor:
     def _record(self, batch: list[Attempt], *, claim: int = 0) -> list[Claim]:
         """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
         recorded are free by then) and return the claims."""
-        then: Callable[[Any], list[Any]] | None = None
         claimed_at = self._keeper.mono()
         taken: set[int] = set()
-        if claim:
-            now = self.core.now()
-            busy = self._busy_agents(recorded={a.claim.id for a in batch})
+        now = self.core.now()
+        busy = self._busy_agents(recorded={a.claim.id for a in batch}) if claim else set()
 
-            def then(conn: Any) -> list[Any]:
-                return claim_due_in(conn, self.owner, now, now + timedelta(seconds=self.lease), limit=claim,
-                                    exclude_agents=busy, taken_over=taken)
+        def claim_next(conn: Any) -> list[Any]:
+            return claim_due_in(conn, self.owner, now, now + timedelta(seconds=self.lease), limit=claim,
+                                exclude_agents=busy, taken_over=taken)
+
         rows: list[Any] | None = None
         try:
             with self.core.store.write_lock:
-                rows = record_batch(self.core, batch, then)
+                rows = record_batch(self.core, batch, claim_next if claim else None)
         except Exception as exc:
             for a in batch:
                 a.failure = a.failure or exc

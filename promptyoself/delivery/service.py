@@ -29,7 +29,7 @@ from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owne
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
-from promptyoself.store.db import count_state, delivery_totals, due_summary, latest_delivery
+from promptyoself.store.db import delivery_totals, due_summary, has_state, latest_delivery
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class DeliveryService:
 
         def check() -> None:
             try:
-                if count_state(self.core.store, "active") == 0:
+                if not has_state(self.core.store, "active"):
                     return  # nothing to deliver: no worker (the next write checks again)
                 if _early_spawn_pending(self.core):
                     return

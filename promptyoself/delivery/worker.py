@@ -37,7 +37,7 @@ from promptyoself import __version__, timing
 from promptyoself.config import Settings
 from promptyoself.deps import Deps
 from promptyoself.store import lease as store_lease
-from promptyoself.store.db import count_state
+from promptyoself.store.db import has_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
 from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, release, worker_pid
 from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
@@ -263,7 +263,7 @@ async def _lease_and_idle(core: Deps, ex: Executor, owner: str, shared: bool, tr
                 log.error("worker %s %s; stopping", owner, trouble[-1])
                 ex.request_stop()
                 return
-            active = await ex._io(count_state, core.store, "active") if idle_exit > 0 else 1
+            active = await ex._io(has_state, core.store, "active") if idle_exit > 0 else True
             failing_since = None
         except Exception as exc:
             failing_since = failing_since if failing_since is not None else time.monotonic()

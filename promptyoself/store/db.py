@@ -28,6 +28,7 @@ from sqlalchemy import (
     bindparam,
     create_engine,
     event,
+    exists,
     func,
     select,
     text,
@@ -369,9 +370,11 @@ def due_summary(store: Store, now: datetime) -> tuple[datetime | None, int]:
     return earliest, int(due)
 
 
-def count_state(store: Store, state: str = "active") -> int:
-    with store._sessions() as s:
-        return int(s.execute(select(func.count()).select_from(_S).where(_S.c.state == state)).scalar_one())
+def has_state(store: Store, state: str = "active") -> bool:
+    """Whether any schedule is in ``state``: the first entry of the (state, due_at) index, O(1) (a
+    count here was the idle worker's main cost at 1,000,000 schedules)."""
+    with store.engine.begin() as conn:
+        return bool(conn.execute(select(exists().where(_S.c.state == state))).scalar())
 
 
 def latest_delivery(store: Store) -> DeliveryRow | None:

@@ -85,9 +85,12 @@ _ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN)
 # A request header line as http.client + email.parser read it: a name of printable ASCII but ":",
 # then the value (leading blanks dropped, trailing ones kept). Any other line (a folded
 # continuation, a stray CR, "From ...") goes the slow way through http.client.parse_headers.
-_HEADER_LINE_RE = re.compile(rb"([!-9;-~]+):[ \t]*([^\r\n]*)\r?\n")
+_HEADER_LINE = r"([!-9;-~]+):[ \t]*([^\r\n]*)\r?\n"
+_HEADER_LINE_RE = re.compile(_HEADER_LINE)
+_HEADER_BLOCK_RE = re.compile(rf"(?:{_HEADER_LINE})*(?:\r?\n)?")
 _MAX_LINE = 65536  # http.client's limits
 _MAX_HEADERS = 100
+_KNOWN_VERSIONS = ("HTTP/1.1", "HTTP/1.0")
 _SHORT_SLEEP = 0.05  # seconds: see FakeLetta._sleep
 
 _MESSAGE_TYPES = {
@@ -263,8 +266,6 @@ def _read_headers(rfile: Any) -> _Headers:
     """The header block of a request, as ``http.client.parse_headers`` reads it (same limits and
     errors), without its ``email`` parser for plain ``Name: value`` lines."""
     lines: list[bytes] = []
-    items: list[tuple[str, str]] = []
-    plain = True
     while True:
         line = rfile.readline(_MAX_LINE + 1)
         if len(line) > _MAX_LINE:
@@ -274,15 +275,11 @@ def _read_headers(rfile: Any) -> _Headers:
             raise HTTPException(f"got more than {_MAX_HEADERS} headers")
         if line in (b"\r\n", b"\n", b""):
             break
-        if plain:
-            m = _HEADER_LINE_RE.fullmatch(line)
-            if m is None:
-                plain = False
-            else:
-                items.append((m[1].decode("ascii"), m[2].decode("iso-8859-1")))
-    if not plain:
-        return _Headers(list(parse_headers(BytesIO(b"".join(lines))).items()))
-    return _Headers(items)
+    block = b"".join(lines)
+    text = block.decode("iso-8859-1")
+    if _HEADER_BLOCK_RE.fullmatch(text) is None:
+        return _Headers(list(parse_headers(BytesIO(block)).items()))
+    return _Headers(_HEADER_LINE_RE.findall(text))
 
 
 class _Server(ThreadingHTTPServer):
@@ -333,7 +330,12 @@ class _Handler(BaseHTTPRequestHandler):
         words = requestline.split()
         if len(words) == 0:
             return False
-        if len(words) >= 3:  # enough to determine the protocol version
+        if len(words) == 3 and words[2] in _KNOWN_VERSIONS:  # what every client sends: no parsing
+            version = words[2]
+            if version == "HTTP/1.1" and self.protocol_version >= "HTTP/1.1":
+                self.close_connection = False
+            self.request_version = version
+        elif len(words) >= 3:  # enough to determine the protocol version
             version = words[-1]
             try:
                 if not version.startswith("HTTP/"):
@@ -543,7 +545,7 @@ class FakeLetta:
         self._by_sender: Counter[str] = Counter()
         self._pending_failures: deque[_Failure] = deque()
         self._failure_counts: Counter[str] = Counter()
-        self._in_flight: Counter[str] = Counter()
+        self._in_flight: dict[str, int] = {}  # a plain dict: Counter's += and del run Python code
         self._in_flight_total = 0
         self._max_concurrent_per_agent = 0
         self._max_concurrent = 0
@@ -1135,11 +1137,9 @@ class FakeLetta:
             failure = self._pick_failure()
             latency = self.latency
             timeout_sleep = self.timeout_sleep
-            self._in_flight[agent_id] += 1
+            in_flight = self._in_flight[agent_id] = self._in_flight.get(agent_id, 0) + 1
             self._in_flight_total += 1
-            self._max_concurrent_per_agent = max(
-                self._max_concurrent_per_agent, self._in_flight[agent_id]
-            )
+            self._max_concurrent_per_agent = max(self._max_concurrent_per_agent, in_flight)
             self._max_concurrent = max(self._max_concurrent, self._in_flight_total)
         try:
             if self._held() or self._sleep(latency):
@@ -1149,9 +1149,11 @@ class FakeLetta:
             return self._record(agent_id, messages, route)
         finally:
             with self._lock:
-                self._in_flight[agent_id] -= 1
-                if self._in_flight[agent_id] <= 0:
+                in_flight = self._in_flight[agent_id] - 1
+                if in_flight <= 0:
                     del self._in_flight[agent_id]
+                else:
+                    self._in_flight[agent_id] = in_flight
                 self._in_flight_total -= 1
 
     def _apply_failure(

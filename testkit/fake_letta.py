@@ -320,8 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
         return "uvicorn"
 
     def parse_request(self) -> bool:
-        """``BaseHTTPRequestHandler.parse_request`` (Python 3.11-3.13), the headers read by
-        ``_read_headers``: same answers, same errors, a fraction of the CPU."""
+        """``BaseHTTPRequestHandler.parse_request`` as in CPython 3.11, the headers read by
+        ``_read_headers``: same answers, same errors, a fraction of the CPU (tests/test_fake_letta.py
+        ``test_wire_answers`` pins them)."""
         self.command = None  # type: ignore[assignment]  # set in case of error on the first line
         self.request_version = version = self.default_request_version
         self.close_connection = True
@@ -1115,8 +1116,8 @@ class FakeLetta:
 
         Up to ``_SHORT_SLEEP`` a plain sleep: ``stop()`` takes as long itself to stop serving
         (its poll interval), and waiting on the ``_stopping`` Event would make every sleeping
-        handler take and give back one shared lock (futex calls, ~10% of the CPU per message
-        under load).
+        handler take and give back the Event's one lock (futex calls under load). A handler in
+        such a sleep when ``stop()`` comes drops its connection when the sleep ends.
         """
         if seconds <= 0:
             return self._stopping.is_set()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import email.utils
 import hmac
 import json
 import os
@@ -43,12 +44,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from http import HTTPStatus
+from http.client import HTTPException, LineTooLong, parse_headers
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from io import BytesIO
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
@@ -78,6 +81,17 @@ _R_MESSAGES = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages$")
 _R_ASYNC = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages/async$")
 _R_RUN = re.compile(r"^/v1/runs/(?P<run_id>[^/]+)$")
 _ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN)
+
+# A request header line as http.client + email.parser read it: a name of printable ASCII but ":",
+# then the value (leading blanks dropped, trailing ones kept). Any other line (a folded
+# continuation, a stray CR, "From ...") goes the slow way through http.client.parse_headers.
+_HEADER_LINE = r"([!-9;-~]+):[ \t]*([^\r\n]*)\r?\n"
+_HEADER_LINE_RE = re.compile(_HEADER_LINE)
+_HEADER_BLOCK_RE = re.compile(rf"(?:{_HEADER_LINE})*(?:\r?\n)?")
+_MAX_LINE = 65536  # http.client's limits
+_MAX_HEADERS = 100
+_KNOWN_VERSIONS = ("HTTP/1.1", "HTTP/1.0")
+_SHORT_SLEEP = 0.05  # seconds: see FakeLetta._sleep
 
 _MESSAGE_TYPES = {
     "user": "user_message",
@@ -114,8 +128,31 @@ def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
+_date_cache: tuple[int, str] = (0, "")
+
+
+def _http_date() -> str:
+    """``Date`` header value, as ``BaseHTTPRequestHandler.date_time_string``, formatted once a second."""
+    global _date_cache
+    now = int(time.time())
+    second, text = _date_cache
+    if second != now:
+        text = email.utils.formatdate(now, usegmt=True)
+        _date_cache = (now, text)
+    return text
+
+
+# Random ids do not need os.urandom: a getrandom() call per id lets go of the GIL, and handing
+# it back and forth between 32 handler threads costs far more than making the id.
+_id_bits = random.Random().getrandbits
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+
+
 def _new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4()}"
+    """``prefix-<uuid4>``, as ``f"{prefix}-{uuid.uuid4()}"`` spells it."""
+    h = f"{_id_bits(128) & _UUID4_CLEAR | _UUID4_SET:032x}"
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _content_text(content: object) -> str | None:
@@ -177,6 +214,74 @@ def _error(status: int, detail: object = None) -> _Reply:
     return _Reply(status, {"detail": detail})
 
 
+class _Headers:
+    """A request's headers: the subset of ``email.message.Message`` the handler uses.
+
+    ``get`` is case-insensitive and answers the first of repeated headers (like ``Message``);
+    ``items`` keeps every line in order; ``last`` answers the last one (what a dict built from
+    the items, lowered, answers).
+    """
+
+    __slots__ = ("_first", "_items", "_last")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        first: dict[str, str] = {}
+        last: dict[str, str] = {}
+        for name, value in items:
+            key = name.lower()
+            if key not in first:
+                first[key] = value
+            last[key] = value
+        self._first = first
+        self._last = last
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._first.get(name.lower(), default)
+
+    def last(self, name: str, default: str = "") -> str:
+        return self._last.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self._first.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def keys(self) -> list[str]:
+        return [name for name, _ in self._items]
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+    def raw_items(self) -> list[tuple[str, str]]:
+        """The items themselves (not a copy): never change them."""
+        return self._items
+
+
+def _read_headers(rfile: Any) -> _Headers:
+    """The header block of a request, as ``http.client.parse_headers`` reads it (same limits and
+    errors), without its ``email`` parser for plain ``Name: value`` lines."""
+    lines: list[bytes] = []
+    while True:
+        line = rfile.readline(_MAX_LINE + 1)
+        if len(line) > _MAX_LINE:
+            raise LineTooLong("header line")
+        lines.append(line)
+        if len(lines) > _MAX_HEADERS:
+            raise HTTPException(f"got more than {_MAX_HEADERS} headers")
+        if line in (b"\r\n", b"\n", b""):
+            break
+    block = b"".join(lines)
+    text = block.decode("iso-8859-1")
+    if _HEADER_BLOCK_RE.fullmatch(text) is None:
+        return _Headers(list(parse_headers(BytesIO(block)).items()))
+    return _Headers(_HEADER_LINE_RE.findall(text))
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -214,6 +319,82 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return "uvicorn"
 
+    def parse_request(self) -> bool:
+        """``BaseHTTPRequestHandler.parse_request`` as in CPython 3.11, the headers read by
+        ``_read_headers``: same answers, same errors, a fraction of the CPU (tests/test_fake_letta.py
+        ``test_wire_answers`` pins them)."""
+        self.command = None  # type: ignore[assignment]  # set in case of error on the first line
+        self.request_version = version = self.default_request_version
+        self.close_connection = True
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = requestline
+        words = requestline.split()
+        if len(words) == 0:
+            return False
+        if len(words) == 3 and words[2] in _KNOWN_VERSIONS:  # what every client sends: no parsing
+            version = words[2]
+            if version == "HTTP/1.1" and self.protocol_version >= "HTTP/1.1":
+                self.close_connection = False
+            self.request_version = version
+        elif len(words) >= 3:  # enough to determine the protocol version
+            version = words[-1]
+            try:
+                if not version.startswith("HTTP/"):
+                    raise ValueError
+                base_version_number = version.split("/", 1)[1]
+                parts = base_version_number.split(".")
+                if len(parts) != 2:
+                    raise ValueError
+                if any(not part.isdigit() for part in parts):
+                    raise ValueError("non digit in http version")
+                if any(len(part) > 10 for part in parts):
+                    raise ValueError("unreasonable length http version")
+                version_number = int(parts[0]), int(parts[1])
+            except (ValueError, IndexError):
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version!r})")
+                return False
+            if version_number >= (1, 1) and self.protocol_version >= "HTTP/1.1":
+                self.close_connection = False
+            if version_number >= (2, 0):
+                self.send_error(
+                    HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"Invalid HTTP version ({base_version_number})"
+                )
+                return False
+            self.request_version = version
+        if not 2 <= len(words) <= 3:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({requestline!r})")
+            return False
+        command, path = words[:2]
+        if len(words) == 2:
+            self.close_connection = True
+            if command != "GET":
+                self.send_error(HTTPStatus.BAD_REQUEST, f"Bad HTTP/0.9 request type ({command!r})")
+                return False
+        self.command, self.path = command, path
+        if self.path.startswith("//"):  # gh-87389: no open redirects through //host/path
+            self.path = "/" + self.path.lstrip("/")
+        try:
+            self.headers = _read_headers(self.rfile)  # type: ignore[assignment]
+        except LineTooLong as err:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long", str(err))
+            return False
+        except HTTPException as err:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers", str(err))
+            return False
+        conntype = self.headers.get("Connection", "").lower()
+        if conntype == "close":
+            self.close_connection = True
+        elif conntype == "keep-alive" and self.protocol_version >= "HTTP/1.1":
+            self.close_connection = False
+        expect = self.headers.get("Expect", "")
+        if (
+            expect.lower() == "100-continue"
+            and self.protocol_version >= "HTTP/1.1"
+            and self.request_version >= "HTTP/1.1"
+        ):
+            return self.handle_expect_100()
+        return True
+
     def do_GET(self) -> None:
         self._dispatch("GET")
 
@@ -246,23 +427,26 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _dispatch(self, method: str) -> None:
-        split = urlsplit(self.path)
-        path = split.path
-        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        target = self.path
+        if target[:1] == "/" and "?" not in target and "#" not in target and target.isprintable():
+            path, raw_query, query = target, "", {}  # what urlsplit would make of it
+        else:
+            split = urlsplit(target)
+            path, raw_query = split.path, split.query
+            query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
         raw = self._read_body()
         control = path.startswith("/_fake/")
+        headers = cast(_Headers, self.headers)
         if control:
             reply = self.fake._control(method, path, raw)
         else:
-            reply = self.fake._route(
-                method, path, split.query, query, raw, dict(self.headers.items())
-            )
+            reply = self.fake._route(method, path, raw_query, query, raw, headers)
         self._send(method, path, reply, control=control)
 
     def _send(self, method: str, path: str, reply: _Reply, *, control: bool) -> None:
         if not control:
             self.fake._log_request(
-                method, path, 0 if reply.drop else reply.status, self.headers
+                method, path, 0 if reply.drop else reply.status, cast(_Headers, self.headers)
             )
         if reply.drop:
             self.close_connection = True
@@ -270,17 +454,33 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         data = b"" if reply.body is None else json.dumps(reply.body).encode()
-        self.send_response(reply.status)
+        if self.request_version == "HTTP/0.9":  # a bare body: the stock way
+            self.send_response(reply.status)
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        # What send_response/send_header/end_headers write, in one buffer and one send.
+        status = reply.status
+        message = self.responses[status][0] if status in self.responses else ""
+        head = [
+            f"{self.protocol_version} {status} {message}\r\n"
+            f"Server: {self.version_string()}\r\nDate: {_http_date()}\r\n"
+        ]
         if reply.body is not None:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+            head.append("Content-Type: application/json\r\n")
+        head.append(f"Content-Length: {len(data)}\r\n")
         for name, value in reply.headers.items():
-            self.send_header(name, value)
+            head.append(f"{name}: {value}\r\n")
+            if name.lower() == "connection":
+                if value.lower() == "close":
+                    self.close_connection = True
+                elif value.lower() == "keep-alive":
+                    self.close_connection = False
         if self.fake._stopping.is_set():
-            self.send_header("Connection", "close")
+            head.append("Connection: close\r\n")
             self.close_connection = True
-        self.end_headers()
-        self.wfile.write(data)
+        head.append("\r\n")
+        self.wfile.write("".join(head).encode("latin-1", "strict") + data)
 
 
 class FakeLetta:
@@ -339,13 +539,14 @@ class FakeLetta:
         self._runs: dict[str, dict[str, Any]] = {}
         self._history: dict[str, list[dict[str, Any]]] = {}
         self._received: list[dict[str, Any]] = []
-        self._requests: list[tuple[str, str, int]] = []
-        self._request_details: list[dict[str, Any]] = []
+        # every API request: (method, path, status, header lines); requests and request_details
+        # are made from it when read
+        self._requests: list[tuple[str, str, int, list[tuple[str, str]]]] = []
         # accepted message POSTs per sender (the request's Authorization header; "" without one)
         self._by_sender: Counter[str] = Counter()
         self._pending_failures: deque[_Failure] = deque()
         self._failure_counts: Counter[str] = Counter()
-        self._in_flight: Counter[str] = Counter()
+        self._in_flight: dict[str, int] = {}  # a plain dict: Counter's += and del run Python code
         self._in_flight_total = 0
         self._max_concurrent_per_agent = 0
         self._max_concurrent = 0
@@ -507,13 +708,17 @@ class FakeLetta:
     def requests(self) -> list[tuple[str, str, int]]:
         """``(method, path, status)`` for every API request (status 0 = dropped)."""
         with self._lock:
-            return list(self._requests)
+            return [(method, path, status) for method, path, status, _ in self._requests]
 
     @property
     def request_details(self) -> list[dict[str, Any]]:
         """``{method, path, status, headers}`` for every API request."""
         with self._lock:
-            return [dict(item) for item in self._request_details]
+            logged = list(self._requests)
+        return [
+            {"method": method, "path": path, "status": status, "headers": dict(headers)}
+            for method, path, status, headers in logged
+        ]
 
     @property
     def failures(self) -> Counter[str]:
@@ -539,7 +744,6 @@ class FakeLetta:
         with self._lock:
             self._received.clear()
             self._requests.clear()
-            self._request_details.clear()
             self._by_sender.clear()
             self._runs.clear()
             for history in self._history.values():
@@ -584,7 +788,7 @@ class FakeLetta:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            statuses = Counter(str(status) for _, _, status in self._requests)
+            statuses = Counter(str(status) for _, _, status, _ in self._requests)
             return {
                 "url": self.url if self._server is not None else None,
                 "agent_ids": list(self._agents),
@@ -616,26 +820,22 @@ class FakeLetta:
             else:
                 self._connections.discard(conn)
 
-    def _log_request(self, method: str, path: str, status: int, headers: Any) -> None:
+    def _log_request(self, method: str, path: str, status: int, headers: _Headers) -> None:
+        sender = (
+            headers.last("authorization")
+            if method == "POST" and "/messages" in path and 200 <= status < 300
+            else None
+        )
         with self._lock:
-            self._requests.append((method, path, status))
-            if method == "POST" and "/messages" in path and 200 <= status < 300:
-                lower = {str(k).lower(): v for k, v in headers.items()}
-                self._by_sender[str(lower.get("authorization", ""))] += 1
-            self._request_details.append(
-                {
-                    "method": method,
-                    "path": path,
-                    "status": status,
-                    "headers": dict(headers.items()),
-                }
-            )
+            self._requests.append((method, path, status, headers.raw_items()))
+            if sender is not None:
+                self._by_sender[sender] += 1
 
-    def _authorized(self, headers: dict[str, str]) -> bool:
+    def _authorized(self, headers: _Headers) -> bool:
         password = self.password
         if password is None:
             return True
-        lower = {k.lower(): v for k, v in headers.items()}
+        lower = {k.lower(): v for k, v in dict(headers.raw_items()).items()}
         bearer = lower.get("authorization", "")
         bare = lower.get("x-bare-password", "")
         return hmac.compare_digest(bearer, f"Bearer {password}") or hmac.compare_digest(
@@ -649,7 +849,7 @@ class FakeLetta:
         raw_query: str,
         query: dict[str, str],
         raw: bytes,
-        headers: dict[str, str],
+        headers: _Headers,
     ) -> _Reply:
         if path not in _HEALTH_PATHS and not self._authorized(headers):
             return _error(401, "Unauthorized")
@@ -662,7 +862,8 @@ class FakeLetta:
             if any(r.match(path[:-1]) for r in _ITEM_ROUTES):
                 target = path[:-1]
         if target is not None:
-            host = headers.get("Host") or headers.get("host") or self.url[7:]
+            by_name = dict(headers.raw_items())
+            host = by_name.get("Host") or by_name.get("host") or self.url[7:]
             location = f"http://{host}{target}" + (f"?{raw_query}" if raw_query else "")
             return _Reply(307, None, {"Location": location})
 
@@ -903,16 +1104,27 @@ class FakeLetta:
 
     def _held(self) -> bool:
         """Wait while message POSTs are held (``release`` cleared); True if the server is stopping."""
+        if self.release.is_set():  # the usual case: no Condition to take
+            return self._stopping.is_set()
         while not self.release.wait(0.05):
             if self._stopping.is_set():
                 return True
         return self._stopping.is_set()
 
     def _sleep(self, seconds: float) -> bool:
-        """Sleep unless stopping; True if the server is stopping."""
-        if seconds > 0:
-            return self._stopping.wait(seconds)
-        return self._stopping.is_set()
+        """Sleep unless stopping; True if the server is stopping.
+
+        Up to ``_SHORT_SLEEP`` a plain sleep: ``stop()`` takes as long itself to stop serving
+        (its poll interval), and waiting on the ``_stopping`` Event would make every sleeping
+        handler take and give back the Event's one lock (futex calls under load). A handler in
+        such a sleep when ``stop()`` comes drops its connection when the sleep ends.
+        """
+        if seconds <= 0:
+            return self._stopping.is_set()
+        if seconds <= _SHORT_SLEEP and not self._stopping.is_set():
+            time.sleep(seconds)
+            return self._stopping.is_set()
+        return self._stopping.wait(seconds)
 
     def _post_message(self, agent_id: str, raw: bytes, *, route: str) -> _Reply:
         bad = self._check_agent(agent_id)
@@ -926,11 +1138,9 @@ class FakeLetta:
             failure = self._pick_failure()
             latency = self.latency
             timeout_sleep = self.timeout_sleep
-            self._in_flight[agent_id] += 1
+            in_flight = self._in_flight[agent_id] = self._in_flight.get(agent_id, 0) + 1
             self._in_flight_total += 1
-            self._max_concurrent_per_agent = max(
-                self._max_concurrent_per_agent, self._in_flight[agent_id]
-            )
+            self._max_concurrent_per_agent = max(self._max_concurrent_per_agent, in_flight)
             self._max_concurrent = max(self._max_concurrent, self._in_flight_total)
         try:
             if self._held() or self._sleep(latency):
@@ -940,9 +1150,11 @@ class FakeLetta:
             return self._record(agent_id, messages, route)
         finally:
             with self._lock:
-                self._in_flight[agent_id] -= 1
-                if self._in_flight[agent_id] <= 0:
+                in_flight = self._in_flight[agent_id] - 1
+                if in_flight <= 0:
                     del self._in_flight[agent_id]
+                else:
+                    self._in_flight[agent_id] = in_flight
                 self._in_flight_total -= 1
 
     def _apply_failure(

@@ -488,3 +488,93 @@ def test_subprocess_mode(tmp_path: Path) -> None:
     assert final["requests"] == 4
     assert json.loads(state.read_text())["requests"] == 4
     assert time.monotonic() - started < 8
+
+
+# -- the HTTP layer: what the stock BaseHTTPRequestHandler did, byte for byte ------------------
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"Host: a\r\nContent-Length: 5  \r\nX-Empty:\r\nx-dup: 1\r\nX-Dup:   2\t\r\n\r\n",
+        b"Host: a\nB:c\n\n",
+        b"Host: a\r\n",  # the connection ends inside the headers
+        b"",
+        b"\r\n",
+        b"Host: a\r\n folded\r\n\r\n",
+        b"From me: x\r\n\r\n",
+        b"Bad Name: x\r\nHost: y\r\n\r\n",
+        b"X: a\rb\r\n\r\n",
+        b"X: caf\xe9\r\n\r\n",
+        b":empty: v\r\n\r\n",
+        b"Content-Type: application/json\r\nAuthorization: Bearer k\r\n\r\nBODY",
+    ],
+)
+def test_headers_read_like_http_client(block: bytes) -> None:
+    import io
+    from http.client import parse_headers
+
+    from testkit.fake_letta import _read_headers
+
+    ours, stock = _read_headers(io.BytesIO(block)), parse_headers(io.BytesIO(block))
+    assert ours.items() == stock.items()
+    for name in ("host", "HOST", "x-dup", "Content-Length", "x", "absent"):
+        assert ours.get(name) == stock.get(name)
+        assert ours[name] == stock[name]
+        assert (name in ours) == (name in stock)
+
+
+def _raw_exchange(url: str, data: bytes) -> bytes:
+    """Send ``data`` on a fresh connection, half-close, return all the server answered."""
+    import socket
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_wire_answers(fake: FakeLetta) -> None:
+    aid = fake.agent_ids[0]
+    body = json.dumps(_msg("raw")).encode()
+    post = (f"POST /v1/agents/{aid}/messages/async HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer a\r\n"
+            f"authorization: Bearer b\r\nX-Fold: one\r\n two\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    # two requests on one kept-alive connection, then an HTTP/1.0 one that closes it
+    answer = _raw_exchange(fake.url, post + body + post + body
+                           + b"GET /v1/health/ HTTP/1.0\r\n\r\nGET /v1/health/ HTTP/1.1\r\n\r\n")
+    heads = [part.split(b"\r\n\r\n", 1)[0].split(b"\r\n") for part in answer.split(b"HTTP/1.1 ")[1:]]
+    assert len(heads) == 3  # nothing after the HTTP/1.0 request
+    for head in heads:
+        assert head[0] == b"200 OK"
+        names = [line.split(b":", 1)[0] for line in head[1:]]
+        assert names == [b"Server", b"Date", b"Content-Type", b"Content-Length"]
+        assert head[1] == b"Server: uvicorn"
+    assert fake.received_texts() == ["raw", "raw"]
+    assert fake.counts()["by_sender"] == {"Bearer b": 2}  # the last Authorization line
+    details = fake.request_details
+    assert [d["status"] for d in details] == [200, 200, 200]
+    assert details[0]["headers"] == {
+        "Host": "h", "Authorization": "Bearer a", "authorization": "Bearer b",
+        "X-Fold": "one\r\n two", "Content-Length": str(len(body)),
+    }
+    assert fake.requests[2] == ("GET", "/v1/health/", 200)
+
+    # the stock error answers (before the version is known, as HTTP/0.9: a bare page)
+    for request, code in [
+        (b"GET /v1/health/ HTTP/1.x\r\n\r\n", 400),
+        (b"GET /v1/health/ HTTP/2.0\r\n\r\n", 505),
+        (b"GET /a b c HTTP/1.1\r\n\r\n", 400),
+        (b"BREW /v1/health/ HTTP/1.1\r\n\r\n", 501),
+        (b"GET /v1/health/ HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
+        (b"GET /v1/health/ HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431),
+    ]:
+        assert f"Error code: {code}".encode() in _raw_exchange(fake.url, request)
+    # Expect: 100-continue, a query string and a path starting with //
+    cont = _raw_exchange(fake.url, b"GET //v1/agents/?limit=1 HTTP/1.1\r\nExpect: 100-continue\r\n"
+                                   b"Connection: close\r\n\r\n")
+    assert cont.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert len(json.loads(cont.split(b"\r\n\r\n", 2)[2])) == 1

@@ -221,7 +221,8 @@ def test_migration_counts_the_rows_already_there(url: str) -> None:
         with store.engine.connect() as conn:
             left = conn.execute(text(
                 "SELECT (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'schedules'::regclass AND NOT tgisinternal)"
-                " + (SELECT count(*) FROM pg_proc WHERE proname = 'schedules_count_states')"
+                " + (SELECT count(*) FROM pg_proc WHERE proname = 'schedules_count_states'"
+                "    AND pronamespace = current_schema()::regnamespace)"
                 " + (SELECT count(*) FROM pg_tables WHERE tablename = 'schedule_state_counts'"
                 "    AND schemaname = current_schema())")).scalar_one()
             assert left == 0

@@ -317,14 +317,20 @@ def bulk_insert_schedules(url: str, rows: Iterable[dict[str, Any]], chunk: int =
     store = Store(url)
     try:
         rows_iter = iter(rows)
-        pg = store.dialect == "postgresql"
         with store.engine.begin() as conn:
-            # PostgreSQL: multi-row VALUES (an executemany there is one statement per row, each
-            # firing the state-count trigger); at most 65,535 parameters per statement
-            while batch := list(islice(rows_iter, 2000 if pg else chunk)):
-                if pg:
-                    conn.execute(insert(Schedule.__table__).values(batch))
-                else:
+            if store.dialect == "postgresql":
+                # COPY: an executemany there is one statement per row (each firing the state-count
+                # trigger), and multi-row VALUES spends minutes compiling at a million rows
+                first = next(rows_iter, None)
+                if first is not None:
+                    cols = list(first)
+                    raw = conn.connection.driver_connection
+                    with raw.cursor() as cur, cur.copy(f"COPY schedules ({', '.join(cols)}) FROM STDIN") as copy:
+                        copy.write_row([first[c] for c in cols])
+                        for row in rows_iter:
+                            copy.write_row([row[c] for c in cols])
+            else:
+                while batch := list(islice(rows_iter, chunk)):
                     conn.execute(insert(Schedule.__table__), batch)
         if store.dialect == "postgresql":
             with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

@@ -395,3 +395,39 @@ async def test_execute_and_executor_status_on_pg(client: Client, pg_core: Core, 
     assert status["status"] == "ok" and status["delivered_total"] >= 1
     listed = await call(client, "promptyoself_list", agent_id=agent, include_cancelled=True)
     assert listed["schedules"][0]["state"] == "completed"
+
+
+def test_batched_writes_bind_shared_values_once_and_keep_every_row(store_url: str) -> None:
+    """store.claims on PostgreSQL: a column with one value for the whole batch is bound once, the
+    others as arrays; every row is still written (even rows alike in all but their schedule)."""
+    from promptyoself.store.claims import add_deliveries, write_schedules
+
+    store = Store(store_url)
+    now = datetime.now(UTC).replace(microsecond=0)
+    try:
+        with store.session() as s:
+            rows = [Schedule(agent_id="agent-batched", prompt_text=f"p{i}", schedule_type="once", schedule_value="x",
+                             timezone="UTC", next_run=now, due_at=now, state="active", created_at=now,
+                             updated_at=now, repetition_count=0, attempt=0) for i in range(3)]
+            s.add_all(rows)
+        ids = [r.id for r in rows]
+        with store.engine.begin() as conn:
+            add_deliveries(conn, [{"schedule_id": ids[0], "agent_id": "agent-batched", "scheduled_for": now,
+                                   "attempted_at": now, "outcome": "retry", "attempt": 1, "letta_run_id": None,
+                                   "error": "boom", "lateness_s": 0.0}] * 2
+                           + [{"schedule_id": ids[1], "agent_id": "agent-batched", "scheduled_for": now,
+                               "attempted_at": now, "outcome": "retry", "attempt": 1, "letta_run_id": None,
+                               "error": "boom", "lateness_s": 0.0}])
+            write_schedules(conn, [(ids[0], {"state": "completed", "due_at": None, "repetition_count": 1}),
+                                   (ids[1], {"state": "completed", "due_at": None, "repetition_count": 2}),
+                                   (ids[2], {"state": "paused", "due_at": None, "repetition_count": 2})])
+        with store.engine.begin() as conn:
+            history = conn.execute(select(Delivery.schedule_id, Delivery.error)
+                                   .where(Delivery.schedule_id.in_(ids)).order_by(Delivery.id)).all()
+            states = conn.execute(select(Schedule.id, Schedule.state, Schedule.due_at, Schedule.repetition_count)
+                                  .where(Schedule.id.in_(ids)).order_by(Schedule.id)).all()
+        assert [tuple(h) for h in history] == [(ids[0], "boom"), (ids[0], "boom"), (ids[1], "boom")]
+        assert [tuple(r) for r in states] == [(ids[0], "completed", None, 1), (ids[1], "completed", None, 2),
+                                              (ids[2], "paused", None, 2)]
+    finally:
+        store.close()

@@ -368,9 +368,16 @@ def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[
     return {row.id: dict(row._mapping) for row in rows}
 
 
+def _same(values: list[Any]) -> bool:
+    first = values[0]
+    return all(v == first and type(v) is type(first) for v in values)
+
+
 def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> None:
     """Update some columns of several schedules (inside the caller's transaction): one batched
-    statement per set of changed columns."""
+    statement per set of changed columns. On PostgreSQL a column with one value for the whole group
+    (``claimed_by = NULL``, ``updated_at``, ``state``...) is one parameter, not an array: psycopg
+    builds arrays in Python, element by element."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for sid, values in changes:
         if values:
@@ -378,36 +385,47 @@ def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> Non
             groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
     pg = conn.dialect.name == "postgresql"
     for cols, params in groups.items():
-        stmt = _write_cache.get((pg, *cols))
-        if stmt is None:
-            if pg:  # one statement for the whole group (see _unnest)
-                v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols))
-                stmt = update(_S).where(_S.c.id == v.c.sid_).values({c: v.c[f"v_{c}"] for c in cols})
-            else:
-                stmt = (update(_S).where(_S.c.id == bindparam("sid_"))
-                        .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols}))
-            _write_cache[(pg, *cols)] = stmt
-        if pg:
-            conn.execute(stmt, {k: [p[k] for p in params] for k in params[0]})
-        else:
+        if not pg:
+            stmt = _write_cache.get((pg, *cols))
+            if stmt is None:
+                stmt = _write_cache[(pg, *cols)] = (
+                    update(_S).where(_S.c.id == bindparam("sid_"))
+                    .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols}))
             conn.execute(stmt, params)
+            continue
+        columns = {k: [p[k] for p in params] for k in params[0]}
+        same = tuple(c for c in cols if len(params) > 1 and _same(columns[f"v_{c}"]))
+        stmt = _write_cache.get((pg, cols, same))
+        if stmt is None:  # one statement for the whole group (see _unnest)
+            v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols if c not in same))
+            values = {c: bindparam(f"v_{c}", type_=_S.c[c].type) if c in same else v.c[f"v_{c}"] for c in cols}
+            stmt = _write_cache[(pg, cols, same)] = update(_S).where(_S.c.id == v.c.sid_).values(values)
+        conn.execute(stmt, {k: vs[0] if k[2:] in same else vs for k, vs in columns.items()})
 
 
 _D_COLUMNS = [c for c in _D.c if c.name != "id"]
-_PG_DELIVERIES = insert(_D).from_select(
-    [c.name for c in _D_COLUMNS], select(*_unnest("h", *((c.name, c.type) for c in _D_COLUMNS)).c)
-)
-"""PostgreSQL: history rows of a batch in one statement with one text (see _unnest)."""
+assert _D_COLUMNS[0].name == "schedule_id"
+_deliveries_cache: dict[tuple[str, ...], Any] = {}
 
 
 def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
-    """Insert history rows (inside the caller's transaction), all in one statement."""
+    """Insert history rows (inside the caller's transaction), all in one statement: on PostgreSQL an
+    ``INSERT ... SELECT`` from ``unnest`` (see _unnest), a column with one value for every row bound
+    once (see write_schedules)."""
     if not rows:
         return
-    if conn.dialect.name == "postgresql":
-        conn.execute(_PG_DELIVERIES, {c.name: [r.get(c.name) for r in rows] for c in _D_COLUMNS})
-    else:
+    if conn.dialect.name != "postgresql":
         conn.execute(insert(_D), rows)
+        return
+    columns = {c.name: [r.get(c.name) for r in rows] for c in _D_COLUMNS}
+    # (schedule_id stays an array whatever its values: unnest's length is the number of rows)
+    same = tuple(c.name for c in _D_COLUMNS[1:] if len(rows) > 1 and _same(columns[c.name]))
+    stmt = _deliveries_cache.get(same)
+    if stmt is None:
+        h = _unnest("h", *((c.name, c.type) for c in _D_COLUMNS if c.name not in same))
+        picked = [bindparam(c.name, type_=c.type) if c.name in same else h.c[c.name] for c in _D_COLUMNS]
+        stmt = _deliveries_cache[same] = insert(_D).from_select([c.name for c in _D_COLUMNS], select(*picked))
+    conn.execute(stmt, {k: vs[0] if k in same else vs for k, vs in columns.items()})
 
 
 Decide = Callable[[dict[int, dict[str, Any]]], tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]]

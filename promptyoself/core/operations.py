@@ -187,14 +187,10 @@ class Core(Deps, AdminOperations):
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._created_result(existing, DEDUPLICATED, True)
-        active = schedules.count_live(self.store, agent)
-        if active >= self.settings.max_active_per_agent:
-            raise QuotaExceeded(
-                f"Agent {agent} already has {active} live schedules; the limit is "
-                f"{self.settings.max_active_per_agent} (PROMPTYOSELF_MAX_ACTIVE_PER_AGENT). "
-                "Cancel some with promptyoself_cancel first."
-            )
+        limit = self.settings.max_active_per_agent
         if not options.get("skip_validation", False):
+            if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
+                raise self._quota_error(agent, live)
             self.letta.get_agent(agent)
         new = NewSchedule(
             agent_id=agent,
@@ -212,7 +208,9 @@ class Core(Deps, AdminOperations):
             letta_payload=plan.letta_payload,
         )
         try:
-            row = schedules.insert(self.store, new)
+            row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written
+        except schedules.QuotaReached as full:
+            raise self._quota_error(agent, full.live) from None
         except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
             existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
             if existing is None:
@@ -220,6 +218,13 @@ class Core(Deps, AdminOperations):
             return self._created_result(existing, DEDUPLICATED, True)
         self._changed()
         return self._created_result(row, plan.message, False)
+
+    def _quota_error(self, agent: str, live: int) -> QuotaExceeded:
+        return QuotaExceeded(
+            f"Agent {agent} already has {live} live schedules; the limit is "
+            f"{self.settings.max_active_per_agent} (PROMPTYOSELF_MAX_ACTIVE_PER_AGENT). "
+            "Cancel some with promptyoself_cancel first."
+        )
 
     def _created_result(self, row: ScheduleRow, message: str, deduplicated: bool) -> ScheduleResult:
         tz = timing.resolve_zone(row.timezone, "UTC")

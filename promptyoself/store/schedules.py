@@ -41,12 +41,26 @@ def count_live(store: Store, agent_id: str) -> int:
         return store.count_active(s, agent_id)
 
 
-def insert(store: Store, new: NewSchedule) -> ScheduleRow:
-    """Insert one schedule in its own transaction. Raises ``DuplicateKey`` when the agent already
-    has a schedule with the same idempotency key (e.g. it raced in from another call)."""
+class QuotaReached(Exception):
+    """The agent already has ``live`` live schedules, the most ``insert`` was allowed to leave."""
+
+    def __init__(self, live: int) -> None:
+        super().__init__(f"{live} live schedules")
+        self.live = live
+
+
+def insert(store: Store, new: NewSchedule, *, max_live: int | None = None) -> ScheduleRow:
+    """Insert one schedule in its own transaction. With ``max_live``, the agent's live schedules are
+    counted in that same transaction first and ``QuotaReached`` is raised when there are that many
+    already (one round of BEGIN/COMMIT instead of two). Raises ``DuplicateKey`` when the agent
+    already has a schedule with the same idempotency key (e.g. it raced in from another call)."""
     row = Schedule(**asdict(new))
     try:
         with store.session() as s:
+            if max_live is not None:
+                live = store.count_active(s, new.agent_id)
+                if live >= max_live:
+                    raise QuotaReached(live)
             s.add(row)
     except IntegrityError as exc:
         raise DuplicateKey(str(exc.orig) if exc.orig is not None else str(exc)) from exc

@@ -92,6 +92,13 @@ def _unnest(name: str, *cols: tuple[str, Any]) -> Any:
     )
 
 
+def _unnests(conn: Any) -> bool:
+    """Whether the batch statements built on ``_unnest`` serve this connection: PostgreSQL through
+    psycopg 3, which sends every array with its type. Other drivers (psycopg2) take the
+    statement-per-row forms that SQLite uses."""
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
 _V = _unnest("v", ("sid", Integer()), ("slot", UTCDateTime()), ("agent", String()))
 _PG_CLAIM = (
     update(_S)
@@ -226,6 +233,7 @@ def claim_due_in(
     if limit <= 0:
         return []
     pg = conn.dialect.name == "postgresql"
+    batched = _unnests(conn)
     tried: list[int] = []
     candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
     if pg and candidates:
@@ -236,7 +244,7 @@ def claim_due_in(
     while candidates and picked < limit:
         batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
         tried.extend(sid for sid, _, _ in batch)
-        if pg:
+        if batched:
             got = conn.execute(_PG_CLAIM, {
                 "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
                 "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
@@ -249,7 +257,7 @@ def claim_due_in(
         picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
     if not picked:
         return []
-    if not pg:
+    if not batched:
         claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
     order = {sid: i for i, sid in enumerate(tried)}
     return sorted(claimed, key=lambda row: order[row.id])
@@ -383,7 +391,7 @@ def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> Non
         if values:
             cols = tuple(sorted(values))
             groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
-    pg = conn.dialect.name == "postgresql"
+    pg = _unnests(conn)
     for cols, params in groups.items():
         if not pg:
             stmt = _write_cache.get((pg, *cols))
@@ -414,7 +422,7 @@ def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
     once (see write_schedules)."""
     if not rows:
         return
-    if conn.dialect.name != "postgresql":
+    if not _unnests(conn):
         conn.execute(insert(_D), rows)
         return
     columns = {c.name: [r.get(c.name) for r in rows] for c in _D_COLUMNS}

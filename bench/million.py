@@ -48,7 +48,7 @@ def run(args: Any) -> list[Row]:
     for flag, value in (("--million-size", args.million_size), ("--million-calls", args.million_calls),
                         ("--idle-seconds", getattr(args, "idle_seconds", None))):
         if value is not None:
-            extra += [flag, f"{value:g}"]
+            extra += [flag, str(value) if isinstance(value, int) else f"{value:g}"]
     pg_url = getattr(args, "pg_url", None)
     backends: list[tuple[str, str | None]] = [("SQLite", None)] + ([("PostgreSQL", pg_url)] if pg_url else [])
     rows: list[Row] = []

@@ -1,6 +1,7 @@
 """The issue 13 benchmarks run in --quick mode and report their figures: stdio_relay (spawn to
-tools/list through the service's relay and in-process, in one run) and scaleout (shared workers on
-PostgreSQL: fraction of ideal, each worker's share, exactly once)."""
+tools/list through the service's relay and in-process, in one run), scaleout (shared workers on
+PostgreSQL: fraction of ideal, each worker's share, exactly once) and million (latency and idle CPU
+at a size, SQLite and, when configured, PostgreSQL; here a small size)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,19 @@ import argparse
 
 import pytest
 
-from bench import scaleout, stdio_relay
-from tests.pg import require_pg
+from bench import million, scaleout, stdio_relay
+from tests.pg import base_url, require_pg
 
 pytestmark = pytest.mark.slow
 
 
-def _args(module: object, pg_url: str | None = None) -> argparse.Namespace:
+def _args(module: object, pg_url: str | None = None, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--pg-url", default=pg_url)
+    parser.add_argument("--idle-seconds", type=float, default=None)
     module.add_arguments(parser)  # type: ignore[attr-defined]
-    return parser.parse_args(["--quick"])
+    return parser.parse_args(["--quick", *extra])
 
 
 def test_stdio_relay_quick_reports_both_paths_and_their_ratio() -> None:
@@ -45,3 +47,19 @@ def test_scaleout_quick_reports_fraction_and_shares_on_postgresql() -> None:
     assert smallest is not None and largest is not None and 0 < smallest <= 25 <= largest <= 100
     assert fraction.command.endswith("-m bench --only scaleout --quick"), fraction.command
     assert fraction.command.startswith("PROMPTYOSELF_TEST_PG_URL=postgresql"), fraction.command
+
+
+def test_million_quick_reports_latency_and_idle_with_their_targets() -> None:
+    pg = base_url()
+    args = _args(million, pg, "--million-size", "2000", "--million-calls", "3", "--idle-seconds", "2")
+    rows = {r.metric: r for r in million.run(args)}
+    backends = [""] + ([" [PostgreSQL]"] if pg else [])
+    for on in backends:
+        for name in million.TARGETED:
+            row = rows[f"{name} @ 2,000{on}: p99"]
+            assert row.value is not None and row.value > 0 and row.target == "< 10 ms", row
+            assert row.met is (row.value < 10), row
+        assert rows[f"no-op tool (floor) @ 2,000{on}: p99"].target == ""
+        idle = rows[f"idle CPU, server + worker @ 2,000{on}"]
+        assert idle.value is not None and idle.value >= 0 and idle.target == "< 1 %"
+    assert all("--only million --quick --million-size 2000" in r.command for r in rows.values())

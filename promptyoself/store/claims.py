@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from sqlalchemy import (
     Integer,
@@ -181,16 +181,16 @@ def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) 
         return conn.execute(stmt, {"now": now, "agents": list(exclude_agents)}).scalar()
 
 
+class ClaimOptions(TypedDict, total=False):
+    """What to leave out of a claim, and where to report take-overs (``claim_due_in``'s keywords)."""
+
+    exclude_agents: Collection[str]
+    exclude_ids: Collection[int]
+    taken_over: set[int] | None
+
+
 def claim_due(
-    store: Store,
-    owner: str,
-    now: datetime,
-    until: datetime,
-    *,
-    limit: int,
-    exclude_agents: Collection[str] = (),
-    exclude_ids: Collection[int] = (),
-    taken_over: set[int] | None = None,
+    store: Store, owner: str, now: datetime, until: datetime, *, limit: int, **options: Unpack[ClaimOptions]
 ) -> list[Row[Any]]:
     """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
 
@@ -213,8 +213,7 @@ def claim_due(
     if limit <= 0:
         return []
     with store.engine.begin() as conn:
-        return claim_due_in(conn, owner, now, until, limit=limit, exclude_agents=exclude_agents,
-                            exclude_ids=exclude_ids, taken_over=taken_over)
+        return claim_due_in(conn, owner, now, until, limit=limit, **options)
 
 
 def claim_due_in(

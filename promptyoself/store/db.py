@@ -355,14 +355,14 @@ _NOW = bindparam("now", type_=UTCDateTime())
 
 def delivery_totals(store: Store) -> dict[str, int]:
     """How many history rows there are per outcome (delivered, retry, failed, missed)."""
-    with store._sessions() as s:
+    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
         rows = s.execute(select(_D.c.outcome, func.count()).group_by(_D.c.outcome)).all()
     return {str(outcome): int(n) for outcome, n in rows}
 
 
 def due_summary(store: Store, now: datetime) -> tuple[datetime | None, int]:
     """The earliest due time of any active schedule, and how many are due at ``now``."""
-    with store._sessions() as s:
+    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
         earliest = s.execute(select(func.min(_S.c.due_at)).where(_S.c.state == "active")).scalar_one_or_none()
         due = s.execute(
             select(func.count()).select_from(_S).where(_S.c.state == "active", _S.c.due_at <= _NOW), {"now": now}
@@ -379,6 +379,6 @@ def has_state(store: Store, state: str = "active") -> bool:
 
 def latest_delivery(store: Store) -> DeliveryRow | None:
     """The newest history row of any schedule (the executor's most recent attempt)."""
-    with store._sessions() as s:
+    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
         row = s.execute(select(Delivery).order_by(Delivery.id.desc()).limit(1)).scalar_one_or_none()
         return record_of(DeliveryRow, row) if row is not None else None

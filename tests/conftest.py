@@ -63,6 +63,26 @@ def fake_letta() -> Iterator[Any]:
 
 
 @pytest.fixture
+def fake() -> Iterator[Any]:
+    """A fake Letta (a real HTTP server) with one agent, so the single-agent fallback applies. Modules
+    that need another fake define their own ``fake``."""
+    from testkit.fake_letta import FakeLetta
+
+    with FakeLetta(agents=1) as f:
+        yield f
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Path]:
+    """A SQLite file for tests that start servers and workers: every process left on it is reaped
+    afterwards (tests/helpers_delivery.reaped_database). Modules that need another ``db`` define it."""
+    from tests.helpers_delivery import reaped_database
+
+    with reaped_database(tmp_path / "delivery.db") as path:
+        yield path
+
+
+@pytest.fixture
 def letta_core(db_path: Path, fake_letta: Any) -> Iterator[Core]:
     """A core whose Letta is the fake server."""
     c = Core(make_settings(db_path, letta_base_url=fake_letta.url))

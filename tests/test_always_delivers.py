@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,23 +30,10 @@ from tests.helpers_delivery import (
     history,
     make_core,
     processes_for,
-    reaped_database,
     wait_until,
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLetta]:
-    with FakeLetta(agents=1) as f:
-        yield f
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Path]:
-    with reaped_database(tmp_path / "a.db") as path:
-        yield path
 
 
 async def list_then_close(env: dict[str, str], cwd: Path, linger: float = 0.03) -> None:

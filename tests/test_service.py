@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 
 from promptyoself.delivery.worker import read_lease
 from testkit.fake_letta import FakeLetta
-from tests.helpers_delivery import child_env, history, make_core, reaped_database, wait_until
+from tests.helpers_delivery import child_env, history, make_core, wait_until
 from tests.procs import free_port
 
 pytestmark = pytest.mark.slow
@@ -69,18 +68,6 @@ class Service:
         assert self.proc.stdout.read() == b"", "the service wrote to stdout"
         self.proc.stdout.close()
         return time.monotonic() - t0
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLetta]:
-    with FakeLetta(agents=1) as f:
-        yield f
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Path]:
-    with reaped_database(tmp_path / "svc.db") as path:
-        yield path
 
 
 def metric(text: str, name: str) -> float:

@@ -10,7 +10,6 @@ written, no worker exists yet), right after it, and once the worker holds the le
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,7 @@ import pytest
 from promptyoself.delivery import worker
 from promptyoself.delivery.service import service_for
 from testkit.fake_letta import FakeLetta
-from tests.helpers_delivery import add_schedule, make_core, reaped_database, wait_until
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLetta]:
-    with FakeLetta(agents=1) as f:
-        yield f
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Path]:
-    with reaped_database(tmp_path / "spawn.db") as path:
-        yield path
+from tests.helpers_delivery import add_schedule, make_core, wait_until
 
 
 def test_health_right_after_a_spawn_never_shows_the_servers_pid(

@@ -31,7 +31,6 @@ from tests.helpers_delivery import (
     make_core,
     processes_for,
     reap,
-    reaped_database,
     wait_until,
     zombies_of_me,
 )
@@ -43,12 +42,6 @@ pytestmark = pytest.mark.slow
 def fake() -> Iterator[FakeLetta]:
     with FakeLetta(agents=2) as f:
         yield f
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Path]:
-    with reaped_database(tmp_path / "w.db") as path:
-        yield path
 
 
 def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

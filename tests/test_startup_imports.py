@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("sqlalchemy", "alembic", "httpx", "croniter", "dateutil", "cron_descriptor", "psycopg",
+HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
          "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.delivery.worker",
          "promptyoself.delivery.attempt", "promptyoself.delivery.loop", "promptyoself.letta.client")
 

@@ -17,7 +17,7 @@ import httpx
 from promptyoself import __version__
 from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
-from promptyoself.letta.http1 import KeepAlivePoster, NotSent, encode_json
+from promptyoself.letta.http1 import KeepAlivePoster, NotSent, Reply, encode_json
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ PENDING_RUN_STATUSES = ("created", "running")
 CHECK_MESSAGES = 100
 """How many of the agent's newest messages ``find_message`` looks through."""
 CHECK_RUNS = 20
+
+Answer = httpx.Response | Reply
+"""An answer from Letta: through httpx, or through the send path's own poster (``http1``)."""
 
 
 def message_body(text: str, otid: str | None = None) -> dict[str, Any]:
@@ -57,7 +60,7 @@ def with_otid(payload: dict[str, Any], otid: str | None) -> dict[str, Any]:
     return body
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
+def _retry_after(resp: Answer) -> float | None:
     raw = resp.headers.get("retry-after")
     if raw is None:
         return None
@@ -67,7 +70,7 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
-def _detail(resp: httpx.Response) -> str:
+def _detail(resp: Answer) -> str:
     try:
         body = resp.json()
     except ValueError:
@@ -105,7 +108,7 @@ def _object(resp: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> None:
+def raise_for_letta(resp: Answer, *, agent_id: str | None = None) -> None:
     """Map a non-2xx Letta answer onto the error tree."""
     status = resp.status_code
     if status < 400:
@@ -131,7 +134,7 @@ def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> Non
     raise LettaUnavailable(f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status)
 
 
-def _raise_for_send(resp: httpx.Response, agent_id: str) -> None:
+def _raise_for_send(resp: Answer, agent_id: str) -> None:
     """``raise_for_letta`` for a message send: a gateway's 502/504 leaves Letta's answer unknown."""
     try:
         raise_for_letta(resp, agent_id=agent_id)
@@ -165,10 +168,13 @@ class LettaClient:
             follow_redirects=False,
         )
         # Message sends (the executor's hot path) skip httpx's layers where httpx would open a plain
-        # connection anyway: see promptyoself/http1.py.
+        # connection anyway: see promptyoself/letta/http1.py.
         self._poster: KeepAlivePoster | None = None
         if transport is None and self.base_url.startswith("http://") and not _env_proxies():
-            self._poster = KeepAlivePoster(self.base_url, headers, timeout)
+            try:
+                self._poster = KeepAlivePoster(self.base_url, headers, timeout)
+            except ValueError:  # a URL or header it does not send as is: httpx encodes or rejects it
+                self._poster = None
 
     def close(self) -> None:
         self._http.close()
@@ -272,7 +278,7 @@ class LettaClient:
 
     def _http_send(
         self, path: str, body: dict[str, Any], agent_id: str, guard: Callable[[], bool] | None = None
-    ) -> httpx.Response | None:
+    ) -> Answer | None:
         """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
         resp = self._post(path, body, agent_id, guard)
         if resp.status_code == 405:
@@ -290,7 +296,7 @@ class LettaClient:
         guard: Callable[[], bool] | None = None,
         *,
         via_poster: bool = True,
-    ) -> httpx.Response:
+    ) -> Answer:
         """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
         ``guard``: see ``send_message`` (through httpx it is asked just before the request starts)."""
         try:

@@ -9,12 +9,12 @@ attribute machinery would cost more than the queries themselves.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, TypeVar, Unpack
 
 from sqlalchemy import (
     Integer,
-    Row,
     String,
     all_,
     and_,
@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
+from promptyoself.store.direct import Direct
 
 T = TypeVar("T")
 
@@ -95,8 +96,35 @@ def _unnest(name: str, *cols: tuple[str, Any]) -> Any:
 def _unnests(conn: Any) -> bool:
     """Whether the batch statements built on ``_unnest`` serve this connection: PostgreSQL through
     psycopg 3, which sends every array with its type. Other drivers (psycopg2) take the
-    statement-per-row forms that SQLite uses."""
+    statement-per-row forms that SQLite uses. Such a connection also runs the hot path's statements
+    on psycopg directly (``store/direct.py``)."""
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
+_directs: dict[int, Direct] = {}
+
+
+def _direct(stmt: Any) -> Direct:
+    """The ``Direct`` form of a module-level (or cached, so never collected) statement."""
+    found = _directs.get(id(stmt))
+    if found is None:
+        found = _directs[id(stmt)] = Direct(stmt)
+    return found
+
+
+def _rows(conn: Any, stmt: Any, params: dict[str, Any]) -> list[Any]:
+    """``stmt``'s result rows (attribute access by column name): on psycopg 3 directly."""
+    if _unnests(conn):
+        return _direct(stmt).rows(conn, params)
+    return list(conn.execute(stmt, params).all())
+
+
+def _write(conn: Any, stmt: Any, params: dict[str, Any]) -> None:
+    """Run a write whose count nobody reads: on psycopg 3 directly."""
+    if _unnests(conn):
+        _direct(stmt).run(conn, params)
+    else:
+        conn.execute(stmt, params)
 
 
 _V = _unnest("v", ("sid", Integer()), ("slot", UTCDateTime()), ("agent", String()))
@@ -178,26 +206,41 @@ def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) 
     leaving out agents the caller is already sending to (their turn comes when that send ends)."""
     with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
         stmt = _NEXT_DUE[conn.dialect.name == "postgresql"]
-        return conn.execute(stmt, {"now": now, "agents": list(exclude_agents)}).scalar()
+        rows = _rows(conn, stmt, {"now": now, "agents": list(exclude_agents)})
+        return rows[0][0] if rows else None
+
+
+@dataclass
+class ClaimReport:
+    """What a claim saw besides the rows it took (``claim_due_in``'s ``report``)."""
+
+    more_due: bool = False
+    """Its candidate query came back full: more occurrences were due for agents without a live claim
+    than it asked for. A claim that took fewer than its limit then lost rows to concurrent claimers
+    (a backlog shared with other processes), it did not run out of due rows."""
 
 
 class ClaimOptions(TypedDict, total=False):
-    """What to leave out of a claim, and where to report take-overs (``claim_due_in``'s keywords)."""
+    """What to leave out of a claim, and where to report take-overs and what it saw (``claim_due_in``'s
+    keywords)."""
 
     exclude_agents: Collection[str]
     exclude_ids: Collection[int]
     taken_over: set[int] | None
+    report: ClaimReport | None
 
 
 def claim_due(
     store: Store, owner: str, now: datetime, until: datetime, *, limit: int, **options: Unpack[ClaimOptions]
-) -> list[Row[Any]]:
+) -> list[Any]:
     """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
 
     ``taken_over``, when given, receives the ids whose previous claim had run out without being
     recorded or released: its holder crashed or froze, maybe after it had sent the message (the
     claim itself is the durable "an attempt may have started" mark). Such an occurrence is in
     doubt: ask Letta before sending it again.
+
+    ``report``, when given, is told whether more was due than the claim asked for (``ClaimReport``).
 
     Candidates are the earliest due schedule of each agent that has no live claim. Each is then taken
     with a compare-and-set on ``(id, next_run)`` that re-checks, inside the same write transaction,
@@ -208,7 +251,7 @@ def claim_due(
     FROM unnest(...) RETURNING`` (``executemany`` there pipelines one statement per row, which cost
     more CPU in psycopg than the rest of the claim); on SQLite an ``executemany``, with the rows they
     took read back by owner and ``until``. Returns the claimed schedule rows (column access
-    by name, like a ``Schedule``), oldest due first.
+    by name, like a ``Schedule``; ``_asdict()``), oldest due first.
     """
     if limit <= 0:
         return []
@@ -226,7 +269,8 @@ def claim_due_in(
     exclude_agents: Collection[str] = (),
     exclude_ids: Collection[int] = (),
     taken_over: set[int] | None = None,
-) -> list[Row[Any]]:
+    report: ClaimReport | None = None,
+) -> list[Any]:
     """``claim_due`` inside the caller's write transaction (e.g. the one that records a batch of
     attempts, so one transaction both frees agents and takes their next occurrences)."""
     if limit <= 0:
@@ -234,20 +278,22 @@ def claim_due_in(
     pg = conn.dialect.name == "postgresql"
     batched = _unnests(conn)
     tried: list[int] = []
-    candidates = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
+    candidates, more = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
+    if report is not None:
+        report.more_due = more
     if pg and candidates:
-        locked = set(conn.execute(_PG_LOCK, {"ids": [c[0] for c in candidates]}).scalars())
+        locked = {r[0] for r in _rows(conn, _PG_LOCK, {"ids": [c[0] for c in candidates]})}
         candidates = [c for c in candidates if c[0] in locked]
     picked = 0
-    claimed: list[Row[Any]] = []
+    claimed: list[Any] = []
     while candidates and picked < limit:
         batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
         tried.extend(sid for sid, _, _ in batch)
         if batched:
-            got = conn.execute(_PG_CLAIM, {
+            got = _rows(conn, _PG_CLAIM, {
                 "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
                 "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
-            }).all()
+            })
             claimed.extend(got)
             picked += len(got)
             continue
@@ -313,18 +359,19 @@ def _candidates(
     exclude_agents: Collection[str],
     exclude_ids: Collection[int],
     taken_over: set[int] | None = None,
-) -> list[tuple[int, str, datetime]]:
+) -> tuple[list[tuple[int, str, datetime]], bool]:
     """The earliest claimable occurrence of up to ``limit`` agents with no live claim (and a few
-    more, for compare-and-sets lost to another process), oldest first."""
-    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids),
-              "want": limit + max(2, limit // 2)}
+    more, for compare-and-sets lost to another process), oldest first; and whether there were as
+    many as the query asked for (more may be due)."""
+    want = limit + max(2, limit // 2)
+    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids), "want": want}
     sqlite = conn.dialect.name == "sqlite"
     # PostgreSQL: the same text whether or not there is something to leave out (see _not_in)
     stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite)
-    rows = conn.execute(stmt, params).all()
+    rows = _rows(conn, stmt, params)
     if taken_over is not None:
         taken_over.update(r.id for r in rows if r.claimed_by is not None)
-    return [(r.id, r.agent_id, r.next_run) for r in rows]
+    return [(r.id, r.agent_id, r.next_run) for r in rows], len(rows) >= want
 
 
 def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> set[int]:
@@ -368,11 +415,11 @@ def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[
     ``claimed_by`` and ``next_run`` with its claim: what it changes then commits only while held."""
     params = {"ids": list(ids), "owners": list(set(owners))}
     if conn.dialect.name == "postgresql":
-        rows = conn.execute(_ROWS_FOR_UPDATE, {"ids": params["ids"]}).all()
+        rows = _rows(conn, _ROWS_FOR_UPDATE, {"ids": params["ids"]})
     else:
         conn.execute(_TOUCH_MANY, params)
         rows = conn.execute(_ROWS, {"ids": params["ids"]}).all()
-    return {row.id: dict(row._mapping) for row in rows}
+    return {row.id: row._asdict() for row in rows}
 
 
 def _same(values: list[Any]) -> bool:
@@ -407,7 +454,7 @@ def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> Non
             v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols if c not in same))
             values = {c: bindparam(f"v_{c}", type_=_S.c[c].type) if c in same else v.c[f"v_{c}"] for c in cols}
             stmt = _write_cache[(pg, cols, same)] = update(_S).where(_S.c.id == v.c.sid_).values(values)
-        conn.execute(stmt, {k: vs[0] if k[2:] in same else vs for k, vs in columns.items()})
+        _write(conn, stmt, {k: vs[0] if k[2:] in same else vs for k, vs in columns.items()})
 
 
 _D_COLUMNS = [c for c in _D.c if c.name != "id"]
@@ -432,7 +479,7 @@ def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
         h = _unnest("h", *((c.name, c.type) for c in _D_COLUMNS if c.name not in same))
         picked = [bindparam(c.name, type_=c.type) if c.name in same else h.c[c.name] for c in _D_COLUMNS]
         stmt = _deliveries_cache[same] = insert(_D).from_select([c.name for c in _D_COLUMNS], select(*picked))
-    conn.execute(stmt, {k: vs[0] if k in same else vs for k, vs in columns.items()})
+    _write(conn, stmt, {k: vs[0] if k in same else vs for k, vs in columns.items()})
 
 
 Decide = Callable[[dict[int, dict[str, Any]]], tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]]

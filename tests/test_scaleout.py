@@ -1,6 +1,8 @@
 """Several executors on one database (issue 13, point 2): one whose claim came back empty while rows
 were due, because another process held them, looks again within a fraction of a second, not after
-``PROMPTYOSELF_EXECUTOR_INTERVAL``; and no executor holds more claims than it can send within its lease."""
+``PROMPTYOSELF_EXECUTOR_INTERVAL``; a claim says whether more was due than it took, and a short claim
+while more was due keeps the backlog's batching; and no executor holds more claims than it can send
+within its lease."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from promptyoself.delivery.attempt import Claim
 from promptyoself.delivery.loop import Executor
-from promptyoself.store.claims import claim_due, release_claims
+from promptyoself.store.claims import ClaimReport, claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, history, make_core, wait_until
 
@@ -75,3 +78,60 @@ def test_no_more_claims_than_the_senders_can_send_within_the_lease(tmp_path: Pat
         assert ex._hold_limit() == 2
     ex.close()
     core.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_claim_reports_whether_more_was_due_than_it_asked_for(
+    tmp_path: Path, fake: FakeLetta, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """``ClaimReport.more_due``: the candidate query came back full, so a claim that took fewer than
+    its limit lost rows to other claimers rather than running out of due rows."""
+    db = request.getfixturevalue("pg_url") if backend == "postgresql" else tmp_path / "r.db"
+    core = make_core(db, fake)
+    try:
+        due = _now() - timedelta(seconds=1)
+        for i in range(3):
+            add_schedule(core.store, f"agent-{i}", f"p{i}", due)
+        until = _now() + timedelta(seconds=60)
+        report = ClaimReport()
+        # limit 1 asks for 1 + 2 candidates: all three are there, so more is due than it took
+        assert len(claim_due(core.store, "A", _now(), until, limit=1, report=report)) == 1 and report.more_due
+        report = ClaimReport()
+        # limit 5 asks for 7: the two left are all there is
+        assert len(claim_due(core.store, "B", _now(), until, limit=5, report=report)) == 2
+        assert not report.more_due
+    finally:
+        core.close()
+
+
+def test_a_backlog_shared_with_other_processes_stays_a_backlog(tmp_path: Path, fake: FakeLetta) -> None:
+    """How the executor reads a claim's outcome (``_took``): a short claim while more was due is still
+    a backlog (the recorder keeps claiming in its own transactions); one that found every due row
+    taken by others claims again only with the next recorded batch, not alone in a loop; with nothing
+    under way it hands back to the loop's alarm."""
+    core = make_core(tmp_path / "b.db", fake, max_in_flight=4)
+    ex = Executor(core)
+    try:
+        claims = [_claim(i) for i in range(4)]
+        assert ex._took(claims, 4) and ex._ahead == 12 and not ex._missed  # all it asked for
+        ex._ready.clear()
+        assert ex._took(claims[:2], 4, more_due=True) and ex._ahead == 12  # short: others took the rest
+        ex._ready.clear()
+        assert not ex._took(claims[:2], 4) and ex._ahead == 0 and ex._drained  # short: nothing more due
+        ex._drained = False
+        ex._inflight[99] = claims[0]  # a send under way: its recording will claim again
+        assert ex._took([], 4, more_due=True) and ex._missed and ex._ahead == 12
+        with ex._cv:
+            assert ex._claim_count() == 0 and ex._claim_count(with_batch=True) > 0
+        ex._inflight.clear()
+        assert not ex._took([], 4, more_due=True) and ex._drained and not ex._missed  # nothing under way
+    finally:
+        ex.close()
+        core.close()
+
+
+def _claim(i: int) -> Claim:
+    at = _now()
+    return Claim(id=i + 1, agent_id=f"agent-{i}", prompt_text="p", schedule_type="once", schedule_value="x",
+                 timezone="UTC", next_run=at, due_at=at, anchor=None, attempt=0, repetition_count=0,
+                 max_repetitions=None)

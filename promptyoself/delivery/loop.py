@@ -31,14 +31,14 @@ from promptyoself.delivery.attempt import (
 )
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.claims import claim_due, claim_due_in, next_due
+from promptyoself.store.claims import ClaimReport, claim_due, claim_due_in, next_due
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 2.0
 """Seconds a stopping executor waits for in-flight sends before it lets them go (their claims
 then expire after the lease and another process retries)."""
-RECORD_DELAY = 0.02
+RECORD_DELAY = 0.04
 """During a backlog, the recorder waits up to this long for a batch of attempts to record together
 (about one send's time: each transaction costs the worker and the database more than its rows do)."""
 ONCE_BUDGET = 120.0
@@ -101,13 +101,14 @@ class Executor:
         self._ready: collections.deque[Claim] = collections.deque()
         self._inflight: dict[int, Claim] = {}
         self._recording: dict[int, Claim] = {}
-        self._rec_batch = max(1, self.max_in_flight)
+        self._rec_batch = max(1, 2 * self.max_in_flight)
         self._rec_queue: list[Attempt] = []
         self._senders: list[threading.Thread] = []
         self._recorder_thread: threading.Thread | None = None
         self._senders_exit = False
         self._ahead = 0  # claims to hold beyond the free senders: 2 * max_in_flight while claims come back full
         self._drained = False  # the last claim came back short: claim again only after news
+        self._missed = False  # a backlog's last claim found its rows taken by others: next with a batch
         self._claiming = False  # a claim is running (the loop's or the recorder's)
         self._nudged = False  # a nudge is pending: no need to send another
         self._reread = False  # set by wake(): re-read the earliest due time
@@ -256,7 +257,7 @@ class Executor:
                     read_at = time.monotonic()
                     must_read = False
                     with self._cv:
-                        self._drained = False
+                        self._drained = self._missed = False
                     self.last_tick = self.core.now()
                     self.next_due = earliest
                     if earliest is None or earliest > self.core.now():
@@ -272,10 +273,11 @@ class Executor:
                             want = self._claim_wanted()
                         if want > 0:
                             claims: list[Claim] = []
+                            more = False
                             try:
-                                claims = await self._io(self._claim_rows, want)
+                                claims, more = await self._io(self._claim_rows, want)
                             finally:
-                                full = self._took(claims, want)
+                                full = self._took(claims, want, more)
                             must_read = not full and bool(claims)  # find the next alarm at once
                             # due rows, yet none (or too few) for us: other processes took them
                             self._contended = not full
@@ -300,9 +302,12 @@ class Executor:
                 must_read = True
                 await self._sleep(self.interval)
 
-    def _claim_count(self) -> int:
-        """(Under ``_cv``.) How many to claim now, 0 for none."""
+    def _claim_count(self, with_batch: bool = False) -> int:
+        """(Under ``_cv``.) How many to claim now, 0 for none; ``with_batch``: in the transaction that
+        records a batch of attempts (after a claim that found every row taken, only there)."""
         if self._claiming or self._drained or self._stop.is_set() or self._auth_until > time.monotonic():
+            return 0
+        if self._missed and not with_batch:
             return 0
         if len(self._ready) > self._ahead // 2:  # claim in batches, before the queue runs dry
             return 0
@@ -322,30 +327,37 @@ class Executor:
         with self._cv:
             return len(self._inflight) + len(self._ready) < self.max_in_flight
 
-    def _claim_wanted(self) -> int:
+    def _claim_wanted(self, with_batch: bool = False) -> int:
         """(Under ``_cv``.) ``_claim_count``; a positive answer reserves the claim for the caller."""
-        want = self._claim_count()
+        want = self._claim_count(with_batch)
         if want:
             self._claiming = True
         return want
 
-    def _claim_rows(self, limit: int) -> list[Claim]:
-        """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed."""
+    def _claim_rows(self, limit: int) -> tuple[list[Claim], bool]:
+        """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed;
+        also whether more was due than asked for (``ClaimReport.more_due``)."""
         claimed_at = self._keeper.mono()
         taken: set[int] = set()
-        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), (), taken)
+        report = ClaimReport()
+        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), (), taken, report)
         claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
         if claims:
             self._keeper.add([c.id for c in claims], claimed_at)
-        return claims
+        return claims, report.more_due
 
-    def _took(self, claims: list[Claim], want: int) -> bool:
-        """Queue what a claim got for the senders; True if it got all it asked for."""
-        full = len(claims) >= want
+    def _took(self, claims: list[Claim], want: int, more_due: bool = False) -> bool:
+        """Queue what a claim got for the senders; True while there is a backlog: it got all it asked
+        for, or more was due than it asked for (``more_due``: the rows it missed went to other
+        processes claiming at the same moment, and the next claim finds others) and it got some or has
+        deliveries under way (the next claim then goes with their recording, not at once)."""
         with self._cv:
+            busy = bool(self._inflight or self._recording or self._rec_queue)
+            full = len(claims) >= want or (more_due and (bool(claims) or busy))
+            self._missed = full and not claims
             self._claiming = False
             self._ready.extend(claims)
-            ahead = 2 * self.max_in_flight if full else 0
+            ahead = 3 * self.max_in_flight if full else 0
             if ahead != self._ahead:
                 self._rec_cv.notify()  # the recorder's way of waiting depends on it
             self._ahead = ahead
@@ -392,10 +404,11 @@ class Executor:
         busy: Collection[str],
         handled: Collection[int],
         taken_over: set[int] | None = None,
+        report: ClaimReport | None = None,
     ) -> list[Any]:
         with self.core.store.write_lock:
-            return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease),
-                             limit=limit, exclude_agents=busy, exclude_ids=handled, taken_over=taken_over)
+            return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
+                             exclude_agents=busy, exclude_ids=handled, taken_over=taken_over, report=report)
 
     # ---- the senders (threads) -----------------------------------------------------------------------
 
@@ -459,23 +472,24 @@ class Executor:
                         # (sends under way will hand over attempts: look again now and then, in case
                         # one came without a wake-up)
                         cv.wait(0.1 if self._inflight or self._ahead else None)
-                    want = self._claim_wanted() if self._ahead else 0
+                    want = self._claim_wanted(bool(self._rec_queue)) if self._ahead else 0
                     if not want and not self._rec_queue:
                         if self._senders_exit:
                             return
                         continue
                     if not want and len(self._rec_queue) < self._rec_batch and self._ahead and not self._drained:
                         cv.wait(RECORD_DELAY)  # a backlog: let a few more finish first
-                        want = self._claim_wanted() if self._ahead else 0
+                        want = self._claim_wanted(True) if self._ahead else 0
                     batch, self._rec_queue = self._rec_queue, []
                 if want:
                     got: list[Claim] = []
+                    more = False
                     try:  # with attempts to record: one transaction records them and claims
-                        got = self._record(batch, claim=want) if batch else self._claim_rows(want)
+                        got, more = self._record(batch, claim=want) if batch else self._claim_rows(want)
                     except Exception:
                         log.exception("claiming due prompts failed; the loop retries")
                     finally:
-                        if not self._took(got, want):
+                        if not self._took(got, want, more):
                             self._nudge()  # the backlog is done: back to the loop's alarm
                 elif batch:
                     self._record(batch)
@@ -487,17 +501,18 @@ class Executor:
         """(Under ``_cv``.) A backlog's queue has run low and no claim is running."""
         return bool(self._ahead) and self._claim_count() > 0
 
-    def _record(self, batch: list[Attempt], *, claim: int = 0) -> list[Claim]:
+    def _record(self, batch: list[Attempt], *, claim: int = 0) -> tuple[list[Claim], bool]:
         """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
-        recorded are free by then) and return the claims."""
+        recorded are free by then) and return the claims and whether more was due (``_claim_rows``)."""
         claimed_at = self._keeper.mono()
         taken: set[int] = set()
+        report = ClaimReport()
         now = self.core.now()
         busy = self._busy_agents(recorded={a.claim.id for a in batch}) if claim else set()
 
         def claim_next(conn: Any) -> list[Any]:
             return claim_due_in(conn, self.owner, now, now + timedelta(seconds=self.lease), limit=claim,
-                                exclude_agents=busy, taken_over=taken)
+                                exclude_agents=busy, taken_over=taken, report=report)
 
         rows: list[Any] | None = None
         try:
@@ -520,7 +535,7 @@ class Executor:
         claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows or ()]
         if claims:
             self._keeper.add([c.id for c in claims], claimed_at)
-        return claims
+        return claims, report.more_due and rows is not None
 
     def _may_send(self, claim: Claim) -> Callable[[], bool]:
         """The fence a sender passes right before its send: the claim is still ours, with time left."""

@@ -345,6 +345,20 @@ def say(message: str) -> None:
     sys.stderr.flush()
 
 
+def steal_seconds() -> float | None:
+    """CPU time the hypervisor gave to other guests while this machine wanted it (all CPUs, Linux
+    /proc/stat's ``steal``): on a shared virtual machine, the share of a run's cores that was not
+    there. None where the kernel does not report it."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a live process, in seconds (Linux /proc)."""
     try:

@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.burst import TEXT_PREFIX, _get, database, fake_letta, floor_run, stop_process
-from bench.common import ROOT, NotRun, Row, bench_command, bulk_insert_schedules, clean_env, cpu_seconds, say
+from bench.common import (
+    ROOT,
+    NotRun,
+    Row,
+    bench_command,
+    bulk_insert_schedules,
+    clean_env,
+    cpu_seconds,
+    say,
+    steal_seconds,
+)
 
 TITLE = "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts due at once (fake Letta in 20 ms)"
 TARGET_FRACTION = 0.8
@@ -84,6 +94,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 load_at_due = os.getloadavg()[0]
                 cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
                 fake_cpu0 = cpu_seconds(fake["proc"].pid) or 0.0
+                steal0 = steal_seconds()
+                t0 = time.monotonic()
                 deadline = time.monotonic() + max(120.0, count * latency * 4)
                 received = 0
                 while received < count and time.monotonic() < deadline:
@@ -96,6 +108,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 by_sender = _get(fake["url"] + "/_fake/count")["by_sender"]
                 worker_cpu = sum((cpu_seconds(p.pid) or 0.0) - c for p, c in zip(procs, cpu0, strict=True))
                 fake_cpu = (cpu_seconds(fake["proc"].pid) or 0.0) - fake_cpu0
+                steal1 = steal_seconds()
+                elapsed = time.monotonic() - t0
             finally:
                 for p in procs:
                     stop_process(p)
@@ -121,6 +135,9 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
         "load": load_at_due,
         "worker_cpu_s": worker_cpu,
         "fake_cpu_s": fake_cpu,
+        # the share of the machine's cores taken by other guests from the due instant to the end
+        "steal": (steal1 - steal0) / (elapsed * (os.cpu_count() or 1))
+        if steal0 is not None and steal1 is not None and elapsed > 0 else None,
     }
 
 
@@ -157,14 +174,17 @@ def run(args: Any) -> list[Row]:
     secs = res["seconds"]
     fraction = ideal / secs if secs else None
     shares = res["shares"]
+    steal = "n/a" if res["steal"] is None else f"{res['steal']:.1%}"
     say(f"[scaleout]   {secs and round(secs, 2)} s, fraction {fraction or 0:.3f}, shares "
-        f"{', '.join(f'{s:.1%}' for s in shares)}, exactly once {res['exactly_once']}, load {res['load']:.2f}")
+        f"{', '.join(f'{s:.1%}' for s in shares)}, exactly once {res['exactly_once']}, load {res['load']:.2f}, "
+        f"steal {steal}")
     note = (f"{secs:.2f} s from the due instant to the last message" if secs else "not all delivered") + (
         f"; ideal {count} × {latency * 1000:g} ms / ({workers} × {in_flight}) = {ideal:.2f} s; first message "
         f"{(res['first_s'] or 0) * 1000:.0f} ms after the due instant; exactly once: "
         f"{'yes' if res['exactly_once'] else 'NO'}; max concurrent per agent {res['max_concurrent_per_agent']}; "
         f"every worker's loop started before the due instant: {'yes' if res['started_before_due'] else 'NO'}; "
-        f"load average (1 min) at the due instant {res['load']:.2f}")
+        f"load average (1 min) at the due instant {res['load']:.2f}; CPU time taken by other guests of the "
+        f"host during the run (steal): {steal} of the machine's cores")
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: fraction of ideal", fraction, "",
                     f">= {TARGET_FRACTION}", None if fraction is None else fraction >= TARGET_FRACTION and
                     res["exactly_once"], command, note, {"run": res}))

@@ -39,8 +39,9 @@ SHUTDOWN_GRACE = 2.0
 """Seconds a stopping executor waits for in-flight sends before it lets them go (their claims
 then expire after the lease and another process retries)."""
 RECORD_DELAY = 0.04
-"""During a backlog, the recorder waits up to this long for a batch of attempts to record together
-(about one send's time: each transaction costs the worker and the database more than its rows do)."""
+"""During a backlog, the recorder waits up to this long for a batch of attempts (up to
+``2 * max_in_flight``) to record together, unless the claim queue runs low first (about two sends'
+time: each transaction costs the worker and the database more than its rows do)."""
 ONCE_BUDGET = 120.0
 """``execute`` (once) stops claiming after this many seconds."""
 BACKLOG_POLL = 0.05
@@ -106,7 +107,7 @@ class Executor:
         self._senders: list[threading.Thread] = []
         self._recorder_thread: threading.Thread | None = None
         self._senders_exit = False
-        self._ahead = 0  # claims to hold beyond the free senders: 2 * max_in_flight while claims come back full
+        self._ahead = 0  # claims to hold beyond the free senders: 3 * max_in_flight during a backlog
         self._drained = False  # the last claim came back short: claim again only after news
         self._missed = False  # a backlog's last claim found its rows taken by others: next with a batch
         self._claiming = False  # a claim is running (the loop's or the recorder's)
@@ -235,14 +236,15 @@ class Executor:
                     | {c.agent_id for sid, c in self._recording.items() if sid not in recorded})
 
     async def _loop_body(self) -> None:
-        """While claims come back full (a backlog), claims run ahead, up to ``2 * max_in_flight``
+        """While claims come back full (a backlog), claims run ahead, up to ``3 * max_in_flight``
         more than the senders can take, in batches (the recorder thread refills the queue), so a
         sender that finishes starts its next send at once and one claim query serves several
         deliveries; the loop then neither re-reads the earliest due time nor claims after every
-        delivery. When a claim comes back short, nothing more is due for a free agent now: the loop
-        goes back to sleeping until the earliest due time, re-reading it when a delivery has been
-        recorded (its agent may have more due), on a local write (``wake``), and at least every
-        ``interval``."""
+        delivery. A claim that came back short while more was due (other processes took the rest)
+        keeps the backlog (``_took``). When a claim comes back short otherwise, nothing more is due
+        for a free agent now: the loop goes back to sleeping until the earliest due time, re-reading
+        it when a delivery has been recorded (its agent may have more due), on a local write
+        (``wake``), and at least every ``interval``."""
         earliest: datetime | None = None
         read_at = float("-inf")
         must_read = True

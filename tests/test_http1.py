@@ -146,17 +146,20 @@ def test_chunked_and_close_delimited_bodies_and_an_interim_answer(serve: Any) ->
 
 def test_connection_close_and_an_idle_close_by_the_server_open_a_new_connection(serve: Any) -> None:
     closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
+    closed = threading.Event()
 
     def answer_then_close(conn: socket.socket) -> None:
         conn.sendall(OK)
         close(conn)  # idle keep-alive connection closed by the server, as uvicorn does after a timeout
+        closed.set()
 
     server = serve([closing, answer_then_close, OK])
     poster = KeepAlivePoster(server.url, {}, 2.0)
     try:
         assert poster.post(PATH, BODY).json() == {}
         assert poster.post(PATH, BODY).status_code == 200
-        threading.Event().wait(0.2)  # let the close arrive before the next send
+        assert closed.wait(5)
+        threading.Event().wait(0.1)  # (loopback: the close has arrived)
         assert poster.post(PATH, BODY).status_code == 200
     finally:
         poster.close()

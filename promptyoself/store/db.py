@@ -49,6 +49,12 @@ HEAD_REVISION = "0007"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
+def refuse_naive(value: datetime) -> None:
+    """The store takes aware datetimes only (``UTCDateTime``, and ``direct.py``'s parameters)."""
+    if value.tzinfo is None:
+        raise ValueError("naive datetime given to the store; pass an aware datetime")
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC in, aware UTC out, on every backend."""
 
@@ -58,8 +64,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; pass an aware datetime")
+        refuse_naive(value)
         value = value.astimezone(UTC)
         if dialect.name == "sqlite":
             return value.replace(tzinfo=None)

@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from promptyoself.store.db import refuse_naive
+
 TIMESTAMPTZ_OID = 1184
 """PostgreSQL's type oid of ``timestamp with time zone``."""
 
@@ -91,9 +93,8 @@ class Direct:
 def _aware(value: Any) -> None:
     """Refuse a naive datetime, alone or in a list (as ``UTCDateTime`` does)."""
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; pass an aware datetime")
+        refuse_naive(value)
     elif isinstance(value, list):
         for item in value:
-            if isinstance(item, datetime) and item.tzinfo is None:
-                raise ValueError("naive datetime given to the store; pass an aware datetime")
+            if isinstance(item, datetime):
+                refuse_naive(item)

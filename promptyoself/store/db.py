@@ -45,7 +45,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -89,7 +89,7 @@ class Schedule(Base):
     agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
     prompt_text: Mapped[str] = mapped_column(Text, nullable=False)
     schedule_type: Mapped[str] = mapped_column(String(16), nullable=False)  # once | cron | interval
-    schedule_value: Mapped[str] = mapped_column(String(100), nullable=False)
+    schedule_value: Mapped[str] = mapped_column(String(300), nullable=False)
     timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
     # The intended instant of the next occurrence (the slot), and when the executor should act on it
     # (equal to next_run, later while a retry backs off). Both NULL once nothing is left to deliver.
@@ -110,6 +110,12 @@ class Schedule(Base):
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # Letta scheduling API only (0005): the JSON payload passed on to Letta's async message route.
     letta_payload: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0008: where it goes (letta | letta-code, and the conversation), the missed-run policy
+    # (skip | latest | all) and an optional per-schedule daily delivery budget.
+    target: Mapped[str] = mapped_column(String(16), nullable=False, server_default="letta")
+    conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    catch_up: Mapped[str] = mapped_column(String(8), nullable=False, server_default="latest")
+    max_per_day: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),

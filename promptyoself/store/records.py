@@ -34,6 +34,10 @@ class ListedSchedule:
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
+    target: str  # letta | letta-code (0008)
+    conversation_id: str | None
+    catch_up: str  # skip | latest | all
+    max_per_day: int | None
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class NewSchedule:
     idempotency_key: str | None = None
     attempt: int = 0
     letta_payload: str | None = None
+    target: str = "letta"
+    conversation_id: str | None = None
+    catch_up: str = "latest"
+    max_per_day: int | None = None
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ class ScheduleOptions(TypedDict, total=False):
     skip_validation: bool
     idempotency_key: object
     ctx: CallContext | None
+    target: object  # letta | letta-code (core/letta_code.py: choose_target)
+    conversation_id: object
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class Core(Deps, AdminOperations):
 
     def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
+        from promptyoself.core.letta_code import choose_target, validate_agent
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule
 
@@ -188,10 +191,12 @@ class Core(Deps, AdminOperations):
             if existing is not None:
                 return self._created_result(existing, DEDUPLICATED, True)
         limit = self.settings.max_active_per_agent
+        target, conversation = choose_target(agent, options.get("target"), options.get("conversation_id"),
+                                             self.settings)
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
                 raise self._quota_error(agent, live)
-            self.letta.get_agent(agent)
+            validate_agent(self, agent, target)
         new = NewSchedule(
             agent_id=agent,
             prompt_text=text,
@@ -206,6 +211,8 @@ class Core(Deps, AdminOperations):
             max_repetitions=plan.max_repetitions,
             idempotency_key=key,
             letta_payload=plan.letta_payload,
+            target=target,
+            conversation_id=conversation,
         )
         try:
             row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written

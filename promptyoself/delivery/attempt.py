@@ -83,6 +83,8 @@ class Claim:
     """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
     that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
     out, and whoever claims it next sees the same mark (``give_back``)."""
+    target: str = "letta"  # letta | letta-code: which ``DeliveryTarget`` gets it (``Deps.target``)
+    conversation_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
@@ -107,6 +109,8 @@ class Claim:
             in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
             letta_payload=getattr(row, "letta_payload", None),
             taken_over=taken_over,
+            target=getattr(row, "target", None) or "letta",
+            conversation_id=getattr(row, "conversation_id", None),
         )
 
 
@@ -258,8 +262,9 @@ def attempt(
     text = envelope(claim, now, settings.message_format)
     otid = otid_for(claim)
     try:
+        target = core.target(claim.target)
         if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
-            seen = core.letta.find_message(claim.agent_id, otid)
+            seen = target.find(claim.agent_id, otid, claim.conversation_id)
             if seen == "found":
                 return Attempt(claim, owner, "delivered", now, number,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
@@ -272,7 +277,8 @@ def attempt(
         payload = json.loads(claim.letta_payload) if claim.letta_payload else None
         # The claim's fence is asked again right before the request is written (after the look-up
         # above, and as late as the client can): a holder that stalled since gives the claim back.
-        sent = core.letta.send_message(claim.agent_id, text, otid=otid, payload=payload, guard=may_send)
+        sent = target.send(claim.agent_id, text, otid=otid, conversation_id=claim.conversation_id,
+                           payload=payload, guard=may_send, attempt=number)
     except NotSent:
         give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)

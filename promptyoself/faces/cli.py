@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
+    p.add_argument("--target", choices=("letta", "letta-code"),
+                   help="where it is delivered (default: letta-code for agent-local-... agents, else letta)")
+    p.add_argument("--conversation-id", help="letta-code: the agent's conversation (default: default)")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")
@@ -241,6 +244,8 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "timezone": a.timezone,
         "skip_validation": a.skip_validation,
         "idempotency_key": a.idempotency_key,
+        "target": a.target,
+        "conversation_id": a.conversation_id,
     }
     if a.time is not None:
         if a.start_at or a.max_repetitions is not None:

@@ -119,14 +119,12 @@ class LettaCodeClient:
     @contextmanager
     def _socket(self) -> Iterator[ClientConnection]:
         try:
-            ws = connect(self.ws_url, open_timeout=self.timeout, close_timeout=1,
-                         max_size=64 * 1024 * 1024, origin=None, user_agent_header=None)
+            opening = connect(self.ws_url, open_timeout=self.timeout, close_timeout=1,
+                              max_size=64 * 1024 * 1024, origin=None, user_agent_header=None)
         except (OSError, TimeoutError, WebSocketException) as exc:
             raise self._down(exc) from None
-        try:
+        with opening as ws:
             yield ws
-        finally:
-            ws.close()
 
     def _frames(self, ws: ClientConnection, deadline: float) -> Iterator[dict[str, Any]]:
         """The JSON frames arriving until ``deadline`` (then ``TimeoutError``)."""

@@ -9,6 +9,7 @@ folder is absent; ``.ci/run`` installs it.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from sqlalchemy import select
 
 from promptyoself.letta.code import LettaCodeClient
 from promptyoself.store.db import Delivery, Schedule
-from tests.helpers_delivery import kill_all, make_core, wait_until
+from tests.helpers_delivery import child_env, kill_all, make_core, wait_until
 from tests.letta_code_harness import Harness, harness_dir
 
 pytestmark = pytest.mark.slow
@@ -139,3 +140,38 @@ def test_validation_asks_the_app_server_not_letta_base_url(agents: Agents) -> No
     assert (agents.harness.home / "work" / "base_url.txt").read_text().strip() == "https://api.letta.com"
     answer = json.loads(out.read_text().strip().splitlines()[-1])
     assert answer["code"] == "agent_not_found" and "Letta Code App Server" in answer["error"], answer
+
+
+def cli(*args: str, db: Path, url: str) -> tuple[int, dict]:
+    env = child_env(db, None, LETTA_CODE_URL=url)
+    done = subprocess.run([sys.executable, "-m", "promptyoself", *args, "--json"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_install_survives_the_running_server_and_uninstall_removes_it(agents: Agents) -> None:
+    h = agents.harness
+    home = str(h.letta_home)
+    code, out = cli("letta-code", "install", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
+    assert code == 1 and out["code"] == "invalid_argument" and "running" in out["error"]  # the server runs
+    h.stop()
+    code, out = cli("letta-code", "install", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
+    assert code == 0, out
+    h.start()
+    for _ in range(2):  # the agent's next turns: the server has read and rewritten settings.json by now
+        agents.client.send(agents.a, "hello after install", otid=f"test-{uuid.uuid4().hex[:10]}")
+
+    def ours() -> list[dict]:
+        data = json.loads(h.settings_json.read_text())
+        entry = next(e for e in data["agents"] if e["agentId"] == agents.a)
+        return [s for s in entry.get("mcpServers") or [] if s.get("name") == "promptyoself"]
+
+    assert ours() and ours()[0]["env"]["PROMPTYOSELF_DB"].endswith(str(agents.db))
+    skill = h.letta_home / "skills" / "promptyoself" / "SKILL.md"
+    assert "promptyoself schedule" in skill.read_text() and "LETTA_AGENT_ID" in skill.read_text()
+    h.stop()
+    code, out = cli("letta-code", "uninstall", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
+    assert code == 0 and out["mcp_entries_removed"] == 1, out
+    h.start()
+    agents.client.send(agents.a, "hello after uninstall", otid=f"test-{uuid.uuid4().hex[:10]}")
+    assert not ours() and not skill.exists()

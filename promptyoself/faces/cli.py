@@ -146,6 +146,15 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
         _add_json(a)
 
+    p = sub.add_parser("letta-code", help="Letta Code agents: install / uninstall the skill and MCP entry")
+    lc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("install", "write the skill and add our MCP server to the agent's settings"),
+                       ("uninstall", "remove the skill and our MCP server entry")):
+        lp = lc.add_parser(name, help=text)
+        lp.add_argument("--agent-id", required=name == "install", help="the Letta Code agent (agent-local-...)")
+        lp.add_argument("--letta-home", help="Letta Code's home folder (default ~/.letta)")
+        _add_json(lp)
+
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
     lsub = p.add_subparsers(dest="letta_command", metavar="ACTION", required=True)
     for name, text in (("install-tools", "upload the tools and attach them to agents"),
@@ -304,6 +313,13 @@ def _service(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
     return supervise.status(core, plan)
 
 
+def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import letta_code
+
+    act = letta_code.install if a.action == "install" else letta_code.uninstall
+    return act(core.settings, a.agent_id, a.letta_home)
+
+
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
@@ -338,6 +354,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "import-legacy": _import_legacy,
     "service": _service,
     "letta": _letta,
+    "letta-code": _letta_code,
 }
 
 

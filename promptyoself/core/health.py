@@ -9,7 +9,10 @@ repairs it. The checks:
   this process).
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
 * ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
-  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll. Skipped when
+  ``LETTA_CODE_URL`` is set and no active schedule goes to the REST API.
+* ``letta_code_unreachable``: the Letta Code App Server (``LETTA_CODE_URL``) does not answer its
+  ``/healthz``, or active schedules go to Letta Code and ``LETTA_CODE_URL`` is not set (same cache).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
+    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -47,6 +51,8 @@ FIX_DB = (
     "the database must exist), then run `promptyoself health` again."
 )
 FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
+FIX_LETTA_CODE = ("Start the Letta Code App Server (letta server --listen ws://127.0.0.1:4500) and set "
+                  "LETTA_CODE_URL to it; see docs/letta-code.md.")
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
 
 _probe_lock = threading.Lock()
@@ -67,6 +73,8 @@ class Checked(Protocol):
     def letta(self) -> LettaClient: ...
 
     def now(self) -> datetime: ...
+
+    def target(self, name: str | None) -> DeliveryTarget: ...
 
 
 def _first_line(exc: BaseException) -> str:
@@ -95,6 +103,32 @@ def letta_probe(core: Checked) -> Reason | None:
     return reason
 
 
+def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
+    """Is the Letta Code App Server up (``wanted``: active schedules that go to it)? Cached per process."""
+    url = core.settings.letta_code_url
+    if not url:
+        if not wanted:
+            return None
+        return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
+                      message=f"{wanted} active schedule(s) go to Letta Code and LETTA_CODE_URL is not set.")
+    ttl = float(core.settings.health_letta_cache)
+    cached = getattr(core, "_letta_code_probe", None)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < ttl:
+        return cached[1]  # type: ignore[no-any-return]
+    with _probe_lock:
+        reason: Reason | None = None
+        try:
+            core.target("letta-code").probe()
+        except PromptYoSelfError as exc:
+            reason = Reason(code="letta_code_unreachable", message=exc.message, fix=FIX_LETTA_CODE)
+        except Exception as exc:
+            reason = Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
+                            message=f"Letta Code probe failed: {_first_line(exc)}")
+        core._letta_code_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
+    return reason
+
+
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
     if lease is not None and lease.get("alive"):
         return True
@@ -120,8 +154,11 @@ def assess(core: Checked) -> HealthResult:
         "schedules_active": None,
         "due_now": None,
         "oldest_overdue_s": None,
+        "letta_code_url": redact_url(settings.letta_code_url) if settings.letta_code_url else None,
+        "targets": None,
     }
     down = False
+    targets: dict[str, tuple[int, int]] = {}
     try:
         from promptyoself.store import health as queries
 
@@ -131,6 +168,7 @@ def assess(core: Checked) -> HealthResult:
         bl = queries.backlog(store, now)
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
+        targets = queries.by_target(store, now)
     except Exception as exc:
         log.debug("health: the database cannot be used", exc_info=True)
         code = getattr(exc, "code", None)
@@ -142,6 +180,7 @@ def assess(core: Checked) -> HealthResult:
         down = True
     else:
         out["schedules_active"] = bl.active
+        out["targets"] = {t: {"active": a, "due": d} for t, (a, d) in sorted(targets.items())}
         out["due_now"] = bl.due
         late = (now - bl.oldest_overdue).total_seconds() if bl.oldest_overdue is not None else None
         out["oldest_overdue_s"] = round(late, 3) if late is not None else None
@@ -166,8 +205,13 @@ def assess(core: Checked) -> HealthResult:
                 "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
                 fix=FIX_LATE,
             ))
-    letta = letta_probe(core)
-    if letta is not None:
-        reasons.append(letta)
+    rest_used = targets.get("letta", (0, 0))[0] > 0
+    if rest_used or not settings.letta_code_url:
+        letta = letta_probe(core)
+        if letta is not None:
+            reasons.append(letta)
+    code = letta_code_probe(core, targets.get("letta-code", (0, 0))[0])
+    if code is not None:
+        reasons.append(code)
     out["status"] = "down" if down else ("degraded" if reasons else "ok")
     return out

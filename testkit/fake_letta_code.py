@@ -21,6 +21,10 @@ nothing recorded), ``close`` (the server closes the socket right after ``input_a
 runs), ``slow`` (the turn takes ``--slow`` seconds, longer than the client waits: it drops the
 socket, which blocks the conversation until a restart).
 
+A restart puts the input of every turn it cut (accepted, never finished) back in its conversation's
+queue, paused until the next input or ``resume_queue``; running it stores the message again, as
+Letta Code does. ``remove_queue_item`` and ``resume_queue`` work on that queue.
+
 State in ``--state DIR``: ``agents.json``, ``ledger.jsonl``, ``messages.jsonl`` (each line fsynced
 before it is answered). ``python -m testkit.fake_letta_code --port P --state DIR [--agents N]``;
 ``FakeLettaCode`` runs it as a subprocess and restarts it.
@@ -57,11 +61,25 @@ def agent_ids(count: int) -> list[str]:
 
 
 @dataclass
+class Item:
+    """A queued input: its queue id, client_message_id, text and the socket that sent it (None for
+    one restored from the ledger after a restart)."""
+
+    id: str
+    cid: str
+    text: str
+    ws: ServerConnection | None
+
+
+@dataclass
 class Conversation:
     agent_id: str
     conversation_id: str
-    queue: list[tuple[str, str, ServerConnection]] = field(default_factory=list)
+    queue: list[Item] = field(default_factory=list)
     running: bool = False
+    paused: bool = False
+    next_item: int = 0
+    current_run: str = ""
     blocked_by: str | None = None
     listeners: set[ServerConnection] = field(default_factory=set)
 
@@ -77,12 +95,21 @@ class FakeAppServer:
         self.agents: list[str] = json.loads(path.read_text())
         self.ledger: dict[str, str] = {}
         self.messages: list[dict[str, Any]] = []
+        self.convs: dict[tuple[str, str], Conversation] = {}
+        unfinished: dict[str, dict[str, Any]] = {}
         for line in self._lines("ledger.jsonl"):
+            if line.get("done"):
+                unfinished.pop(line["key"], None)
+                continue
             self.ledger[line["key"]] = line["disposition"]
+            unfinished[line["key"]] = line
+        for line in unfinished.values():  # accepted, turn never finished: back in the queue, paused
+            conv = self._conv(line["agent"], line["conv"])
+            self._enqueue(conv, line["cid"], line["text"], None)
+            conv.paused = True
         self.messages = self._lines("messages.jsonl")
         self.next_msg = len(self.messages) + 1
         self.next_run = 1
-        self.convs: dict[tuple[str, str], Conversation] = {}
         self.by_run: dict[tuple[str, str], dict[str, list[str]]] = {}
         self.turn_s, self.slow_s = turn_s, slow_s
         self.fail_rate, self.fail_modes = fail_rate, fail_modes
@@ -136,10 +163,20 @@ class FakeAppServer:
             "client_message_ids_by_run_id": dict(self.by_run.get((conv.agent_id, conv.conversation_id), {})),
             "executing_tool_call_ids": []}})
 
+    def _enqueue(self, conv: Conversation, cid: str, text: str, ws: ServerConnection | None) -> None:
+        if not conv.queue:
+            conv.next_item = 0  # Letta Code numbers a queue's items afresh once it has drained
+        conv.next_item += 1
+        conv.queue.append(Item(f"q-{conv.next_item}", cid, text, ws))
+
+    def _done(self, conv: Conversation, cids: list[str]) -> None:
+        for cid in cids:
+            self._append("ledger.jsonl", {"key": json.dumps([conv.agent_id, conv.conversation_id, cid]), "done": True})
+
     async def _queue_update(self, conv: Conversation, removed: list[str]) -> None:
         await self._emit(conv, {"type": "update_queue", "queue": [
-            {"id": f"q-{i}", "client_message_id": cid, "kind": "message", "source": "user", "content": text}
-            for i, (cid, text, _) in enumerate(conv.queue, 1)],
+            {"id": q.id, "client_message_id": q.cid, "kind": "message", "source": "user", "content": q.text}
+            for q in conv.queue],
             "removed": [{"client_message_id": c, "disposition": "dequeued"} for c in removed]})
 
     # ---- turns ------------------------------------------------------------------------------
@@ -153,22 +190,24 @@ class FakeAppServer:
         self.messages.append(record)
 
     async def _pump(self, conv: Conversation) -> None:
-        while conv.queue and not conv.running:
+        while conv.queue and not conv.running and not conv.paused:
             batch, conv.queue = conv.queue, []
-            await self._queue_update(conv, [cid for cid, _, _ in batch])
-            await self._turn(conv, batch)
+            await self._queue_update(conv, [q.cid for q in batch])
+            await self._turn(conv, [(q.cid, q.text, q.ws) for q in batch])
 
-    async def _turn(self, conv: Conversation, batch: list[tuple[str, str, ServerConnection]],
+    async def _turn(self, conv: Conversation, batch: list[tuple[str, str, ServerConnection | None]],
                     slow: bool = False) -> None:
         conv.running = True
         try:
             run_id = f"local-run-{self.next_run}"
+            conv.current_run = run_id
             self.next_run += 1
             runs = self.by_run.setdefault((conv.agent_id, conv.conversation_id), {})
             runs[run_id] = [cid for cid, _, _ in batch]
             for cid, text, _ in batch:
                 self._store(conv, cid, text, run_id)
             await self._loop_status(conv, "PROCESSING_API_RESPONSE", [run_id])
+            slow = slow or any("MOCK_TOOL_CALL" in text for _, text, _ in batch)  # a tool call takes a while
             await asyncio.sleep(self.slow_s if slow else self.turn_s)
             reply = {"id": f"ui-msg-{self.next_msg}", "message_type": "assistant_message", "role": "assistant",
                      "agent_id": conv.agent_id, "conversation_id": conv.conversation_id,
@@ -177,18 +216,26 @@ class FakeAppServer:
             self.messages.append(reply)  # replies are not kept across a restart (only user messages count)
             await self._emit(conv, {"type": "stream_delta", "delta": {
                 "message_type": "stop_reason", "stop_reason": "end_turn", "run_id": run_id}})
-            if any(ws.state.name != "OPEN" and ws not in self.cut for _, _, ws in batch):
+            if any(ws is not None and ws.state.name != "OPEN" and ws not in self.cut for _, _, ws in batch):
                 conv.blocked_by = run_id  # F1: the client left mid-turn; the run stays active
+                self._done(conv, [cid for cid, _, _ in batch])
                 stuck, conv.queue = conv.queue, []
+                self._done(conv, [q.cid for q in stuck])
                 for _ in stuck:
                     await self._blocked(conv)
                 return
+            self._done(conv, [cid for cid, _, _ in batch])
             await self._loop_status(conv, "WAITING_ON_INPUT", [])
             await self._emit(conv, {"type": "turn_finished", "turn_id": f"turn-{uuid.uuid4()}",
                                     "stop_reason": "end_turn", "run_id": run_id})
         finally:
             conv.running = False
         await self._pump(conv)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _blocked(self, conv: Conversation) -> None:
         await self._emit(conv, {"type": "turn_finished", "turn_id": f"turn-{uuid.uuid4()}", "stop_reason": "error",
@@ -226,21 +273,23 @@ class FakeAppServer:
             return
         disposition = "queued" if (conv.running or conv.queue) and conv.blocked_by is None else "started"
         self.ledger[key] = disposition
-        self._append("ledger.jsonl", {"key": key, "disposition": disposition})
+        self._append("ledger.jsonl", {"key": key, "disposition": disposition, "agent": agent, "conv": conv_id,
+                                      "cid": cid, "text": text})
         await ack(True, disposition)
         if fault == "close":
             self.cut.add(ws)
             await ws.close()
         if conv.blocked_by is not None:
+            self._done(conv, [cid])
             await self._blocked(conv)
             return
         if disposition == "queued":
-            conv.queue.append((cid, text, ws))
+            self._enqueue(conv, cid, text, ws)
             await self._queue_update(conv, [])
+            conv.paused = False  # an input resumes a queue restored after a restart
+            self._spawn(self._pump(conv))
             return
-        task = asyncio.ensure_future(self._turn(conv, [(cid, text, ws)], slow=fault == "slow"))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._spawn(self._turn(conv, [(cid, text, ws)], slow=fault == "slow"))
 
     async def _history(self, ws: ServerConnection, msg: dict[str, Any]) -> None:
         query = msg.get("query") or {}
@@ -260,19 +309,38 @@ class FakeAppServer:
         await ws.send(json.dumps({**base, "success": True, "messages": page,
                                   "next_before": page[-1]["id"] if page else None, "has_more": len(rows) > limit}))
 
+    async def _queue_command(self, ws: ServerConnection, msg: dict[str, Any]) -> None:
+        runtime = msg.get("runtime") or {}
+        conv = self._conv(runtime.get("agent_id"), runtime.get("conversation_id") or "default")
+        ok = True
+        if msg["type"] == "remove_queue_item":
+            item = next((q for q in conv.queue if q.id == msg.get("item_id")), None)
+            ok = item is not None
+            if item is not None:
+                conv.queue.remove(item)
+                self._done(conv, [item.cid])
+                self._append("removed.jsonl", {"cid": item.cid, "agent": conv.agent_id})
+                await self._emit(conv, {"type": "update_queue", "queue": [
+                    {"id": q.id, "client_message_id": q.cid, "kind": "message"} for q in conv.queue],
+                    "removed": [{"client_message_id": item.cid, "disposition": "cancelled"}]})
+        await ws.send(json.dumps({"type": f"{msg['type']}_response", "request_id": msg.get("request_id"),
+                                  "runtime": runtime, "success": ok}))
+        if msg["type"] == "resume_queue":
+            conv.paused = False
+            self._spawn(self._pump(conv))
+
     async def _sync(self, ws: ServerConnection, msg: dict[str, Any]) -> None:
         runtime = msg.get("runtime") or {}
         conv = self._conv(runtime.get("agent_id"), runtime.get("conversation_id") or "default")
         conv.listeners.add(ws)
-        active = [max(self.by_run.get((conv.agent_id, conv.conversation_id), {}), default="")] if conv.running else []
+        active = [conv.current_run] if conv.running else []
         status = {"status": "PROCESSING_API_RESPONSE" if conv.running else "WAITING_ON_INPUT",
                   "active_run_ids": [a for a in active if a],
                   "client_message_ids_by_run_id": dict(self.by_run.get((conv.agent_id, conv.conversation_id), {})),
                   "executing_tool_call_ids": []}
         scope = {"runtime": runtime}
         await ws.send(json.dumps({"type": "update_loop_status", "loop_status": status, **scope}))
-        queue = [{"id": f"q-{i}", "client_message_id": cid, "kind": "message"}
-                 for i, (cid, _, _) in enumerate(conv.queue, 1)]
+        queue = [{"id": q.id, "client_message_id": q.cid, "kind": "message"} for q in conv.queue]
         await ws.send(json.dumps({"type": "update_queue", "removed": [], **scope, "queue": queue}))
         await ws.send(json.dumps({"type": "sync_response", "request_id": msg.get("request_id"), "success": True,
                                   **scope}))
@@ -291,6 +359,8 @@ class FakeAppServer:
                     await self._history(ws, msg)
                 elif kind == "sync":
                     await self._sync(ws, msg)
+                elif kind in ("remove_queue_item", "resume_queue"):
+                    await self._queue_command(ws, msg)
                 elif kind == "agent_list":
                     agents = [{"id": a, "name": f"fake-{i}"} for i, a in enumerate(self.agents)]
                     await ws.send(json.dumps({"type": "agent_list_response", "request_id": msg.get("request_id"),
@@ -407,6 +477,11 @@ class FakeLettaCode:
     @property
     def agent_ids(self) -> list[str]:
         return list(json.loads((self.state / "agents.json").read_text()))
+
+    def removed(self) -> int:
+        """How many queued items clients removed (``remove_queue_item``), across restarts."""
+        path = self.state / "removed.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
 
     def received(self) -> list[dict[str, Any]]:
         """Every user message the fake stored (its history, across restarts)."""

@@ -9,8 +9,10 @@ active run"), a restart clearing the block while the ledger keeps the used-up id
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from promptyoself.errors import AgentNotFound, LettaUnavailable
@@ -37,7 +40,7 @@ class Server:
 @pytest.fixture(params=["fake", "real"])
 def app_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     if request.param == "fake":
-        with FakeLettaCode(tmp_path / "fake", turn=0.3) as fake:
+        with FakeLettaCode(tmp_path / "fake", turn=0.3, slow=4.0) as fake:
             yield Server(fake.url, fake.agent_ids[0], fake.restart)
         return
     if harness_dir() is None:
@@ -72,6 +75,43 @@ def raw_input(url: str, agent: str, cid: str, text: str, *, watch: float, drop: 
             if drop and msg.get("type") == "input_accepted":
                 break
     return frames
+
+
+def hold(url: str, agent: str, cid: str, text: str) -> threading.Thread:
+    """``raw_input`` in a thread that holds the socket until it is closed under it."""
+    def run() -> None:
+        with contextlib.suppress(ConnectionClosed, OSError):
+            raw_input(url, agent, cid, text, watch=30)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+SLOW_TURN = "MOCK_TOOL_CALL " + json.dumps({"name": "Bash", "arguments": {
+    "command": 'python3 -c "import time; time.sleep(4)"; echo slept', "description": "a slow turn"}})
+
+
+def test_a_turn_cut_by_a_restart_is_replayed_and_we_remove_the_replay(app_server: Server) -> None:
+    """Letta Code puts the input of a turn cut by a restart back in the queue, paused until the next
+    input, and would store the message a second time; our client removes such a replay of a message
+    already in the history (``find`` and before every send)."""
+    client = LettaCodeClient(app_server.url, timeout=10, turn_timeout=60)
+    agent = app_server.agent_id
+    client.send(agent, "warm up", otid=f"promptyoself-warm-{uuid.uuid4().hex[:8]}")
+    cut = f"promptyoself-cut-{uuid.uuid4().hex[:8]}"
+    holder = hold(app_server.url, agent, cut, SLOW_TURN)
+    wait_until(lambda: client.find_message(agent, None, cut) is not None, timeout=30)
+    app_server.restart()
+    holder.join(timeout=30)
+    st = client.state(agent, None)
+    assert [cid for _, cid in st.queue] == [cut] and st.paused, st
+    assert client.find(agent, cut) == "found"
+    assert client.state(agent, None).queue == []
+    after = f"promptyoself-after-{uuid.uuid4().hex[:8]}"
+    client.send(agent, "after the restart", otid=after)
+    assert client.find(agent, after) == "found"
+    assert sum(1 for m in client.messages(agent) if m.get("otid") == cut) == 1
 
 
 def test_fake_and_real_agree(app_server: Server) -> None:

@@ -361,6 +361,7 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
                     p.popen.wait(timeout=10)
         received = fake.received()
         restarts = fake.restarts
+        replays_removed = fake.removed()
 
     core = make_core(db)
     rows = history(core.store)
@@ -376,7 +377,7 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
     figures = {"target": "letta-code", "seed": seed, "backend": backend, "received": len(received),
                "resent_ids": sum(1 for m in received if "~" in m["otid"]), "duplicates": duplicates,
                "lost": sum(1 for t in once.values() if texts[t] == 0), "outcomes": dict(outcomes),
-               "restarts": restarts, "killed_holding": killed_holding,
+               "restarts": restarts, "replays_removed": replays_removed, "killed_holding": killed_holding,
                "wall_s": round(time.monotonic() - began, 1)}
     report(figures)
 

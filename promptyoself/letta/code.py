@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,6 +56,26 @@ HISTORY_PAGES = 10
 BUSY = "already has an active run"
 LOCAL_AGENT_PREFIX = "agent-local-"
 RESEND_MARK = "~"
+
+
+OUR_PREFIX = "promptyoself-"
+
+
+@dataclass
+class ConversationState:
+    """What ``sync`` shows of a conversation: its queue ``(item id, client_message_id)``, the loop's
+    status and the client ids of its active runs."""
+
+    queue: list[tuple[str, str]] = field(default_factory=list)
+    status: str = ""
+    active: set[str] = field(default_factory=set)
+    running: bool = False
+
+    @property
+    def paused(self) -> bool:
+        """Items wait while nothing runs: a queue restored after a restart (Letta Code runs a live
+        queue as soon as the loop is idle)."""
+        return bool(self.queue) and not self.running and self.status in ("", "WAITING_ON_INPUT")
 
 
 def is_local_agent(agent_id: str) -> bool:
@@ -228,26 +249,28 @@ class LettaCodeClient:
                 return m
         return None
 
-    def pending(self, agent_id: str, conversation_id: str | None, otid: str) -> bool:
-        """Is a message of ``otid`` queued, or in a turn still running (so not surely in the history)?"""
+    def state(self, agent_id: str, conversation_id: str | None) -> ConversationState:
+        """The conversation's queue and loop as ``sync`` shows them."""
         runtime = {"agent_id": agent_id, "conversation_id": conversation_id or DEFAULT_CONVERSATION}
         rid = f"sync-{uuid.uuid4().hex[:12]}"
+        out = ConversationState()
         with self._socket() as ws:
             try:
                 ws.send(json.dumps({"type": "sync", "request_id": rid, "runtime": runtime}))
-                found = False
                 for msg in self._frames(ws, time.monotonic() + self.timeout):
                     kind = msg.get("type")
                     if kind == "update_queue":
-                        found |= any(carries(otid, q.get("client_message_id")) for q in msg.get("queue") or []
-                                     if isinstance(q, dict))
+                        out.queue = [(str(q.get("id")), str(q.get("client_message_id")))
+                                     for q in msg.get("queue") or [] if isinstance(q, dict)]
                     elif kind == "update_loop_status":
                         status = msg.get("loop_status") or {}
                         by_run = status.get("client_message_ids_by_run_id") or {}
-                        found |= any(carries(otid, cid) for run in status.get("active_run_ids") or []
-                                     for cid in by_run.get(run) or [])
+                        out.status = str(status.get("status") or "")
+                        out.active = {str(cid) for run in status.get("active_run_ids") or []
+                                      for cid in by_run.get(run) or []}
+                        out.running = bool(status.get("active_run_ids"))
                     elif kind == "sync_response" and msg.get("request_id") == rid:
-                        return found
+                        return out
             except TimeoutError:
                 raise LettaUnavailable(f"The Letta Code App Server at {self.shown_url} did not answer sync.",
                                        transient=True) from None
@@ -255,12 +278,55 @@ class LettaCodeClient:
                 raise self._down(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def pending(self, agent_id: str, conversation_id: str | None, otid: str) -> bool:
+        """Is a message of ``otid`` queued, or in a turn still running (so not surely in the history)?"""
+        st = self.state(agent_id, conversation_id)
+        return any(carries(otid, cid) for _, cid in st.queue) or any(carries(otid, cid) for cid in st.active)
+
+    def _command(self, frame: dict[str, Any]) -> bool:
+        try:
+            return bool(self._request(frame).get("success"))
+        except LettaUnavailable:
+            return False
+
+    def drop_replays(self, agent_id: str, conversation_id: str | None, st: ConversationState | None = None) -> int:
+        """Remove from a paused queue our messages that are already in the history.
+
+        Letta Code keeps accepted inputs on disk; a server stopped during a turn puts that turn's input
+        back in the conversation's queue when it starts again (paused until the next input or
+        ``resume_queue``), and running it stores the message a second time (observed with 0.34.12).
+        Only a paused queue is touched (idle loop, items waiting): its item ids do not move then."""
+        st = st or self.state(agent_id, conversation_id)
+        ours = [(item, cid) for item, cid in st.queue if cid.startswith(OUR_PREFIX)]
+        if not ours or not st.paused:
+            return 0
+        stored = {m.get("otid") for m in self.messages(agent_id, conversation_id) if m.get("otid")}
+        bases = {str(o).split(RESEND_MARK)[0] for o in stored}
+        runtime = {"agent_id": agent_id, "conversation_id": conversation_id or DEFAULT_CONVERSATION}
+        removed = 0
+        for item, cid in ours:
+            if cid.split(RESEND_MARK)[0] in bases:
+                if self._command({"type": "remove_queue_item", "runtime": runtime, "item_id": item}):
+                    removed += 1
+                    log.warning("Letta Code: removed a replay of %s (already delivered) from the queue", cid)
+        return removed
+
     def find(self, agent_id: str, otid: str, conversation_id: str | None = None) -> str:
         """``"found"``, ``"pending"`` (queued or in a running turn) or ``"absent"``. The queue and the
-        loop are read first: whatever left them before that read is in the history by then."""
-        waiting = self.pending(agent_id, conversation_id, otid)
+        loop are read first: whatever left them before that read is in the history by then. A found
+        message's replay waiting in a paused queue is removed; a message of ours waiting there alone
+        gets the queue resumed (else it would wait for someone's next input)."""
+        st = self.state(agent_id, conversation_id)
+        queued = any(carries(otid, cid) for _, cid in st.queue)
+        waiting = queued or any(carries(otid, cid) for cid in st.active)
         if self.find_message(agent_id, conversation_id, otid) is not None:
+            if queued:
+                self.drop_replays(agent_id, conversation_id, st)
             return "found"
+        if queued and st.paused:
+            self.drop_replays(agent_id, conversation_id, st)
+            runtime = {"agent_id": agent_id, "conversation_id": conversation_id or DEFAULT_CONVERSATION}
+            self._command({"type": "resume_queue", "runtime": runtime})
         return "pending" if waiting else "absent"
 
     # ---- the send ---------------------------------------------------------------------------
@@ -287,6 +353,7 @@ class LettaCodeClient:
         frame = {"type": "input", "request_id": rid, "runtime": runtime,
                  "payload": {"kind": "create_message",
                              "messages": [{"role": "user", "content": text, "client_message_id": cid}]}}
+        self.drop_replays(agent_id, conversation_id)
         with self._socket() as ws:
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the frame was written")

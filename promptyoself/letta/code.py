@@ -15,6 +15,10 @@ What it relies on (observed with Letta Code 0.34.12, ``../shared/letta-code/READ
   and its ``client_message_id`` stays used up in the ledger for an hour.
 - ``conversation_messages_list`` (newest first, ``before`` cursor) and ``sync`` (the queue and the
   loop status) to learn whether a message arrived, is on its way, or is nowhere.
+- A server stopped during a turn puts that turn's input back in the queue when it starts again
+  (paused until the next input or ``resume_queue``) and running it stores the message a second time:
+  ``drop_replays`` removes such replays of our messages (``remove_queue_item``) before every send
+  and in every look-up.
 
 Hence the ids we send: an occurrence's first send carries its otid as ``client_message_id``; a
 re-send (only after ``find`` said ``absent``: not in the history, not queued, not in a running turn)

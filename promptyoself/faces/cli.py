@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--status", action="store_true", help="show the worker lease and exit")
     group.add_argument("--stop", action="store_true", help="stop the running worker")
+    group.add_argument("--start", action="store_true",
+                       help="start a detached worker unless a live one holds the lease, and exit")
     p.add_argument("--shared", action="store_true", help="skip the singleton lease (several workers on PostgreSQL)")
     _add_json(p)
 
@@ -213,26 +215,13 @@ def _with_delivery(core: Core, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def ensure_delivery(core: Core) -> str:
-    """After a write: make sure something will deliver it, and say what (docs/design.md §6, ``worker`` mode:
-    a live worker lease, or a worker started now). Never fails the write."""
-    settings = core.settings
-    if not settings.executor_enabled:
-        return ("PROMPTYOSELF_EXECUTOR_MODE is off: run `promptyoself worker` or the service "
-                "(`promptyoself service install`) to deliver it.")
-    if settings.executor_mode == "embedded":
-        return "Delivered by an MCP server running in embedded mode (none is started by the CLI)."
-    from promptyoself.delivery.worker import ensure_worker
+    """After a write: who delivers it (``promptyoself.delivery.starter``; the write itself already ran
+    the check, which started a worker if none was live). Never fails the write."""
+    from promptyoself.delivery.starter import starter_for
 
-    try:
-        started = ensure_worker(core)
-    except Exception as exc:
-        logging.getLogger("promptyoself.faces.cli").warning("could not start the delivery worker: %s", exc)
-        return "Could not start the delivery worker; run `promptyoself health` to see why."
-    if started.get("spawned"):
-        return f"Started the delivery worker (pid {started['pid']})."
-    if started.get("pid") is None:  # another process is starting it: its pid is not known yet
-        return "A delivery worker is starting for this database; it will deliver it."
-    return f"The delivery worker (pid {started['pid']}) will deliver it."
+    starter = starter_for(core)
+    found = starter.last if starter.last is not None else starter.ensure()
+    return found.message
 
 
 def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -275,6 +264,13 @@ def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
+    if a.start:
+        from promptyoself.delivery.starter import starter_for
+
+        found = starter_for(core).ensure()
+        return {"status": "success" if found.by != "failed" else "error", "delivering": found.by,
+                "pid": found.pid, "message": found.message,
+                **({"code": "internal", "error": found.message} if found.by == "failed" else {})}
     from promptyoself.delivery import service as executor
 
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
@@ -361,6 +357,10 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
             settings = load_settings()
             setup_logging(settings)
             core = Core(settings)
+            if args.command != "worker":  # every write checks who delivers (promptyoself.delivery.starter)
+                from promptyoself.delivery.starter import starter_for
+
+                starter_for(core)
         result = COMMANDS[args.command](core, args)
     except ConfigError as exc:  # bad configuration (env or .env): one line on stderr, nothing on stdout, exit 2
         return exc.report()

@@ -131,7 +131,7 @@ def _date(year: int, month: int, day: int, shown: str) -> date:
     try:
         return date(year, month, day)
     except ValueError:
-        raise InvalidTime(f"{shown!r}: {year:04d}-{month:02d}-{day:02d} is not a date.") from None
+        raise InvalidTime(f"{shown!r}: {year:04d}-{month:02d}-{day:02d} is not a date. {TIME_FORMS}") from None
 
 
 def _read_natural(body: str, shown: str, now: datetime, zone: ZoneInfo) -> datetime | None:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.errors import InvalidCron, PromptYoSelfError
+from promptyoself.errors import InvalidCron, InvalidTime, PromptYoSelfError
 from promptyoself.phrases import CLOCK, MONTHS, WEEKDAYS, clock_time
 
 __all__ = ["MAX_RULE_CHARS", "RULE_FORMS", "Rule", "describe", "natural_rule", "normalize_rrule",
@@ -280,7 +280,10 @@ def natural_rule(text: str) -> str | None:
             continue
         if clocked is None:
             raise _bad(f"{text.strip()!r} does not say at what time: add it, e.g. '{body} at 9:00'.")
-        at = clock_time(clocked, text.strip())
+        try:
+            at = clock_time(clocked, text.strip())
+        except InvalidTime as exc:  # the time of day is wrong: say so with the rule forms
+            raise _bad(exc.message.split(" Accepted forms")[0]) from None
         when = f";BYHOUR={at.hour};BYMINUTE={at.minute}"
         if at.second:
             raise _bad("Rules run on whole minutes; leave out the seconds.")
@@ -326,6 +329,11 @@ def parse_rule(text: object, *, now: datetime, tz: ZoneInfo) -> Rule:
             raise _bad(f"Cannot read the rule {shown!r}.")
         rrule_text = found
     value, anchor = normalize_rrule(rrule_text, now=now, tz=tz)
+    try:
+        timing._rrule_at(value.split(";UNTIL=")[0], anchor.astimezone(tz).replace(tzinfo=None))
+    except ValueError:  # dateutil: e.g. FREQ=HOURLY;INTERVAL=2;BYHOUR=1 from an even hour
+        raise _bad(f"The rule {value!r} never fires: its INTERVAL never reaches the hours, minutes or days "
+                   "it names from now.") from None
     first = timing.next_rrule(value, tz, now, anchor=anchor)
     if first is None:
         raise _bad(f"The rule {value!r} has no run after now (its COUNT or UNTIL ends it first).")

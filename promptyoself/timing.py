@@ -435,15 +435,28 @@ def rfc5545_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
 
 
 @functools.lru_cache(maxsize=1024)
-def _rrule_parts(value: str) -> tuple[Any, datetime | None]:
-    """A normal-form rule parsed once: the dateutil rrule (its DTSTART replaced per use) and UNTIL
-    as an instant (``UNTIL=...Z``; dateutil would refuse a UTC UNTIL with a floating DTSTART)."""
+def _rrule_parts(value: str) -> tuple[str, Any, datetime | None]:
+    """A normal-form rule read once: the rule without UNTIL, a dateutil rrule of it (for its FREQ,
+    INTERVAL and COUNT), and UNTIL as an instant (``UNTIL=...Z``; dateutil would refuse a UTC UNTIL
+    with a floating DTSTART, so UNTIL is applied here)."""
     from dateutil import rrule as du
 
-    parts = [p for p in value.split(";") if not p.startswith("UNTIL=")]
+    parts = ";".join(p for p in value.split(";") if not p.startswith("UNTIL="))
     until = next((p[6:] for p in value.split(";") if p.startswith("UNTIL=")), None)
     until_at = datetime.strptime(until, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC) if until else None
-    return du.rrulestr(";".join(parts), dtstart=datetime(2000, 1, 1)), until_at  # noqa: DTZ001 (wall clock)
+    fields = dict(p.split("=", 1) for p in parts.split(";"))  # no BY parts: nothing dateutil could refuse
+    shape = du.rrule(getattr(du, fields["FREQ"]), interval=int(fields.get("INTERVAL", "1")),
+                     count=int(fields["COUNT"]) if "COUNT" in fields else None, dtstart=datetime(2000, 1, 1))  # noqa: DTZ001
+    return parts, shape, until_at
+
+
+@functools.lru_cache(maxsize=1024)
+def _rrule_at(parts: str, dtstart: datetime) -> Any:
+    """The dateutil rrule of ``parts`` from ``dtstart`` (a wall time). dateutil refuses a rule whose
+    BY parts its INTERVAL never reaches from that DTSTART (ValueError), as recurrence.py checks."""
+    from dateutil import rrule as du
+
+    return du.rrulestr(parts, dtstart=dtstart)
 
 
 def _rrule_start(rule: Any, dtstart: datetime, since: datetime) -> datetime:
@@ -475,13 +488,13 @@ def rrule_instants(value: str, tz: ZoneInfo, *, anchor: datetime, after: datetim
     wall time in ``tz`` counts). Wall times map monotonically except just after a gap: a candidate
     inside it keeps the offset from before the gap, so it lands later than the real wall times of
     the next ``shift``; those are read before it is given out."""
-    rule, until = _rrule_parts(value)
+    parts, shape, until = _rrule_parts(value)
     after_utc = ensure_aware(after)
     since = after_utc.astimezone(tz).replace(tzinfo=None) - timedelta(days=1)  # offsets differ by < 1 day
     dtstart = ensure_aware(anchor).astimezone(tz).replace(tzinfo=None)
-    rule = rule.replace(dtstart=_rrule_start(rule, dtstart, since))
     last, held, hold_until = after_utc, set[datetime](), since  # held: instants waiting for a gap's shift
     try:
+        rule = _rrule_at(parts, _rrule_start(shape, dtstart, since))
         for wall in rule.xafter(since, inc=True):
             if held and wall > hold_until:
                 for t in sorted(held):

@@ -19,6 +19,7 @@ the offset from before the gap; a repeated one is the first occurrence.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -356,6 +357,7 @@ def _nth(n: int, *, words: bool = False) -> str:
     return f"{n}{suffix}"
 
 
+@functools.lru_cache(maxsize=1024)  # pure; list describes every row
 def _describe_rrule(value: str, tz: ZoneInfo) -> str:
     p = dict(item.split("=", 1) for item in value.split(";"))
     freq, n = p["FREQ"], int(p.get("INTERVAL", "1"))

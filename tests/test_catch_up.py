@@ -220,3 +220,20 @@ def test_catch_up_is_checked_and_listed(core: Any, fake: FakeLetta) -> None:
     core.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="ALL", skip_validation=True)
     [row] = core.list_schedules(agent_id=fake.agent_ids[0])["schedules"]
     assert row["catch_up"] == "all" and row["description"] == "Every 1h" and len(row["upcoming"]) == 5
+
+
+def test_catch_up_rows_and_rrule_advance_on_postgresql(pg_url: str, fake: FakeLetta) -> None:
+    """The same on PostgreSQL, whose claims and records go through psycopg directly (store/direct.py)."""
+    clock = Clock(T - timedelta(minutes=30))
+    core = make_core(pg_url, fake, clock=clock)
+    try:
+        latest = hourly_schedule(core, fake, None)
+        every = hourly_schedule(core, fake, "all")
+        clock.set(T + 2 * HOUR + timedelta(minutes=10))
+        drain(core)
+        assert sorted(outcomes(core, latest), key=lambda o: o[1]) == [
+            ("delivered", T), ("missed", T + HOUR), ("missed", T + 2 * HOUR)]
+        assert sorted(outcomes(core, every), key=lambda o: o[1]) == [("delivered", T + k * HOUR) for k in range(3)]
+        assert get(core.store, latest).next_run == get(core.store, every).next_run == T + 3 * HOUR
+    finally:
+        core.close()

@@ -134,3 +134,10 @@ def test_rest_takes_catch_up_and_words_and_letta_api_is_unchanged(tcore: Core, f
         listed = c.get(f"/v1/agents/{agent}/schedule").json()
         assert set(listed["scheduled_messages"][0]) == {"id", "agent_id", "message", "next_scheduled_time", "schedule"}
         assert datetime.fromisoformat(listed["scheduled_messages"][0]["next_scheduled_time"])
+
+
+def test_a_zone_in_start_at_is_the_interval_schedules_zone(tcore: Core, fake: FakeLetta) -> None:
+    r = tcore.schedule_every("p", "1d", start_at="tomorrow 9am Europe/Berlin", agent_id=fake.agent_ids[0],
+                             skip_validation=True)
+    assert r["timezone"] == "Europe/Berlin" and r["next_run_local"] == "2026-06-16T09:00:00+02:00"
+    assert r["upcoming"][1] == "2026-06-17T09:00:00+02:00" and r["description"] == "Every 1d"

@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schedule", help="schedule a prompt (--time, --cron or --every)")
     p.add_argument("--prompt", required=True, help="text the agent will receive")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--time", help="once: ISO 8601, naive local time, or 'in 5m'")
-    when.add_argument("--cron", help="recurring: 5-field cron, e.g. '0 9 * * MON-FRI'")
+    when.add_argument("--time", help="once: 'tomorrow at 9am', 'monday 9:00', 'in 2 hours', ISO 8601, ...")
+    when.add_argument("--cron", help="recurring: 'every weekday at 9', an RFC 5545 RRULE, or cron '0 9 * * MON-FRI'")
     when.add_argument("--every", help="recurring: interval, e.g. '30m', '1h30m', 'PT15M'")
     _add_agent(p)
     p.add_argument("--timezone", help="IANA timezone, e.g. Europe/Berlin")
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
+    p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
+                   help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")
@@ -230,6 +232,7 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "timezone": a.timezone,
         "skip_validation": a.skip_validation,
         "idempotency_key": a.idempotency_key,
+        "catch_up": a.catch_up,
     }
     if a.time is not None:
         if a.start_at or a.max_repetitions is not None:

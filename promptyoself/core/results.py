@@ -31,6 +31,7 @@ class ScheduleRecord(TypedDict):
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
+    max_per_day: NotRequired[int | None]
 
 
 class ScheduleResult(TypedDict):
@@ -45,6 +46,7 @@ class ScheduleResult(TypedDict):
     message: str
     deduplicated: bool
     description: NotRequired[str]
+    state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
 
 
 class ListResult(TypedDict):
@@ -53,6 +55,7 @@ class ListResult(TypedDict):
     count: int
     total: int
     agent_id: str | None
+    guardrails: NotRequired[dict[str, Any]]  # the limits, and the agent's use of them (core/operator.py)
 
 
 class CancelResult(TypedDict):
@@ -86,6 +89,7 @@ class HistoryResult(TypedDict):
     status: str
     deliveries: list[DeliveryRecord]
     count: int
+    guardrails: NotRequired[dict[str, Any]]
 
 
 class TestResult(TypedDict):
@@ -158,6 +162,7 @@ class HealthResult(TypedDict, total=False):
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
     letta_auth_error: str | None
+    guardrails: dict[str, Any]
 
 
 class LegacyRowError(TypedDict):
@@ -240,6 +245,7 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "max_repetitions": s.max_repetitions,
         "repetition_count": s.repetition_count,
         "last_error": s.last_error,
+        "max_per_day": s.max_per_day,
     }
 
 

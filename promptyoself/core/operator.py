@@ -103,7 +103,11 @@ def rule_words(schedule_type: str, value: str, tz: ZoneInfo, *, max_repetitions:
                max_per_day: int | None = None) -> str:
     """The rule in plain English, e.g. 'every 30 minutes, 10 times' or 'At 09:00, Monday through Friday'."""
     if schedule_type == "once":
-        text = f"once, at {value}"
+        try:
+            at = datetime.fromisoformat(value).astimezone(tz)
+            text = f"once, at {at:%Y-%m-%d %H:%M:%S}"
+        except ValueError:
+            text = f"once, at {value}"
     elif schedule_type == "cron":
         text = f"{timing.describe_cron(value)} (cron '{value}')"
     else:
@@ -357,6 +361,12 @@ class OperatorOperations:
                 "deliveries": [delivery_record(d) for d in history.get(r.id, [])],
             })
         return {"status": "success", "schedules": views, "count": len(views), "total": total}
+
+    def console_agent_ids(self) -> list[str]:
+        """The agents that have schedules (the console's agent filter offers them)."""
+        from promptyoself.store.operator import agents_by_state
+
+        return sorted(agents_by_state(self.store))
 
     def console_agents(self) -> list[AgentSummary]:
         """Every agent with schedules: its schedules by state and its budgets' use today."""

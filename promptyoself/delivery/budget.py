@@ -51,15 +51,15 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     agent = recent(core.store, since, agent_cap or 1, agent_id=claim.agent_id)
     if agent_cap and agent.delivered_today >= agent_cap:
         return Verdict(
-            f"{OVER_BUDGET}: agent {claim.agent_id} has had {agent.delivered_today} prompts delivered today, its "
-            f"budget (PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY={agent_cap}); not sent. The budget resets at "
+            f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {agent.delivered_today} delivered "
+            f"today (PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY={agent_cap}); not sent. The budget resets at "
             f"midnight {settings.timezone.key}.", agent.over_budget_unannounced)
     if own_cap:
         mine = recent(core.store, since, own_cap, schedule_id=claim.id)
         if mine.delivered_today >= own_cap:
             return Verdict(
-                f"{OVER_BUDGET}: schedule {claim.id} has had {mine.delivered_today} prompts delivered today, its "
-                f"max_per_day ({own_cap}); not sent. The budget resets at midnight {settings.timezone.key}.",
+                f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {mine.delivered_today} "
+                f"delivered today; not sent. The budget resets at midnight {settings.timezone.key}.",
                 agent.over_budget_unannounced)
     return Verdict(None, agent.over_budget_unannounced)
 

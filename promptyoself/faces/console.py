@@ -21,6 +21,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode
 
@@ -53,6 +54,20 @@ def is_console_path(path: str) -> bool:
     return path == "/" or path == "/console" or path.startswith("/console/")
 
 
+def when(value: object) -> str:
+    """An ISO 8601 instant as the console shows it: ``2026-06-15 14:00:05 +02:00`` (seconds, its offset)."""
+    if not value:
+        return "-"
+    try:
+        dt = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if dt.tzinfo is None:
+        return str(value)
+    offset = dt.strftime("%z")
+    return f"{dt:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+
+
 def _local(target: str | None, default: str = "/") -> str:
     """``target`` if it is a path on this site (no scheme, no host, no ``//``), else ``default``."""
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
@@ -73,7 +88,7 @@ class Console:
         self.revoked: dict[str, float] = {}  # signed-out sessions (id -> when it would expire anyway)
         self.env = Environment(loader=PackageLoader("promptyoself.faces", "templates/console"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
-        self.env.filters["when"] = lambda v: (str(v).replace("T", " ") if v else "-")
+        self.env.filters["when"] = when
         routes = [
             Route("/", self._guard(self.index)),
             Route("/console", self._guard(self.index)),
@@ -234,8 +249,9 @@ class Console:
                                              limit=PAGE, offset=offset)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
-        context.update(listed=listed, agent=agent or "", state=state, states=("live", *STATES, "all"),
-                       offset=offset, page=PAGE)
+        known = await run_in_threadpool(self.core.console_agent_ids)
+        context.update(listed=listed, agent=agent or "", state=state, known_agents=known,
+                       states=("live", *STATES, "all"), offset=offset, page=PAGE)
         return self.page(request, "index.html", context)
 
     async def agents(self, request: Request) -> Response:

@@ -100,6 +100,7 @@ ERROR_CODES: tuple[str, ...] = (
     "agent_not_found",
     "not_found",
     "quota_exceeded",
+    "rate_limited",
     "letta_unavailable",
     "letta_auth",
     "database_driver_missing",

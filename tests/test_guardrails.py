@@ -166,3 +166,54 @@ def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Cloc
             core.run_now(made["id"])
     finally:
         core.close()
+
+
+def test_cli_approve_reject_and_max_per_day(db_path: Path, clock: Clock, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from promptyoself.faces import cli
+
+    core = make_core(db_path, clock=clock, approval_below="1h")
+    try:
+        def run(*argv: str) -> tuple[int, dict[str, Any]]:
+            code = cli.main(list(argv), core=core)
+            return code, json.loads(capsys.readouterr().out)
+
+        base = ("--agent-id", "agent-cli", "--skip-validation")
+        code, made = run("schedule", "--prompt", "p", "--every", "5m", "--max-per-day", "3", *base)
+        assert code == 0 and made["state"] == "pending_approval" and "delivery" not in made
+        code, other = run("schedule", "--prompt", "q", "--cron", "*/10 * * * *", *base)
+        assert other["state"] == "pending_approval"
+        code, listed = run("list", "--agent-id", "agent-cli")
+        assert {s["state"] for s in listed["schedules"]} == {"pending_approval"}
+        assert listed["schedules"][0]["max_per_day"] == 3
+        assert listed["guardrails"]["approval_below"] == "1h"
+        code, approved = run("approve", str(made["id"]))
+        assert code == 0 and approved["state"] == "active" and "delivery" in approved
+        code, rejected = run("reject", str(other["id"]))
+        assert code == 0 and rejected["state"] == "cancelled"
+        code, again = run("reject", str(other["id"]))
+        assert code == 1 and again["code"] == "invalid_argument"
+        code, health = run("health")
+        assert health["guardrails"]["pending_approval"] == 0
+        assert health["guardrails"]["max_schedules_per_agent_per_hour"] == 60
+        code, hist = run("history", "--agent-id", "agent-cli")
+        assert hist["guardrails"]["usage"]["daily_budget"] == 500
+    finally:
+        core.close()
+
+
+def test_approval_below_off_and_budgets_zero(monkeypatch: pytest.MonkeyPatch, db_path: Path) -> None:
+    from promptyoself.config import load_settings
+
+    monkeypatch.setenv("PROMPTYOSELF_APPROVAL_BELOW", "off")
+    monkeypatch.setenv("PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY", "0")
+    settings = load_settings()
+    assert settings.approval_below is None and settings.max_deliveries_per_agent_per_day == 0
+    core = make_core(db_path, approval_below=None, max_deliveries_per_agent_per_day=0)
+    try:
+        assert core.schedule_every("fast", "10s", agent_id="agent-z", skip_validation=True)["state"] == "active"
+        usage = core.agent_usage("agent-z")
+        assert usage["daily_budget"] is None and usage["budget_left"] is None
+    finally:
+        core.close()

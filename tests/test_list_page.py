@@ -90,7 +90,7 @@ def test_list_tool_result_shape_is_unchanged(tmp_path: Path) -> None:
         rec = everything["schedules"][0]
         assert set(rec) == {"id", "agent_id", "prompt_text", "schedule_type", "schedule_value", "timezone",
                             "next_run", "active", "state", "created_at", "last_run", "max_repetitions",
-                            "repetition_count", "last_error"}
+                            "repetition_count", "last_error", "max_per_day"}
         assert rec["state"] == "cancelled" and rec["active"] is False and rec["timezone"] == "Europe/Berlin"
         assert rec["next_run"].endswith("+00:00") and rec["created_at"].endswith("+00:00")
     finally:

@@ -276,6 +276,10 @@ IdempotencyKey = Annotated[
     str | None,
     Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
 ]
+MaxPerDay = Annotated[
+    int | None,
+    Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
+]
 ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
     str,
@@ -300,6 +304,7 @@ SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
         ("timezone", Timezone, None),
         ("skip_validation", SkipValidation, False),
         ("idempotency_key", IdempotencyKey, None),
+        ("max_per_day", MaxPerDay, None),
     )
 )
 

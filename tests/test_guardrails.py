@@ -217,3 +217,41 @@ def test_approval_below_off_and_budgets_zero(monkeypatch: pytest.MonkeyPatch, db
         assert usage["daily_budget"] is None and usage["budget_left"] is None
     finally:
         core.close()
+
+
+def test_first_id_of_the_day_by_binary_search(db_path: Path) -> None:
+    """``first_id_since`` finds the first row of a day over ids with gaps, as a full scan would."""
+    import random
+
+    from sqlalchemy import delete, insert
+
+    from promptyoself.store.db import Delivery
+    from promptyoself.store.operator import first_id_since, outcomes_since
+
+    core = make_core(db_path)
+    try:
+        sid = add_schedule(core.store, "agent-b", "p", T0)
+        rng = random.Random(7)
+        at = T0 - timedelta(days=2)
+        rows = []
+        for i in range(1, 400):
+            at += timedelta(minutes=rng.randrange(1, 30))
+            rows.append({"id": i * 3 + rng.randrange(3), "schedule_id": sid, "agent_id": "agent-b",
+                         "scheduled_for": at, "attempted_at": at, "attempt": 1,
+                         "outcome": rng.choice(["delivered", "failed", "over_budget"])})
+        with core.store.engine.begin() as conn:
+            conn.execute(insert(Delivery), rows)
+        for since in (T0 - timedelta(days=3), T0 - timedelta(days=1), rows[200]["attempted_at"], at,
+                      at + timedelta(seconds=1)):
+            want = min((r["id"] for r in rows if r["attempted_at"] >= since), default=None)
+            assert first_id_since(core.store, since) == want, since
+            counts: dict[str, int] = {}
+            for r in rows:
+                if r["attempted_at"] >= since:
+                    counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+            assert outcomes_since(core.store, since) == counts
+        with core.store.engine.begin() as conn:
+            conn.execute(delete(Delivery))
+        assert first_id_since(core.store, T0) is None and outcomes_since(core.store, T0) == {}
+    finally:
+        core.close()

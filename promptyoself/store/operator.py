@@ -8,10 +8,11 @@ newest rows through ``ix_deliveries_agent`` / ``ix_deliveries_schedule`` in id o
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
 from promptyoself.store.db import Delivery, Schedule, Store
 from promptyoself.store.records import DeliveryRow, ListedSchedule, column_names, record_of
@@ -54,23 +55,43 @@ def oldest_created_since(store: Store, agent_id: str, since: datetime, cap: int)
     return value if isinstance(value, datetime) else None
 
 
+NOTICE_WINDOW = 100
+"""How far back (history rows) the agent's unannounced ``over_budget`` rows are looked for."""
+_first_of_day: weakref.WeakKeyDictionary[Store, tuple[datetime, int]] = weakref.WeakKeyDictionary()
+"""Per store: the day (its start) and the id of its first history row."""
+
+
+def day_floor(conn: Connection, store: Store, since: datetime) -> int:
+    """An id at or below the first history row attempted at or after ``since``, remembered per store
+    and day: once found it stays right, since later rows get larger ids. Before the day's first row
+    it is one past the newest row (nothing before it is of the day)."""
+    known = _first_of_day.get(store)
+    if known is not None and known[0] == since:
+        return known[1]
+    first = _first_id_since(conn, since)
+    if first is None:
+        newest = conn.execute(select(func.max(_D.id))).scalar_one_or_none()
+        return int(newest or 0) + 1  # not remembered: the day's first row may come next
+    _first_of_day[store] = (since, first)
+    return first
+
+
 def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = None,
            schedule_id: int | None = None) -> Recent:
-    """Delivered rows since ``since`` (exact; up to ``cap`` from the newest rows, then counted in full
-    only when the newest rows are all of today and do not settle it) and the ``over_budget`` rows
-    since the last delivered one, for one agent or one schedule."""
+    """For one agent (or one schedule): its rows delivered since ``since``, counted up to ``cap``
+    (an index range over that day's rows only: ``(agent_id, id)`` or ``(schedule_id, id)`` from the
+    day's first id), and its ``over_budget`` rows since its last delivered one (among its newest
+    ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered)."""
     cond = _D.agent_id == agent_id if schedule_id is None else _D.schedule_id == schedule_id
-    window = 2 * cap + 50
-    q = select(_D.outcome, _D.attempted_at).where(cond).order_by(_D.id.desc()).limit(window)
-    with store.session() as s:
-        rows = s.execute(q).all()
-        delivered = sum(1 for outcome, at in rows if outcome == "delivered" and at >= since)
-        if len(rows) == window and delivered < cap and rows[-1][1] >= since:
-            full = select(func.count()).select_from(Delivery.__table__).where(
-                cond, _D.outcome == "delivered", _D.attempted_at >= since)
-            delivered = int(s.execute(full).scalar_one())
+    newest = select(_D.outcome).where(cond).order_by(_D.id.desc()).limit(NOTICE_WINDOW)
+    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+        floor = day_floor(conn, store, since)
+        today = (select(_D.id).where(cond, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
+                 .limit(cap).subquery())
+        delivered = int(conn.execute(select(func.count()).select_from(today)).scalar_one())
+        outcomes = conn.execute(newest).scalars().all()
     unannounced = 0
-    for outcome, _at in rows:
+    for outcome in outcomes:
         if outcome == "delivered":
             break
         if outcome == "over_budget":
@@ -81,26 +102,30 @@ def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = No
 def first_id_since(store: Store, since: datetime) -> int | None:
     """The id of the first history row attempted at or after ``since`` (binary search on the primary
     key: O(log n) index reads), or None when there is none."""
-    with store.session() as s:
-        lo, hi = s.execute(select(func.min(_D.id), func.max(_D.id))).one()
-        if lo is None:
-            return None
-        at = select(_D.id, _D.attempted_at).order_by(_D.id).limit(1)
+    with store.engine.begin() as conn:
+        return _first_id_since(conn, since)
 
-        def row_at_or_after(i: int) -> tuple[int, datetime]:
-            found = s.execute(at.where(_D.id >= i)).one()
-            return int(found[0]), found[1]
 
-        if row_at_or_after(int(hi))[1] < since:
-            return None
-        lo, hi = int(lo), int(hi)
-        while lo < hi:  # the smallest x whose first row at or after it is of ``since`` or later
-            mid = (lo + hi) // 2
-            if row_at_or_after(mid)[1] >= since:
-                hi = mid
-            else:
-                lo = mid + 1
-        return row_at_or_after(lo)[0]
+def _first_id_since(conn: Connection, since: datetime) -> int | None:
+    lo, hi = conn.execute(select(func.min(_D.id), func.max(_D.id))).one()
+    if lo is None:
+        return None
+    at = select(_D.id, _D.attempted_at).order_by(_D.id).limit(1)
+
+    def row_at_or_after(i: int) -> tuple[int, datetime]:
+        found = conn.execute(at.where(_D.id >= i)).one()
+        return int(found[0]), found[1]
+
+    if row_at_or_after(int(hi))[1] < since:
+        return None
+    lo, hi = int(lo), int(hi)
+    while lo < hi:  # the smallest x whose first row at or after it is of ``since`` or later
+        mid = (lo + hi) // 2
+        if row_at_or_after(mid)[1] >= since:
+            hi = mid
+        else:
+            lo = mid + 1
+    return row_at_or_after(lo)[0]
 
 
 def outcomes_since(store: Store, since: datetime, agent_id: str | None = None) -> dict[str, int]:

@@ -97,7 +97,16 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
 
 
 def test_agent_daily_budget_holds_back_and_then_says_so(db_path: Path, clock: Clock, fake: FakeLetta) -> None:
-    core = make_core(db_path, fake, clock=clock, max_deliveries_per_agent_per_day=2)
+    budget_day(str(db_path), clock, fake)
+
+
+@pytest.mark.postgres
+def test_agent_daily_budget_on_postgres(pg_url: str, clock: Clock, fake: FakeLetta) -> None:
+    budget_day(pg_url, clock, fake)
+
+
+def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
+    core = make_core(db, fake, clock=clock, max_deliveries_per_agent_per_day=2)
     agent = fake.agent_ids[0]
     try:
         due = T0 - timedelta(minutes=5)

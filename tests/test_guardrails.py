@@ -264,3 +264,20 @@ def test_first_id_of_the_day_by_binary_search(db_path: Path) -> None:
         assert first_id_since(core.store, T0) is None and outcomes_since(core.store, T0) == {}
     finally:
         core.close()
+
+
+def test_terminal_shows_the_guardrails_in_one_line(db_path: Path, clock: Clock) -> None:
+    from promptyoself.faces.tables import render
+
+    core = make_core(db_path, clock=clock, approval_below="5m", max_schedules_per_agent_per_hour=9)
+    try:
+        core.schedule_every("p", "1h", agent_id="agent-t", skip_validation=True, max_per_day=2)
+        text = render(dict(core.list_schedules(agent_id="agent-t")))
+        assert ("Guardrails: 0 of 500 delivered today; 1 of 9 schedules made in the last hour; "
+                "approval below 5m.") in text
+        assert "guardrails." not in text
+        everyone = render(dict(core.history()))
+        line = "Guardrails: 500 deliveries per agent a day; 9 schedules per agent an hour; approval below 5m."
+        assert line in everyone
+    finally:
+        core.close()

@@ -230,7 +230,10 @@ class Console:
         """The banner of every page: health, today's counters and the guardrails."""
         core = self.core
         health = await run_in_threadpool(core.health)
-        today = await run_in_threadpool(core.today)
+        try:
+            today = await run_in_threadpool(core.today)
+        except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait
+            today = {"day_started": None, "delivered": 0, "failed": 0, "missed": 0, "over_budget": 0, "retry": 0}
         return {"health": health, "today": today, "guardrails": health.get("guardrails") or {}}
 
     # ---- pages ------------------------------------------------------------------------------

@@ -368,12 +368,15 @@ class OperatorOperations:
 
         return sorted(agents_by_state(self.store))
 
-    def console_agents(self) -> list[AgentSummary]:
-        """Every agent with schedules: its schedules by state and its budgets' use today."""
+    def console_agents(self, limit: int = 100, offset: int = 0) -> tuple[list[AgentSummary], int]:
+        """A page of the agents with schedules (by id): each one's schedules by state and its budgets'
+        use today; and how many agents there are."""
         from promptyoself.store.operator import agents_by_state
 
-        return [{"agent_id": agent, "states": states, "usage": self.agent_usage(agent)}
-                for agent, states in sorted(agents_by_state(self.store).items())]
+        every = sorted(agents_by_state(self.store).items())
+        page = every[offset:offset + limit]
+        return [{"agent_id": agent, "states": states, "usage": self.agent_usage(agent)} for agent, states in page], len(
+            every)
 
     def console_schedule(self, schedule_id: object) -> ScheduleView:
         """One schedule as the console shows it (NotFound when there is none)."""

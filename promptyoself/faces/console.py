@@ -45,6 +45,7 @@ SESSION_SECONDS = 12 * 3600
 MAX_FORM_BYTES = 16_384
 ACTIONS = ("pause", "resume", "run", "cancel", "approve", "reject")
 PAGE = 50
+AGENTS_PAGE = 100
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -259,7 +260,12 @@ class Console:
 
     async def agents(self, request: Request) -> Response:
         context = await self._overview()
-        context["agents"] = await run_in_threadpool(self.core.console_agents)
+        try:
+            offset = max(int(request.query_params.get("offset") or 0), 0)
+        except ValueError:
+            offset = 0
+        agents, total = await run_in_threadpool(self.core.console_agents, AGENTS_PAGE, offset)
+        context.update(agents=agents, total=total, offset=offset, page=AGENTS_PAGE)
         return self.page(request, "agents.html", context)
 
     async def agent(self, request: Request) -> Response:

@@ -15,6 +15,7 @@ Access (docs/console.md):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -46,6 +47,7 @@ MAX_FORM_BYTES = 16_384
 ACTIONS = ("pause", "resume", "run", "cancel", "approve", "reject")
 PAGE = 50
 AGENTS_PAGE = 100
+FAILED_SIGN_IN_DELAY = 1.0
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -341,6 +343,7 @@ class Console:
         if not given or not hmac.compare_digest(given, self.token.encode()):
             log.warning("console: a sign-in with a wrong token from %s",
                         request.client.host if request.client else "?")
+            await asyncio.sleep(FAILED_SIGN_IN_DELAY)  # guessing the token costs time
             return self.page(request, "login.html", {"next": target, "error": "That is not the service's token."},
                              status=401)
         response = RedirectResponse(target, status_code=303)

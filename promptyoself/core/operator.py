@@ -123,8 +123,9 @@ def rule_words(schedule_type: str, value: str, tz: ZoneInfo, *, max_repetitions:
 
 
 def upcoming_runs(s: ListedSchedule, anchor: datetime | None, now: datetime, count: int = UPCOMING) -> list[datetime]:
-    """The schedule's next ``count`` runs from its next one (none when it has ended)."""
-    if s.next_run is None or s.state not in LIVE_STATES:
+    """The schedule's next ``count`` runs from its next one (none when it has ended or is paused: its
+    slots until ``resume`` are skipped)."""
+    if s.next_run is None or s.state not in ("active", PENDING_APPROVAL):
         return []
     runs = [s.next_run]
     if s.schedule_type == "once":

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode
+from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
@@ -57,8 +58,9 @@ def is_console_path(path: str) -> bool:
     return path == "/" or path == "/console" or path.startswith("/console/")
 
 
-def when(value: object) -> str:
-    """An ISO 8601 instant as the console shows it: ``2026-06-15 14:00:05 +02:00`` (seconds, its offset)."""
+def when(value: object, zone: str | None = None) -> str:
+    """An ISO 8601 instant as the console shows it: ``2026-06-15 14:00:05 +02:00`` (seconds, its
+    offset), in the IANA ``zone`` when given (a schedule's)."""
     if not value:
         return "-"
     try:
@@ -67,6 +69,11 @@ def when(value: object) -> str:
         return str(value)
     if dt.tzinfo is None:
         return str(value)
+    if zone:
+        try:
+            dt = dt.astimezone(ZoneInfo(zone))
+        except (ValueError, KeyError, OSError):  # not a zone name this system knows: keep the instant's offset
+            pass
     offset = dt.strftime("%z")
     return f"{dt:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
 

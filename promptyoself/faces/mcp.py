@@ -51,7 +51,9 @@ INSTRUCTIONS = """PromptYoSelf schedules prompts that are delivered to you (a Le
 Use promptyoself_schedule_time for one reminder ("in 5m", "2026-12-25T09:00:00+01:00"),
 promptyoself_schedule_cron for calendar rules ("0 9 * * MON-FRI" in a timezone) and
 promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
-Pass your own agent_id: Letta does not tell stdio servers who is calling."""
+Pass your own agent_id: Letta does not tell stdio servers who is calling.
+Deliveries are budgeted per day and new schedules per hour (promptyoself_list shows your guardrails):
+change or reuse a schedule rather than making a new one from every prompt."""
 
 PASS_THROUGH: tuple[inspect.Parameter, ...] = tuple(
     inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)

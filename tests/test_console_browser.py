@@ -111,16 +111,22 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
         def row(key: str) -> Any:
             return page.locator(f"#schedule-{ids[key]}")
 
+        def submit(target: Any) -> None:
+            """Click a button or link and wait until the page it leads to (after the redirect) has
+            loaded: a reload or a query while Chromium still swaps the page fails."""
+            with page.expect_navigation(wait_until="load"):
+                (page.locator(target) if isinstance(target, str) else target).click()
+
         try:
             # 1. sign in
             page.goto(url + "/")
             assert "/console/login" in page.url
             shot("01-sign-in")
             page.fill("#token", "not the token")
-            page.click("button[type=submit]")
+            submit("button[type=submit]")
             assert "not the service" in page.inner_text("#login")
             page.fill("#token", TOKEN)
-            page.click("button[type=submit]")
+            submit("button[type=submit]")
             page.wait_for_selector("#schedules")
             assert page.url.rstrip("/") == url
             assert page.inner_text("#health").lower().startswith("ok")
@@ -132,49 +138,49 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             # 2. filter by agent and state
             page.fill("input[name=agent]", research)
             page.select_option("select[name=state]", "pending_approval")
-            page.click("#filters button[type=submit]")
+            submit("#filters button[type=submit]")
             page.wait_for_selector("#schedules")
             assert row("poll").count() == 1 and row("inbox").count() == 0 and row("standup").count() == 0
             assert row("poll").get_attribute("data-state") == "pending_approval"
             shot("03-filter-pending")
 
             # 3. approve the pending schedule
-            row("poll").locator("button", has_text="Approve").click()
+            submit(row("poll").locator("button", has_text="Approve"))
             assert f"Approved schedule {ids['poll']}" in page.inner_text(".flash")
             assert core.console_schedule(ids["poll"])["schedule"]["state"] == "active"
             shot("04-approved")
 
             # 4. pause
             page.goto(url + "/")
-            row("queue").locator("button", has_text="Pause").click()
+            submit(row("queue").locator("button", has_text="Pause"))
             assert f"Paused schedule {ids['queue']}" in page.inner_text(".flash")
             assert row("queue").get_attribute("data-state") == "paused"
             shot("05-paused")
 
             # 5. run now, then again: the schedule's max_per_day (1) holds the second back
-            row("inbox").locator("button", has_text="Run now").click()
+            submit(row("inbox").locator("button", has_text="Run now"))
             assert "due now" in page.inner_text(".flash")
 
             def shows(outcome: str) -> bool:
-                page.reload()
-                return outcome in row("inbox").locator("ul.dels").inner_text() if row("inbox").locator(
-                    "ul.dels").count() else False
+                page.goto(url + "/", wait_until="load")
+                dels = row("inbox").locator("ul.dels")
+                return dels.count() > 0 and outcome in dels.inner_text()
 
             wait_for(lambda: shows("delivered"), "the run-now delivery on the page")
             assert re.search(r"run \S+", row("inbox").inner_text()), "the Letta run id is shown"
             shot("06-run-now")
-            row("inbox").locator("button", has_text="Run now").click()
+            submit(row("inbox").locator("button", has_text="Run now"))
             wait_for(lambda: shows("over_budget"), "the over-budget row on the page")
             today = page.inner_text("#today")
             assert re.search(r"1\s+over budget today", today), today
             shot("07-over-budget")
 
             # 6. cancel, with its confirmation
-            row("cert").locator("a", has_text="Cancel").click()
+            submit(row("cert").locator("a", has_text="Cancel"))
             page.wait_for_selector("#confirm-cancel")
             assert "America/New_York" in page.inner_text("main")
             shot("08-cancel-confirm")
-            page.click("#confirm-cancel button[type=submit]")
+            submit("#confirm-cancel button[type=submit]")
             assert f"Cancelled schedule {ids['cert']}" in page.inner_text(".flash")
             assert row("cert").count() == 0, "cancelled schedules leave the live list"
             assert core.console_schedule(ids["cert"])["schedule"]["state"] == "cancelled"
@@ -183,7 +189,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             # 7. the agent view
             page.goto(url + "/console/agents")
             shot("10-agents")
-            page.click(f"a:text('{ops}')")
+            submit(f"a:text('{ops}')")
             page.wait_for_selector("#agent-usage")
             assert "Say hello to the team." in page.inner_text("main")
             shot("11-agent")

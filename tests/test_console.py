@@ -200,6 +200,13 @@ def test_open_console_without_a_token_still_checks_csrf(db_path: Path) -> None:
         assert client.post("/console/schedules/1/pause", data={"csrf": "0" * 40}).status_code == 403
         r = client.post("/console/schedules/1/pause", data={"csrf": csrf_of(first.text)})
         assert r.status_code == 303 and core.console_schedule(1)["schedule"]["state"] == "paused"
+        r = client.post("/console/schedules/1/resume", data={"csrf": csrf_of(first.text)}, headers={"origin": "null"})
+        assert r.status_code == 403
+        # DNS rebinding: a page of another site whose name points at 127.0.0.1 reads nothing
+        rebound = client.get("/", headers={"host": "attacker.example:8000"})
+        assert rebound.status_code == 403 and "open" not in rebound.text and SESSION_COOKIE not in rebound.cookies
+        assert client.get("/", headers={"host": "localhost:8000"}).status_code == 200
+        assert client.get("/", headers={"host": "[::1]:8000"}).status_code == 200
     finally:
         client.close()
         core.close()

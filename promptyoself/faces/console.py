@@ -78,6 +78,16 @@ def when(value: object, zone: str | None = None) -> str:
     return f"{dt:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
 
 
+def _loopback_host(host: str) -> bool:
+    """Whether a ``Host`` header names this machine's loopback interface (any port)."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[: name.find("]") + 1]
+    else:
+        name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return name in ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
 def _local(target: str | None, default: str = "/") -> str:
     """``target`` if it is a path on this site (no scheme, no host, no ``//``), else ``default``."""
     if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
@@ -156,6 +166,11 @@ class Console:
         session's CSRF token and no foreign ``Origin``."""
 
         async def guarded(request: Request) -> Response:
+            if self.token is None and not _loopback_host(request.headers.get("host", "")):
+                # open console: only under a loopback name, so a page of another site whose name was
+                # pointed at 127.0.0.1 (DNS rebinding) cannot read it, CSRF tokens included
+                return self._refuse(request, 403, "Without PROMPTYOSELF_HTTP_TOKEN the console answers only at "
+                                    "127.0.0.1, localhost or [::1].")
             session = self.session_id(request.cookies.get(SESSION_COOKIE))
             bearer = self._bearer_ok(request)
             fresh: str | None = None
@@ -173,7 +188,7 @@ class Console:
             if request.method == "POST" and not bearer:
                 origin = request.headers.get("origin")
                 host = request.headers.get("host", "")
-                if origin and origin != "null" and origin.split("://", 1)[-1] != host:
+                if origin and origin.split("://", 1)[-1] != host:  # "null" too: our forms post same-origin
                     return self._refuse(request, 403, "Cross-site request refused.")
                 form = await self._form(request)
                 if form is None:

@@ -569,3 +569,8 @@ def next_run_after(
         return next_interval_slot(anchor, parse_interval(schedule_value), after)
     raise InvalidArgument(f"Unknown schedule type {schedule_type!r}; use 'once', 'cron', 'rrule' or 'interval'.")
 
+
+def day_start(now: datetime, tz: ZoneInfo) -> datetime:
+    """The instant (UTC) the day of ``now`` began in ``tz``: where daily delivery budgets reset."""
+    local = ensure_aware(now).astimezone(tz)
+    return local_to_utc(datetime(local.year, local.month, local.day), tz)  # noqa: DTZ001 (wall clock in tz)

@@ -11,6 +11,8 @@ from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
 MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
 MAX_MAX_REPETITIONS = 1_000_000
+MAX_PER_DAY = 100_000
+"""The largest per-schedule daily budget (``max_per_day``) accepted."""
 MAX_ID = 2**63 - 1  # the largest id a database INTEGER holds; larger ones cannot exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -135,6 +135,9 @@ def assess(core: Checked) -> HealthResult:
         bl = queries.backlog(store, now)
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
+        from promptyoself.core.operator import guardrail_summary
+
+        guard = guardrail_summary(settings, store, now)
     except Exception as exc:
         log.debug("health: the database cannot be used", exc_info=True)
         code = getattr(exc, "code", None)
@@ -146,6 +149,7 @@ def assess(core: Checked) -> HealthResult:
         down = True
     else:
         out["schedules_active"] = bl.active
+        out["guardrails"] = guard
         out["due_now"] = bl.due
         late = (now - bl.oldest_overdue).total_seconds() if bl.oldest_overdue is not None else None
         out["oldest_overdue_s"] = round(late, 3) if late is not None else None

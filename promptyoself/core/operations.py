@@ -22,6 +22,7 @@ from promptyoself.core.agents import CallContext, Defaults, agent_required_error
 from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
+    MAX_PER_DAY,
     check_catch_up,
     check_limit,
     check_prompt,
@@ -29,6 +30,7 @@ from promptyoself.core.checks import (
     parse_schedule_id,
     required_time,
 )
+from promptyoself.core.operator import OperatorOperations
 from promptyoself.core.results import (
     CancelResult,
     HistoryResult,
@@ -42,7 +44,7 @@ from promptyoself.core.results import (
 )
 from promptyoself.deps import Deps, Wiring
 from promptyoself.errors import InvalidArgument, InvalidInterval, NotFound, QuotaExceeded
-from promptyoself.store import LIVE_STATES
+from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
     from promptyoself.store.records import ScheduleRow
@@ -61,6 +63,7 @@ class ScheduleOptions(TypedDict, total=False):
     skip_validation: bool
     idempotency_key: object
     catch_up: object  # skip | latest | all (None: latest)
+    max_per_day: object
     ctx: CallContext | None
 
 
@@ -78,7 +81,7 @@ class Plan:
     letta_payload: str | None = None  # JSON: a Letta scheduling-API request's payload (letta_schedules.py)
 
 
-class Core(Deps, AdminOperations):
+class Core(Deps, AdminOperations, OperatorOperations):
     """PromptYoSelf's operations over one store and one Letta server (the wiring is ``Deps``)."""
 
     def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
@@ -186,11 +189,16 @@ class Core(Deps, AdminOperations):
 
         key = check_text("idempotency_key", options.get("idempotency_key"), 200)
         catch_up = check_catch_up(options.get("catch_up"))
+        per_day = options.get("max_per_day")
+        per_day = None if per_day is None else check_limit("max_per_day", per_day, 1, MAX_PER_DAY)
         agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._created_result(existing, DEDUPLICATED, True)
+        # the guardrails (core/operator.py): refused when made too fast, parked when it fires too often
+        state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
+        message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
         limit = self.settings.max_active_per_agent
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
@@ -203,7 +211,9 @@ class Core(Deps, AdminOperations):
             schedule_value=plan.value,
             timezone=plan.tz.key,
             next_run=plan.next_run,
-            due_at=plan.next_run,
+            due_at=plan.next_run if state == "active" else None,
+            state=state,
+            max_per_day=per_day,
             anchor=plan.anchor,
             created_at=now,
             updated_at=now,
@@ -222,7 +232,7 @@ class Core(Deps, AdminOperations):
                 raise
             return self._created_result(existing, DEDUPLICATED, True)
         self._changed()
-        return self._created_result(row, plan.message, False)
+        return self._created_result(row, message, False)
 
     def _quota_error(self, agent: str, live: int) -> QuotaExceeded:
         return QuotaExceeded(
@@ -246,6 +256,7 @@ class Core(Deps, AdminOperations):
             "deduplicated": deduplicated,
             "catch_up": row.catch_up,
             **rule_views(row),
+            "state": row.state,
         }
         return out
 
@@ -272,6 +283,7 @@ class Core(Deps, AdminOperations):
             "count": len(rows),
             "total": int(total),
             "agent_id": found.agent_id,
+            "guardrails": self.guardrails_for(found.agent_id),
         }
 
     @staticmethod
@@ -314,6 +326,7 @@ class Core(Deps, AdminOperations):
             "status": "success",
             "deliveries": [delivery_record(d) for d in rows],
             "count": len(rows),
+            "guardrails": self.guardrails_for(agent),
         }
 
     # ---- changing state -----------------------------------------------------------------------
@@ -359,7 +372,7 @@ class Core(Deps, AdminOperations):
         now = self.now()
 
         def change(row: ScheduleRow) -> ScheduleRow:
-            if row.state not in LIVE_STATES:
+            if row.state not in LIVE_STATES or row.state == PENDING_APPROVAL:
                 raise InvalidArgument(f"Schedule {sid} is {row.state}; only active schedules can be paused.")
             return replace(row, state="paused", due_at=None, updated_at=now)
 
@@ -372,6 +385,8 @@ class Core(Deps, AdminOperations):
         now = self.now()
 
         def change(row: ScheduleRow) -> ScheduleRow:
+            if row.state == PENDING_APPROVAL:
+                raise InvalidArgument(f"Schedule {sid} waits for an operator's approval: `promptyoself approve {sid}`.")
             if row.state not in LIVE_STATES:
                 raise InvalidArgument(
                     f"Schedule {sid} is {row.state}; only paused schedules can be resumed. Schedule a new one instead."

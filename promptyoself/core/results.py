@@ -36,6 +36,7 @@ class ScheduleRecord(TypedDict):
     catch_up: str
     upcoming: list[str]
     description: str
+    max_per_day: NotRequired[int | None]
 
 
 class RuleViews(TypedDict):
@@ -57,6 +58,7 @@ class ScheduleResult(TypedDict):
     catch_up: str
     upcoming: list[str]
     description: str
+    state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
 
 
 class ListResult(TypedDict):
@@ -65,6 +67,7 @@ class ListResult(TypedDict):
     count: int
     total: int
     agent_id: str | None
+    guardrails: NotRequired[dict[str, Any]]  # the limits, and the agent's use of them (core/operator.py)
 
 
 class CancelResult(TypedDict):
@@ -98,6 +101,7 @@ class HistoryResult(TypedDict):
     status: str
     deliveries: list[DeliveryRecord]
     count: int
+    guardrails: NotRequired[dict[str, Any]]
 
 
 class TestResult(TypedDict):
@@ -170,6 +174,7 @@ class HealthResult(TypedDict, total=False):
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
     letta_auth_error: str | None
+    guardrails: dict[str, Any]
 
 
 class LegacyRowError(TypedDict):
@@ -243,8 +248,9 @@ def rule_views(s: ListedSchedule) -> RuleViews:
     except PromptYoSelfError:  # a zone this machine lacks: show UTC
         tz = resolve_zone("UTC")
     remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
-    runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if s.state == "active"
-                               else None, anchor=s.anchor, remaining=remaining)
+    waiting = s.state in ("active", "pending_approval")  # (paused: its slots until resume are skipped)
+    runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if waiting else None,
+                               anchor=s.anchor, remaining=remaining)
     return {
         "upcoming": [to_local_iso(at, tz) for at in runs],
         "description": recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions),
@@ -270,6 +276,7 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "last_error": s.last_error,
         "catch_up": s.catch_up,
         **rule_views(s),
+        "max_per_day": s.max_per_day,
     }
 
 

@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from promptyoself import catchup, timing
+from promptyoself.delivery import budget
 from promptyoself.delivery.retry import RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import (
@@ -79,6 +80,7 @@ class Claim:
     in_doubt: bool = False
     """An earlier attempt on this occurrence may have reached Letta: check before sending."""
     letta_payload: str | None = None  # JSON body of a Letta scheduling-API schedule (sent as is)
+    max_per_day: int | None = None  # the schedule's own daily budget (delivery/budget.py)
     taken_over: bool = False
     """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
     that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
@@ -107,6 +109,7 @@ class Claim:
             max_repetitions=row.max_repetitions,
             in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
             letta_payload=getattr(row, "letta_payload", None),
+            max_per_day=getattr(row, "max_per_day", None),
             taken_over=taken_over,
             catch_up=getattr(row, "catch_up", None) or "latest",
         )
@@ -118,7 +121,7 @@ class Result:
 
     schedule_id: int
     agent_id: str
-    outcome: str  # delivered | retry | failed | missed | paused | released | lost
+    outcome: str  # delivered | retry | failed | missed | over_budget | paused | released | lost
     attempt: int = 0
     error: str | None = None
     run_id: str | None = None
@@ -272,6 +275,10 @@ def attempt(
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
+        verdict = budget.check(core, claim, now)  # the daily budgets: over them, record, do not send
+        if verdict.over is not None:
+            return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
+        text = budget.announce(text, verdict)
         payload = json.loads(claim.letta_payload) if claim.letta_payload else None
         # The claim's fence is asked again right before the request is written (after the look-up
         # above, and as late as the client can): a holder that stalled since gives the claim back.
@@ -381,7 +388,7 @@ class Attempt:
 
     claim: Claim
     owner: str
-    kind: str  # delivered | retry | failed | missed | paused
+    kind: str  # delivered | retry | failed | missed | over_budget | paused
     attempted_at: datetime
     attempt: int
     error: str | None = None
@@ -538,7 +545,7 @@ def next_state(
     if kind == "delivered":
         count += 1
         out.update(repetition_count=count, last_run=attempted_at, last_error=None)
-    else:  # failed (attempts exhausted) or missed (one-time prompt beyond the misfire grace)
+    else:  # failed (attempts exhausted), missed (beyond the misfire grace) or over_budget (not sent)
         out["last_error"] = error
     live = state in LIVE_STATES
     if row["schedule_type"] == "once":

@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
     p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
+    p.add_argument("--max-per-day", type=int, help="deliver at most N a day; more are recorded over_budget")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")
@@ -96,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
 
     _add_plain(sub, {"cancel": "cancel a schedule", "pause": "pause a schedule",
-                     "resume": "resume a paused schedule"}, schedule_id=True)
+                     "resume": "resume a paused schedule",
+                     "approve": "approve a schedule waiting in pending_approval",
+                     "reject": "reject (cancel) a schedule waiting in pending_approval"}, schedule_id=True)
 
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
@@ -233,6 +236,7 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "skip_validation": a.skip_validation,
         "idempotency_key": a.idempotency_key,
         "catch_up": a.catch_up,
+        "max_per_day": a.max_per_day,
     }
     if a.time is not None:
         if a.start_at or a.max_repetitions is not None:
@@ -322,6 +326,8 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "cancel": lambda c, a: dict(c.cancel(a.id)),
     "pause": lambda c, a: dict(c.pause(a.id)),
     "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
+    "approve": lambda c, a: _with_delivery(c, dict(c.approve(a.id))),
+    "reject": lambda c, a: dict(c.reject(a.id)),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,

@@ -9,6 +9,9 @@ REST API, with delivery running in the same process (promptyoself.delivery.resid
   ``promptyoself.faces.rest.build_rest_app(core)``, mounted at the marked point below when that module
   exists; every path the other routes do not take goes to it.
 
+* the operator console (``/`` and ``/console/...``): promptyoself.faces.console, which checks the
+  token itself (a sign-in form and a session cookie, since a browser sends no bearer header).
+
 When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz`` must carry it.
 """
 
@@ -64,6 +67,10 @@ class ServiceApp:
         self.rest_app: ASGIApp | None = _rest_app(core)
         self.registry = registry_for(core)
         self.delivery = delivery
+        from promptyoself.faces.console import build_console, is_console_path
+
+        self.is_console_path = is_console_path
+        self.console: ASGIApp = build_console(core)  # its own sign-in: a browser sends no bearer header
         token = http_token(settings)
         self.guarded: ASGIApp = BearerAuth(self._routes, token) if token else self._routes
 
@@ -73,6 +80,9 @@ class ServiceApp:
             return
         if scope["type"] == "http" and scope.get("path") == "/healthz":
             await self._healthz(send)
+            return
+        if scope["type"] == "http" and self.is_console_path(str(scope.get("path", ""))):
+            await self.console(scope, receive, send)
             return
         await self.guarded(scope, receive, send)
 

@@ -52,7 +52,9 @@ Use promptyoself_schedule_time for one reminder ("tomorrow at 9am", "in 5m", "20
 promptyoself_schedule_cron for calendar rules ("every weekday at 9", "0 9 * * MON-FRI", an RFC 5545 RRULE,
 in a timezone) and promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
 Each result lists the next runs (`upcoming`) and the rule in words (`description`): check them.
-Pass your own agent_id: Letta does not tell stdio servers who is calling."""
+Pass your own agent_id: Letta does not tell stdio servers who is calling.
+Deliveries are budgeted per day and new schedules per hour (promptyoself_list shows your guardrails):
+change or reuse a schedule rather than making a new one from every prompt."""
 
 PASS_THROUGH: tuple[inspect.Parameter, ...] = tuple(
     inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
@@ -277,6 +279,10 @@ IdempotencyKey = Annotated[
     str | None,
     Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
 ]
+MaxPerDay = Annotated[
+    int | None,
+    Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
+]
 ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
     str,
@@ -310,6 +316,7 @@ SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
         ("skip_validation", SkipValidation, False),
         ("idempotency_key", IdempotencyKey, None),
         ("catch_up", CatchUp, None),
+        ("max_per_day", MaxPerDay, None),
     )
 )
 

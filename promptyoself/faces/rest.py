@@ -36,6 +36,7 @@ from promptyoself.errors import (
     NotFound,
     PromptYoSelfError,
     QuotaExceeded,
+    RateLimited,
 )
 from promptyoself.faces.http_auth import bearer_middleware
 
@@ -48,6 +49,7 @@ _STATUS: list[tuple[type[PromptYoSelfError], int]] = [
     (InvalidArgument, 400),
     (AgentRequired, 400),
     (QuotaExceeded, 429),
+    (RateLimited, 429),
     (LettaAuth, 502),
     (LettaUnavailable, 503),
 ]
@@ -67,6 +69,7 @@ class _Common(BaseModel):
     skip_validation: bool = Field(False, description="Do not check the agent exists on Letta.")
     catch_up: Literal["skip", "latest", "all"] | None = Field(
         None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
+    max_per_day: int | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
 
 
 class TimeRequest(_Common):
@@ -157,20 +160,20 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def schedule_time(req: TimeRequest) -> JSONResponse:
         return await call(core.schedule_time, req.prompt, req.time, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(req: CronRequest) -> JSONResponse:
         return await call(core.schedule_cron, req.prompt, req.cron, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(req: EveryRequest) -> JSONResponse:
         return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
                           max_repetitions=req.max_repetitions, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(

@@ -149,9 +149,27 @@ def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo) -> lis
         out.append(f"{shown} of {total} {key} shown ({who}).")
     if rest.get("message"):
         out.append(str(rest["message"]))
-    others = {k: v for k, v in rest.items() if k not in {"count", "total", "agent_id", "message", "status", *HIDDEN}}
+    if isinstance(rest.get("guardrails"), Mapping):
+        out.append(guardrail_line(rest["guardrails"]))
+    others = {k: v for k, v in rest.items()
+              if k not in {"count", "total", "agent_id", "message", "status", "guardrails", *HIDDEN}}
     out.extend(f"{k}: {show(k, v, zone)}" for k, v in flatten(others) if v is not None)
     return out
+
+
+def guardrail_line(g: Mapping[str, Any]) -> str:
+    """``list``/``history``'s guardrails in one line (docs/console.md): the agent's use, or the limits."""
+    usage = g.get("usage")
+    below = f"approval below {g['approval_below']}" if g.get("approval_below") else "approval off"
+    if isinstance(usage, Mapping):
+        budget = (f"{usage['delivered_today']} of {usage['daily_budget']} delivered today"
+                  if usage.get("daily_budget") else f"{usage['delivered_today']} delivered today (no budget)")
+        held = f", {usage['held_back']} held back over budget" if usage.get("held_back") else ""
+        made = f"{usage['created_last_hour']}" + (f" of {usage['hourly_limit']}" if usage.get("hourly_limit") else "")
+        return f"Guardrails: {budget}{held}; {made} schedules made in the last hour; {below}."
+    budget = g.get("max_deliveries_per_agent_per_day") or "no"
+    hourly = g.get("max_schedules_per_agent_per_hour") or "no limit of"
+    return f"Guardrails: {budget} deliveries per agent a day; {hourly} schedules per agent an hour; {below}."
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

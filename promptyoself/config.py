@@ -38,6 +38,8 @@ ACCEPTS_SECONDS = "a number of seconds > 0 such as 2.5, or a duration such as 30
 ACCEPTS_SECONDS_OR_0 = "a number of seconds >= 0 such as 2.5 (0 = {zero}), or a duration such as 30s or 10m"
 ACCEPTS_BOOL = "true or false (also 1/0, yes/no, on/off, t/f, y/n, any case)"
 ACCEPTS_COUNT = "a whole number >= 1"
+ACCEPTS_COUNT_OR_0 = "a whole number >= 0 (0 = no limit)"
+ACCEPTS_INTERVAL_OR_OFF = ACCEPTS_INTERVAL + ", or off (empty = off)"
 ACCEPTS_SECRET = "any text without control characters (empty = unset)"
 ACCEPTS_AGENT_ID = (f"an agent id: up to {MAX_AGENT_ID_CHARS} printable characters without spaces, "
                     "e.g. agent-UUID (empty = unset)")
@@ -164,8 +166,15 @@ def _lower(value: object) -> object:
     return value.strip().lower() if isinstance(value, str) else value
 
 
+def _interval_or_off(value: object) -> Interval | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "off", "none")):
+        return None
+    return _interval(value)
+
+
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 Duration = Annotated[Interval, PlainValidator(_interval)]
+DurationOrOff = Annotated[Interval | None, PlainValidator(_interval_or_off)]
 Zone = Annotated[ZoneInfo, PlainValidator(_zone)]
 
 
@@ -226,6 +235,13 @@ class Settings(BaseSettings):
     max_active_per_agent: int = _field(100, "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT", ACCEPTS_COUNT, ge=1)
     min_interval: Duration = _field("10s", "PROMPTYOSELF_MIN_INTERVAL", ACCEPTS_INTERVAL, validate_default=True)
     max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
+
+    # Guardrails against a runaway agent (docs/console.md): each delivered prompt costs an LLM turn.
+    max_deliveries_per_agent_per_day: int = _field(500, "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY",
+                                                   ACCEPTS_COUNT_OR_0, ge=0)
+    max_schedules_per_agent_per_hour: int = _field(60, "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR",
+                                                   ACCEPTS_COUNT_OR_0, ge=0)
+    approval_below: DurationOrOff = _field(None, "PROMPTYOSELF_APPROVAL_BELOW", ACCEPTS_INTERVAL_OR_OFF)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _field(
         "INFO", "PROMPTYOSELF_LOG_LEVEL", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]} (any case)")

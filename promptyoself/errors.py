@@ -61,6 +61,14 @@ class QuotaExceeded(PromptYoSelfError):
     code = "quota_exceeded"
 
 
+class RateLimited(PromptYoSelfError):
+    """An agent made more schedules in the last hour than PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR
+    allows (a runaway agent scheduling itself from every prompt). ``retry_after_s`` says when one more
+    is allowed."""
+
+    code = "rate_limited"
+
+
 class LettaUnavailable(PromptYoSelfError):
     code = "letta_unavailable"
 
@@ -92,6 +100,7 @@ ERROR_CODES: tuple[str, ...] = (
     "agent_not_found",
     "not_found",
     "quota_exceeded",
+    "rate_limited",
     "letta_unavailable",
     "letta_auth",
     "database_driver_missing",

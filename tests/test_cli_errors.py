@@ -57,6 +57,14 @@ def quota_core(db_path: Path) -> Iterator[Core]:
 
 
 @pytest.fixture
+def rate_core(db_path: Path) -> Iterator[Core]:
+    c = Core(make_settings(db_path, max_schedules_per_agent_per_hour=1))
+    c.schedule_time("the one this hour allows", "in 5m", agent_id=AGENT, skip_validation=True)
+    yield c
+    c.close()
+
+
+@pytest.fixture
 def down_core(db_path: Path) -> Iterator[Core]:
     c = Core(make_settings(db_path, letta_base_url="http://127.0.0.1:9"))
     yield c
@@ -76,6 +84,7 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("not_found", "core", ("cancel", "999")),
     ("not_found", "core", ("history", "--schedule-id", "999")),
     ("quota_exceeded", "quota_core", ("schedule", "--prompt", "x" * 60, "--time", "in 5m", *SKIP)),
+    ("rate_limited", "rate_core", ("schedule", "--prompt", "p", "--time", "in 5m", *SKIP)),
     ("agent_not_found", "letta_core", ("schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", UNKNOWN_AGENT)),
     ("agent_not_found", "letta_core", ("schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", "bob")),
     ("letta_unavailable", "down_core", ("test",)),

@@ -62,6 +62,9 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT": ("-3", "7", 7),
     "PROMPTYOSELF_MIN_INTERVAL": ("500ms", "1m", timedelta(minutes=1)),
     "PROMPTYOSELF_MAX_PROMPT_CHARS": ("lots", "100", 100),
+    "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY": ("-1", "0", 0),
+    "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR": ("ten", "12", 12),
+    "PROMPTYOSELF_APPROVAL_BELOW": ("soon", "15m", timedelta(minutes=15)),
     "PROMPTYOSELF_LOG_LEVEL": ("LOUD", "warning", "WARNING"),
     "PROMPTYOSELF_LOG_FILE": ("/var/log/promptyoself/", "~/logs/p.log", "HOME/logs/p.log"),
     "PROMPTYOSELF_LOG_JSON": ("2", "TRUE", True),
@@ -236,12 +239,12 @@ def test_a_bad_timezone_stops_the_stdio_server(tmp_path: Path) -> None:
 def test_the_spawned_worker_fails_fast_and_logs_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The detached worker the server starts reads the same environment: with a bad value it exits at
     once and its log (its stderr) holds the line."""
-    from promptyoself.delivery.worker import spawn_worker, worker_log_path
+    from promptyoself.delivery.starter import spawn, worker_log_path
     from promptyoself.store.quick import pid_alive
 
     settings = Settings(db=str(tmp_path / "w.db"), executor_autostart=False)
     monkeypatch.setenv("PROMPTYOSELF_MISFIRE_GRACE", "bogus")
-    pid = spawn_worker(settings, "spawn:test:1:abc")
+    pid = spawn(settings, "spawn:test:1:abc")
     log = worker_log_path(settings)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and the_line("PROMPTYOSELF_MISFIRE_GRACE") not in _read(log):

@@ -21,8 +21,10 @@ PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartb
 
 # docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).
 CONTRACT: dict[str, set[str]] = {
-    "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key"},
-    "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key"},
+    "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key",
+                                   "catch_up", "max_per_day"},
+    "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key",
+                                   "catch_up", "max_per_day"},
     "promptyoself_schedule_every": {
         "prompt",
         "every",
@@ -32,6 +34,8 @@ CONTRACT: dict[str, set[str]] = {
         "timezone",
         "skip_validation",
         "idempotency_key",
+        "catch_up",
+        "max_per_day",
     },
     "promptyoself_list": {"agent_id", "include_cancelled", "limit", "offset"},
     "promptyoself_cancel": {"schedule_id"},
@@ -228,7 +232,8 @@ async def test_history_is_empty_for_a_new_schedule(client: Client[Any], fake: Fa
         client, "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": fake.agent_ids[0]}
     )
     r = await ok(client, "promptyoself_history", {"schedule_id": made["id"]})
-    assert r == {"status": "success", "deliveries": [], "count": 0}
+    assert {k: v for k, v in r.items() if k != "guardrails"} == {"status": "success", "deliveries": [], "count": 0}
+    assert r["guardrails"]["max_deliveries_per_agent_per_day"] == 500
 
 
 async def test_letta_tools(client: Client[Any], fake: FakeLetta) -> None:
@@ -315,6 +320,12 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
         "promptyoself_schedule_time", {"prompt": "x" * 9000, "time": "in 5m", "agent_id": agent}, "quota_exceeded"
     )
 
+    tcore.settings.max_schedules_per_agent_per_hour = 1  # the agent made one schedule this hour already
+    await ok(client, "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": fake.agent_ids[1]})
+    limited = await expect("promptyoself_schedule_time",
+                           {"prompt": "p", "time": "in 6m", "agent_id": fake.agent_ids[1]}, "rate_limited")
+    assert limited["retry_after_s"] == 3600 and "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR" in limited["error"]
+    tcore.settings.max_schedules_per_agent_per_hour = 60
     fake.password = "s3cret-password"
     auth = await expect("promptyoself_agents", {}, "letta_auth")
     assert "s3cret" not in json.dumps(auth)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import re
 
+from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
 from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
 
 MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
 MAX_MAX_REPETITIONS = 1_000_000
+MAX_PER_DAY = 100_000
+"""The largest per-schedule daily budget (``max_per_day``) accepted."""
 MAX_ID = 2**63 - 1  # the largest id a database INTEGER holds; larger ones cannot exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -71,6 +74,19 @@ def check_prompt(prompt: object, max_chars: int) -> str:
         raise InvalidArgument("prompt must not contain NUL characters.")
     check_unicode("prompt", prompt)
     return prompt
+
+
+def check_catch_up(value: object) -> str:
+    """The missed-run policy: skip | latest | all; None (or blank) is the default, latest."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "latest"
+    if isinstance(value, str) and value.strip().lower() in CATCH_UP_POLICIES:
+        return value.strip().lower()
+    raise InvalidArgument(
+        f"catch_up must be 'skip' (missed runs are dropped), 'latest' (one run for what was missed, "
+        f"within PROMPTYOSELF_MISFIRE_GRACE; the default) or 'all' (every missed run, at most {CATCH_UP_ALL_MAX}), "
+        f"got {str(value)[:40]!r}."
+    )
 
 
 def required_time(name: str, value: object, example: str) -> str:

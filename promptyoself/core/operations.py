@@ -15,19 +15,22 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
 
-from promptyoself import timing
+from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
 from promptyoself.core.admin import AdminOperations
 from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
 from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
+    MAX_PER_DAY,
+    check_catch_up,
     check_limit,
     check_prompt,
     check_text,
     parse_schedule_id,
     required_time,
 )
+from promptyoself.core.operator import OperatorOperations
 from promptyoself.core.results import (
     CancelResult,
     HistoryResult,
@@ -36,11 +39,12 @@ from promptyoself.core.results import (
     StateResult,
     delivery_record,
     iso,
+    rule_views,
     schedule_record,
 )
 from promptyoself.deps import Deps, Wiring
-from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
-from promptyoself.store import LIVE_STATES
+from promptyoself.errors import InvalidArgument, InvalidInterval, NotFound, QuotaExceeded
+from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
     from promptyoself.store.records import ScheduleRow
@@ -58,6 +62,8 @@ class ScheduleOptions(TypedDict, total=False):
     timezone: object
     skip_validation: bool
     idempotency_key: object
+    catch_up: object  # skip | latest | all (None: latest)
+    max_per_day: object
     ctx: CallContext | None
     target: object  # letta | letta-code (core/letta_code.py: choose_target)
     conversation_id: object
@@ -77,7 +83,7 @@ class Plan:
     letta_payload: str | None = None  # JSON: a Letta scheduling-API request's payload (letta_schedules.py)
 
 
-class Core(Deps, AdminOperations):
+class Core(Deps, AdminOperations, OperatorOperations):
     """PromptYoSelf's operations over one store and one Letta server (the wiring is ``Deps``)."""
 
     def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
@@ -111,11 +117,13 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        raw = required_time("time", time, "e.g. '2026-12-25T09:00:00+01:00' or 'in 5m'")
+        raw = required_time("time", time, "e.g. 'tomorrow at 9am', 'in 5m' or '2026-12-25T09:00:00+01:00'")
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        when = timing.parse_time(raw, now=now, tz=tz)
-        timing.ensure_future(when, now=now, tz=tz)
+        read = phrases.read_time(raw, now=now, tz=tz)
+        tz = read.zone or tz  # a zone written in the time is the schedule's
+        when = read.instant
+        phrases.ensure_future(when, now=now, tz=tz)
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
         plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message)  # the instant, not "in 5m"
         return self._create(text, plan, options, now)
@@ -127,17 +135,13 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        if not isinstance(cron, str) or not cron.strip():
-            raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI' or '@daily'.")
-        expr = timing.normalize_cron(cron)
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        first = timing.next_cron(expr, tz, now)
-        description = timing.describe_cron(expr)
-        message = f"Scheduled '{expr}' ({description}, {tz.key}); first run {timing.to_local_iso(first, tz)}."
-        result = self._create(text, Plan("cron", expr, tz, first, message), options, now)
-        result["description"] = description
-        return result
+        rule = recurrence.parse_rule(cron, now=now, tz=tz)  # cron, RFC 5545 RRULE or words
+        description = recurrence.describe(rule.schedule_type, rule.value, tz)
+        message = f"Scheduled '{rule.value}' ({description}); first run {timing.to_local_iso(rule.first, tz)}."
+        plan = Plan(rule.schedule_type, rule.value, tz, rule.first, message, anchor=rule.anchor)
+        return self._create(text, plan, options, now)
 
     def schedule_every(
         self,
@@ -166,9 +170,11 @@ class Core(Deps, AdminOperations):
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
             anchor = now + step
         else:
-            raw = required_time("start_at", start_at, "e.g. '2026-12-25T09:00:00Z' or 'in 10m'")
-            anchor = timing.parse_time(raw, now=now, tz=tz)
-            timing.ensure_future(anchor, now=now, tz=tz)
+            raw = required_time("start_at", start_at, "e.g. 'tomorrow at 9am', 'in 10m' or '2026-12-25T09:00:00Z'")
+            read = phrases.read_time(raw, now=now, tz=tz)
+            tz = read.zone or tz
+            anchor = read.instant
+            phrases.ensure_future(anchor, now=now, tz=tz)
         value = every.strip() if isinstance(every, str) else str(every)
         reps_text = f", {reps} times" if reps else ""
         message = (
@@ -185,11 +191,17 @@ class Core(Deps, AdminOperations):
         from promptyoself.store.records import NewSchedule
 
         key = check_text("idempotency_key", options.get("idempotency_key"), 200)
+        catch_up = check_catch_up(options.get("catch_up"))
+        per_day = options.get("max_per_day")
+        per_day = None if per_day is None else check_limit("max_per_day", per_day, 1, MAX_PER_DAY)
         agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._created_result(existing, DEDUPLICATED, True)
+        # the guardrails (core/operator.py): refused when made too fast, parked when it fires too often
+        state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
+        message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
         limit = self.settings.max_active_per_agent
         target, conversation = choose_target(agent, options.get("target"), options.get("conversation_id"),
                                              self.settings)
@@ -204,7 +216,9 @@ class Core(Deps, AdminOperations):
             schedule_value=plan.value,
             timezone=plan.tz.key,
             next_run=plan.next_run,
-            due_at=plan.next_run,
+            due_at=plan.next_run if state == "active" else None,
+            state=state,
+            max_per_day=per_day,
             anchor=plan.anchor,
             created_at=now,
             updated_at=now,
@@ -213,6 +227,7 @@ class Core(Deps, AdminOperations):
             letta_payload=plan.letta_payload,
             target=target,
             conversation_id=conversation,
+            catch_up=catch_up,
         )
         try:
             row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written
@@ -224,7 +239,7 @@ class Core(Deps, AdminOperations):
                 raise
             return self._created_result(existing, DEDUPLICATED, True)
         self._changed()
-        return self._created_result(row, plan.message, False)
+        return self._created_result(row, message, False)
 
     def _quota_error(self, agent: str, live: int) -> QuotaExceeded:
         return QuotaExceeded(
@@ -246,9 +261,10 @@ class Core(Deps, AdminOperations):
             "timezone": row.timezone,
             "message": message,
             "deduplicated": deduplicated,
+            "catch_up": row.catch_up,
+            **rule_views(row),
+            "state": row.state,
         }
-        if deduplicated and row.schedule_type == "cron":
-            out["description"] = timing.describe_cron(row.schedule_value)
         return out
 
     # ---- reading ------------------------------------------------------------------------------
@@ -274,6 +290,7 @@ class Core(Deps, AdminOperations):
             "count": len(rows),
             "total": int(total),
             "agent_id": found.agent_id,
+            "guardrails": self.guardrails_for(found.agent_id),
         }
 
     @staticmethod
@@ -316,6 +333,7 @@ class Core(Deps, AdminOperations):
             "status": "success",
             "deliveries": [delivery_record(d) for d in rows],
             "count": len(rows),
+            "guardrails": self.guardrails_for(agent),
         }
 
     # ---- changing state -----------------------------------------------------------------------
@@ -361,7 +379,7 @@ class Core(Deps, AdminOperations):
         now = self.now()
 
         def change(row: ScheduleRow) -> ScheduleRow:
-            if row.state not in LIVE_STATES:
+            if row.state not in LIVE_STATES or row.state == PENDING_APPROVAL:
                 raise InvalidArgument(f"Schedule {sid} is {row.state}; only active schedules can be paused.")
             return replace(row, state="paused", due_at=None, updated_at=now)
 
@@ -374,6 +392,8 @@ class Core(Deps, AdminOperations):
         now = self.now()
 
         def change(row: ScheduleRow) -> ScheduleRow:
+            if row.state == PENDING_APPROVAL:
+                raise InvalidArgument(f"Schedule {sid} waits for an operator's approval: `promptyoself approve {sid}`.")
             if row.state not in LIVE_STATES:
                 raise InvalidArgument(
                     f"Schedule {sid} is {row.state}; only paused schedules can be resumed. Schedule a new one instead."
@@ -387,7 +407,8 @@ class Core(Deps, AdminOperations):
                 next_run = timing.next_run_after(
                     row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor
                 )
-            return replace(row, state="active", next_run=next_run, due_at=next_run, attempt=0,
+            state = "active" if next_run is not None else "completed"  # an RRULE may have ended meanwhile
+            return replace(row, state=state, next_run=next_run, due_at=next_run, attempt=0,
                            claimed_by=None, claim_until=None, updated_at=now)
 
         result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from promptyoself import recurrence
 from promptyoself.deps import ExecutedItem, ExecuteResult, ExecutorStatus
-from promptyoself.timing import to_utc_iso
+from promptyoself.errors import PromptYoSelfError
+from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
 if TYPE_CHECKING:
     from promptyoself.store.records import DeliveryRow, ListedSchedule
@@ -31,6 +33,15 @@ class ScheduleRecord(TypedDict):
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
+    catch_up: str
+    upcoming: list[str]
+    description: str
+    max_per_day: NotRequired[int | None]
+
+
+class RuleViews(TypedDict):
+    upcoming: list[str]
+    description: str
 
 
 class ScheduleResult(TypedDict):
@@ -44,7 +55,10 @@ class ScheduleResult(TypedDict):
     timezone: str
     message: str
     deduplicated: bool
-    description: NotRequired[str]
+    catch_up: str
+    upcoming: list[str]
+    description: str
+    state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
 
 
 class ListResult(TypedDict):
@@ -53,6 +67,7 @@ class ListResult(TypedDict):
     count: int
     total: int
     agent_id: str | None
+    guardrails: NotRequired[dict[str, Any]]  # the limits, and the agent's use of them (core/operator.py)
 
 
 class CancelResult(TypedDict):
@@ -86,6 +101,7 @@ class HistoryResult(TypedDict):
     status: str
     deliveries: list[DeliveryRecord]
     count: int
+    guardrails: NotRequired[dict[str, Any]]
 
 
 class TestResult(TypedDict):
@@ -160,6 +176,7 @@ class HealthResult(TypedDict, total=False):
     letta_auth_error: str | None
     letta_code_url: str | None
     targets: dict[str, dict[str, int]] | None  # {target: {active, due}}
+    guardrails: dict[str, Any]
 
 
 class LegacyRowError(TypedDict):
@@ -225,6 +242,23 @@ def iso(dt: datetime | None) -> str | None:
     return to_utc_iso(dt) if dt is not None else None
 
 
+def rule_views(s: ListedSchedule) -> RuleViews:
+    """``upcoming`` (the next 5 runs of a live schedule, ISO 8601 with the offset of its timezone;
+    fewer when the rule or max_repetitions ends; none while paused or ended) and ``description``."""
+    try:
+        tz = resolve_zone(s.timezone, "UTC")
+    except PromptYoSelfError:  # a zone this machine lacks: show UTC
+        tz = resolve_zone("UTC")
+    remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
+    waiting = s.state in ("active", "pending_approval")  # (paused: its slots until resume are skipped)
+    runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if waiting else None,
+                               anchor=s.anchor, remaining=remaining)
+    return {
+        "upcoming": [to_local_iso(at, tz) for at in runs],
+        "description": recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions),
+    }
+
+
 def schedule_record(s: ListedSchedule) -> ScheduleRecord:
     """A schedule as ``list`` returns it (docs/design.md §3)."""
     return {
@@ -242,6 +276,9 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "max_repetitions": s.max_repetitions,
         "repetition_count": s.repetition_count,
         "last_error": s.last_error,
+        "catch_up": s.catch_up,
+        **rule_views(s),
+        "max_per_day": s.max_per_day,
     }
 
 

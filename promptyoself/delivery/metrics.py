@@ -18,7 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from promptyoself.deps import Deps
+from promptyoself.store import PENDING_APPROVAL
 from promptyoself.store import health as queries
+from promptyoself.store.operator import count_state, outcomes_since
+from promptyoself.timing import day_start
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,8 @@ class DeliveryCollector(Collector):
             lost = queries.claims_lost(store)
             lease = queries.lease(store, now)
             targets = queries.by_target(store, now)
+            pending = count_state(store, PENDING_APPROVAL)
+            today = outcomes_since(store, day_start(now, self.core.settings.timezone))
         except Exception as exc:
             log.warning("metrics: the database cannot be read: %s", str(exc).splitlines()[0][:200])
             up.add_metric([], 0)
@@ -51,7 +56,7 @@ class DeliveryCollector(Collector):
 
         c = CounterMetricFamily("promptyoself_deliveries", "Delivery attempts recorded in history, by outcome.",
                                 labels=["outcome"])
-        for outcome in sorted({"delivered", "retry", "failed", "missed", *outcomes}):
+        for outcome in sorted({"delivered", "retry", "failed", "missed", "over_budget", *outcomes}):
             c.add_metric([outcome], outcomes.get(outcome, 0))
         yield c
 
@@ -93,6 +98,8 @@ class DeliveryCollector(Collector):
             c.add_metric([kind], n)
         yield c
 
+        yield from self._guardrails(pending, today)
+
         running = False
         delivery: Any = self.core.delivery
         ex = getattr(delivery, "executor", None)
@@ -101,6 +108,27 @@ class DeliveryCollector(Collector):
         g = GaugeMetricFamily("promptyoself_worker_up",
                               "1 when a live delivery runs for this database (worker lease or this service).")
         g.add_metric([], 1 if running or (lease is not None and lease["alive"]) else 0)
+        yield g
+
+
+    def _guardrails(self, pending: int, today: dict[str, int]) -> Iterator[Metric]:
+        """The guardrails: their settings (0 = off) and what they hold back (docs/console.md)."""
+        settings = self.core.settings
+        g = GaugeMetricFamily("promptyoself_guardrail_limit", "A guardrail's setting (0 = no limit / off).",
+                              labels=["guardrail"])
+        g.add_metric(["max_deliveries_per_agent_per_day"], settings.max_deliveries_per_agent_per_day)
+        g.add_metric(["max_schedules_per_agent_per_hour"], settings.max_schedules_per_agent_per_hour)
+        below = settings.approval_below
+        g.add_metric(["approval_below_seconds"], below.total_seconds() if below is not None else 0)
+        yield g
+        g = GaugeMetricFamily("promptyoself_schedules_pending_approval",
+                              "Schedules waiting for an operator's approval (PROMPTYOSELF_APPROVAL_BELOW).")
+        g.add_metric([], pending)
+        yield g
+        g = GaugeMetricFamily("promptyoself_deliveries_today", "History rows since the budget day began "
+                              "(PROMPTYOSELF_TIMEZONE), by outcome.", labels=["outcome"])
+        for outcome in sorted({"delivered", "failed", "missed", "over_budget", *today}):
+            g.add_metric([outcome], today.get(outcome, 0))
         yield g
 
 

@@ -9,6 +9,9 @@ REST API, with delivery running in the same process (promptyoself.delivery.resid
   ``promptyoself.faces.rest.build_rest_app(core)``, mounted at the marked point below when that module
   exists; every path the other routes do not take goes to it.
 
+* the operator console (``/`` and ``/console/...``): promptyoself.faces.console, which checks the
+  token itself (a sign-in form and a session cookie, since a browser sends no bearer header).
+
 When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz`` must carry it.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -63,6 +67,10 @@ class ServiceApp:
         self.rest_app: ASGIApp | None = _rest_app(core)
         self.registry = registry_for(core)
         self.delivery = delivery
+        from promptyoself.faces.console import build_console, is_console_path
+
+        self.is_console_path = is_console_path
+        self.console: ASGIApp = build_console(core)  # its own sign-in: a browser sends no bearer header
         token = http_token(settings)
         self.guarded: ASGIApp = BearerAuth(self._routes, token) if token else self._routes
 
@@ -72,6 +80,9 @@ class ServiceApp:
             return
         if scope["type"] == "http" and scope.get("path") == "/healthz":
             await self._healthz(send)
+            return
+        if scope["type"] == "http" and self.is_console_path(str(scope.get("path", ""))):
+            await self.console(scope, receive, send)
             return
         await self.guarded(scope, receive, send)
 
@@ -134,15 +145,19 @@ def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp",
     return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery)
 
 
-def run_service(core: Core, settings: Settings, *, host: str, port: int, mcp_path: str | None) -> None:
-    """Serve until SIGTERM/SIGINT (uvicorn handles both: delivery then stops within a few seconds)."""
+def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path: str | None) -> None:
+    """Serve on the already bound ``sock`` until SIGTERM/SIGINT (uvicorn handles both: delivery then
+    stops within a few seconds). Binding first (``promptyoself.faces.serve.bind_port``) means a port in
+    use is refused before the service touches the worker lease."""
     import uvicorn
 
     app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled)
     level = settings.log_level.lower()
+    host, port = sock.getsockname()[:2]
     log.info("service on http://%s:%s: /mcp, /healthz, /metrics%s (bearer token %s), delivery %s",
              f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
              "required" if http_token(settings) else "not required",
              "in this process" if settings.executor_enabled else "off")
-    uvicorn.run(app, host=host, port=port, log_config=None, log_level=level, access_log=level == "debug",
-                lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
+                            access_log=level == "debug", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

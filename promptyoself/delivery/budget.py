@@ -1,0 +1,74 @@
+"""Daily delivery budgets, checked right before a send (``attempt.attempt``).
+
+Each delivered prompt costs the agent an LLM turn, so an agent that schedules itself too often burns
+its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` (the budget day):
+
+* per agent, ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY`` (0 = none);
+* per schedule, its optional ``max_per_day``.
+
+An occurrence over either budget is not sent: it is recorded ``over_budget`` in history (the schedule
+moves on to its next slot, a one-time prompt ends) and the agent's next delivered prompt starts with a
+line saying how many prompts its budget held back, so the agent knows why it heard nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from promptyoself import timing
+from promptyoself.deps import Deps
+from promptyoself.store.operator import recent
+
+OVER_BUDGET = "over_budget"
+
+
+class Budgeted(Protocol):
+    id: int
+    agent_id: str
+    max_per_day: int | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    over: str | None
+    """Why the occurrence may not be sent today (the history row's error), or None."""
+    held_back: int
+    """Occurrences recorded ``over_budget`` since the agent's last delivered prompt."""
+
+
+def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
+    """Whether ``claim`` fits its agent's and its own budget for today. Costs one indexed read of the
+    agent's newest history rows (and one of the schedule's when it has ``max_per_day``); none when
+    neither budget is set."""
+    settings = core.settings
+    agent_cap = settings.max_deliveries_per_agent_per_day
+    own_cap = claim.max_per_day
+    if not agent_cap and not own_cap:
+        return Verdict(None, 0)
+    since = timing.day_start(now, settings.timezone)
+    agent = recent(core.store, since, agent_cap or 1, agent_id=claim.agent_id)
+    if agent_cap and agent.delivered_today >= agent_cap:
+        return Verdict(
+            f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {agent.delivered_today} delivered "
+            f"today (PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY={agent_cap}); not sent. The budget resets at "
+            f"midnight {settings.timezone.key}.", agent.over_budget_unannounced)
+    if own_cap:
+        mine = recent(core.store, since, own_cap, schedule_id=claim.id)
+        if mine.delivered_today >= own_cap:
+            return Verdict(
+                f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {mine.delivered_today} "
+                f"delivered today; not sent. The budget resets at midnight {settings.timezone.key}.",
+                agent.over_budget_unannounced)
+    return Verdict(None, agent.over_budget_unannounced)
+
+
+def announce(text: str, verdict: Verdict) -> str:
+    """The message with a first line telling the agent its budget held prompts back, when it did."""
+    if not verdict.held_back:
+        return text
+    n = verdict.held_back
+    return (f"[PromptYoSelf] Your delivery budget ran out: {n} scheduled prompt{'s' if n != 1 else ''} "
+            f"{'were' if n != 1 else 'was'} not delivered (recorded over_budget; see promptyoself_history).\n"
+            f"{text}")

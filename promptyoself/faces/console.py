@@ -1,0 +1,387 @@
+"""The operator console: server-rendered HTML at ``/`` and ``/console/...`` of ``promptyoself serve``.
+
+Plain forms, no JavaScript; Jinja2 templates shipped in ``faces/templates/console``. Like every other
+face it parses a request, makes one call into the core (in the thread pool) and renders the result.
+
+Access (docs/console.md):
+
+* With ``PROMPTYOSELF_HTTP_TOKEN`` set, every page and action needs a session: the sign-in form takes
+  the token and sets a cookie (HttpOnly, SameSite=Strict, 12 hours) holding a signed session id, never
+  the token. ``Authorization: Bearer <token>`` also works (scripts). Without a token the service is
+  open on loopback like its other routes, and the console issues a session cookie on the first page.
+* Every form that changes something carries a CSRF token bound to the session (an HMAC of its id), and
+  a POST whose ``Origin`` names another host is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlencode
+from zoneinfo import ZoneInfo
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from promptyoself.core.operations import Core
+from promptyoself.core.operator import STATES
+from promptyoself.errors import PromptYoSelfError
+from promptyoself.faces.http_auth import http_token
+
+log = logging.getLogger(__name__)
+
+SESSION_COOKIE = "pys_console"
+FLASH_COOKIE = "pys_flash"
+SESSION_SECONDS = 12 * 3600
+MAX_FORM_BYTES = 16_384
+ACTIONS = ("pause", "resume", "run", "cancel", "approve", "reject")
+PAGE = 50
+AGENTS_PAGE = 100
+FAILED_SIGN_IN_DELAY = 1.0
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def is_console_path(path: str) -> bool:
+    """The paths the console serves (everything else goes to the service's other routes)."""
+    return path == "/" or path == "/console" or path.startswith("/console/")
+
+
+def when(value: object, zone: str | None = None) -> str:
+    """An ISO 8601 instant as the console shows it: ``2026-06-15 14:00:05 +02:00`` (seconds, its
+    offset), in the IANA ``zone`` when given (a schedule's)."""
+    if not value:
+        return "-"
+    try:
+        dt = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if dt.tzinfo is None:
+        return str(value)
+    if zone:
+        try:
+            dt = dt.astimezone(ZoneInfo(zone))
+        except (ValueError, KeyError, OSError):  # not a zone name this system knows: keep the instant's offset
+            pass
+    offset = dt.strftime("%z")
+    return f"{dt:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a ``Host`` header names this machine's loopback interface (any port)."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[: name.find("]") + 1]
+    else:
+        name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return name in ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def _local(target: str | None, default: str = "/") -> str:
+    """``target`` if it is a path on this site (no scheme, no host, no ``//``), else ``default``."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return default
+    return target
+
+
+class Console:
+    """The console's ASGI app over one ``Core``."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.token = http_token(core.settings)
+        # Sessions are signed with a key derived from the token (they survive a restart and end when the
+        # token changes); without a token, with a key of this process.
+        self.key = (hmac.new(self.token.encode(), b"promptyoself-console-session", hashlib.sha256).digest()
+                    if self.token else secrets.token_bytes(32))
+        self.revoked: dict[str, float] = {}  # signed-out sessions (id -> when it would expire anyway)
+        self.env = Environment(loader=PackageLoader("promptyoself.faces", "templates/console"),
+                               autoescape=select_autoescape(default=True, default_for_string=True))
+        self.env.filters["when"] = when
+        routes = [
+            Route("/", self._guard(self.index)),
+            Route("/console", self._guard(self.index)),
+            Route("/console/login", self.login_form, methods=["GET"]),
+            Route("/console/login", self.login, methods=["POST"]),
+            Route("/console/logout", self._guard(self.logout), methods=["POST"]),
+            Route("/console/agents", self._guard(self.agents)),
+            Route("/console/agents/{agent_id:path}", self._guard(self.agent)),
+            Route("/console/schedules/{sid:int}", self._guard(self.schedule)),
+            Route("/console/schedules/{sid:int}/cancel", self._guard(self.confirm_cancel), methods=["GET"]),
+            Route("/console/schedules/{sid:int}/{action}", self._guard(self.act), methods=["POST"]),
+            Route("/console/{rest:path}", self._guard(self.not_found), methods=["GET", "POST"]),
+        ]
+        self.app = Starlette(routes=routes)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+    # ---- sessions and CSRF ------------------------------------------------------------------
+
+    def _sign(self, text: str) -> str:
+        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+
+    def new_session(self) -> str:
+        body = f"{int(time.time())}.{secrets.token_urlsafe(18)}"
+        return f"{body}.{self._sign(body)}"
+
+    def session_id(self, cookie: str | None) -> str | None:
+        """The session's id when ``cookie`` is one this console signed and it has not expired."""
+        if not cookie or cookie.count(".") != 2:
+            return None
+        issued, nonce, sig = cookie.split(".")
+        if not hmac.compare_digest(sig, self._sign(f"{issued}.{nonce}")):
+            return None
+        try:
+            age = time.time() - int(issued)
+        except ValueError:
+            return None
+        return nonce if 0 <= age < SESSION_SECONDS and nonce not in self.revoked else None
+
+    def csrf_for(self, session: str) -> str:
+        return self._sign(f"csrf.{session}")[:40]
+
+    def _bearer_ok(self, request: Request) -> bool:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return bool(self.token and scheme.lower() == "bearer" and given.strip()
+                    and hmac.compare_digest(given.strip().encode(), self.token.encode()))
+
+    def _cookie(self, response: Response, request: Request, value: str) -> None:
+        response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, path="/", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+
+    def _guard(self, handler: Handler) -> Handler:
+        """Let the request through only with a session (or the bearer token); POSTs also need the
+        session's CSRF token and no foreign ``Origin``."""
+
+        async def guarded(request: Request) -> Response:
+            if self.token is None and not _loopback_host(request.headers.get("host", "")):
+                # open console: only under a loopback name, so a page of another site whose name was
+                # pointed at 127.0.0.1 (DNS rebinding) cannot read it, CSRF tokens included
+                return self._refuse(request, 403, "Without PROMPTYOSELF_HTTP_TOKEN the console answers only at "
+                                    "127.0.0.1, localhost or [::1].")
+            session = self.session_id(request.cookies.get(SESSION_COOKIE))
+            bearer = self._bearer_ok(request)
+            fresh: str | None = None
+            if session is None and not bearer:
+                if self.token:
+                    if request.method != "GET":
+                        return self._refuse(request, 401, "Sign in first.")
+                    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse("/console/login?" + urlencode({"next": target}), status_code=303)
+                if request.method != "GET":  # open console: the session comes with the first page
+                    return self._refuse(request, 403, "This form has expired; reload the page.")
+                fresh = self.new_session()
+                session = self.session_id(fresh)
+            request.state.session = session
+            if request.method == "POST" and not bearer:
+                origin = request.headers.get("origin")
+                host = request.headers.get("host", "")
+                if origin and origin.split("://", 1)[-1] != host:  # "null" too: our forms post same-origin
+                    return self._refuse(request, 403, "Cross-site request refused.")
+                form = await self._form(request)
+                if form is None:
+                    return self._refuse(request, 413, "The form is too large.")
+                given = form.get("csrf", "")
+                if not session or not hmac.compare_digest(given.encode(), self.csrf_for(session).encode()):
+                    return self._refuse(request, 403, "Missing or wrong CSRF token: reload the page and try again.")
+            response = await handler(request)
+            if fresh is not None:
+                self._cookie(response, request, fresh)
+            return response
+
+        return guarded
+
+    @staticmethod
+    async def _form(request: Request) -> dict[str, str] | None:
+        """The url-encoded form of a POST (read once, kept on the request), None when too large."""
+        cached = getattr(request.state, "form", None)
+        if cached is not None:
+            return dict(cached)
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return None
+        parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        form = {k: v[0] for k, v in parsed.items()}
+        request.state.form = form
+        return form
+
+    def _refuse(self, request: Request, status: int, message: str) -> Response:
+        return self.page(request, "error.html", {"message": message}, status=status)
+
+    # ---- rendering --------------------------------------------------------------------------
+
+    def page(self, request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+        session = getattr(request.state, "session", None)
+        flash = request.cookies.get(FLASH_COOKIE)
+        values = {
+            "csrf": self.csrf_for(session) if session else "",
+            "signed_in": session is not None,
+            "token_required": self.token is not None,
+            "flash": unquote(flash) if flash else None,
+            "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            **context,
+        }
+        response = HTMLResponse(self.env.get_template(name).render(**values), status_code=status,
+                                headers={"cache-control": "no-store", "x-frame-options": "DENY",
+                                         "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                         "img-src 'self'; form-action 'self'; frame-ancestors 'none'",
+                                         "referrer-policy": "same-origin"})
+        if flash:
+            response.delete_cookie(FLASH_COOKIE, path="/")
+        return response
+
+    @staticmethod
+    def _redirect(request: Request, target: str, message: str) -> Response:
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(FLASH_COOKIE, quote(message[:500]), max_age=60, path="/", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    async def _overview(self) -> dict[str, Any]:
+        """The banner of every page: health, today's counters and the guardrails."""
+        core = self.core
+        health = await run_in_threadpool(core.health)
+        try:
+            today = await run_in_threadpool(core.today)
+        except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait
+            today = {"day_started": None, "delivered": 0, "failed": 0, "missed": 0, "over_budget": 0, "retry": 0}
+        return {"health": health, "today": today, "guardrails": health.get("guardrails") or {}}
+
+    # ---- pages ------------------------------------------------------------------------------
+
+    async def index(self, request: Request) -> Response:
+        q = request.query_params
+        agent = (q.get("agent") or "").strip() or None
+        state = (q.get("state") or "live").strip()
+        try:
+            offset = max(int(q.get("offset") or 0), 0)
+        except ValueError:
+            offset = 0
+        context = await self._overview()
+        try:
+            listed = await run_in_threadpool(self.core.console_schedules, agent_id=agent, state=state,
+                                             limit=PAGE, offset=offset)
+        except PromptYoSelfError as exc:
+            return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
+        known = await run_in_threadpool(self.core.console_agent_ids)
+        context.update(listed=listed, agent=agent or "", state=state, known_agents=known,
+                       states=("live", *STATES, "all"), offset=offset, page=PAGE)
+        return self.page(request, "index.html", context)
+
+    async def agents(self, request: Request) -> Response:
+        context = await self._overview()
+        try:
+            offset = max(int(request.query_params.get("offset") or 0), 0)
+        except ValueError:
+            offset = 0
+        agents, total = await run_in_threadpool(self.core.console_agents, AGENTS_PAGE, offset)
+        context.update(agents=agents, total=total, offset=offset, page=AGENTS_PAGE)
+        return self.page(request, "agents.html", context)
+
+    async def agent(self, request: Request) -> Response:
+        agent = request.path_params["agent_id"]
+        context = await self._overview()
+        try:
+            listed = await run_in_threadpool(self.core.console_schedules, agent_id=agent, state="all", limit=PAGE)
+            usage = await run_in_threadpool(self.core.agent_usage, agent)
+            today = await run_in_threadpool(self.core.today, agent)
+            hist = await run_in_threadpool(self.core.history, agent_id=agent, limit=20)
+        except PromptYoSelfError as exc:
+            return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
+        context.update(agent=agent, listed=listed, usage=usage, agent_today=today, history=hist["deliveries"])
+        return self.page(request, "agent.html", context)
+
+    async def schedule(self, request: Request) -> Response:
+        context = await self._overview()
+        try:
+            view = await run_in_threadpool(self.core.console_schedule, request.path_params["sid"])
+        except PromptYoSelfError as exc:
+            return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
+        context["view"] = view
+        return self.page(request, "schedule.html", context)
+
+    async def confirm_cancel(self, request: Request) -> Response:
+        context = await self._overview()
+        try:
+            view = await run_in_threadpool(self.core.console_schedule, request.path_params["sid"])
+        except PromptYoSelfError as exc:
+            return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
+        context.update(view=view, back=_local(request.query_params.get("back")))
+        return self.page(request, "confirm_cancel.html", context)
+
+    async def act(self, request: Request) -> Response:
+        action = request.path_params["action"]
+        sid = request.path_params["sid"]
+        form = await self._form(request) or {}
+        back = _local(form.get("back"))
+        if action not in ACTIONS:
+            return self._refuse(request, 404, f"No action {action!r}.")
+        if action == "cancel" and form.get("confirm") != "yes":
+            return RedirectResponse(f"/console/schedules/{sid}/cancel?" + urlencode({"back": back}), status_code=303)
+        core = self.core
+        call: Callable[[object], Any] = {"pause": core.pause, "resume": core.resume, "run": core.run_now,
+                                         "cancel": core.cancel, "approve": core.approve,
+                                         "reject": core.reject}[action]
+        try:
+            result = await run_in_threadpool(call, sid)
+        except PromptYoSelfError as exc:
+            return self._redirect(request, back, f"error: {exc.message}")
+        log.info("console: %s schedule %s", action, sid)
+        return self._redirect(request, back, str(result.get("message") or f"{action}: done"))
+
+    async def not_found(self, request: Request) -> Response:
+        return self._refuse(request, 404, "No such page. Start at the schedules.")
+
+    # ---- signing in and out -----------------------------------------------------------------
+
+    async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        target = _local(request.query_params.get("next"))
+        if self.token is None or self.session_id(request.cookies.get(SESSION_COOKIE)):
+            return RedirectResponse(target, status_code=303)
+        return self.page(request, "login.html", {"next": target, "error": error}, status=status)
+
+    async def login(self, request: Request) -> Response:
+        form = await self._form(request)
+        if form is None:
+            return self._refuse(request, 413, "The form is too large.")
+        target = _local(form.get("next"))
+        if self.token is None:
+            return RedirectResponse(target, status_code=303)
+        given = form.get("token", "").strip().encode()
+        if not given or not hmac.compare_digest(given, self.token.encode()):
+            log.warning("console: a sign-in with a wrong token from %s",
+                        request.client.host if request.client else "?")
+            await asyncio.sleep(FAILED_SIGN_IN_DELAY)  # guessing the token costs time
+            return self.page(request, "login.html", {"next": target, "error": "That is not the service's token."},
+                             status=401)
+        response = RedirectResponse(target, status_code=303)
+        self._cookie(response, request, self.new_session())
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        session = getattr(request.state, "session", None)
+        now = time.time()
+        self.revoked = {k: t for k, t in self.revoked.items() if t > now}
+        if session:  # the cookie stops working here too, not only in this browser
+            self.revoked[session] = now + SESSION_SECONDS
+        response = RedirectResponse("/console/login" if self.token else "/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+
+def build_console(core: Core) -> Console:
+    return Console(core)

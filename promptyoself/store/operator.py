@@ -1,0 +1,181 @@
+"""The queries behind the guardrails (daily delivery budgets, the creation rate, approvals) and the
+operator console: bounded reads that stay cheap however long an agent's history grows.
+
+History has no index on time, but ids grow with time, so "today" is found by id: the first row of
+the day by a binary search over the primary key (``first_id_since``), an agent's or a schedule's
+newest rows through ``ix_deliveries_agent`` / ``ix_deliveries_schedule`` in id order.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, func, select
+
+from promptyoself.store.db import Delivery, Schedule, Store
+from promptyoself.store.records import DeliveryRow, ListedSchedule, column_names, record_of
+
+PENDING_APPROVAL = "pending_approval"
+_D = Delivery.__table__.c
+_S = Schedule.__table__.c
+_LISTED = [_S[name] for name in column_names(ListedSchedule)]
+
+
+@dataclass(frozen=True)
+class Recent:
+    """What an agent's (or a schedule's) newest history rows say about its day."""
+
+    delivered_today: int
+    over_budget_unannounced: int
+    """``over_budget`` rows since the last ``delivered`` one: what the next delivered prompt reports."""
+
+
+def created_since(store: Store, agent_id: str, since: datetime, cap: int) -> int:
+    """How many of the agent's newest ``cap`` schedules were created at or after ``since`` (ids grow
+    with time, so this is the exact count up to ``cap``; reads at most ``cap`` index entries)."""
+    newest = (select(_S.created_at).where(_S.agent_id == agent_id).order_by(_S.id.desc()).limit(cap)
+              .subquery())
+    q = select(func.count()).select_from(newest).where(newest.c.created_at >= since)
+    with store.session() as s:
+        return int(s.execute(q).scalar_one())
+
+
+def oldest_created_since(store: Store, agent_id: str, since: datetime, cap: int) -> datetime | None:
+    """The creation time of the oldest of the agent's newest ``cap`` schedules made since ``since``
+    (when it leaves the hour, one more schedule is allowed)."""
+    newest = (select(_S.created_at).where(_S.agent_id == agent_id).order_by(_S.id.desc()).limit(cap)
+              .subquery())
+    q = select(func.min(newest.c.created_at)).where(newest.c.created_at >= since)
+    with store.session() as s:
+        value = s.execute(q).scalar_one_or_none()
+    if isinstance(value, str):  # an aggregate over a subquery loses the column type on SQLite
+        value = datetime.fromisoformat(value)
+    return value if isinstance(value, datetime) else None
+
+
+NOTICE_WINDOW = 100
+"""How far back (history rows) the agent's unannounced ``over_budget`` rows are looked for."""
+_first_of_day: weakref.WeakKeyDictionary[Store, tuple[datetime, int]] = weakref.WeakKeyDictionary()
+"""Per store: the day (its start) and the id of its first history row."""
+
+
+def day_floor(conn: Connection, store: Store, since: datetime) -> int:
+    """An id at or below the first history row attempted at or after ``since``, remembered per store
+    and day: once found it stays right, since later rows get larger ids. Before the day's first row
+    it is one past the newest row (nothing before it is of the day)."""
+    known = _first_of_day.get(store)
+    if known is not None and known[0] == since:
+        return known[1]
+    first = _first_id_since(conn, since)
+    if first is None:
+        newest = conn.execute(select(func.max(_D.id))).scalar_one_or_none()
+        return int(newest or 0) + 1  # not remembered: the day's first row may come next
+    _first_of_day[store] = (since, first)
+    return first
+
+
+def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = None,
+           schedule_id: int | None = None) -> Recent:
+    """For one agent (or one schedule): its rows delivered since ``since``, counted up to ``cap``
+    (an index range over that day's rows only: ``(agent_id, id)`` or ``(schedule_id, id)`` from the
+    day's first id), and its ``over_budget`` rows since its last delivered one (among its newest
+    ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered)."""
+    cond = _D.agent_id == agent_id if schedule_id is None else _D.schedule_id == schedule_id
+    newest = select(_D.outcome).where(cond).order_by(_D.id.desc()).limit(NOTICE_WINDOW)
+    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+        floor = day_floor(conn, store, since)
+        today = (select(_D.id).where(cond, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
+                 .limit(cap).subquery())
+        delivered = int(conn.execute(select(func.count()).select_from(today)).scalar_one())
+        outcomes = conn.execute(newest).scalars().all()
+    unannounced = 0
+    for outcome in outcomes:
+        if outcome == "delivered":
+            break
+        if outcome == "over_budget":
+            unannounced += 1
+    return Recent(delivered, unannounced)
+
+
+def first_id_since(store: Store, since: datetime) -> int | None:
+    """The id of the first history row attempted at or after ``since`` (binary search on the primary
+    key: O(log n) index reads), or None when there is none."""
+    with store.engine.begin() as conn:
+        return _first_id_since(conn, since)
+
+
+def _first_id_since(conn: Connection, since: datetime) -> int | None:
+    lo, hi = conn.execute(select(func.min(_D.id), func.max(_D.id))).one()
+    if lo is None:
+        return None
+    at = select(_D.id, _D.attempted_at).order_by(_D.id).limit(1)
+
+    def row_at_or_after(i: int) -> tuple[int, datetime]:
+        found = conn.execute(at.where(_D.id >= i)).one()
+        return int(found[0]), found[1]
+
+    if row_at_or_after(int(hi))[1] < since:
+        return None
+    lo, hi = int(lo), int(hi)
+    while lo < hi:  # the smallest x whose first row at or after it is of ``since`` or later
+        mid = (lo + hi) // 2
+        if row_at_or_after(mid)[1] >= since:
+            hi = mid
+        else:
+            lo = mid + 1
+    return row_at_or_after(lo)[0]
+
+
+def outcomes_since(store: Store, since: datetime, agent_id: str | None = None) -> dict[str, int]:
+    """History rows attempted since ``since`` by outcome (today's counters), for one agent or all."""
+    first = first_id_since(store, since)
+    if first is None:
+        return {}
+    q = select(_D.outcome, func.count()).where(_D.id >= first, _D.attempted_at >= since)
+    if agent_id is not None:
+        q = q.where(_D.agent_id == agent_id)
+    with store.session() as s:
+        return {str(o): int(n) for o, n in s.execute(q.group_by(_D.outcome)).all()}
+
+
+def count_state(store: Store, state: str) -> int:
+    with store.session() as s:
+        return int(s.execute(select(func.count()).select_from(Schedule.__table__).where(_S.state == state))
+                   .scalar_one())
+
+
+def schedules_page(store: Store, *, agent_id: str | None, states: tuple[str, ...], limit: int,
+                   offset: int) -> tuple[list[ListedSchedule], int]:
+    """The console's page: schedules of one agent (or all) in ``states`` (all states when empty),
+    newest first, and how many there are."""
+    conds = []
+    if agent_id is not None:
+        conds.append(_S.agent_id == agent_id)
+    if states:
+        conds.append(_S.state.in_(states))
+    with store.session() as s:
+        rows = s.execute(select(*_LISTED).where(*conds).order_by(_S.id.desc()).limit(limit).offset(offset)).all()
+        total = int(s.execute(select(func.count()).select_from(Schedule.__table__).where(*conds)).scalar_one())
+    return [record_of(ListedSchedule, r) for r in rows], total
+
+
+def last_deliveries(store: Store, schedule_ids: list[int], per: int) -> dict[int, list[DeliveryRow]]:
+    """The newest ``per`` history rows of each schedule (one indexed read each, one session)."""
+    out: dict[int, list[DeliveryRow]] = {}
+    with store.session() as s:
+        for sid in schedule_ids:
+            q = select(Delivery).where(_D.schedule_id == sid).order_by(_D.id.desc()).limit(per)
+            out[sid] = [record_of(DeliveryRow, d) for d in s.execute(q).scalars()]
+    return out
+
+
+def agents_by_state(store: Store) -> dict[str, dict[str, int]]:
+    """Every agent with schedules, and how many it has in each state."""
+    q = select(_S.agent_id, _S.state, func.count()).group_by(_S.agent_id, _S.state)
+    out: dict[str, dict[str, int]] = {}
+    with store.session() as s:
+        for agent, state, n in s.execute(q).all():
+            out.setdefault(str(agent), {})[str(state)] = int(n)
+    return out

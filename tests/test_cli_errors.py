@@ -70,7 +70,6 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("invalid_cron", "core", ("schedule", "--prompt", "p", "--cron", "61 * * * *", *SKIP)),
     ("invalid_interval", "core", ("schedule", "--prompt", "p", "--every=-5m", *SKIP)),
     ("invalid_argument", "core", ("cancel", "abc")),
-    ("invalid_argument", "core", ("list", "--limit", "0")),
     ("invalid_argument", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", "bob smith")),
     ("agent_required", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--skip-validation")),
     ("not_found", "core", ("cancel", "999")),

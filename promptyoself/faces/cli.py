@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself.config import ConfigError
+from promptyoself.core.checks import MAX_LIMIT, MAX_MAX_REPETITIONS
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces import tables
 from promptyoself.faces.cli_errors import cli_error
@@ -42,6 +43,23 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text[:40]!r}")
     return value
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: a whole number from ``low`` to ``high``, so that ``--limit 0`` is a usage error
+    (exit 2) like ``--limit abc``, not a failed operation."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its message
+    return parse
 
 
 def _add_agent(p: argparse.ArgumentParser) -> None:
@@ -81,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(p)
     p.add_argument("--timezone", help="IANA timezone, e.g. Europe/Berlin")
     p.add_argument("--start-at", help="with --every: first run")
-    p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
+    p.add_argument("--max-repetitions", type=whole_number(1, MAX_MAX_REPETITIONS),
+                   help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
     _add_json(p)
@@ -89,8 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list schedules")
     _add_agent(p)
     p.add_argument("--include-cancelled", action="store_true", help="also ended schedules")
-    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
-    p.add_argument("--offset", type=int, default=0, help="rows to skip")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=50,
+                   help=f"page size (default 50, at most {MAX_LIMIT})")
+    p.add_argument("--offset", type=whole_number(0, 10**9), default=0, help="rows to skip")
     _add_json(p)
 
     _add_plain(sub, {"cancel": "cancel a schedule", "pause": "pause a schedule",
@@ -99,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
     _add_agent(p)
-    p.add_argument("--limit", type=int, default=20, help="rows (default 20)")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=20,
+                   help=f"rows (default 20, at most {MAX_LIMIT})")
     _add_json(p)
 
     p = sub.add_parser("execute", help="deliver due prompts now (or --loop)")
@@ -140,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "install":
             a.add_argument("--print", action="store_true", help="only print the unit (and settings file)")
             a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
-            a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
+            a.add_argument("--port", type=whole_number(1, 65535), default=8000, help="service port (default 8000)")
         _add_json(a)
 
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
@@ -179,9 +200,13 @@ def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
 # ---- output -----------------------------------------------------------------------------------
 
 def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) -> None:
-    """JSON (one line), or for a terminal the text of ``promptyoself.faces.tables`` with instants in
-    each schedule's timezone (``zone``, ``PROMPTYOSELF_TIMEZONE``, for the rest)."""
-    text = json.dumps(result, default=str) if as_json else tables.render(result, zone)
+    """JSON (one line when piped, indented on a terminal), or for a terminal the text of
+    ``promptyoself.faces.tables`` with instants in each schedule's timezone (``zone``,
+    ``PROMPTYOSELF_TIMEZONE``, for the rest)."""
+    if as_json:
+        text = json.dumps(result, default=str, indent=2 if sys.stdout.isatty() else None)
+    else:
+        text = tables.render(result, zone)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -253,6 +278,14 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return dict(
         core.schedule_every(a.prompt, a.every, start_at=a.start_at, max_repetitions=a.max_repetitions, **common)
     )
+
+
+def _health(core: Core) -> dict[str, Any]:
+    """Health without what describes only this short-lived process (its uptime, its MCP tool calls)."""
+    result = dict(core.health())
+    for key in ("uptime_s", "tool_calls"):
+        result.pop(key, None)
+    return result
 
 
 def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -328,7 +361,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "worker": _worker,
     "test": lambda c, a: dict(c.test_connection()),
     "agents": lambda c, a: dict(c.list_agents()),
-    "health": lambda c, a: dict(c.health()),
+    "health": lambda c, a: _health(c),
     "upload": _upload,
     "import-legacy": _import_legacy,
     "service": _service,
@@ -374,7 +407,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         if as_json:
             emit(error, True)
         else:
-            sys.stderr.write(f"error ({exc.code}): {error['error']}\n")
+            sys.stderr.write(f"error ({exc.code}): {tables.clean(error['error'])}\n")
         return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C (long-running commands stop gracefully first): no traceback
         return 130  # 128 + SIGINT, as shells report an interrupted command

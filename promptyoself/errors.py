@@ -58,7 +58,24 @@ class NotFound(PromptYoSelfError):
 
 
 class QuotaExceeded(PromptYoSelfError):
+    """A limit of PromptYoSelf's own: an agent's live schedules (``PROMPTYOSELF_MAX_ACTIVE_PER_AGENT``)."""
+
     code = "quota_exceeded"
+
+
+class PromptTooLong(QuotaExceeded):
+    """A prompt over ``PROMPTYOSELF_MAX_PROMPT_CHARS`` (same code; the REST API answers 413)."""
+
+
+class IntervalTooShort(QuotaExceeded):
+    """An interval under ``PROMPTYOSELF_MIN_INTERVAL`` (same code; the REST API answers 422)."""
+
+
+class IdempotencyConflict(PromptYoSelfError):
+    """An idempotency key reused with other arguments: the key names the first request, which is
+    not what this one asks for (a retry sends the same arguments)."""
+
+    code = "idempotency_conflict"
 
 
 class LettaUnavailable(PromptYoSelfError):
@@ -92,6 +109,7 @@ ERROR_CODES: tuple[str, ...] = (
     "agent_not_found",
     "not_found",
     "quota_exceeded",
+    "idempotency_conflict",
     "letta_unavailable",
     "letta_auth",
     "database_driver_missing",

@@ -21,6 +21,16 @@ UNAUTHORIZED_BODY = json.dumps(
 ).encode()
 
 
+PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
+"""Read without the token: the REST API's description and its docs page (Swagger UI, whose files are
+under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""
+
+
+def is_public(scope: dict[str, Any]) -> bool:
+    path = str(scope.get("path", ""))
+    return scope.get("method") in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith("/docs/assets/"))
+
+
 def _presented_token(headers: list[tuple[bytes, bytes]]) -> bytes:
     """The credential after ``Bearer`` (scheme case-insensitive), or ``b""``."""
     for name, value in headers:
@@ -44,7 +54,7 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
-        if kind == "lifespan":
+        if kind == "lifespan" or (kind == "http" and is_public(scope)):
             await self.app(scope, receive, send)
             return
         given = _presented_token(scope.get("headers") or [])

@@ -175,7 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "install-tools":
             lp.add_argument("--service-url", default="http://127.0.0.1:8000",
                             help="PromptYoSelf's REST URL as Letta's tool sandbox reaches it (default http://127.0.0.1:8000)")
+            lp.add_argument("--skip-check", action="store_true",
+                            help="do not check the service URL first (when only Letta's sandbox reaches it)")
         _add_json(lp)
+
+    p = sub.add_parser("token", help="the service's bearer token: show, or rotate (and re-install the tools)")
+    tsub = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    tp = tsub.add_parser("show", help="the token and where it comes from (environment or token file)")
+    _add_json(tp)
+    tp = tsub.add_parser("rotate", help="write a new token to the token file; give it to the agents named")
+    who = tp.add_mutually_exclusive_group()
+    who.add_argument("--agent-id", action="append", dest="agent_ids",
+                     help="agent to re-install the tools on (repeatable)")
+    who.add_argument("--all-agents", action="store_true", help="re-install the tools on every agent")
+    tp.add_argument("--service-url", default="http://127.0.0.1:8000",
+                    help="with --agent-id/--all-agents: the service URL for the tools (default http://127.0.0.1:8000)")
+    _add_json(tp)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
@@ -336,8 +351,18 @@ def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
     if a.letta_command == "install-tools":
-        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url)
+        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url,
+                                    check=not a.skip_check)
     return native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents)
+
+
+def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import native_tools
+
+    if a.token_command == "show":
+        return dict(native_tools.show_token(core))
+    return dict(native_tools.rotate_token(core, agent_ids=a.agent_ids, all_agents=a.all_agents,
+                                          service_url=a.service_url))
 
 
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -366,6 +391,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "import-legacy": _import_legacy,
     "service": _service,
     "letta": _letta,
+    "token": _token,
 }
 
 

@@ -156,3 +156,36 @@ def test_the_tool_source_names_no_token() -> None:
         assert "raise RuntimeError" in source and "Bearer " in source
     assert httpx  # the tools themselves use only the standard library
     assert all("import httpx" not in s for s in native_tools.tool_sources().values())
+
+
+def test_install_then_rotate_gives_the_agents_the_services_token(db: Path, fake: FakeLetta) -> None:
+    env = child_env(db, fake.url)
+    agent = fake.agent_ids[0]
+    assert cli(env, "token", "rotate").returncode == 0
+    token = read_token_file(token_file(f"sqlite:///{db.resolve()}"))
+    svc = Service(db, env)
+    try:
+        proc = cli(env, "letta", "install-tools", "--agent-id", agent, "--service-url", svc.url)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        tool_env = {e["key"]: e["value"] for e in fake._agents[agent]["tool_exec_environment_variables"]}
+        assert tool_env == {"PROMPTYOSELF_SERVICE_URL": svc.url, "PROMPTYOSELF_SERVICE_TOKEN": token}
+        assert {t["name"] for t in fake._agents[agent]["tools"]} == set(native_tools.TOOLS)
+        made = json.loads(tool("schedule_prompt_every", tool_env, agent)("water the plants", "1h"))
+        assert made["agent_id"] == agent
+    finally:
+        svc.stop()
+    rotated = cli(env, "token", "rotate", "--agent-id", agent, "--service-url", svc.url)
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    new = read_token_file(token_file(f"sqlite:///{db.resolve()}"))
+    assert new != token and "Restart the service" in json.loads(rotated.stdout)["message"]
+    tool_env = {e["key"]: e["value"] for e in fake._agents[agent]["tool_exec_environment_variables"]}
+    assert tool_env["PROMPTYOSELF_SERVICE_TOKEN"] == new
+    svc = Service(db, env)  # restarted: the agents' new token works
+    try:
+        moved = {**tool_env, "PROMPTYOSELF_SERVICE_URL": svc.url}  # a new free port for the restarted service
+        listed = json.loads(tool("list_my_scheduled_prompts", moved, agent)())
+        with pytest.raises(RuntimeError, match="unauthorized"):  # the old token is refused now
+            tool("list_my_scheduled_prompts", {**moved, "PROMPTYOSELF_SERVICE_TOKEN": token or ""}, agent)()
+        assert [s["id"] for s in listed["schedules"]] == [made["id"]]
+    finally:
+        svc.stop()

@@ -15,7 +15,8 @@ from promptyoself.config import Settings
 UNAUTHORIZED_BODY = json.dumps(
     {
         "status": "error",
-        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <PROMPTYOSELF_HTTP_TOKEN>'.",
+        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <token>', the service's "
+                 "PROMPTYOSELF_HTTP_TOKEN or its token file (`promptyoself token show` prints it).",
         "code": "unauthorized",
     }
 ).encode()

@@ -50,7 +50,7 @@ def tool(name: str, env: dict[str, str], agent: str = AGENT) -> Callable[..., st
 
 
 def test_the_tools_raise_our_error_text_on_failure_and_return_json_on_success(db: Path, fake: FakeLetta) -> None:
-    svc = Service(db, child_env(db, fake.url, PROMPTYOSELF_HTTP_TOKEN=TOKEN))
+    svc = Service(db, child_env(db, fake.url, PROMPTYOSELF_HTTP_TOKEN=TOKEN, PROMPTYOSELF_MAX_ACTIVE_PER_AGENT="1"))
     try:
         env = {"PROMPTYOSELF_SERVICE_URL": svc.url, "PROMPTYOSELF_SERVICE_TOKEN": TOKEN}
         agent = fake.agent_ids[0]
@@ -67,6 +67,10 @@ def test_the_tools_raise_our_error_text_on_failure_and_return_json_on_success(db
         with pytest.raises(RuntimeError) as err:
             tool("schedule_prompt_at", {**env, "PROMPTYOSELF_SERVICE_TOKEN": "stale"}, agent)("p", "in 5m")
         assert "(unauthorized)" in str(err.value)
+        with pytest.raises(RuntimeError) as err:  # the quota: the agent is told to use its own tool
+            tool("schedule_prompt_cron", env, agent)("again", "0 9 * * *")
+        assert "Cancel some with cancel_my_scheduled_prompt first. (quota_exceeded)" in str(err.value)
+        assert "/api/" not in str(err.value) and "promptyoself_" not in str(err.value)
         assert json.loads(tool("cancel_my_scheduled_prompt", env, agent)(made["id"]))["cancelled_id"] == made["id"]
     finally:
         svc.stop()
@@ -189,3 +193,13 @@ def test_install_then_rotate_gives_the_agents_the_services_token(db: Path, fake:
         assert [s["id"] for s in listed["schedules"]] == [made["id"]]
     finally:
         svc.stop()
+
+
+def test_the_tools_rewording_follows_the_rest_texts() -> None:
+    from promptyoself.faces import rest
+
+    source = native_tools.tool_sources()["cancel_my_scheduled_prompt"]
+    for route_words in ("Cancel some with DELETE /api/schedules/{id} first.",
+                        "GET /api/schedules?include_cancelled=true lists the ids.",
+                        "GET /api/schedules lists the ids."):
+        assert route_words in source and route_words in " ".join(rest.NEXT_STEPS.values()), route_words

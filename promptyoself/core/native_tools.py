@@ -27,6 +27,11 @@ _CALL = '''    import json
     import urllib.error
     import urllib.request
 
+    NEXT_STEPS = (
+        ("Cancel some with DELETE /api/schedules/{id} first.", "Cancel some with cancel_my_scheduled_prompt first."),
+        ("GET /api/schedules?include_cancelled=true lists the ids.", "list_my_scheduled_prompts lists yours."),
+        ("GET /api/schedules lists the ids.", "list_my_scheduled_prompts lists yours."),
+    )
     base = os.environ.get("PROMPTYOSELF_SERVICE_URL", "").rstrip("/")
     if not base:
         raise RuntimeError("PROMPTYOSELF_SERVICE_URL is not set for this agent: run "
@@ -46,7 +51,10 @@ _CALL = '''    import json
         except ValueError:
             error = None
         if isinstance(error, dict) and isinstance(error.get("error"), str):
-            raise RuntimeError(error["error"] + " (" + str(error.get("code")) + ")") from None
+            message = error["error"]
+            for route, tool in NEXT_STEPS:  # name this agent's tools, not the REST routes
+                message = message.replace(route, tool)
+            raise RuntimeError(message + " (" + str(error.get("code")) + ")") from None
         raise RuntimeError("PromptYoSelf at " + base + " answered HTTP " + str(exc.code) + " " + text[:200]
                            + ": is PROMPTYOSELF_SERVICE_URL the `promptyoself serve` service?") from None
     except (urllib.error.URLError, OSError) as exc:

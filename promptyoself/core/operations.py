@@ -15,13 +15,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
 
-from promptyoself import timing
+from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
 from promptyoself.core.admin import AdminOperations
 from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
 from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
+    check_catch_up,
     check_limit,
     check_prompt,
     check_text,
@@ -36,6 +37,7 @@ from promptyoself.core.results import (
     StateResult,
     delivery_record,
     iso,
+    rule_views,
     schedule_record,
 )
 from promptyoself.deps import Deps, Wiring
@@ -43,7 +45,6 @@ from promptyoself.errors import (
     IdempotencyConflict,
     IntervalTooShort,
     InvalidArgument,
-    InvalidCron,
     InvalidInterval,
     NotFound,
     QuotaExceeded,
@@ -66,6 +67,7 @@ class ScheduleOptions(TypedDict, total=False):
     timezone: object
     skip_validation: bool
     idempotency_key: object
+    catch_up: object  # skip | latest | all (None: latest)
     ctx: CallContext | None
 
 
@@ -146,12 +148,15 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        raw = required_time("time", time, "e.g. '2026-12-25T09:00:00+01:00' or 'in 5m'")
+        raw = required_time("time", time, "e.g. 'tomorrow at 9am', 'in 5m' or '2026-12-25T09:00:00+01:00'")
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        when = timing.parse_time(raw, now=now, tz=tz)
-        timing.ensure_future(when, now=now, tz=tz)
-        relative = timing.parse_time(raw, now=now + timedelta(seconds=1), tz=tz) != when  # 'in 5m' moves with now
+        read = phrases.read_time(raw, now=now, tz=tz)
+        tz = read.zone or tz  # a zone written in the time is the schedule's
+        when = read.instant
+        phrases.ensure_future(when, now=now, tz=tz)
+        # 'in 5m' moves with the clock: an idempotent retry a moment later asks for the same schedule
+        relative = phrases.read_time(raw, now=now + timedelta(seconds=1), tz=tz).instant != when
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
         plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message,  # the instant, not "in 5m"
                     fixed_start=not relative)
@@ -164,17 +169,13 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        if not isinstance(cron, str) or not cron.strip():
-            raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI' or '@daily'.")
-        expr = timing.normalize_cron(cron)
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        first = timing.next_cron(expr, tz, now)
-        description = timing.describe_cron(expr)
-        message = f"Scheduled '{expr}' ({description}, {tz.key}); first run {timing.to_local_iso(first, tz)}."
-        result = self._create(text, Plan("cron", expr, tz, first, message), options, now)
-        result["description"] = description
-        return result
+        rule = recurrence.parse_rule(cron, now=now, tz=tz)  # cron, RFC 5545 RRULE or words
+        description = recurrence.describe(rule.schedule_type, rule.value, tz)
+        message = f"Scheduled '{rule.value}' ({description}); first run {timing.to_local_iso(rule.first, tz)}."
+        plan = Plan(rule.schedule_type, rule.value, tz, rule.first, message, anchor=rule.anchor)
+        return self._create(text, plan, options, now)
 
     def schedule_every(
         self,
@@ -204,10 +205,12 @@ class Core(Deps, AdminOperations):
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
             anchor = now + step
         else:
-            raw = required_time("start_at", start_at, "e.g. '2026-12-25T09:00:00Z' or 'in 10m'")
-            anchor = timing.parse_time(raw, now=now, tz=tz)
-            timing.ensure_future(anchor, now=now, tz=tz)
-            fixed = timing.parse_time(raw, now=now + timedelta(seconds=1), tz=tz) == anchor
+            raw = required_time("start_at", start_at, "e.g. 'tomorrow at 9am', 'in 10m' or '2026-12-25T09:00:00Z'")
+            read = phrases.read_time(raw, now=now, tz=tz)
+            tz = read.zone or tz
+            anchor = read.instant
+            phrases.ensure_future(anchor, now=now, tz=tz)
+            fixed = phrases.read_time(raw, now=now + timedelta(seconds=1), tz=tz).instant == anchor
         value = every.strip() if isinstance(every, str) else str(every)
         reps_text = f", {reps} times" if reps else ""
         message = (
@@ -223,11 +226,12 @@ class Core(Deps, AdminOperations):
         from promptyoself.store.records import NewSchedule
 
         key = check_text("idempotency_key", options.get("idempotency_key"), 200)
+        catch_up = check_catch_up(options.get("catch_up"))
         agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
-                return self._repeated(existing, key, text, plan)
+                return self._repeated(existing, key, text, plan, catch_up)
         limit = self.settings.max_active_per_agent
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
@@ -247,6 +251,7 @@ class Core(Deps, AdminOperations):
             max_repetitions=plan.max_repetitions,
             idempotency_key=key,
             letta_payload=plan.letta_payload,
+            catch_up=catch_up,
         )
         try:
             row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written
@@ -256,14 +261,16 @@ class Core(Deps, AdminOperations):
             existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
             if existing is None:
                 raise
-            return self._repeated(existing, key, text, plan)
+            return self._repeated(existing, key, text, plan, catch_up)
         self._changed()
         return self._created_result(row, plan.message, False)
 
-    def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan) -> ScheduleResult:
+    def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one
         (a retry); ``IdempotencyConflict`` when it asks for another."""
         differ = differing_arguments(existing, text, plan)
+        if existing.catch_up != catch_up:
+            differ.append("catch_up")
         if differ:
             raise IdempotencyConflict(
                 f"idempotency_key {key!r} was already used for schedule {existing.id} with another "
@@ -293,9 +300,9 @@ class Core(Deps, AdminOperations):
             "timezone": row.timezone,
             "message": message,
             "deduplicated": deduplicated,
+            "catch_up": row.catch_up,
+            **rule_views(row),
         }
-        if deduplicated and row.schedule_type == "cron":
-            out["description"] = timing.describe_cron(row.schedule_value)
         return out
 
     # ---- reading ------------------------------------------------------------------------------
@@ -434,7 +441,8 @@ class Core(Deps, AdminOperations):
                 next_run = timing.next_run_after(
                     row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor
                 )
-            return replace(row, state="active", next_run=next_run, due_at=next_run, attempt=0,
+            state = "active" if next_run is not None else "completed"  # an RRULE may have ended meanwhile
+            return replace(row, state=state, next_run=next_run, due_at=next_run, attempt=0,
                            claimed_by=None, claim_until=None, updated_at=now)
 
         result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")

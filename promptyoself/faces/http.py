@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -134,15 +135,19 @@ def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp",
     return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery)
 
 
-def run_service(core: Core, settings: Settings, *, host: str, port: int, mcp_path: str | None) -> None:
-    """Serve until SIGTERM/SIGINT (uvicorn handles both: delivery then stops within a few seconds)."""
+def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path: str | None) -> None:
+    """Serve on the already bound ``sock`` until SIGTERM/SIGINT (uvicorn handles both: delivery then
+    stops within a few seconds). Binding first (``promptyoself.faces.serve.bind_port``) means a port in
+    use is refused before the service touches the worker lease."""
     import uvicorn
 
     app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled)
     level = settings.log_level.lower()
+    host, port = sock.getsockname()[:2]
     log.info("service on http://%s:%s: /mcp, /healthz, /metrics%s (bearer token %s), delivery %s",
              f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
              "required" if http_token(settings) else "not required",
              "in this process" if settings.executor_enabled else "off")
-    uvicorn.run(app, host=host, port=port, log_config=None, log_level=level, access_log=level == "debug",
-                lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
+                            access_log=level == "debug", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

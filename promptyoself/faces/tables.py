@@ -8,7 +8,8 @@
 - Control characters in stored text (a prompt may hold terminal escape sequences) are shown escaped
   (``\x1b``), so nothing a schedule holds can drive the terminal; a newline or tab is a space.
 - Instants are shown in the schedule's own timezone (a row's ``timezone``; else the one given, which
-  is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset: ``2026-11-24 09:00:00 +01:00``.
+  is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset and the zone's abbreviation:
+  ``2026-11-24 09:00:00 +01:00 CET`` (a schedule's ``upcoming`` runs too).
 - Everything else is ``key  value`` lines; nested objects (the worker lease, health's executor) are
   flattened to ``worker.pid``-style keys, so no JSON is printed on a terminal. A missing value is
   ``-`` and nothing prints Python's ``None``, ``True`` or ``False``.
@@ -45,7 +46,7 @@ HEADS = {"schedule_type": "TYPE", "schedule_value": "RULE", "agent_id": "AGENT",
 """Column headers shorter than the field names (the JSON keeps the field names)."""
 TIMES = frozenset({
     "next_run", "next_due", "last_run", "last_tick", "scheduled_for", "attempted_at", "created_at", "last_updated",
-    "started_at", "heartbeat_at", "lease_until", "updated_at",
+    "started_at", "heartbeat_at", "lease_until", "updated_at", "upcoming",
 })
 HIDDEN = frozenset({"next_run_local"})
 """Keys a terminal does not need: ``next_run_local`` repeats ``next_run``, which is already shown in
@@ -75,7 +76,7 @@ def clean(text: str) -> str:
 
 
 def show_time(value: str, zone: ZoneInfo) -> str:
-    """``2026-11-24T08:00:00.123456+00:00`` in Europe/Berlin -> ``2026-11-24 09:00:00 +01:00``."""
+    """``2026-11-24T08:00:00.123456+00:00`` in Europe/Berlin -> ``2026-11-24 09:00:00 +01:00 CET``."""
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
@@ -84,7 +85,9 @@ def show_time(value: str, zone: ZoneInfo) -> str:
         return value
     local = when.astimezone(zone).replace(microsecond=0)
     offset = local.strftime("%z")
-    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+    name = local.tzname() or ""
+    named = f" {name}" if name.isalpha() else ""  # 'CET', 'UTC'; not '+03', which repeats the offset
+    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}{named}"
 
 
 def show(key: str, value: Any, zone: ZoneInfo, row: Mapping[str, Any] | None = None) -> str:

@@ -172,3 +172,24 @@ def test_docs_page_works_offline_and_without_the_token(client: TestClient) -> No
         moved = client.get(path, headers=bare, follow_redirects=False)
         assert moved.status_code == 307 and moved.headers["location"] == "/docs", path
     assert client.post("/docs", headers=bare).status_code == 401  # only reading is open
+
+
+def test_an_idempotent_retry_is_the_same_schedule_and_other_arguments_conflict(client: TestClient,
+                                                                              fake_letta: Any) -> None:
+    agent = fake_letta.agent_ids[0]
+    base = {"prompt": "p", "agent_id": agent, "idempotency_key": "retry-me"}
+    first = client.post("/api/schedules/every", json={**base, "every": "1h", "start_at": "in 10m"}).json()
+    for same in ({"every": "1h", "start_at": "in 10m"}, {"every": "60m", "start_at": "in 10m"}):
+        again = client.post("/api/schedules/every", json={**base, **same})  # a moment later: 'in 10m' moved
+        assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["deduplicated"]
+    for other, named in (({"every": "2h"}, "every"), ({"every": "1h", "max_repetitions": 3}, "max_repetitions"),
+                         ({"every": "1h", "catch_up": "all"}, "catch_up"),
+                         ({"every": "1h", "timezone": "Europe/Berlin"}, "timezone")):
+        answer = client.post("/api/schedules/every", json={**base, **other})
+        assert answer.status_code == 409 and answer.json()["code"] == "idempotency_conflict", answer.text
+        assert named in answer.json()["error"], answer.json()
+    at = {**base, "idempotency_key": "at", "time": "2099-01-02T03:04:05 Europe/Berlin"}
+    made = client.post("/api/schedules/time", json=at).json()
+    assert client.post("/api/schedules/time", json=at).json()["id"] == made["id"]
+    moved = client.post("/api/schedules/time", json={**at, "time": "2099-01-02T03:04:06 Europe/Berlin"})
+    assert moved.status_code == 409 and "time" in moved.json()["error"]

@@ -364,11 +364,42 @@ def load_settings(**overrides: object) -> Settings:
     """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags).
 
     Every value is parsed into its type here; a bad one raises :class:`ConfigError` with the one line
-    that every entry point prints before exiting with code 2."""
+    that every entry point prints before exiting with code 2. Without ``PROMPTYOSELF_HTTP_TOKEN``, the
+    service's token file (``token_file``, written by ``promptyoself token rotate``) gives the token."""
     try:
-        return Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+        settings = Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+        if settings.http_token is None and "http_token" not in overrides:
+            stored = read_token_file(token_file(settings.db_url))
+            if stored:
+                settings = settings.model_copy(update={"http_token": SecretStr(stored)})
+        return settings
     except ValidationError as exc:
         raise ConfigError(describe_settings_error(exc)) from exc
+
+
+def token_file(db_url: str) -> Path:
+    """Where the service keeps its bearer token for the database ``db_url``: beside a SQLite file
+    (``promptyoself.db`` -> ``promptyoself.db.token``), else in the per-user config folder, one file per
+    database URL. Mode 0600. ``promptyoself token rotate`` writes it; ``serve``, ``install-tools`` and
+    every command read it when ``PROMPTYOSELF_HTTP_TOKEN`` is not set, so the service's token outlives
+    a restart and a new shell."""
+    import hashlib
+
+    if db_url.startswith("sqlite:///") and ":memory:" not in db_url and "?" not in db_url:
+        return Path(db_url.removeprefix("sqlite:///") + ".token")
+    from platformdirs import user_config_dir
+
+    digest = hashlib.sha256(db_url.encode()).hexdigest()[:16]
+    return Path(user_config_dir("promptyoself", appauthor=False)) / f"token-{digest}"
+
+
+def read_token_file(path: Path) -> str | None:
+    """The token in ``path`` (stripped), or ``None`` when it is missing, empty or unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, ValueError):
+        return None
+    return text if text and not _CONTROL.search(text) else None
 
 
 def describe_settings_error(exc: ValidationError) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
-from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
+from promptyoself.errors import InvalidArgument, InvalidTime, PromptTooLong
 
 MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
@@ -67,7 +67,7 @@ def check_prompt(prompt: object, max_chars: int) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidArgument("prompt is empty; give the text the agent should receive.")
     if len(prompt) > max_chars:
-        raise QuotaExceeded(
+        raise PromptTooLong(
             f"prompt is {len(prompt)} characters; the limit is {max_chars} (PROMPTYOSELF_MAX_PROMPT_CHARS). Shorten it."
         )
     if "\x00" in prompt:

@@ -232,6 +232,16 @@ class NativeToolsRemoved(TypedDict):
     deleted: bool
 
 
+class TokenResult(TypedDict, total=False):
+    status: str
+    token_file: str
+    source: str  # environment | file | none
+    token: str | None
+    rotated: bool
+    installed: NativeToolsInstalled | None
+    message: str
+
+
 # ---- builders: a stored row -> its result shape ---------------------------------------------------
 
 

@@ -15,10 +15,21 @@ from promptyoself.config import Settings
 UNAUTHORIZED_BODY = json.dumps(
     {
         "status": "error",
-        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <PROMPTYOSELF_HTTP_TOKEN>'.",
+        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <token>', the service's "
+                 "PROMPTYOSELF_HTTP_TOKEN or its token file (`promptyoself token show` prints it).",
         "code": "unauthorized",
     }
 ).encode()
+
+
+PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
+"""Read without the token: the REST API's description and its docs page (Swagger UI, whose files are
+under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""
+
+
+def is_public(scope: dict[str, Any]) -> bool:
+    path = str(scope.get("path", ""))
+    return scope.get("method") in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith("/docs/assets/"))
 
 
 def _presented_token(headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -44,7 +55,7 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
-        if kind == "lifespan":
+        if kind == "lifespan" or (kind == "http" and is_public(scope)):
             await self.app(scope, receive, send)
             return
         given = _presented_token(scope.get("headers") or [])

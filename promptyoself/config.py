@@ -106,6 +106,19 @@ def redact_url(text: str) -> str:
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
 
 
+_BEARER = re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*)([A-Za-z0-9._~+/=-]{4,})")
+_CREDENTIAL_FIELD = re.compile(
+    r"(?i)\b(password|passwd|token|api[_-]?key|authorization|x-bare-password)([\"']?\s*[:=]\s*[\"']?)"
+    r"(?!\*\*\*)([^\s\"',;}]{4,})")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with credentials that travel in headers or fields replaced by ``***``: ``Bearer <x>``
+    and ``password: <x>`` / ``"token": "<x>"`` / ``api_key=<x>`` (a server that echoes our request)."""
+    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    return _CREDENTIAL_FIELD.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+
+
 def default_db_path() -> Path:
     """The per-user data file, never the working directory (Letta and Claude Desktop start us anywhere)."""
     from platformdirs import user_data_dir

@@ -42,6 +42,7 @@ from promptyoself.errors import (
     PromptYoSelfError,
 )
 from promptyoself.letta.http1 import NotSent
+from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
 
@@ -259,9 +260,9 @@ def attempt(
     otid = otid_for(claim)
     try:
         if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
-            seen = core.letta.find_message(claim.agent_id, otid)
-            if seen == "found":
-                return Attempt(claim, owner, "delivered", now, number,
+            seen, found_run = core.letta.find_message_run(claim.agent_id, otid)
+            if seen == "found":  # history names the run that carried it (when Letta says)
+                return Attempt(claim, owner, "delivered", now, number, run_id=found_run,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
             if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
@@ -419,6 +420,8 @@ def _record_once(
         changes: list[tuple[int, dict[str, Any]]] = []
         for a in batch:
             claim = a.claim
+            if a.error:  # history is served by `history`: no secret in it, ever (as in the logs)
+                a.error = Redactor(core.settings)(a.error)
             outcome = "failed" if a.kind == "paused" else a.kind
             lateness = round(max(0.0, (a.attempted_at - claim.next_run).total_seconds()), 3)
             res = Result(claim.id, claim.agent_id, a.kind, attempt=a.attempt, error=a.error, run_id=a.run_id,

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from promptyoself import __version__
-from promptyoself.config import redact_url
+from promptyoself.config import redact_credentials, redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
 from promptyoself.letta.http1 import KeepAlivePoster, NotSent, Reply, encode_json
 
@@ -71,13 +71,15 @@ def _retry_after(resp: Answer) -> float | None:
 
 
 def _detail(resp: Answer) -> str:
+    """Letta's error text, cut to 200 characters after any echoed credential (``Bearer sk-...``, a
+    proxy that repeats our headers) is replaced: a cut must not leave half a key behind."""
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:200]
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:200]
-    return str(body)[:200]
+        text = resp.text
+    else:
+        text = str(body["detail"]) if isinstance(body, dict) and "detail" in body else str(body)
+    return redact_credentials(text)[:200]
 
 
 def _env_proxies() -> bool:
@@ -321,6 +323,11 @@ class LettaClient:
         (not in the history, but the agent has runs not yet started or still running, one of which
         may carry it: an async message shows only once its run starts). Runs are read first: when
         none is pending, every message accepted before that read is already in the history."""
+        return self.find_message_run(agent_id, otid)[0]
+
+    def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
+        """``find_message``'s answer and, when found, the Letta run that carried the message (its
+        ``run_id``; None where Letta does not say), so history can name the run."""
         runs = self._request("GET", "/v1/runs/", params={"agent_id": agent_id, "limit": CHECK_RUNS}).json()
         pending = isinstance(runs, list) and any(
             isinstance(r, dict) and r.get("status") in PENDING_RUN_STATUSES for r in runs
@@ -328,9 +335,11 @@ class LettaClient:
         msgs = self._request(
             "GET", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, params={"limit": CHECK_MESSAGES}
         ).json()
-        if isinstance(msgs, list) and any(isinstance(m, dict) and m.get("otid") == otid for m in msgs):
-            return "found"
-        return "pending" if pending else "absent"
+        for m in msgs if isinstance(msgs, list) else ():
+            if isinstance(m, dict) and m.get("otid") == otid:
+                run = m.get("run_id")
+                return "found", run if isinstance(run, str) and run else None
+        return ("pending" if pending else "absent"), None
 
     def create_tool(
         self, source_code: str, *, description: str | None = None, tags: list[str] | None = None

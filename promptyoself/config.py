@@ -222,7 +222,9 @@ class Settings(BaseSettings):
                                        ACCEPTS_SECONDS_OR_0.format(zero="never"), ge=0, allow_inf_nan=False)
     lease_seconds: Seconds = _field(60.0, "PROMPTYOSELF_LEASE_SECONDS", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     max_in_flight: int = _field(8, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
-    max_attempts: int = _field(10, "PROMPTYOSELF_MAX_ATTEMPTS", ACCEPTS_COUNT, ge=1)
+    max_attempts: int | None = _field(None, "PROMPTYOSELF_MAX_ATTEMPTS",
+                                      "a whole number >= 1 (empty = no count: retry until "
+                                      "PROMPTYOSELF_MISFIRE_GRACE has passed)", ge=1)
     retry_base: Seconds = _field(5.0, "PROMPTYOSELF_RETRY_BASE", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     retry_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_MAX", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     misfire_grace: Duration = _field("24h", "PROMPTYOSELF_MISFIRE_GRACE", ACCEPTS_INTERVAL, validate_default=True)

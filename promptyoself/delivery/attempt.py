@@ -311,7 +311,7 @@ def policy(core: Deps) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
     settings = core.settings
     return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng,
-                       settle=settings.letta_timeout)
+                       settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds())
 
 
 def _transient(
@@ -326,17 +326,21 @@ def _transient(
     in_flight: bool = False,
 ) -> Attempt:
     retry = policy(core)
-    if retry.gives_up(_transient_attempts(core, claim, number)):
-        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts})"
+    late = (now - claim.next_run).total_seconds()
+    if retry.gives_up(_transient_attempts(core, claim, number), late):
+        why = (f"PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts}" if retry.remaining(late) > 0
+               else f"{timing.format_duration(now - claim.next_run)} late, PROMPTYOSELF_MISFIRE_GRACE="
+               f"{core.settings.misfire_grace}")
+        error = f"{error} (gave up after {number} attempts, {why})"
         return Attempt(claim, owner, "failed", now, number, error=error)
-    delay = retry.delay(number, retry_after, in_flight=in_flight)
+    delay = retry.delay(number, retry_after, in_flight=in_flight, late=late)
     return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
     wait for the credentials to be fixed, however long that takes)."""
-    if attempt < core.settings.max_attempts:
+    if core.settings.max_attempts is None or attempt < core.settings.max_attempts:
         return attempt
     return attempt - sum(count_attempts_with_error(core.store, claim.id, claim.next_run, prefix)
                          for prefix in (AUTH_PREFIX, IN_DOUBT_PREFIX + AUTH_PREFIX))

@@ -7,7 +7,10 @@ an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -162,6 +165,7 @@ class LettaClient:
             headers["Authorization"] = f"Bearer {token}"
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact_url(self.base_url)  # for messages: never the credentials in a URL
+        self.timeout = timeout
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
@@ -189,9 +193,60 @@ class LettaClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _timed(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """``self._http.request`` within ``timeout`` in all (httpx's timeouts are per read: a server
+        that trickles a byte every few seconds would hold the request for ever). A watchdog shuts
+        the request's socket down at the deadline (the socket is known once connected, or, on a kept
+        connection, once the answer's head is in); the request then fails as ``httpx.ReadTimeout``."""
+        sockets: list[Any] = []
+        expired = threading.Event()
+        lock = threading.Lock()
+
+        def cut(sock: Any) -> None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        def watch(stream: Any) -> None:
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is None:
+                return
+            with lock:
+                sockets.append(sock)
+                late = expired.is_set()
+            if late:
+                cut(sock)
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                watch(info.get("return_value"))
+
+        def fire() -> None:
+            with lock:
+                expired.set()
+                found = list(sockets)
+            for sock in found:
+                cut(sock)
+
+        timer = threading.Timer(self.timeout, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            with self._http.stream(method, path, extensions={"trace": trace}, **kw) as resp:
+                watch(resp.extensions.get("network_stream"))
+                resp.read()
+            if expired.is_set():
+                raise httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
+            return resp
+        except httpx.TransportError:
+            if expired.is_set():
+                raise httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT") from None
+            raise
+        finally:
+            timer.cancel()
+
     def _request(self, method: str, path: str, *, agent_id: str | None = None, **kw: Any) -> httpx.Response:
         try:
-            resp = self._http.request(method, path, **kw)
+            resp = self._timed(method, path, **kw)
         except httpx.TimeoutException as exc:
             raise LettaUnavailable(
                 f"Letta at {self.shown_url} did not answer in time ({type(exc).__name__}). "
@@ -306,7 +361,7 @@ class LettaClient:
                 return self._poster.post(path, encode_json(body), guard=guard)
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
-            return self._http.post(path, json=body)
+            return self._timed("POST", path, json=body)
         except httpx.HTTPError as exc:
             # Only a failure to connect proves Letta never saw the request.
             doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)

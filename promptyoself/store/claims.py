@@ -410,12 +410,14 @@ def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
 
 def resume_waiting(store: Store, now: datetime) -> int:
     """Letta answers again after an outage: the occurrences waiting out a backoff after a transient
-    failure (not a 429, whose Retry-After stands; not a claimed one) become due now. Returns how many."""
+    failure become due now. Not a 429 (its Retry-After stands), not a claimed one, and not one in doubt
+    (``in_doubt: ...``: its request may still be landing in Letta, so it keeps its settle time before
+    the next attempt asks Letta for it). Returns how many."""
     with store.engine.begin() as conn:
         stmt = (
             update(_S)
             .where(_S.c.state == "active", _S.c.attempt > 0, _S.c.claimed_by.is_(None), _S.c.due_at > now,
-                   _S.c.last_error.like("%letta_unavailable%"), _S.c.last_error.not_like("%HTTP 429%"))
+                   _S.c.last_error.like("letta_unavailable%"), _S.c.last_error.not_like("%HTTP 429%"))
             .values(due_at=now)
         )
         return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]

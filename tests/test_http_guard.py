@@ -263,3 +263,36 @@ def test_idle_sessions_expire(db_path: Path) -> None:
             time.sleep(1.5)  # a ping is activity: wait longer than the idle limit between pings
     finally:
         served.stop()
+
+
+def test_the_transport_apps_get_the_same_guard(db_path: Path) -> None:
+    """``serve --transport http|sse``: ``http_auth.transport_middleware`` is the guard plus the token
+    (the serve face passes it to FastMCP's app)."""
+    from promptyoself.faces.http_auth import transport_middleware
+    from promptyoself.faces.mcp import build_server
+
+    core = Core(make_settings(db_path, http_token="tok-123", max_request_bytes=4096))
+    app = build_server(core).http_app(path="/mcp", middleware=transport_middleware(core.settings, "127.0.0.1"))
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**MCP_HEADERS, "authorization": "Bearer tok-123"}
+        assert httpx.post(url, json=INIT, headers={**auth, "host": "evil.example"}, timeout=10).status_code == 403
+        assert httpx.post(url, json=INIT, headers={**auth, "origin": "https://evil.example"},
+                          timeout=10).status_code == 403
+        assert httpx.post(url, content=json.dumps(INIT), headers={**auth, "content-type": "text/plain"},
+                          timeout=10).status_code == 415
+        assert httpx.post(url, json={**INIT, "pad": "x" * 5000}, headers=auth, timeout=10).status_code == 413
+        assert httpx.post(url, json=INIT, headers=MCP_HEADERS, timeout=10).status_code == 401
+        assert httpx.post(url, json=INIT, headers=auth, timeout=10).status_code == 200
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        core.close()

@@ -91,6 +91,16 @@ class DeliveryView(Protocol):
 
     def health_info(self) -> DeliveryHealth: ...
 
+    def delivers_here(self) -> bool:
+        """True while a delivery loop runs (or is starting) in this process."""
+        ...
+
+
+class DeliveryStarter(Protocol):
+    """Who delivers (``promptyoself.delivery.starter.Starter``, set as ``Deps.starter`` by the faces)."""
+
+    def ensure(self) -> Any: ...
+
 
 class Wiring(TypedDict, total=False):
     """What a caller may hand in instead of the defaults: an open store, a Letta client, a clock."""
@@ -112,6 +122,8 @@ class Deps:
         self._listeners: list[Callable[[], None]] = []
         # The delivery side of this process, if one registered (health and status report on it).
         self.delivery: DeliveryView | None = None
+        # Who delivers, checked after every write (promptyoself.delivery.starter.starter_for).
+        self.starter: DeliveryStarter | None = None
 
     @property
     def store(self) -> Store:

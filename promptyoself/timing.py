@@ -1,7 +1,10 @@
-"""Pure time logic: parse times, intervals and cron rules; compute next runs.
+"""Pure time logic: zones, intervals, cron and RFC 5545 rules; next runs; the missed-run rule.
 
 Nothing here does I/O or reads the clock: functions that need "now" take it as a
-parameter. Every instant returned is timezone-aware and in UTC.
+parameter. Every instant returned is timezone-aware and in UTC. What people write for a
+one-time instant is read in ``promptyoself/phrases.py``; RRULEs and natural recurrence are
+read (and described) in ``promptyoself/recurrence.py``, which hands this module the normal
+form that ``next_rrule`` iterates.
 
 DST rules (docs/design.md §4), for every wall-clock time read in an IANA zone:
 
@@ -13,25 +16,25 @@ DST rules (docs/design.md §4), for every wall-clock time read in an IANA zone:
   firing. The repeated fall-back hour does not fire again: ``0 * * * *`` in Berlin
   on 2026-10-25 fires at 02:00 CEST and *not* at 02:00 CET. So a daily rule fires
   exactly once on every local date, DST or not.
+* RRULEs follow RFC 5545 §3.3.10 instead: a wall time inside a gap keeps the offset
+  from before the gap (Berlin 02:30 -> 03:30 CEST, 01:30Z); a repeated one is the first.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 import unicodedata
-import warnings
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from promptyoself.errors import (
     InvalidArgument,
     InvalidCron,
     InvalidInterval,
-    InvalidTime,
     PromptYoSelfError,
-    TimeInPast,
 )
 
 __all__ = [
@@ -39,16 +42,17 @@ __all__ = [
     "MAX_RULE_CHARS",
     "describe_cron",
     "ensure_aware",
-    "ensure_future",
     "format_duration",
     "local_to_utc",
     "next_cron",
     "next_interval_slot",
+    "next_rrule",
     "next_run_after",
     "normalize_cron",
     "parse_interval",
-    "parse_time",
     "resolve_zone",
+    "rfc5545_to_utc",
+    "rrule_instants",
     "to_local_iso",
     "to_utc_iso",
 ]
@@ -56,19 +60,12 @@ __all__ = [
 MAX_RULE_CHARS = 100
 MAX_ZONE_CHARS = 64
 MAX_INTERVAL = timedelta(days=3660)  # ~10 years
-MAX_RELATIVE = timedelta(days=36525)  # ~100 years; far from datetime.max
 _MAX_CRON_STEPS = 10_000
 
 _US = timedelta(microseconds=1)
 _SEC_US = 1_000_000
 _UTC_NAMES = {"UTC", "Z", "GMT", "UT", "ETC/UTC", "ETC/GMT", "ZULU"}
 
-_TIME_FORMS = (
-    "Accepted forms: ISO 8601 with offset ('2026-12-25T10:00:00-05:00', "
-    "'2026-12-25T15:00:00Z'); a local date-time read in the timezone argument "
-    "('2026-12-25 10:00'); '2026-12-25 10:00 UTC'; '2026-12-25 10:00 Europe/Berlin'; "
-    "or relative to now ('in 5m', '+2h', 'in 1h30m', 'in 90 seconds', 'in 2 days')."
-)
 _INTERVAL_FORMS = (
     "Accepted forms: '30s', '5m', '1h', '1d', '1h30m', '2h 15m', bare seconds "
     "('90'), or ISO 8601 durations ('PT15M', 'PT1H30M', 'P1D')."
@@ -119,9 +116,6 @@ _ISO_DURATION_RE = re.compile(
     r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?"
     r"(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:[.,]\d{1,6})?)S)?)?"
 )
-_RELATIVE_RE = re.compile(r"(?:in\s+|\+\s*)(?P<body>.+?)(?:\s+from\s+now)?")
-_BRACKET_ZONE_RE = re.compile(r"(?P<body>.+?)\s*\[(?P<zone>[^\]]+)\]")
-_SUFFIX_ZONE_RE = re.compile(r"(?P<body>.+?)\s+(?P<zone>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)+)")
 
 
 # ---------------------------------------------------------------------------
@@ -186,8 +180,26 @@ def format_duration(td: timedelta) -> str:
     return sign + " ".join(parts[:2])
 
 
+@functools.cache
+def _zone_names() -> dict[str, str]:
+    """Every IANA name this machine knows, by its upper-case spelling (read once, when a name is not
+    found as written)."""
+    return {name.upper(): name for name in available_timezones()}
+
+
+def _zone_suggestion(text: str) -> str:
+    """' Did you mean ...?' for a near miss: a city alone ('Berlin'), spaces for underscores, a typo."""
+    names = _zone_names()
+    key = text.upper().replace(" ", "_")
+    cities = sorted(n for u, n in names.items() if u.rsplit("/", 1)[-1] == key and "/" in n)
+    found = cities or difflib.get_close_matches(key, list(names), n=3, cutoff=0.8)
+    found = [names.get(f, f) for f in found][:3]
+    return f" Did you mean {' or '.join(repr(f) for f in found)}?" if found else ""
+
+
 def resolve_zone(name: str | None, default: str | ZoneInfo = "UTC") -> ZoneInfo:
-    """IANA zone name -> ZoneInfo. None/blank means ``default`` (a name, or the parsed setting); UTC/Z/GMT -> UTC."""
+    """IANA zone name, in any case -> ZoneInfo. None/blank means ``default`` (a name, or the parsed
+    setting); UTC/Z/GMT -> UTC. An unknown name is ``invalid_argument`` naming the nearest ones."""
     if name is None or not str(name).strip():
         if isinstance(default, ZoneInfo):
             return default
@@ -206,7 +218,11 @@ def resolve_zone(name: str | None, default: str | ZoneInfo = "UTC") -> ZoneInfo:
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):
-        raise InvalidArgument(f"Unknown timezone {shown!r}. {advice}") from None
+        pass
+    spelled = _zone_names().get(text.upper())
+    if spelled is not None:
+        return ZoneInfo(spelled)
+    raise InvalidArgument(f"Unknown timezone {shown!r}.{_zone_suggestion(text)} {advice}") from None
 
 
 def local_to_utc(naive: datetime, tz: ZoneInfo) -> datetime:
@@ -311,133 +327,6 @@ def parse_interval(text: str | int) -> timedelta:
 
 
 # ---------------------------------------------------------------------------
-# one-time instants
-
-
-class _BadZoneName(Exception):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-def _dateutil_tzinfos(name: str | None, offset: int | None) -> tzinfo | None:
-    """Accept only unambiguous zone names (UTC/GMT/Z) and numeric offsets."""
-    if name is None:
-        return None if offset is None else timezone(timedelta(seconds=offset))
-    if name.upper() in _UTC_NAMES and not offset:
-        return UTC
-    raise _BadZoneName(name)
-
-
-_DATEUTIL_ERRORS = (
-    ValueError,
-    OverflowError,
-    TypeError,
-    IndexError,
-    KeyError,
-    AttributeError,
-)
-
-
-def _dateutil_parse(text: str) -> datetime | None:
-    """Absolute date-time via python-dateutil; None unless it is a complete date.
-
-    dateutil fills missing fields from a default date (normally today). Parsing
-    with two different defaults shows which fields the text did not give; year,
-    month and day are required so nothing is filled in from the calendar.
-    """
-    results: list[datetime] = []
-    # naive defaults are deliberate: they are wall-clock placeholders for dateutil
-    for default in (datetime(2000, 1, 1), datetime(2001, 2, 2)):  # noqa: DTZ001
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from dateutil import parser as du_parser
-
-                parsed = du_parser.parse(text, default=default, tzinfos=_dateutil_tzinfos)
-        except _DATEUTIL_ERRORS:
-            return None
-        results.append(parsed)
-    a, b = results
-    if (a.year, a.month, a.day) != (b.year, b.month, b.day):
-        return None
-    return a
-
-
-def _to_instant(dt: datetime, tz: ZoneInfo, shown: str) -> datetime:
-    try:
-        return local_to_utc(dt, tz) if _is_naive(dt) else dt.astimezone(UTC)
-    except (OverflowError, ValueError):
-        raise InvalidTime(f"Time {shown!r} is out of range. {_TIME_FORMS}") from None
-
-
-def _parse_relative(body: str, shown: str, now_utc: datetime) -> datetime:
-    body = re.sub(r"\ban?\s+", "1 ", body)  # "in an hour"
-    body = re.sub(r"\s+and\s+", " ", body)  # "in 1 hour and 30 minutes"
-    total_us = _compound_us(body)
-    if total_us is None:
-        raise InvalidTime(f"Cannot read relative time {shown!r}. {_TIME_FORMS}")
-    if total_us > MAX_RELATIVE // _US:
-        raise InvalidTime(f"Relative time {shown!r} is more than 100 years ahead; give a nearer time.")
-    return now_utc + timedelta(microseconds=total_us)
-
-
-def parse_time(text: str, *, now: datetime, tz: ZoneInfo) -> datetime:
-    """Parse a one-time instant -> aware UTC. Does not check that it is future."""
-    shown = _rule_text(text, "Time", InvalidTime, _TIME_FORMS).strip()
-    if not shown:
-        raise InvalidTime(f"Time is empty. {_TIME_FORMS}")
-    lowered = shown.lower()
-    if lowered == "now":
-        raise InvalidTime("'now' cannot be scheduled; give a future time such as 'in 1m' or 'in 30s'.")
-    rel = _RELATIVE_RE.fullmatch(lowered)
-    if rel:
-        return _parse_relative(rel.group("body"), shown, ensure_aware(now))
-    if lowered.startswith("-"):
-        raise InvalidTime(f"Time {shown!r} is negative; give a future time ('in 5m').")
-
-    # Optional IANA zone suffix: '... Europe/Berlin' or '...[Europe/Berlin]'
-    zone, body = tz, shown
-    zm = _BRACKET_ZONE_RE.fullmatch(shown) or _SUFFIX_ZONE_RE.fullmatch(shown)
-    if zm:
-        try:
-            zone = resolve_zone(zm.group("zone"))
-        except InvalidArgument as exc:
-            raise InvalidTime(f"{exc.message} (in time {shown!r})") from None
-        body = zm.group("body")
-
-    try:
-        return _to_instant(datetime.fromisoformat(body), zone, shown)
-    except ValueError:
-        pass
-    try:
-        parsed = _dateutil_parse(body)
-    except _BadZoneName as exc:
-        raise InvalidTime(
-            f"Timezone abbreviation {exc.name!r} in {shown!r} is ambiguous. Write an "
-            "offset ('2026-12-25T10:00:00-05:00'), 'UTC', or an IANA zone name "
-            "('2026-12-25 10:00 America/New_York')."
-        ) from None
-    if parsed is None:
-        raise InvalidTime(f"Cannot read time {shown!r} (a full date with the year is required). {_TIME_FORMS}")
-    return _to_instant(parsed, zone, shown)
-
-
-def ensure_future(when: datetime, *, now: datetime, tz: ZoneInfo) -> None:
-    """Raise TimeInPast unless ``when`` is strictly after ``now``."""
-    when_utc = ensure_aware(when)
-    now_utc = ensure_aware(now)
-    if when_utc > now_utc:
-        return
-    local = now_utc.astimezone(tz)
-    raise TimeInPast(
-        f"Time {to_utc_iso(when_utc)} is in the past; it is now "
-        f"{to_utc_iso(now_utc)} ({local:%Y-%m-%d %H:%M} {tz}). "
-        "Give a future time, e.g. 'in 5m'."
-    )
-
-
-# ---------------------------------------------------------------------------
 # cron
 
 
@@ -534,6 +423,113 @@ def next_cron(expr: str, tz: ZoneInfo, after: datetime) -> datetime:
 
 
 # ---------------------------------------------------------------------------
+# RFC 5545 rules (normal form from promptyoself/recurrence.py)
+
+_WEEK = timedelta(days=7)
+
+
+def rfc5545_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
+    """A wall time of a rule -> its instant, as RFC 5545 says: inside a spring-forward gap the offset
+    from before the gap (Berlin 02:30 -> 01:30Z, i.e. 03:30 CEST); a repeated one the first (fold=0)."""
+    return wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+
+
+@functools.lru_cache(maxsize=1024)
+def _rrule_parts(value: str) -> tuple[str, Any, datetime | None]:
+    """A normal-form rule read once: the rule without UNTIL, a dateutil rrule of it (for its FREQ,
+    INTERVAL and COUNT), and UNTIL as an instant (``UNTIL=...Z``; dateutil would refuse a UTC UNTIL
+    with a floating DTSTART, so UNTIL is applied here)."""
+    from dateutil import rrule as du
+
+    parts = ";".join(p for p in value.split(";") if not p.startswith("UNTIL="))
+    until = next((p[6:] for p in value.split(";") if p.startswith("UNTIL=")), None)
+    until_at = datetime.strptime(until, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC) if until else None
+    fields = dict(p.split("=", 1) for p in parts.split(";"))  # no BY parts: nothing dateutil could refuse
+    shape = du.rrule(getattr(du, fields["FREQ"]), interval=int(fields.get("INTERVAL", "1")),
+                     count=int(fields["COUNT"]) if "COUNT" in fields else None, dtstart=datetime(2000, 1, 1))  # noqa: DTZ001
+    return parts, shape, until_at
+
+
+@functools.lru_cache(maxsize=1024)
+def _rrule_at(parts: str, dtstart: datetime) -> Any:
+    """The dateutil rrule of ``parts`` from ``dtstart`` (a wall time). dateutil refuses a rule whose
+    BY parts its INTERVAL never reaches from that DTSTART (ValueError), as recurrence.py checks."""
+    from dateutil import rrule as du
+
+    return du.rrulestr(parts, dtstart=dtstart)
+
+
+def _rrule_start(rule: Any, dtstart: datetime, since: datetime) -> datetime:
+    """A later DTSTART with the same occurrences from there on, a whole number of periods later (so
+    INTERVAL keeps its phase), at most a period before ``since``: iteration starts near ``since``,
+    not at the schedule's creation. Rules with COUNT count from their own DTSTART, so they keep it.
+    Relies on the normal form naming every BY part that dateutil would take from DTSTART."""
+    from dateutil import rrule as du
+
+    if rule._count is not None or since <= dtstart:
+        return dtstart
+    n = rule._interval
+    step = {du.WEEKLY: _WEEK, du.DAILY: timedelta(days=1), du.HOURLY: timedelta(hours=1),
+            du.MINUTELY: timedelta(minutes=1)}.get(rule._freq)
+    if step is not None:
+        k = (since - dtstart) // (step * n) - 1
+        return dtstart + k * n * step if k > 0 else dtstart
+    months = n * (12 if rule._freq == du.YEARLY else 1)
+    k = ((since.year - dtstart.year) * 12 + since.month - dtstart.month) // months - 1
+    if k <= 0:
+        return dtstart
+    total = dtstart.month - 1 + k * months
+    return datetime(dtstart.year + total // 12, total % 12 + 1, 1)  # noqa: DTZ001 (wall clock)
+
+
+def rrule_instants(value: str, tz: ZoneInfo, *, anchor: datetime, after: datetime) -> Any:
+    """The rule's occurrences strictly after ``after``, increasing, each instant once (an iterator
+    of aware UTC instants; it ends with the rule). ``anchor`` is the rule's DTSTART (an instant; its
+    wall time in ``tz`` counts). Wall times map monotonically except just after a gap: a candidate
+    inside it keeps the offset from before the gap, so it lands later than the real wall times of
+    the next ``shift``; those are read before it is given out."""
+    parts, shape, until = _rrule_parts(value)
+    after_utc = ensure_aware(after)
+    since = after_utc.astimezone(tz).replace(tzinfo=None) - timedelta(days=1)  # offsets differ by < 1 day
+    dtstart = ensure_aware(anchor).astimezone(tz).replace(tzinfo=None)
+    last, held, hold_until = after_utc, set[datetime](), since  # held: instants waiting for a gap's shift
+    try:
+        rule = _rrule_at(parts, _rrule_start(shape, dtstart, since))
+        for wall in rule.xafter(since, inc=True):
+            if held and wall > hold_until:
+                for t in sorted(held):
+                    if until is not None and t > until:
+                        return
+                    if t > last:
+                        last = t
+                        yield t
+                held.clear()
+            t = rfc5545_to_utc(wall, tz)
+            back = t.astimezone(tz).replace(tzinfo=None)
+            if back != wall or held:  # inside a gap (or within the shift after one)
+                hold_until = max(hold_until, wall + (back - wall))
+                held.add(t)
+                continue
+            if until is not None and t > until:
+                return
+            if t > last:
+                last = t
+                yield t
+        for t in sorted(held):
+            if t > last and (until is None or t <= until):
+                last = t
+                yield t
+    except (OverflowError, ValueError):  # past year 9999: the rule has ended
+        return
+
+
+def next_rrule(value: str, tz: ZoneInfo, after: datetime, *, anchor: datetime) -> datetime | None:
+    """First occurrence of a normal-form RRULE strictly after ``after``; None when the rule has
+    ended (COUNT or UNTIL reached)."""
+    return next(iter(rrule_instants(value, tz, anchor=anchor, after=after)), None)
+
+
+# ---------------------------------------------------------------------------
 # intervals and dispatch
 
 
@@ -557,13 +553,19 @@ def next_run_after(
     after: datetime,
     anchor: datetime | None = None,
 ) -> datetime | None:
-    """Next run strictly after ``after``: None for 'once'; cron; fixed-rate interval."""
+    """Next run strictly after ``after``: None for 'once' and for an RFC 5545 rule that has ended
+    (COUNT, UNTIL); cron; RFC 5545 ('rrule', from its DTSTART ``anchor``); fixed-rate interval."""
     if schedule_type == "once":
         return None
     if schedule_type == "cron":
         return next_cron(schedule_value, tz, after)
+    if schedule_type == "rrule":
+        if anchor is None:
+            raise InvalidArgument("An RRULE schedule needs its start (anchor, DTSTART) for the next run.")
+        return next_rrule(schedule_value, tz, after, anchor=anchor)
     if schedule_type == "interval":
         if anchor is None:
             raise InvalidArgument("An interval schedule needs its start time (anchor) for the next run.")
         return next_interval_slot(anchor, parse_interval(schedule_value), after)
-    raise InvalidArgument(f"Unknown schedule type {schedule_type!r}; use 'once', 'cron' or 'interval'.")
+    raise InvalidArgument(f"Unknown schedule type {schedule_type!r}; use 'once', 'cron', 'rrule' or 'interval'.")
+

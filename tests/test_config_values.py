@@ -238,12 +238,12 @@ def test_a_bad_timezone_stops_the_stdio_server(tmp_path: Path) -> None:
 def test_the_spawned_worker_fails_fast_and_logs_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The detached worker the server starts reads the same environment: with a bad value it exits at
     once and its log (its stderr) holds the line."""
-    from promptyoself.delivery.worker import spawn_worker, worker_log_path
+    from promptyoself.delivery.starter import spawn, worker_log_path
     from promptyoself.store.quick import pid_alive
 
     settings = Settings(db=str(tmp_path / "w.db"), executor_autostart=False)
     monkeypatch.setenv("PROMPTYOSELF_MISFIRE_GRACE", "bogus")
-    pid = spawn_worker(settings, "spawn:test:1:abc")
+    pid = spawn(settings, "spawn:test:1:abc")
     log = worker_log_path(settings)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and the_line("PROMPTYOSELF_MISFIRE_GRACE") not in _read(log):

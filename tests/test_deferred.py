@@ -73,6 +73,10 @@ async def test_delivery_starts_on_its_own_when_the_client_asks_nothing(
     core, d, mcp = embedded_server(tmp_path, fake)
     async with Client(mcp):
         await wait_started(d)
+        for _ in range(500):  # wait for the state (the loop running), never for an ordering
+            if core.delivery.executor.running:
+                break
+            await asyncio.sleep(0.02)
         assert core.delivery.executor.running
     core.close()
 

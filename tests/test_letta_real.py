@@ -143,3 +143,58 @@ def test_stdio_mcp_registration_still_works(letta_env: tuple[httpx.Client, str],
         assert "promptyoself_schedule_time" in tools or any("schedule" in t for t in tools), tools
     finally:
         http.delete(f"/v1/mcp-servers/{server_id}")
+
+
+def test_letta_spawn_per_call_delivers_the_first_prompt_on_time(letta_env: tuple[httpx.Client, str],
+                                                                  tmp_path: Path) -> None:
+    """Issue 19 with the real Letta: our stdio server registered in Letta, a new database, nothing else
+    running; the agent (mock LLM) calls promptyoself_schedule_time through Letta, which starts a stdio
+    process for that one call and ends it. The prompt reaches the agent at most 2 s after it is due."""
+    from datetime import datetime
+
+    from tests.helpers_delivery import child_env, kill_all, processes_for, reap, subreaper
+
+    http, agent = letta_env
+    db = tmp_path / "first.db"
+    env = {k: v for k, v in child_env(db, LETTA).items()
+           if k.startswith(("PROMPTYOSELF_", "LETTA_")) or k == "PYTHONPATH"}
+    env.update(PROMPTYOSELF_EXECUTOR_MODE="worker", PROMPTYOSELF_WORKER_IDLE_EXIT="60", PROMPTYOSELF_STDIO_RELAY="off")
+    name = f"promptyoself-{uuid.uuid4().hex[:6]}"
+    resp = http.post("/v1/mcp-servers/", json={"server_name": name, "config": {
+        "mcp_server_type": "stdio", "command": sys.executable, "args": [str(ROOT / "promptyoself_mcp_server.py")],
+        "env": env}})
+    if resp.status_code == 400 and "MCP_DISABLE_STDIO" in resp.text:
+        pytest.skip("this Letta runs with MCP_DISABLE_STDIO=true (stock setting): stdio MCP is refused")
+    assert resp.status_code == 200, resp.text
+    server_id = resp.json()["id"]
+    with subreaper():
+        try:
+            tools = {t["name"]: t["id"] for t in http.get(f"/v1/mcp-servers/{server_id}/tools").json()}
+            attach = http.patch(f"/v1/agents/{agent}/tools/attach/{tools['promptyoself_schedule_time']}")
+            assert attach.status_code == 200, attach.text
+            assert not db.exists() or processes_for(db) == []  # nothing delivers yet
+            marker = f"first-prompt-{uuid.uuid4().hex[:8]}"
+            call = {"name": "promptyoself_schedule_time",
+                    "arguments": {"prompt": marker, "time": "in 8s", "agent_id": agent}}
+            turn = http.post(f"/v1/agents/{agent}/messages", json={"messages": [
+                {"role": "user", "content": "MOCK_TOOL_CALL " + json.dumps(call)}]})
+            assert turn.status_code == 200, turn.text
+            returns = [m for m in turn.json()["messages"] if m.get("message_type") == "tool_return_message"]
+            assert returns and returns[0].get("status") == "success", returns
+            due = json.loads(returns[0]["tool_return"])["next_run"]
+            deadline = time.monotonic() + 60
+            seen: list[dict[str, object]] = []
+            while time.monotonic() < deadline and not seen:
+                msgs = http.get(f"/v1/agents/{agent}/messages", params={"limit": 100}).json()
+                texts = [(m, json.dumps(m.get("content"))) for m in msgs if m.get("message_type") == "user_message"]
+                seen = [m for m, text in texts if marker in text and "MOCK_TOOL_CALL" not in text]
+                time.sleep(0.1)
+            arrived = time.time()  # first seen by polling every ~0.1 s: an upper bound of its arrival
+            assert len(seen) == 1, seen
+            late = arrived - datetime.fromisoformat(due).timestamp()
+            sys.stderr.write(f"\nFIGURES first_prompt_late_s={late:.2f}\n")
+            assert late <= 2.0, late
+        finally:
+            http.delete(f"/v1/mcp-servers/{server_id}")
+            kill_all(db)
+            reap()

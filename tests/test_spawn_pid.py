@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery import worker
+from promptyoself.delivery import starter, worker
 from promptyoself.delivery.service import service_for
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, make_core, wait_until
@@ -27,15 +27,15 @@ def test_health_right_after_a_spawn_never_shows_the_servers_pid(
 ) -> None:
     monkeypatch.setenv("LETTA_BASE_URL", fake.url)  # the spawned worker reads its settings from the env
     monkeypatch.setenv("PROMPTYOSELF_WORKER_IDLE_EXIT", "60")
-    server = make_core(db, fake)  # the process that spawns (its store path: no delivery service)
+    server = make_core(db, fake, executor_autostart=True, executor_mode="worker")  # the process that spawns
     other = make_core(db, fake)  # a server whose health goes through its delivery service
     service_for(other)
     add_schedule(server.store, fake.agent_ids[0], "later", datetime.now(UTC) + timedelta(hours=1))
     me = os.getpid()
     during: dict[str, Any] = {}
-    real_spawn = worker.spawn_worker
+    real_spawn = starter.spawn
 
-    def spawn_and_look(settings: Any, token: str) -> int:
+    def spawn_and_look(settings: Any, token: str | None = None) -> int:
         # the reservation is written and no worker exists yet: what everyone sees now
         during["health"] = server.health()["worker"]
         during["service_health"] = other.health()["worker"]
@@ -44,9 +44,10 @@ def test_health_right_after_a_spawn_never_shows_the_servers_pid(
         during["stop"] = worker.stop_worker(server)
         return real_spawn(settings, token)
 
-    monkeypatch.setattr(worker, "spawn_worker", spawn_and_look)
-    started = worker.ensure_worker(server)
-    assert started["spawned"] is True and started["pid"] != me
+    monkeypatch.setattr(starter, "spawn", spawn_and_look)
+    found = starter.Starter(server).ensure()
+    assert found.by == "started" and found.pid is not None and found.pid != me
+    started = {"pid": found.pid}
 
     for seen in (during["health"], during["service_health"], during["status"]["worker"]):
         assert seen["pid"] is None and seen["starting"] is True and seen["alive"] is True
@@ -70,15 +71,16 @@ def test_health_right_after_a_spawn_never_shows_the_servers_pid(
 
 
 def test_a_second_server_does_not_report_the_first_servers_pid(db: Path, fake: FakeLetta) -> None:
-    """While server A's reservation stands, server B's ensure_worker says someone is starting one and
-    names no pid (it used to name A's pid as the worker's)."""
+    """While server A's reservation stands, server B's check says someone is starting one and names no
+    pid (it used to name A's pid as the worker's)."""
     a = make_core(db, fake)
-    b = make_core(db, fake)
+    b = make_core(db, fake, executor_autostart=True, executor_mode="worker")
     ok, _ = worker.acquire(a, f"{worker.SPAWN_PREFIX}{worker.hostname()}:{os.getpid()}:abcd1234",
-                           os.getpid(), worker.SPAWN_HOLD)
+                           os.getpid(), starter.SPAWN_HOLD)
     assert ok
-    seen = worker.ensure_worker(b)
-    assert seen["spawned"] is False and seen["pid"] is None
+    add_schedule(b.store, fake.agent_ids[0], "later", datetime.now(UTC) + timedelta(hours=1))
+    seen = starter.Starter(b).ensure()
+    assert seen.by == "starting" and seen.pid is None
     assert b.health()["worker"]["pid"] is None and b.health()["worker"]["starting"] is True
     a.close()
     b.close()

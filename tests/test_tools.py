@@ -21,8 +21,10 @@ PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartb
 
 # docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).
 CONTRACT: dict[str, set[str]] = {
-    "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key"},
-    "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key"},
+    "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key",
+                                   "catch_up"},
+    "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key",
+                                   "catch_up"},
     "promptyoself_schedule_every": {
         "prompt",
         "every",
@@ -32,6 +34,7 @@ CONTRACT: dict[str, set[str]] = {
         "timezone",
         "skip_validation",
         "idempotency_key",
+        "catch_up",
     },
     "promptyoself_list": {"agent_id", "include_cancelled", "limit", "offset"},
     "promptyoself_cancel": {"schedule_id"},

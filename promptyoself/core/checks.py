@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
 from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
 
 MAX_LIMIT = 500
@@ -72,6 +73,19 @@ def check_prompt(prompt: object, max_chars: int) -> str:
         raise InvalidArgument("prompt must not contain NUL characters.")
     check_unicode("prompt", prompt)
     return prompt
+
+
+def check_catch_up(value: object) -> str:
+    """The missed-run policy: skip | latest | all; None (or blank) is the default, latest."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "latest"
+    if isinstance(value, str) and value.strip().lower() in CATCH_UP_POLICIES:
+        return value.strip().lower()
+    raise InvalidArgument(
+        f"catch_up must be 'skip' (missed runs are dropped), 'latest' (one run for what was missed, "
+        f"within PROMPTYOSELF_MISFIRE_GRACE; the default) or 'all' (every missed run, at most {CATCH_UP_ALL_MAX}), "
+        f"got {str(value)[:40]!r}."
+    )
 
 
 def required_time(name: str, value: object, example: str) -> str:

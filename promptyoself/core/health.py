@@ -5,8 +5,8 @@ database cannot be used). Each reason is ``{code, message, fix}``; the fix names
 repairs it. The checks:
 
 * ``database_unavailable`` (down): the store cannot be opened or queried.
-* ``no_delivery``: schedules are due and no live delivery runs (no live worker lease, no loop in
-  this process).
+* ``no_delivery``: a schedule is active and no live delivery runs (no live worker lease, no loop in
+  this process), whether or not anything is due yet.
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
 * ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
   ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
@@ -44,8 +44,12 @@ log = logging.getLogger(__name__)
 
 
 FIX_DELIVERY = (
-    "Run `promptyoself worker` (or any MCP tool call starts one), or install the service for delivery "
-    "that survives reboots: `promptyoself service install`."
+    "Start a delivery worker now: `promptyoself worker --start` (any schedule, pause, resume or cancel "
+    "also starts one); for delivery that survives reboots install the service: `promptyoself service install`."
+)
+FIX_DELIVERY_OFF = (
+    "PROMPTYOSELF_EXECUTOR_MODE is off here: run `promptyoself worker` under your supervisor, or install the "
+    "service: `promptyoself service install`."
 )
 FIX_LATE = (
     "Check the delivery worker with `promptyoself worker --status` and failed attempts with "
@@ -171,12 +175,13 @@ def assess(core: Checked) -> HealthResult:
             out["worker"] = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in lease.items()}
         live = _live_delivery(lease, delivery)
         out["delivery_live"] = live
-        if bl.due and not live:
+        if bl.active and not live:  # as soon as something waits, not only once it is overdue
+            due = f", {bl.due} of them due now" if bl.due else ""
             reasons.append(Reason(
                 code="no_delivery",
-                message=f"{bl.due} schedule(s) are due and no delivery worker is running for this database "
-                f"(mode {out['executor_mode']}).",
-                fix=FIX_DELIVERY,
+                message=f"{bl.active} schedule(s) are active{due} and no delivery holds this database's worker "
+                f"lease (mode {out['executor_mode']}): nothing will send them.",
+                fix=FIX_DELIVERY if settings.executor_enabled else FIX_DELIVERY_OFF,
             ))
         threshold = settings.health_max_lateness.total_seconds()
         if late is not None and late > threshold:

@@ -65,18 +65,19 @@ TOOLS: dict[str, str] = {
         "Schedule a prompt that will be sent to you (this agent) once, at a given time.\n\n"
         "    Use it to remind yourself later: the prompt arrives as a user message at that time.",
         "        prompt (str): The text you will receive.\n"
-        "        time (str): When: ISO 8601 such as '2026-12-25T09:00:00+01:00', or relative such as 'in 10m', "
-        "'in 2h'.\n"
+        "        time (str): When, e.g. 'tomorrow at 9am', 'monday 9:00', 'next friday at 14:30', 'in 2 hours', "
+        "'2026-12-25 09:00 Europe/Berlin' or ISO 8601 '2026-12-25T09:00:00+01:00'. Check the answer's 'upcoming'.\n"
         "        timezone (str): IANA timezone for a time without an offset, e.g. 'Europe/Berlin'. Empty for the "
         "default.\n",
         "next",
     ),
     "schedule_prompt_cron": _schedule_tool(
         "schedule_prompt_cron", "cron", ("timezone", "str", '""'),
-        "Schedule a prompt that will be sent to you (this agent) repeatedly, on a cron rule.",
+        "Schedule a prompt that will be sent to you (this agent) repeatedly, on a rule.",
         "        prompt (str): The text you will receive each time.\n"
-        "        cron (str): A 5-field cron rule (minute hour day month weekday), e.g. '0 9 * * MON-FRI' for 09:00 "
-        "on weekdays.\n"
+        "        cron (str): The rule, in words ('every weekday at 9', 'every 2 weeks on tuesday and thursday at "
+        "10:00', 'last friday of every month at 17:00'), an RFC 5545 RRULE, or 5-field cron ('0 9 * * MON-FRI'). "
+        "Check the answer's 'upcoming' and 'description'.\n"
         "        timezone (str): IANA timezone the rule is read in, e.g. 'America/New_York'. Empty for the "
         "default.\n",
         "first",

@@ -15,13 +15,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
 
-from promptyoself import timing
+from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
 from promptyoself.core.admin import AdminOperations
 from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
 from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
+    check_catch_up,
     check_limit,
     check_prompt,
     check_text,
@@ -36,10 +37,11 @@ from promptyoself.core.results import (
     StateResult,
     delivery_record,
     iso,
+    rule_views,
     schedule_record,
 )
 from promptyoself.deps import Deps, Wiring
-from promptyoself.errors import InvalidArgument, InvalidCron, InvalidInterval, NotFound, QuotaExceeded
+from promptyoself.errors import InvalidArgument, InvalidInterval, NotFound, QuotaExceeded
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
@@ -58,6 +60,7 @@ class ScheduleOptions(TypedDict, total=False):
     timezone: object
     skip_validation: bool
     idempotency_key: object
+    catch_up: object  # skip | latest | all (None: latest)
     ctx: CallContext | None
 
 
@@ -109,11 +112,13 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        raw = required_time("time", time, "e.g. '2026-12-25T09:00:00+01:00' or 'in 5m'")
+        raw = required_time("time", time, "e.g. 'tomorrow at 9am', 'in 5m' or '2026-12-25T09:00:00+01:00'")
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        when = timing.parse_time(raw, now=now, tz=tz)
-        timing.ensure_future(when, now=now, tz=tz)
+        read = phrases.read_time(raw, now=now, tz=tz)
+        tz = read.zone or tz  # a zone written in the time is the schedule's
+        when = read.instant
+        phrases.ensure_future(when, now=now, tz=tz)
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
         plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message)  # the instant, not "in 5m"
         return self._create(text, plan, options, now)
@@ -125,17 +130,13 @@ class Core(Deps, AdminOperations):
         **options: Unpack[ScheduleOptions],
     ) -> ScheduleResult:
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        if not isinstance(cron, str) or not cron.strip():
-            raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI' or '@daily'.")
-        expr = timing.normalize_cron(cron)
         tz = self._zone(options.get("timezone"))
         now = self.now()
-        first = timing.next_cron(expr, tz, now)
-        description = timing.describe_cron(expr)
-        message = f"Scheduled '{expr}' ({description}, {tz.key}); first run {timing.to_local_iso(first, tz)}."
-        result = self._create(text, Plan("cron", expr, tz, first, message), options, now)
-        result["description"] = description
-        return result
+        rule = recurrence.parse_rule(cron, now=now, tz=tz)  # cron, RFC 5545 RRULE or words
+        description = recurrence.describe(rule.schedule_type, rule.value, tz)
+        message = f"Scheduled '{rule.value}' ({description}); first run {timing.to_local_iso(rule.first, tz)}."
+        plan = Plan(rule.schedule_type, rule.value, tz, rule.first, message, anchor=rule.anchor)
+        return self._create(text, plan, options, now)
 
     def schedule_every(
         self,
@@ -164,9 +165,11 @@ class Core(Deps, AdminOperations):
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
             anchor = now + step
         else:
-            raw = required_time("start_at", start_at, "e.g. '2026-12-25T09:00:00Z' or 'in 10m'")
-            anchor = timing.parse_time(raw, now=now, tz=tz)
-            timing.ensure_future(anchor, now=now, tz=tz)
+            raw = required_time("start_at", start_at, "e.g. 'tomorrow at 9am', 'in 10m' or '2026-12-25T09:00:00Z'")
+            read = phrases.read_time(raw, now=now, tz=tz)
+            tz = read.zone or tz
+            anchor = read.instant
+            phrases.ensure_future(anchor, now=now, tz=tz)
         value = every.strip() if isinstance(every, str) else str(every)
         reps_text = f", {reps} times" if reps else ""
         message = (
@@ -182,6 +185,7 @@ class Core(Deps, AdminOperations):
         from promptyoself.store.records import NewSchedule
 
         key = check_text("idempotency_key", options.get("idempotency_key"), 200)
+        catch_up = check_catch_up(options.get("catch_up"))
         agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
@@ -206,6 +210,7 @@ class Core(Deps, AdminOperations):
             max_repetitions=plan.max_repetitions,
             idempotency_key=key,
             letta_payload=plan.letta_payload,
+            catch_up=catch_up,
         )
         try:
             row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written
@@ -239,9 +244,9 @@ class Core(Deps, AdminOperations):
             "timezone": row.timezone,
             "message": message,
             "deduplicated": deduplicated,
+            "catch_up": row.catch_up,
+            **rule_views(row),
         }
-        if deduplicated and row.schedule_type == "cron":
-            out["description"] = timing.describe_cron(row.schedule_value)
         return out
 
     # ---- reading ------------------------------------------------------------------------------
@@ -380,7 +385,8 @@ class Core(Deps, AdminOperations):
                 next_run = timing.next_run_after(
                     row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor
                 )
-            return replace(row, state="active", next_run=next_run, due_at=next_run, attempt=0,
+            state = "active" if next_run is not None else "completed"  # an RRULE may have ended meanwhile
+            return replace(row, state=state, next_run=next_run, due_at=next_run, attempt=0,
                            claimed_by=None, claim_until=None, updated_at=now)
 
         result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from promptyoself import recurrence
 from promptyoself.deps import ExecutedItem, ExecuteResult, ExecutorStatus
-from promptyoself.timing import to_utc_iso
+from promptyoself.errors import PromptYoSelfError
+from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
 if TYPE_CHECKING:
     from promptyoself.store.records import DeliveryRow, ListedSchedule
@@ -31,6 +33,14 @@ class ScheduleRecord(TypedDict):
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
+    catch_up: str
+    upcoming: list[str]
+    description: str
+
+
+class RuleViews(TypedDict):
+    upcoming: list[str]
+    description: str
 
 
 class ScheduleResult(TypedDict):
@@ -44,7 +54,9 @@ class ScheduleResult(TypedDict):
     timezone: str
     message: str
     deduplicated: bool
-    description: NotRequired[str]
+    catch_up: str
+    upcoming: list[str]
+    description: str
 
 
 class ListResult(TypedDict):
@@ -224,6 +236,22 @@ def iso(dt: datetime | None) -> str | None:
     return to_utc_iso(dt) if dt is not None else None
 
 
+def rule_views(s: ListedSchedule) -> RuleViews:
+    """``upcoming`` (the next 5 runs of a live schedule, ISO 8601 with the offset of its timezone;
+    fewer when the rule or max_repetitions ends; none while paused or ended) and ``description``."""
+    try:
+        tz = resolve_zone(s.timezone, "UTC")
+    except PromptYoSelfError:  # a zone this machine lacks: show UTC
+        tz = resolve_zone("UTC")
+    remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
+    runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if s.state == "active"
+                               else None, anchor=s.anchor, remaining=remaining)
+    return {
+        "upcoming": [to_local_iso(at, tz) for at in runs],
+        "description": recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions),
+    }
+
+
 def schedule_record(s: ListedSchedule) -> ScheduleRecord:
     """A schedule as ``list`` returns it (docs/design.md §3)."""
     return {
@@ -241,6 +269,8 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "max_repetitions": s.max_repetitions,
         "repetition_count": s.repetition_count,
         "last_error": s.last_error,
+        "catch_up": s.catch_up,
+        **rule_views(s),
     }
 
 

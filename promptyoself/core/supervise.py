@@ -102,6 +102,7 @@ def systemd_unit(*, system: bool, env_path: Path, host: str, port: int, user: st
         f"ExecStart={args}",
         "Restart=on-failure",
         "RestartSec=5",
+        "RestartPreventExitStatus=2",  # a usage error or a port in use: restarting cannot fix it
         "TimeoutStopSec=20",
         "KillSignal=SIGTERM",
     ]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from promptyoself import timing
+from promptyoself import catchup, timing
 from promptyoself.delivery.retry import RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import (
@@ -84,6 +84,7 @@ class Claim:
     """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
     that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
     out, and whoever claims it next sees the same mark (``give_back``)."""
+    catch_up: str = "latest"  # the missed-run policy: skip | latest | all (catchup.py)
 
     @classmethod
     def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
@@ -108,6 +109,7 @@ class Claim:
             in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
             letta_payload=getattr(row, "letta_payload", None),
             taken_over=taken_over,
+            catch_up=getattr(row, "catch_up", None) or "latest",
         )
 
 
@@ -169,6 +171,8 @@ def rule_text(claim: Claim) -> str:
         return "one-time"
     if claim.schedule_type == "cron":
         return f"cron '{claim.schedule_value}'"
+    if claim.schedule_type == "rrule":
+        return f"rule '{claim.schedule_value}'"
     try:
         return f"every {timing.format_duration(timing.parse_interval(claim.schedule_value))}"
     except PromptYoSelfError:
@@ -187,9 +191,10 @@ def slots_up_to(claim: Claim, now: datetime) -> tuple[int, bool]:
         tz = timing.resolve_zone(claim.timezone, "UTC")
         count, at = 1, claim.next_run
         while count < MAX_COUNTED_SLOTS:
-            at = timing.next_cron(claim.schedule_value, tz, at)
-            if at > now:
+            nxt = timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=at, anchor=claim.anchor)
+            if nxt is None or nxt > now:
                 return count, False
+            at = nxt
             count += 1
         return count, True
     except PromptYoSelfError:
@@ -209,7 +214,7 @@ def envelope(claim: Claim, now: datetime, message_format: str = "annotated") -> 
             f" - late by {timing.format_duration(late)}: it was due "
             f"{timing.to_local_iso(claim.next_run, tz)}"
         )
-        count, capped = slots_up_to(claim, now)
+        count, capped = slots_up_to(claim, now) if claim.catch_up == "latest" else (1, False)
         if count > 1:
             header += f"; {count}{'+' if capped else ''} missed runs coalesced into this one"
     return f"{header}\n{claim.prompt_text}"
@@ -241,15 +246,12 @@ def attempt(
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
-    late = now - claim.next_run
-    missed = None
-    if claim.schedule_type == "once" and late > settings.misfire_grace:
-        missed = (
-            f"missed: {timing.format_duration(late)} late, beyond PROMPTYOSELF_MISFIRE_GRACE "
-            f"({settings.misfire_grace}); not delivered"
-        )
+    plan, missed = catch_up_plan(claim, now, settings.misfire_grace), None
+    if plan.deliver != claim.next_run:  # the claimed slot is missed (catch_up): record, maybe skip ahead
+        missed = missed_text(claim, plan, now, settings.misfire_grace)
         if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask Letta first (below)
-            return Attempt(claim, owner, "missed", now, number, error=missed)
+            return Attempt(claim, owner, "missed", now, number, error=missed, skip_to=plan.deliver,
+                           also_missed=plan.missed[1:])
     if stopping is not None and stopping.is_set():
         give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
@@ -269,7 +271,8 @@ def attempt(
                 return _transient(core, claim, owner, now, number, msg, None)
             if missed is not None:  # it never arrived, and it is too late to send it now
                 return Attempt(claim, owner, "missed", now, number,
-                               error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)")
+                               error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
+                               skip_to=plan.deliver, also_missed=plan.missed[1:])
         payload = json.loads(claim.letta_payload) if claim.letta_payload else None
         # The claim's fence is asked again right before the request is written (after the look-up
         # above, and as late as the client can): a holder that stalled since gives the claim back.
@@ -292,7 +295,35 @@ def attempt(
     except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure (in doubt)
         log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None, in_flight=True)
-    return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"))
+    return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"),
+                   also_missed=plan.missed)
+
+
+def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:
+    """The schedule's missed-run rule (``catchup.catch_up``) for the claimed slot; on time, it is
+    sent (a cron or RRULE slot less than ``ON_TIME`` late has no later slot due: they are minutes
+    apart at least)."""
+    if now - claim.next_run < catchup.ON_TIME and claim.schedule_type != "interval":
+        return catchup.CatchUp(claim.next_run, (), 0)
+    tz = timing.resolve_zone(claim.timezone, "UTC")
+
+    def following(slot: datetime) -> datetime | None:
+        try:
+            return timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=slot,
+                                         anchor=claim.anchor)
+        except PromptYoSelfError:
+            return None
+
+    return catchup.catch_up(claim.catch_up, claim.next_run, now, grace, following)
+
+
+def missed_text(claim: Claim, plan: catchup.CatchUp, now: datetime, grace: timedelta) -> str:
+    """The error of the history row of a missed slot: how late, which policy, and what happens next."""
+    late = timing.format_duration(now - claim.next_run)
+    why = f"catch_up={claim.catch_up}" + ("" if claim.catch_up == "skip" else f", PROMPTYOSELF_MISFIRE_GRACE {grace}")
+    count = f"{plan.total_missed}{'+' if plan.more else ''} runs missed" if plan.total_missed > 1 else "not delivered"
+    then = "" if plan.deliver is None else f"; delivering the run due {timing.to_utc_iso(plan.deliver)} instead"
+    return f"missed: {late} late ({why}); {count}{then}"
 
 
 FENCED = "claim lost or past its deadline; not sent"
@@ -365,6 +396,10 @@ class Attempt:
     auth_error: bool = False
     result: Result | None = None
     failure: BaseException | None = None
+    skip_to: datetime | None = None
+    """A missed attempt's slot to continue from (a later due slot the catch-up rule sends)."""
+    also_missed: tuple[datetime, ...] = ()
+    """Later slots recorded as ``missed`` with this attempt (coalesced into it, or skipped)."""
 
 
 def record_attempt(core: Deps, item: Attempt) -> Result:
@@ -458,7 +493,9 @@ def _record_once(
                 else:
                     res.outcome = "lost"
                 continue
-            change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay)
+            if a.also_missed and a.kind in ("delivered", "failed", "missed"):
+                history.extend(missed_rows(a, entry))
+            change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay, skip_to=a.skip_to)
             changes.append((claim.id, change))
             row.update(change)  # a second attempt on this schedule in the batch sees the claim released
             res.state = row["state"]
@@ -472,6 +509,14 @@ def _record_once(
     return results, extra
 
 
+def missed_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history rows of the slots an attempt records as missed besides its own (``also_missed``)."""
+    note = a.error if a.kind == "missed" else (
+        f"missed: coalesced into the run due {timing.to_utc_iso(a.claim.next_run)} (catch_up={a.claim.catch_up})")
+    return [{**entry, "scheduled_for": slot, "outcome": "missed", "letta_run_id": None, "error": note, "attempt": 0,
+             "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_missed]
+
+
 def next_state(
     row: dict[str, Any],
     kind: str,
@@ -480,8 +525,11 @@ def next_state(
     attempt: int,
     error: str | None,
     delay: float | None,
+    *,
+    skip_to: datetime | None = None,
 ) -> dict[str, Any]:
-    """The columns of a schedule (``row``, locked by the caller) that change after an attempt."""
+    """The columns of a schedule (``row``, locked by the caller) that change after an attempt.
+    ``skip_to``: a missed attempt continues at that (due) slot (the catch-up rule)."""
     state = row["state"]
     active = state == "active"
     out: dict[str, Any] = {"claimed_by": None, "claim_until": None, "updated_at": now}
@@ -511,10 +559,14 @@ def next_state(
             out["state"] = "completed"
         return out
     # Recurring: everything up to now is coalesced into this occurrence; continue at the next slot
-    # strictly after now (fixed rate for intervals: start + k*every).
+    # strictly after now (fixed rate for intervals: start + k*every). catch_up=all continues at the
+    # slot after this one instead (each missed slot is sent); a missed one may skip to a due slot.
     slot = row["next_run"] or attempted_at
     tz = timing.resolve_zone(row["timezone"], "UTC")
-    nxt = timing.next_run_after(row["schedule_type"], row["schedule_value"], tz, after=max(now, slot),
-                                anchor=row["anchor"])
+    after = slot if row.get("catch_up") == "all" and kind != "missed" else max(now, slot)
+    nxt = skip_to or timing.next_run_after(row["schedule_type"], row["schedule_value"], tz, after=after,
+                                           anchor=row["anchor"])
     out.update(next_run=nxt, due_at=nxt if active else None)
+    if nxt is None and live:  # an RRULE's COUNT or UNTIL is reached
+        out["state"] = "completed"
     return out

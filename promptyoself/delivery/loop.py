@@ -182,6 +182,13 @@ class Executor:
         thread.start()
         return thread
 
+    def start_task(self, name: str) -> asyncio.Task[None]:
+        """Run the loop as a task of the running event loop; ``running`` is true from this call on (not
+        only once the task gets to run), as with ``start_in_thread``."""
+        self._done.clear()
+        self.running = True
+        return asyncio.get_running_loop().create_task(self.run(), name=name)
+
     def close(self) -> None:
         self._keeper.stop()
         self._pool.shutdown(wait=False)

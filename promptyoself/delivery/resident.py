@@ -94,7 +94,7 @@ class Resident:
         ex = Executor(self.core, role=ROLE, owner=self.owner)
         self.executor = ex
         svc.executor = ex
-        task = asyncio.create_task(ex.run(), name="promptyoself-service-executor")
+        task = ex.start_task("promptyoself-service-executor")
         guard = asyncio.create_task(self._guard(), name="promptyoself-service-lease")
         try:
             yield self

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -26,10 +25,11 @@ from typing import Any, cast
 from promptyoself.config import Settings
 from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
+from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
-from promptyoself.store.db import delivery_totals, due_summary, has_state, latest_delivery
+from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
 
 log = logging.getLogger(__name__)
 
@@ -37,41 +37,18 @@ log = logging.getLogger(__name__)
 
 
 class DeliveryService:
-    """The delivery side of one ``Core`` (``Deps.delivery``): the in-process executor if any, the
-    worker lease, and the hooks that keep both informed of this process's writes."""
+    """The delivery side of one ``Core`` (``Deps.delivery``): the in-process executor if any, and what
+    health and status report on. Who delivers is decided in ``promptyoself.delivery.starter``."""
 
     def __init__(self, core: Deps) -> None:
         self.core = core
         self.executor: Executor | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.watch_worker = False
-        self._last_ensure = float("-inf")
-        core.on_change(self._changed)
 
-    def _changed(self) -> None:
-        if self.watch_worker and time.monotonic() - self._last_ensure > 5.0:
-            self.ensure_worker_soon()
-
-    def ensure_worker_soon(self) -> threading.Thread:
-        """Check the worker lease and start a worker if none is live, in a background thread."""
-        from promptyoself.delivery import worker
-
-        self._last_ensure = time.monotonic()
-
-        def check() -> None:
-            try:
-                if not has_state(self.core.store, "active"):
-                    return  # nothing to deliver: no worker (the next write checks again)
-                if _early_spawn_pending(self.core):
-                    return
-                worker.ensure_worker(self.core)
-            except Exception:
-                log.exception("could not check or start the delivery worker")
-
-        thread = threading.Thread(target=check, name="promptyoself-ensure-worker")
-        thread.start()
-        return thread
+    def delivers_here(self) -> bool:
+        ex = self.executor
+        return ex is not None and ex.running
 
     def start_loop(self, interval: float | None = None, role: str = "loop") -> bool:
         """Start an executor in a background thread of this process; False if one already runs."""
@@ -116,23 +93,6 @@ class DeliveryService:
             "worker": worker.lease_info(self.core),
             "letta_auth_error": self.auth_error(),
         }
-
-
-def _early_spawn_pending(core: Deps, wait: float = 5.0) -> bool:
-    """True when this process started a worker at start-up (``promptyoself.delivery.early``) and it
-    took the lease within ``wait`` seconds of that start: no second spawn is needed."""
-    from promptyoself.delivery import early, worker
-
-    if early.spawned_at is None:
-        return False
-    deadline = early.spawned_at + wait
-    while True:
-        info = worker.lease_info(core)
-        if info is not None and info.get("alive"):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def service_for(core: Deps) -> DeliveryService:
@@ -257,8 +217,8 @@ def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[st
 
 
 def server_lifespan(core: Deps) -> Callable[[Any], Any]:
-    """The FastMCP lifespan. ``worker`` mode: check the worker lease and start a worker if none is
-    live, in a background thread (the MCP handshake is not delayed). ``embedded``: run the loop as an
+    """The FastMCP lifespan. ``worker`` mode: ``Starter.ensure`` in a background thread (the MCP
+    handshake is not delayed; every write runs it again). ``embedded``: run the loop as an
     asyncio task until the server stops. ``off``: nothing. In every mode SIGTERM stops delivery
     gracefully (no new claims, in-flight sends finish within ``SHUTDOWN_GRACE``) before the process
     ends by the signal as usual."""
@@ -272,16 +232,15 @@ def server_lifespan(core: Deps) -> Callable[[Any], Any]:
         if mode == "embedded":
             ex = Executor(core, role="embedded")
             svc.executor = ex
-            task = asyncio.create_task(ex.run(), name="promptyoself-embedded-executor")
-        elif mode == "worker":
-            svc.watch_worker = True
-            ensure = svc.ensure_worker_soon()
+            task = ex.start_task("promptyoself-embedded-executor")
+        elif mode == "worker":  # schedules already waiting (a PostgreSQL store has no check before the handshake)
+            ensure = threading.Thread(target=starter_for(core).ensure, name="promptyoself-ensure-delivery")
+            ensure.start()
         previous = _install_sigterm(svc)
         try:
             yield {}
         finally:
             _restore_sigterm(previous)
-            svc.watch_worker = False
             svc.request_stop()
             if task is not None:
                 done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)

@@ -4,10 +4,10 @@ The lease is one row of ``worker_leases`` (name ``worker``): owner, pid, host, h
 ``lease_until``. It is live while ``lease_until`` is in the future and, on this host, its pid is a
 running process. The rules:
 
-* A server in ``worker`` mode (in a background thread after start-up) reads the lease; if it is not
-  live, it reserves it for ``SPAWN_HOLD`` seconds under a one-time token, starts
-  ``python -m promptyoself worker`` detached (own session, stdin/stdout on /dev/null, stderr to the
-  worker log) and records the child's pid. Only one of several racing servers wins the reservation.
+* Who starts it is decided in ``promptyoself.delivery.starter`` (at start and after every write of
+  every face): when the lease is not live and a schedule is active, it reserves the lease for
+  ``SPAWN_HOLD`` seconds under a one-time token, starts ``python -m promptyoself worker`` detached
+  and records the child's pid. Only one of several racing processes wins the reservation.
 * The worker takes the lease over (its token matches, or the lease is not live); if another live
   worker holds it, it says so on stderr and exits 0 at once. It heartbeats the lease every few
   seconds, stops if it ever loses it, and exits after ``PROMPTYOSELF_WORKER_IDLE_EXIT`` seconds
@@ -24,17 +24,16 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__, timing
 from promptyoself.config import Settings
+from promptyoself.delivery.starter import TOKEN_ENV
 from promptyoself.deps import Deps
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
@@ -50,10 +49,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LEASE_NAME", "hostname", "lease_alive", "read_lease", "release"]  # the lease, from the store
 
-TOKEN_ENV = "PROMPTYOSELF_WORKER_TOKEN"
-LOG_ENV = "PROMPTYOSELF_WORKER_LOG"
-SPAWN_HOLD = 30.0
-"""Seconds a server reserves the lease for the worker it is starting."""
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
 
@@ -97,87 +92,9 @@ def heartbeat(core: Deps, owner: str, seconds: float, info: str | None) -> bool:
     return store_lease.heartbeat(core.store, owner, core.now(), seconds, info)
 
 
-# ---- starting a worker --------------------------------------------------------------------------
-
-
 def sqlite_file(settings: Settings) -> Path | None:
     """The SQLite database file, or None for other databases."""
     return _sqlite_file(settings.db_url)
-
-
-def worker_log_path(settings: Settings) -> Path:
-    """``PROMPTYOSELF_LOG_FILE``, else ``promptyoself-worker.log`` next to a SQLite database, else the
-    per-user log directory."""
-    if settings.log_file:
-        return Path(settings.log_file)
-    db_file = sqlite_file(settings)
-    if db_file is not None:
-        return db_file.parent / "promptyoself-worker.log"
-    from platformdirs import user_log_dir
-
-    return Path(user_log_dir("promptyoself", appauthor=False)) / "promptyoself-worker.log"
-
-
-def _rotate(path: Path, max_bytes: int) -> None:
-    with contextlib.suppress(OSError):
-        if path.stat().st_size > max_bytes:
-            os.replace(path, path.with_name(path.name + ".1"))
-
-
-def spawn_worker(settings: Settings, token: str) -> int:
-    """Start ``python -m promptyoself worker`` detached; returns its pid.
-
-    On POSIX a throw-away ``sh`` starts it in the background and exits at once, so the worker is
-    re-parented to init (no zombie in a long-lived server) and lives in its own session. The whole
-    environment is passed through, plus the resolved database URL and the reservation token."""
-    log_path = worker_log_path(settings)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    _rotate(log_path, int(getattr(settings, "log_max_bytes", 5_000_000)))
-    env = dict(os.environ)
-    env[TOKEN_ENV] = token
-    env["PROMPTYOSELF_DB"] = settings.db_url
-    env.pop("PROMPTYOSELF_LOG_FILE", None)  # its stderr already is the log file: no double lines
-    root = str(Path(__file__).resolve().parent.parent.parent)  # the checkout root, not the package folder
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    args = [sys.executable, "-m", "promptyoself", "worker"]
-    if os.name == "posix" and os.path.exists("/bin/sh"):
-        env[LOG_ENV] = str(log_path)
-        script = '"$@" </dev/null >/dev/null 2>>"$' + LOG_ENV + '" & echo $!'
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", script, "promptyoself-spawn", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=env, start_new_session=True, close_fds=True,
-        )
-        out, _ = proc.communicate(timeout=10)
-        return int(out.decode().strip())
-    flags = getattr(subprocess, "DETACHED_PROCESS", 0) | getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-    with open(log_path, "ab") as logf:
-        child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=logf,
-                                 env=env, close_fds=True, creationflags=flags)
-    return child.pid
-
-
-def ensure_worker(core: Deps) -> dict[str, Any]:
-    """Start a worker for this database unless a live one holds the lease (idempotent, race-safe)."""
-    store = core.store
-    row = read_lease(store)
-    if row is not None and lease_alive(row, core.now()):
-        return {"spawned": False, "pid": worker_pid(row), "reason": "a live worker holds the lease"}
-    # The reservation carries this server's pid (it lives while this server does) until the
-    # worker's is known: lease_info shows no pid meanwhile, never this server's.
-    token = f"{SPAWN_PREFIX}{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ok, holder = acquire(core, token, os.getpid(), SPAWN_HOLD)
-    if not ok:
-        return {"spawned": False, "pid": worker_pid(holder) if holder else None,
-                "reason": "another process is starting one"}
-    try:
-        pid = spawn_worker(core.settings, token)
-    except Exception:
-        release(store, token)
-        raise
-    store_lease.set_pid(store, token, pid)
-    log.info("started delivery worker pid %d (log: %s)", pid, worker_log_path(core.settings))
-    return {"spawned": True, "pid": pid}
 
 
 # ---- running as the worker ------------------------------------------------------------------------

@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schedule", help="schedule a prompt (--time, --cron or --every)")
     p.add_argument("--prompt", required=True, help="text the agent will receive")
     when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--time", help="once: ISO 8601, naive local time, or 'in 5m'")
-    when.add_argument("--cron", help="recurring: 5-field cron, e.g. '0 9 * * MON-FRI'")
+    when.add_argument("--time", help="once: 'tomorrow at 9am', 'monday 9:00', 'in 2 hours', ISO 8601, ...")
+    when.add_argument("--cron", help="recurring: 'every weekday at 9', an RFC 5545 RRULE, or cron '0 9 * * MON-FRI'")
     when.add_argument("--every", help="recurring: interval, e.g. '30m', '1h30m', 'PT15M'")
     _add_agent(p)
     p.add_argument("--timezone", help="IANA timezone, e.g. Europe/Berlin")
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
+    p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
+                   help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")
@@ -110,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--status", action="store_true", help="show the worker lease and exit")
     group.add_argument("--stop", action="store_true", help="stop the running worker")
+    group.add_argument("--start", action="store_true",
+                       help="start a detached worker unless a live one holds the lease, and exit")
     p.add_argument("--shared", action="store_true", help="skip the singleton lease (several workers on PostgreSQL)")
     _add_json(p)
 
@@ -212,26 +216,13 @@ def _with_delivery(core: Core, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def ensure_delivery(core: Core) -> str:
-    """After a write: make sure something will deliver it, and say what (docs/design.md §6, ``worker`` mode:
-    a live worker lease, or a worker started now). Never fails the write."""
-    settings = core.settings
-    if not settings.executor_enabled:
-        return ("PROMPTYOSELF_EXECUTOR_MODE is off: run `promptyoself worker` or the service "
-                "(`promptyoself service install`) to deliver it.")
-    if settings.executor_mode == "embedded":
-        return "Delivered by an MCP server running in embedded mode (none is started by the CLI)."
-    from promptyoself.delivery.worker import ensure_worker
+    """After a write: who delivers it (``promptyoself.delivery.starter``; the write itself already ran
+    the check, which started a worker if none was live). Never fails the write."""
+    from promptyoself.delivery.starter import starter_for
 
-    try:
-        started = ensure_worker(core)
-    except Exception as exc:
-        logging.getLogger("promptyoself.faces.cli").warning("could not start the delivery worker: %s", exc)
-        return "Could not start the delivery worker; run `promptyoself health` to see why."
-    if started.get("spawned"):
-        return f"Started the delivery worker (pid {started['pid']})."
-    if started.get("pid") is None:  # another process is starting it: its pid is not known yet
-        return "A delivery worker is starting for this database; it will deliver it."
-    return f"The delivery worker (pid {started['pid']}) will deliver it."
+    starter = starter_for(core)
+    found = starter.last if starter.last is not None else starter.ensure()
+    return found.message
 
 
 def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -240,6 +231,7 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "timezone": a.timezone,
         "skip_validation": a.skip_validation,
         "idempotency_key": a.idempotency_key,
+        "catch_up": a.catch_up,
     }
     if a.time is not None:
         if a.start_at or a.max_repetitions is not None:
@@ -282,6 +274,13 @@ def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
+    if a.start:
+        from promptyoself.delivery.starter import starter_for
+
+        found = starter_for(core).ensure()
+        return {"status": "success" if found.by != "failed" else "error", "delivering": found.by,
+                "pid": found.pid, "message": found.message,
+                **({"code": "internal", "error": found.message} if found.by == "failed" else {})}
     from promptyoself.delivery import service as executor
 
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
@@ -368,6 +367,10 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
             settings = load_settings()
             setup_logging(settings)
             core = Core(settings)
+            if args.command != "worker":  # every write checks who delivers (promptyoself.delivery.starter)
+                from promptyoself.delivery.starter import starter_for
+
+                starter_for(core)
         result = COMMANDS[args.command](core, args)
     except ConfigError as exc:  # bad configuration (env or .env): one line on stderr, nothing on stdout, exit 2
         return exc.report()

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -164,10 +165,13 @@ def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp",
     return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery, bind_host=bind_host)
 
 
-def run_service(core: Core, settings: Settings, *, host: str, port: int, mcp_path: str | None) -> None:
-    """Serve until SIGTERM/SIGINT (uvicorn handles both: delivery then stops within a few seconds)."""
+def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path: str | None) -> None:
+    """Serve on the already bound ``sock`` until SIGTERM/SIGINT (uvicorn handles both: delivery then
+    stops within a few seconds). Binding first (``promptyoself.faces.serve.bind_port``) means a port in
+    use is refused before the service touches the worker lease."""
     import uvicorn
 
+    host, port = sock.getsockname()[:2]
     try:
         app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled,
                                 bind_host=host)
@@ -178,5 +182,6 @@ def run_service(core: Core, settings: Settings, *, host: str, port: int, mcp_pat
              f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
              "required" if http_token(settings) else "not required",
              "in this process" if settings.executor_enabled else "off")
-    uvicorn.run(app, host=host, port=port, log_config=None, log_level=level, access_log=level == "debug",
-                lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
+                            access_log=level == "debug", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

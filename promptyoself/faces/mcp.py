@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Annotated, Any, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
@@ -50,9 +50,10 @@ from promptyoself.faces.jsonrpc_repair import MARK as INVALID_UNICODE
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """PromptYoSelf schedules prompts that are delivered to you (a Letta agent) later.
-Use promptyoself_schedule_time for one reminder ("in 5m", "2026-12-25T09:00:00+01:00"),
-promptyoself_schedule_cron for calendar rules ("0 9 * * MON-FRI" in a timezone) and
-promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
+Use promptyoself_schedule_time for one reminder ("tomorrow at 9am", "in 5m", "2026-12-25T09:00:00+01:00"),
+promptyoself_schedule_cron for calendar rules ("every weekday at 9", "0 9 * * MON-FRI", an RFC 5545 RRULE,
+in a timezone) and promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
+Each result lists the next runs (`upcoming`) and the rule in words (`description`): check them.
 Pass your own agent_id: Letta does not tell stdio servers who is calling."""
 
 PASS_THROUGH: tuple[inspect.Parameter, ...] = tuple(
@@ -296,16 +297,24 @@ ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyo
 When = Annotated[
     str,
     Field(
-        description="When: ISO 8601 ('2026-12-25T09:00:00-05:00', 'Z'), a naive time read in "
-        "`timezone`, or relative 'in 5m', '+2h', 'in 1h30m'."
+        description="When, read in `timezone`: 'tomorrow at 9am', 'today 17:30', '9pm', 'noon', 'monday 9:00', "
+        "'next friday at 14:30', 'Dec 25 at 9', '2027-01-15 9am', relative 'in 2 hours', 'in 5m', ISO 8601 "
+        "('2026-12-25T09:00:00-05:00'), or with a zone ('2026-12-25 09:00 Europe/Berlin': that zone is used)."
     ),
 ]
 CronRule = Annotated[
     str,
     Field(
-        description="5-field cron ('0 9 * * MON-FRI') or @hourly/@daily/@weekly/@monthly/@yearly, "
-        "evaluated in `timezone`."
+        description="The rule, in `timezone`: words ('every weekday at 9', 'every 2 weeks on tuesday and "
+        "thursday at 10:00', 'last friday of every month at 17:00'), an RFC 5545 RRULE "
+        "('FREQ=MONTHLY;BYDAY=-1FR;BYHOUR=17;BYMINUTE=0', COUNT/UNTIL allowed), or 5-field cron "
+        "('0 9 * * MON-FRI', '@daily')."
     ),
+]
+CatchUp = Annotated[
+    Literal["skip", "latest", "all"] | None,
+    Field(description="Missed runs (server down): 'latest' (default) one run for what was missed, within "
+          "PROMPTYOSELF_MISFIRE_GRACE; 'skip' none; 'all' each one (at most 10). Missed ones show in history."),
 ]
 
 
@@ -316,6 +325,7 @@ SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
         ("timezone", Timezone, None),
         ("skip_validation", SkipValidation, False),
         ("idempotency_key", IdempotencyKey, None),
+        ("catch_up", CatchUp, None),
     )
 )
 
@@ -334,7 +344,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         return core.schedule_time(prompt, time, **options)
 
     def promptyoself_schedule_cron(prompt: Prompt, cron: CronRule, options: ScheduleOptions) -> ScheduleResult:
-        """Schedule a recurring prompt on a cron rule, in an IANA timezone (DST-safe)."""
+        """Schedule a recurring prompt on a rule (words, RFC 5545 RRULE or cron), in an IANA timezone (DST-safe)."""
         return core.schedule_cron(prompt, cron, **options)
 
     def promptyoself_schedule_every(

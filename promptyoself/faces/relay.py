@@ -275,6 +275,8 @@ def pump(sock: socket.socket, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
                     view = view[written:]
     except (BrokenPipeError, ConnectionResetError):
         return 0
+    except KeyboardInterrupt:  # Ctrl-C on a relay started by hand: exit 130 like the server, no traceback
+        return 130
     finally:
         sock.close()
 

@@ -18,7 +18,7 @@ Own routes (the MCP tools' operations, same JSON results): ``POST /api/schedules
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, Field
@@ -65,14 +65,18 @@ class _Common(BaseModel):
     timezone: str | None = Field(None, description="IANA zone, e.g. 'Europe/Berlin'; default PROMPTYOSELF_TIMEZONE.")
     idempotency_key: str | None = Field(None, description="Same key, same agent: the existing schedule is returned.")
     skip_validation: bool = Field(False, description="Do not check the agent exists on Letta.")
+    catch_up: Literal["skip", "latest", "all"] | None = Field(
+        None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
 
 
 class TimeRequest(_Common):
-    time: str = Field(description="ISO 8601 time or 'in 5m'.")
+    time: str = Field(description="'tomorrow at 9am', 'monday 9:00', 'in 2 hours', ISO 8601, ... "
+                      "(docs/promptyoself-tools.md lists every form).")
 
 
 class CronRequest(_Common):
-    cron: str = Field(description="5-field cron rule or alias, e.g. '0 9 * * MON-FRI'.")
+    cron: str = Field(description="Words ('every weekday at 9'), an RFC 5545 RRULE, or 5-field cron "
+                      "('0 9 * * MON-FRI').")
 
 
 class EveryRequest(_Common):
@@ -152,18 +156,21 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     @app.post("/api/schedules/time", tags=["schedules"], summary="Schedule a one-time prompt")
     async def schedule_time(req: TimeRequest) -> JSONResponse:
         return await call(core.schedule_time, req.prompt, req.time, agent_id=req.agent_id, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key)
+                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
+                          catch_up=req.catch_up)
 
-    @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a cron rule")
+    @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(req: CronRequest) -> JSONResponse:
         return await call(core.schedule_cron, req.prompt, req.cron, agent_id=req.agent_id, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key)
+                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
+                          catch_up=req.catch_up)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(req: EveryRequest) -> JSONResponse:
         return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
                           max_repetitions=req.max_repetitions, agent_id=req.agent_id, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key)
+                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
+                          catch_up=req.catch_up)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(

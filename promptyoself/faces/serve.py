@@ -9,7 +9,9 @@ they start: the CLI reads these arguments without loading FastMCP.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from promptyoself.core.operations import Core
 
 log = logging.getLogger(__name__)
+
+
+def port_number(text: str) -> int:
+    """``--port``: a TCP port, 0-65535 (0: any free port); else a usage error (exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
 
 
 def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) -> None:
@@ -35,7 +48,7 @@ def add_serve_arguments(p: argparse.ArgumentParser, *, service: bool = False) ->
             "--transport", choices=("stdio", "http", "sse"), default="stdio", help="MCP transport (default stdio)"
         )
     p.add_argument("--host", default="127.0.0.1", help="bind address for http/sse/the service (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port for http/sse/the service (default 8000)")
+    p.add_argument("--port", type=port_number, default=8000, help="port for http/sse/the service (default 8000)")
     p.add_argument("--path", default=None, help="MCP endpoint path (default /mcp for http, /sse for sse)")
     p.add_argument(
         "--allow-external", action="store_true", help="allow a non-loopback --host (needs PROMPTYOSELF_HTTP_TOKEN)"
@@ -128,21 +141,36 @@ def _serve(args: argparse.Namespace) -> int:
         redact_url(settings.letta_base_url),
         settings.executor_mode if settings.executor_enabled else "off",
     )
-    if transport == "stdio" and settings.executor_enabled and settings.executor_mode == "worker":
-        # Before the handshake, in ~ms and without SQLAlchemy: Letta may end this process 30 ms
-        # after its tools/list reply, before the deferred check below ever runs.
-        from promptyoself.delivery.early import start_if_needed
+    from promptyoself.delivery.starter import at_launch, starter_for
 
-        start_if_needed(settings)
-    core = Core(settings)
-    if transport == "service":  # `promptyoself serve`: delivery in this process + one HTTP port
+    if transport == "service":  # `promptyoself serve`: its port first, then delivery in this process
         from promptyoself.faces.http import run_service
 
         try:
-            run_service(core, settings, host=args.host, port=args.port, mcp_path=args.path)
+            sock = bind_port(args.host, args.port)
+        except PortInUse as exc:
+            sys.stderr.write(f"promptyoself: {exc}\n")
+            sys.stderr.flush()
+            return 2
+        core = Core(settings)
+        starter_for(core)  # who delivers after each write: this process's loop
+        try:
+            run_service(core, settings, sock=sock, mcp_path=args.path)
         finally:
             core.close()
         return 0
+    if transport != "stdio":
+        try:
+            bind_port(args.host, args.port).close()  # say it in one line now, not in uvicorn's traceback later
+        except PortInUse as exc:
+            sys.stderr.write(f"promptyoself: {exc}\n")
+            sys.stderr.flush()
+            return 2
+    # Before the handshake, in ~ms and without SQLAlchemy: Letta may end this process 30 ms after its
+    # tools/list reply. Then, after every write, before the call answers: promptyoself.delivery.starter.
+    at_launch(settings)
+    core = Core(settings)
+    starter_for(core)
     if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
         from promptyoself.delivery.deferred import DeferredDelivery
 
@@ -186,6 +214,31 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         core.close()
     return 0
+
+
+class PortInUse(Exception):
+    """The port cannot be bound; the message says what to do (one line, exit 2)."""
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, made before anything else starts (the service binds
+    before it touches the worker lease, so a second ``serve`` on a taken port changes nothing)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(f"port {port} is in use; pass --port or stop the other service") from None
+        if exc.errno == errno.EACCES:
+            raise PortInUse(f"port {port} needs privileges this user lacks; pass --port above 1023") from None
+        raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass another --host "
+                        "or --port") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _url_host(host: str) -> str:

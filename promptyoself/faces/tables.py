@@ -4,7 +4,8 @@
   is 42 characters and two agents differ at its end. Long text (a prompt, an error) is wrapped onto
   more lines of its cell to fit the terminal's width, never cut.
 - Instants are shown in the schedule's own timezone (a row's ``timezone``; else the one given, which
-  is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset: ``2026-11-24 09:00:00 +01:00``.
+  is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset and the zone's abbreviation:
+  ``2026-11-24 09:00:00 +01:00 CET`` (a schedule's ``upcoming`` runs too).
 - Everything else is ``key  value`` lines; nested objects (the worker lease, health's executor) are
   flattened to ``worker.pid``-style keys, so no JSON is printed on a terminal. A missing value is
   ``-`` and nothing prints Python's ``None``, ``True`` or ``False``.
@@ -34,7 +35,7 @@ WRAPPED = frozenset({"prompt_text", "error"})
 keeps its width, so an id is never cut."""
 TIMES = frozenset({
     "next_run", "next_due", "last_run", "last_tick", "scheduled_for", "attempted_at", "created_at", "last_updated",
-    "started_at", "heartbeat_at", "lease_until", "updated_at",
+    "started_at", "heartbeat_at", "lease_until", "updated_at", "upcoming",
 })
 HIDDEN = frozenset({"next_run_local"})
 """Keys a terminal does not need: ``next_run_local`` repeats ``next_run``, which is already shown in
@@ -49,7 +50,7 @@ def terminal_width() -> int:
 
 
 def show_time(value: str, zone: ZoneInfo) -> str:
-    """``2026-11-24T08:00:00.123456+00:00`` in Europe/Berlin -> ``2026-11-24 09:00:00 +01:00``."""
+    """``2026-11-24T08:00:00.123456+00:00`` in Europe/Berlin -> ``2026-11-24 09:00:00 +01:00 CET``."""
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
@@ -58,7 +59,9 @@ def show_time(value: str, zone: ZoneInfo) -> str:
         return value
     local = when.astimezone(zone).replace(microsecond=0)
     offset = local.strftime("%z")
-    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+    name = local.tzname() or ""
+    named = f" {name}" if name.isalpha() else ""  # 'CET', 'UTC'; not '+03', which repeats the offset
+    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}{named}"
 
 
 def show(key: str, value: Any, zone: ZoneInfo, row: Mapping[str, Any] | None = None) -> str:

@@ -38,6 +38,7 @@ class ListedSchedule:
     conversation_id: str | None
     catch_up: str  # skip | latest | all
     max_per_day: int | None
+    anchor: datetime | None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,6 @@ class ScheduleRow(ListedSchedule):
     """One row of ``schedules``, every column."""
 
     due_at: datetime | None
-    anchor: datetime | None
     updated_at: datetime
     idempotency_key: str | None
     claimed_by: str | None

@@ -1,0 +1,460 @@
+"""Recurring rules as people and agents write them -> a stored rule; and every rule in words and as
+its next runs. Pure: ``now`` is a parameter.
+
+The ``cron`` argument takes three kinds of rule (``parse_rule``):
+
+* 5-field cron and the @-aliases (``timing.normalize_cron``): stored as ``cron``.
+* RFC 5545 RRULE (``FREQ=MONTHLY;BYDAY=-1FR;BYHOUR=17;BYMINUTE=0``, optionally ``RRULE:`` first):
+  stored as ``rrule`` in its normal form (``normalize_rrule``), iterated by python-dateutil's rrule
+  (``timing.next_rrule``). Its DTSTART is the first whole minute after the schedule is made, kept
+  in the schedule's ``anchor``: COUNT counts from there, INTERVAL keeps that phase, and the parts
+  the rule leaves out are taken from it (RFC 5545) and written into the normal form, seconds 0.
+* Natural recurrence (``natural_rule``): ``every weekday at 9``, ``every day at 7:30``, ``every
+  monday at 10``, ``every 2 weeks on tuesday and thursday at 10:00``, ``last friday of every month
+  at 17:00``, ``first monday of the month at 9``, ... compiled to an RRULE and stored like one.
+
+DST for RRULEs is RFC 5545's (``timing.rfc5545_to_utc``): a local time that does not exist takes
+the offset from before the gap; a repeated one is the first occurrence.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from promptyoself import timing
+from promptyoself.errors import InvalidCron, InvalidTime, PromptYoSelfError
+from promptyoself.phrases import CLOCK, MONTHS, WEEKDAYS, clock_time
+
+__all__ = ["MAX_RULE_CHARS", "RULE_FORMS", "Rule", "describe", "natural_rule", "normalize_rrule",
+           "parse_rule", "upcoming"]
+
+MAX_RULE_CHARS = 300  # schedule_value holds 300 (migration 0008)
+MAX_COUNT = 10_000
+MAX_INTERVAL = 1000
+UPCOMING = 5
+
+RULE_FORMS = (
+    "Accepted: 5-field cron ('0 9 * * MON-FRI', '@daily'); RFC 5545 RRULE "
+    "('FREQ=MONTHLY;BYDAY=-1FR;BYHOUR=17;BYMINUTE=0', 'FREQ=WEEKLY;INTERVAL=2;BYDAY=TU,TH;BYHOUR=10;"
+    "BYMINUTE=0;COUNT=6'); or words: 'every weekday at 9', 'every day at 7:30', 'every monday at 10', "
+    "'every 2 weeks on tuesday and thursday at 10:00', 'last friday of every month at 17:00', "
+    "'first monday of the month at 9', 'every month on the 15th at 9', 'every year on Dec 25 at 9', "
+    "'every 2 hours', 'every 30 minutes'; add ', 5 times' or ' until 2027-06-30'."
+)
+
+_FREQS = ("MINUTELY", "HOURLY", "DAILY", "WEEKLY", "MONTHLY", "YEARLY")
+_DAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+_DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+                "October", "November", "December")
+_ORDER = ("FREQ", "INTERVAL", "WKST", "BYMONTH", "BYMONTHDAY", "BYDAY", "BYSETPOS", "BYHOUR", "BYMINUTE",
+          "BYSECOND", "COUNT", "UNTIL")
+_NUMBER_LISTS = {"BYMONTH": (1, 12, False), "BYMONTHDAY": (1, 31, True), "BYHOUR": (0, 23, False),
+                 "BYMINUTE": (0, 59, False), "BYSECOND": (0, 0, False), "BYSETPOS": (1, 366, True)}
+_BYDAY_RE = re.compile(r"([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A recurring rule read from the ``cron`` argument: what to store and its first run."""
+
+    schedule_type: str  # cron | rrule
+    value: str
+    anchor: datetime | None  # an RRULE's DTSTART
+    first: datetime
+
+
+def _bad(message: str) -> InvalidCron:
+    return InvalidCron(f"{message} {RULE_FORMS}")
+
+
+# ---- RFC 5545 -----------------------------------------------------------------------------------
+
+
+def _numbers(key: str, text: str) -> list[int]:
+    low, high, signed = _NUMBER_LISTS[key]
+    out: list[int] = []
+    for item in text.split(","):
+        try:
+            n = int(item)
+        except ValueError:
+            raise _bad(f"RRULE {key}={text}: {item!r} is not a number.") from None
+        if not (low <= abs(n) <= high and (signed or n >= 0)) or (signed and n == 0):
+            limits = f"{'±' if signed else ''}{low} to {high}"
+            raise _bad(f"RRULE {key}={text}: {n} is out of range ({limits})."
+                       + (" Seconds are not supported: use BYSECOND=0." if key == "BYSECOND" else ""))
+        if n not in out:
+            out.append(n)
+    return sorted(out)
+
+
+def _bydays(text: str, freq: str) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for item in text.split(","):
+        m = _BYDAY_RE.fullmatch(item)
+        if m is None:
+            raise _bad(f"RRULE BYDAY={text}: {item!r} is not a weekday such as MO, -1FR or 2TU.")
+        n = int(m.group(1) or 0)
+        limit = {"MONTHLY": 5, "YEARLY": 53}.get(freq, 0)
+        if n and not 1 <= abs(n) <= limit:
+            raise _bad(f"RRULE BYDAY={text}: {item} is out of range"
+                       + (f" (±1 to {limit})." if limit else "; a numbered weekday needs FREQ=MONTHLY or YEARLY."))
+        if (n, _DAYS.index(m.group(2))) not in out:
+            out.append((n, _DAYS.index(m.group(2))))
+    return sorted(out, key=lambda p: (p[1], p[0]))
+
+
+def _until(text: str, tz: ZoneInfo) -> datetime:
+    """UNTIL -> an instant: ``...Z`` is UTC, a local date-time is read in ``tz``, a date is the end
+    of that day in ``tz``."""
+    try:
+        if re.fullmatch(r"\d{8}T\d{6}Z", text):
+            return datetime.strptime(text, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        if re.fullmatch(r"\d{8}T\d{6}", text):
+            return timing.rfc5545_to_utc(datetime.strptime(text, "%Y%m%dT%H%M%S"), tz)  # noqa: DTZ007
+        if re.fullmatch(r"\d{8}", text):
+            day = datetime.strptime(text, "%Y%m%d")  # noqa: DTZ007 (a wall-clock date)
+            return timing.rfc5545_to_utc(day.replace(hour=23, minute=59, second=59), tz)
+    except (ValueError, OverflowError):
+        pass
+    raise _bad(f"RRULE UNTIL={text} is not a date (20271231), a local time (20271231T170000) or UTC "
+               "(20271231T170000Z).")
+
+
+def _fits(months: list[int], monthdays: list[int]) -> bool:
+    """Whether some month of ``months`` (all if empty) has one of ``monthdays`` (all if empty)."""
+    return not monthdays or any(abs(d) <= _MONTH_DAYS[m - 1] for m in months or range(1, 13) for d in monthdays)
+
+
+def _dtstart(now: datetime, tz: ZoneInfo) -> datetime:
+    """The DTSTART of a rule made at ``now``: the first whole minute after it (an instant)."""
+    now_utc = timing.ensure_aware(now)
+    return now_utc.replace(second=0, microsecond=0) + timedelta(minutes=1)
+
+
+def normalize_rrule(text: str, *, now: datetime, tz: ZoneInfo) -> tuple[str, datetime]:
+    """An RRULE -> (its normal form, its DTSTART). The normal form has its parts in one order, upper
+    case, lists sorted, UNTIL in UTC, and names every part dateutil would otherwise take from DTSTART
+    (so the rule means the same whatever DTSTART it is iterated from). ``invalid_cron`` says what is
+    wrong, including a rule that never fires."""
+    body = text.strip()
+    if body.upper().startswith("RRULE:"):
+        body = body[6:]
+    parts: dict[str, str] = {}
+    for item in body.upper().replace(" ", "").strip(";").split(";"):
+        key, eq, value = item.partition("=")
+        if not eq or not value:
+            raise _bad(f"RRULE part {item!r} is not KEY=VALUE.")
+        if key not in _ORDER:
+            raise _bad(f"RRULE part {key} is not supported (supported: {', '.join(_ORDER)}).")
+        if key in parts:
+            raise _bad(f"RRULE part {key} is given twice.")
+        parts[key] = value
+    freq = parts.get("FREQ")
+    if freq not in _FREQS:
+        raise _bad(f"RRULE FREQ must be one of {', '.join(_FREQS)}" + (f", not {freq}." if freq else "."))
+    if "COUNT" in parts and "UNTIL" in parts:
+        raise _bad("RRULE takes COUNT or UNTIL, not both.")
+    out: dict[str, str] = {"FREQ": freq}
+    for key, limit in (("INTERVAL", MAX_INTERVAL), ("COUNT", MAX_COUNT)):
+        if key in parts:
+            if not parts[key].isdigit() or not 1 <= int(parts[key]) <= limit:
+                raise _bad(f"RRULE {key}={parts[key]} must be a whole number from 1 to {limit}.")
+            if key == "COUNT" or int(parts[key]) > 1:
+                out[key] = str(int(parts[key]))
+    if parts.get("WKST", "MO") != "MO":
+        if parts["WKST"] not in _DAYS:
+            raise _bad(f"RRULE WKST={parts['WKST']} is not a weekday (MO ... SU).")
+        out["WKST"] = parts["WKST"]
+    nums = {key: _numbers(key, parts[key]) for key in _NUMBER_LISTS if key in parts}
+    days = _bydays(parts["BYDAY"], freq) if "BYDAY" in parts else []
+    if "BYSETPOS" in nums and (freq not in ("WEEKLY", "MONTHLY", "YEARLY") or len(parts) <= 2):
+        raise _bad("RRULE BYSETPOS needs FREQ=WEEKLY, MONTHLY or YEARLY and another BY part.")
+    start = _dtstart(now, tz).astimezone(tz)
+    # the parts RFC 5545 takes from DTSTART, written out (see _rrule_start in timing.py)
+    level = _FREQS.index(freq)
+    nums.setdefault("BYSECOND", [0])
+    if level >= _FREQS.index("HOURLY"):
+        nums.setdefault("BYMINUTE", [start.minute])
+    if level >= _FREQS.index("DAILY"):
+        nums.setdefault("BYHOUR", [start.hour])
+    if freq == "WEEKLY" and not days:
+        days = [(0, start.weekday())]
+    if freq in ("MONTHLY", "YEARLY") and not days and "BYMONTHDAY" not in nums:
+        nums["BYMONTHDAY"] = [start.day]
+        if freq == "YEARLY":
+            nums.setdefault("BYMONTH", [start.month])
+    if not _fits(nums.get("BYMONTH", []), nums.get("BYMONTHDAY", [])):
+        raise _bad("This RRULE never fires: no month it names has that day.")
+    if "BYSETPOS" in nums:
+        per = max(1, len(days) * (5 if freq != "WEEKLY" else 1), len(nums.get("BYMONTHDAY", []))) * (
+            53 if freq == "YEARLY" else 1) * len(nums["BYHOUR"]) * len(nums["BYMINUTE"])
+        if max(abs(p) for p in nums["BYSETPOS"]) > per:
+            raise _bad("This RRULE never fires: BYSETPOS is beyond the runs of one period.")
+    for key in _ORDER:
+        if key == "BYDAY" and days:
+            out[key] = ",".join(f"{n or ''}{_DAYS[d]}" for n, d in days)
+        elif key in nums:
+            out[key] = ",".join(str(n) for n in nums[key])
+        elif key == "UNTIL" and "UNTIL" in parts:
+            out[key] = _until(parts["UNTIL"], tz).strftime("%Y%m%dT%H%M%SZ")
+    value = ";".join(f"{k}={out[k]}" for k in _ORDER if k in out)
+    if len(value) > MAX_RULE_CHARS:
+        raise _bad(f"The rule is longer than {MAX_RULE_CHARS} characters written out ({value[:60]}...).")
+    return value, _dtstart(now, tz)
+
+
+# ---- natural recurrence -------------------------------------------------------------------------
+
+_WD = "(?:" + "|".join(sorted(WEEKDAYS, key=len, reverse=True)) + ")"
+_MON = "(?:" + "|".join(sorted(MONTHS, key=len, reverse=True)) + ")"
+_WDLIST = rf"{_WD}s?(?:\s*(?:,|and|&|,\s*and)\s*{_WD}s?)*"
+_ORDINALS = {"first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3, "fourth": 4, "4th": 4,
+             "fifth": 5, "5th": 5, "last": -1, "second to last": -2}
+_ORD = "(?:" + "|".join(sorted(_ORDINALS, key=len, reverse=True)) + ")"
+_EVERY_MONTH = r"(?:every|each|the|a)\s+month"
+_AT = r"(?:\s+at|\s+@|,)?\s+"
+_TAIL = re.compile(r"(?P<body>.+?)(?:,?\s+(?:for\s+)?(?P<count>\d+)\s+times"
+                   r"|,?\s+until\s+(?P<until>\d{4}-\d{2}-\d{2}))?")
+_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(pattern)) for name, pattern in (
+    ("daily", r"(?:every|each)\s+day|daily"),
+    ("days", r"every\s+(?P<n>\d+)\s+days"),
+    ("weekdays", r"(?:every|each|on)\s+weekdays?|weekdays"),
+    ("weekends", r"(?:every|each|on)\s+weekends?(?:\s+days?)?|weekends"),
+    ("weekly", rf"(?:(?:every|each)\s+(?:(?P<n>\d+)\s+weeks|(?P<other>other)\s+week|week)\s+on\s+|(?:every|each|on)\s+"
+               rf"|weekly\s+on\s+)(?P<days>{_WDLIST})"),
+    ("nth", rf"(?:on\s+)?(?:the\s+)?(?P<ord>{_ORD})\s+(?P<wd>{_WD})\s+of\s+{_EVERY_MONTH}"
+            rf"|(?:every|each)\s+month\s+on\s+the\s+(?P<ord2>{_ORD})\s+(?P<wd2>{_WD})"),
+    ("monthday", r"(?:on\s+)?the\s+(?P<md>\d{1,2})(?:st|nd|rd|th)\s+of\s+" + _EVERY_MONTH
+                 + r"|(?:every\s+month|monthly)\s+on\s+the\s+(?P<md2>\d{1,2})(?:st|nd|rd|th)"),
+    ("lastday", r"(?:on\s+)?the\s+last\s+day\s+of\s+" + _EVERY_MONTH
+                + r"|(?:every\s+month|monthly)\s+on\s+the\s+last\s+day"),
+    ("yearly", rf"(?:every\s+year|yearly|annually)\s+on\s+(?:(?P<mon>{_MON})\s+(?P<d>\d{{1,2}})|(?P<d2>\d{{1,2}})\s+"
+               rf"(?:of\s+)?(?P<mon2>{_MON}))(?:st|nd|rd|th)?|every\s+(?P<mon3>{_MON})\s+(?P<d3>\d{{1,2}})(?:st|nd|rd|th)?"),
+))
+_CLOCKED = re.compile(rf"(?P<rule>.+?){_AT}{CLOCK}")
+_UNCLOCKED = re.compile(r"every\s+(?:(?P<n>\d+)\s+)?(?P<unit>hours?|minutes?|mins?)|hourly")
+
+
+def _days_of(text: str) -> str:
+    names = re.findall(_WD, text)
+    found = sorted({WEEKDAYS[n] for n in names})
+    return ",".join(_DAYS[d] for d in found)
+
+
+def natural_rule(text: str) -> str | None:
+    """Words -> an RRULE (not yet normalized); None when ``text`` is not in the grammar (see
+    ``RULE_FORMS``). A rule on days needs its time ('at 9'); hours without am/pm are 24-hour."""
+    lowered = " ".join(text.lower().split()).rstrip(".")
+    tail = _TAIL.fullmatch(lowered)
+    if tail is None:
+        return None
+    body, extra = tail.group("body"), ""
+    if tail.group("count"):
+        extra = f";COUNT={tail.group('count')}"
+    elif tail.group("until"):
+        extra = f";UNTIL={tail.group('until').replace('-', '')}"
+    plain = _UNCLOCKED.fullmatch(body)
+    if plain:  # on the clock when the step divides the hour or the day (every 15 minutes: :00, :15, ...)
+        hourly = body == "hourly" or (plain.group("unit") or "").startswith("h")
+        n = int(plain.group("n") or 1)
+        if n < 1:
+            raise _bad("The step must be at least 1.")
+        if hourly:
+            if 24 % n == 0 and n > 1:
+                return f"FREQ=DAILY;BYHOUR={','.join(str(h) for h in range(0, 24, n))};BYMINUTE=0{extra}"
+            return f"FREQ=HOURLY;INTERVAL={n};BYMINUTE=0{extra}"
+        if 60 % n == 0:
+            return f"FREQ=HOURLY;BYMINUTE={','.join(str(m) for m in range(0, 60, n))}{extra}"
+        return f"FREQ=MINUTELY;INTERVAL={n}{extra}"
+    clocked = _CLOCKED.fullmatch(body)
+    shape = clocked.group("rule") if clocked else body
+    for name, pattern in _SHAPES:
+        m = pattern.fullmatch(shape)
+        if m is None:
+            continue
+        if clocked is None:
+            raise _bad(f"{text.strip()!r} does not say at what time: add it, e.g. '{body} at 9:00'.")
+        try:
+            at = clock_time(clocked, text.strip())
+        except InvalidTime as exc:  # the time of day is wrong: say so with the rule forms
+            raise _bad(exc.message.split(" Accepted forms")[0]) from None
+        when = f";BYHOUR={at.hour};BYMINUTE={at.minute}"
+        if at.second:
+            raise _bad("Rules run on whole minutes; leave out the seconds.")
+        g = m.groupdict()
+        if name == "daily":
+            return f"FREQ=DAILY{when}{extra}"
+        if name == "days":
+            return f"FREQ=DAILY;INTERVAL={g['n']}{when}{extra}"
+        if name in ("weekdays", "weekends"):
+            return f"FREQ=WEEKLY;BYDAY={'MO,TU,WE,TH,FR' if name == 'weekdays' else 'SA,SU'}{when}{extra}"
+        if name == "weekly":
+            n = 2 if g["other"] else int(g["n"] or 1)
+            return f"FREQ=WEEKLY;INTERVAL={n};BYDAY={_days_of(g['days'])}{when}{extra}"
+        if name == "nth":
+            n = _ORDINALS[g["ord"] or g["ord2"]]
+            return f"FREQ=MONTHLY;BYDAY={n}{_DAYS[WEEKDAYS[g['wd'] or g['wd2']]]}{when}{extra}"
+        if name in ("monthday", "lastday"):
+            day = -1 if name == "lastday" else int(g["md"] or g["md2"])
+            return f"FREQ=MONTHLY;BYMONTHDAY={day}{when}{extra}"
+        month = MONTHS[g["mon"] or g["mon2"] or g["mon3"]]
+        return f"FREQ=YEARLY;BYMONTH={month};BYMONTHDAY={int(g['d'] or g['d2'] or g['d3'])}{when}{extra}"
+    return None
+
+
+def parse_rule(text: object, *, now: datetime, tz: ZoneInfo) -> Rule:
+    """The ``cron`` argument -> the rule to store and its first run after ``now``."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidCron("cron is required: e.g. '0 9 * * MON-FRI', 'every weekday at 9' or "
+                          "'FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0'.")
+    shown = text.strip()
+    if len(shown) > MAX_RULE_CHARS or timing._has_control(shown):
+        raise _bad(f"The rule is longer than {MAX_RULE_CHARS} characters or holds control characters.")
+    head = shown[:1]
+    if head.isdigit() or head in "*?@":
+        expr = timing.normalize_cron(shown)
+        return Rule("cron", expr, None, timing.next_cron(expr, tz, now))
+    upper = shown.upper()
+    if upper.startswith(("RRULE:", "FREQ=")) or ";" in shown:
+        rrule_text = shown
+    else:
+        found = natural_rule(shown)
+        if found is None:
+            raise _bad(f"Cannot read the rule {shown!r}.")
+        rrule_text = found
+    value, anchor = normalize_rrule(rrule_text, now=now, tz=tz)
+    try:
+        timing._rrule_at(value.split(";UNTIL=")[0], anchor.astimezone(tz).replace(tzinfo=None))
+    except ValueError:  # dateutil: e.g. FREQ=HOURLY;INTERVAL=2;BYHOUR=1 from an even hour
+        raise _bad(f"The rule {value!r} never fires: its INTERVAL never reaches the hours, minutes or days "
+                   "it names from now.") from None
+    first = timing.next_rrule(value, tz, now, anchor=anchor)
+    if first is None:
+        raise _bad(f"The rule {value!r} has no run after now (its COUNT or UNTIL ends it first).")
+    return Rule("rrule", value, anchor, first)
+
+
+# ---- in words, and the next runs ----------------------------------------------------------------
+
+
+def _join(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _nth(n: int, *, words: bool = False) -> str:
+    if n < 0:
+        return "last" if n == -1 else f"{_nth(-n, words=words)} to last"
+    if words and n <= 5:
+        return ("first", "second", "third", "fourth", "fifth")[n - 1]
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@functools.lru_cache(maxsize=1024)  # pure; list describes every row
+def _describe_rrule(value: str, tz: ZoneInfo) -> str:
+    p = dict(item.split("=", 1) for item in value.split(";"))
+    freq, n = p["FREQ"], int(p.get("INTERVAL", "1"))
+    hours = [int(h) for h in p.get("BYHOUR", "").split(",") if h]
+    minutes = [int(m) for m in p.get("BYMINUTE", "").split(",") if m]
+    days = [_BYDAY_RE.fullmatch(d) for d in p.get("BYDAY", "").split(",") if d]
+    months = [_MONTH_NAMES[int(m) - 1] for m in p.get("BYMONTH", "").split(",") if m]
+    monthdays = [int(d) for d in p.get("BYMONTHDAY", "").split(",") if d]
+    plain = tuple(_DAY_NAMES[_DAYS.index(d.group(2))] for d in days if d and not d.group(1))
+    numbered = [f"{_nth(int(d.group(1)), words=True)} {_DAY_NAMES[_DAYS.index(d.group(2))]}"
+                for d in days if d and d.group(1)]
+    unit = {"MINUTELY": "minute", "HOURLY": "hour", "DAILY": "day", "WEEKLY": "week", "MONTHLY": "month",
+            "YEARLY": "year"}[freq]
+    every = f"every {unit}" if n == 1 else f"every {n} {unit}s"
+    on_days = "" if not plain else f" on {_join(list(plain))}"
+    if plain == _DAY_NAMES[:5]:
+        on_days = " on weekdays"
+    elif plain == _DAY_NAMES[5:]:
+        on_days = " on weekends"
+    if freq == "WEEKLY" and n == 1 and plain:
+        text = "every weekday" if on_days == " on weekdays" else f"every {_join(list(plain))}"
+    elif freq in ("MONTHLY", "YEARLY") and (numbered or monthdays):
+        which = numbered + [("last day" if d == -1 else f"{_nth(d)} day" if d < 0 else _nth(d)) for d in monthdays]
+        of = f" of {_join(months)}" if freq == "YEARLY" and months else ""
+        text = f"on the {_join(which)}{of} of {every}" if not of else f"{every} on the {_join(which)}{of}"
+        text += on_days and f" (if a{on_days[3:]})"
+    elif freq == "YEARLY" and months:
+        text = f"{every} in {_join(months)}{on_days}"
+    else:
+        text = f"{every}{on_days}"
+        if monthdays:
+            text += f" on the {_join([_nth(d) for d in monthdays])} of the month"
+    if months and freq != "YEARLY":
+        text += f" in {_join(months)}"
+    if freq in ("MINUTELY",):
+        pass
+    elif freq == "HOURLY":
+        text += f" at minute {_join([str(m) for m in minutes])}" if minutes != [0] else " on the hour"
+    elif len(hours) > 4 and len(minutes) == 1 and hours == list(range(hours[0], 24, hours[1] - hours[0])):
+        step = f"every {hours[1] - hours[0]} hours from {hours[0]:02d}:{minutes[0]:02d}"
+        text = step if text == "every day" else f"{text}, {step}"
+    elif hours and minutes:
+        text += " at " + _join([f"{h:02d}:{m:02d}" for h in hours for m in minutes])
+    if "BYSETPOS" in p:
+        text += f" (only the {_join([_nth(int(x)) for x in p['BYSETPOS'].split(',')])} of each {unit})"
+    if "COUNT" in p:
+        text += f", {p['COUNT']} times"
+    if "UNTIL" in p:
+        until = datetime.strptime(p["UNTIL"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).astimezone(tz)
+        text += f", until {until:%Y-%m-%d %H:%M}"
+    return text[0].upper() + text[1:] + f" ({tz.key})"
+
+
+def describe(schedule_type: str, value: str, tz: ZoneInfo, *, max_repetitions: int | None = None) -> str:
+    """A schedule's rule in plain English, e.g. 'Every weekday at 09:00 (Europe/Berlin)'; the rule
+    itself if it cannot be read (descriptions are never an error)."""
+    times = f", {max_repetitions} times" if max_repetitions else ""
+    try:
+        if schedule_type == "once":
+            at = datetime.fromisoformat(value).astimezone(tz)
+            return f"Once, on {at:%A %d %B %Y at %H:%M} {at.tzname()} ({tz.key})"
+        if schedule_type == "cron":
+            return f"{timing.describe_cron(value)} ({tz.key}){times}"
+        if schedule_type == "interval":
+            return f"Every {timing.format_duration(timing.parse_interval(value))}{times}"
+        if schedule_type == "rrule":
+            return _describe_rrule(value, tz) + times
+    except (PromptYoSelfError, ValueError, KeyError, IndexError, AttributeError):
+        pass
+    return value
+
+
+def upcoming(
+    schedule_type: str,
+    value: str,
+    tz: ZoneInfo,
+    *,
+    next_run: datetime | None,
+    anchor: datetime | None,
+    remaining: int | None = None,
+    count: int = UPCOMING,
+) -> list[datetime]:
+    """The next ``count`` runs from ``next_run`` (fewer when the rule or ``remaining`` ends), each
+    as the schedule's own rule computes it (``timing.next_run_after``)."""
+    if next_run is None:
+        return []
+    limit = count if remaining is None else max(0, min(count, remaining))
+    if schedule_type == "rrule" and anchor is not None:
+        later = timing.rrule_instants(value, tz, anchor=anchor, after=next_run)
+        return list(itertools.islice(itertools.chain([next_run], later), limit))
+    out: list[datetime] = []
+    at: datetime | None = next_run
+    try:
+        while at is not None and len(out) < limit:
+            out.append(at)
+            at = timing.next_run_after(schedule_type, value, tz, after=at, anchor=anchor or next_run)
+    except PromptYoSelfError:
+        pass
+    return out
+

@@ -173,20 +173,23 @@ class Run:
         finally:
             core.close()
 
-    def holding_worker(self, rng: random.Random, timeout: float = 30.0) -> Proc:
-        """A live worker that holds claims now."""
-        def find() -> Proc | None:
+    def holding_worker(self, rng: random.Random, timeout: float = 30.0) -> tuple[Proc, int]:
+        """A live worker that holds claims now, and how many it held when looked at."""
+        def find() -> tuple[Proc, int] | None:
             live = [w for w in self.workers if w.popen.poll() is None]
             rng.shuffle(live)
-            return next((w for w in live if holds_claims(self.url, w.popen.pid)), None)
+            for w in live:
+                held = holds_claims(self.url, w.popen.pid)
+                if held:
+                    return w, held
+            return None
 
         found = wait_until(find, timeout=timeout, interval=0.01)
-        assert isinstance(found, Proc)
+        assert isinstance(found, tuple)
         return found
 
     def kill_and_replace(self, rng: random.Random) -> int:
-        doomed = self.holding_worker(rng)
-        held = holds_claims(self.url, doomed.popen.pid)
+        doomed, held = self.holding_worker(rng)
         os.kill(doomed.popen.pid, signal.SIGKILL)
         doomed.popen.wait(timeout=10)
         self.workers = [w for w in self.workers if w is not doomed] + [self.worker()]

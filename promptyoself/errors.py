@@ -58,6 +58,8 @@ class NotFound(PromptYoSelfError):
 
 
 class QuotaExceeded(PromptYoSelfError):
+    """A limit of PromptYoSelf's own: an agent's live schedules (``PROMPTYOSELF_MAX_ACTIVE_PER_AGENT``)."""
+
     code = "quota_exceeded"
 
 
@@ -67,6 +69,21 @@ class RateLimited(PromptYoSelfError):
     is allowed."""
 
     code = "rate_limited"
+
+
+class PromptTooLong(QuotaExceeded):
+    """A prompt over ``PROMPTYOSELF_MAX_PROMPT_CHARS`` (same code; the REST API answers 413)."""
+
+
+class IntervalTooShort(QuotaExceeded):
+    """An interval under ``PROMPTYOSELF_MIN_INTERVAL`` (same code; the REST API answers 422)."""
+
+
+class IdempotencyConflict(PromptYoSelfError):
+    """An idempotency key reused with other arguments: the key names the first request, which is
+    not what this one asks for (a retry sends the same arguments)."""
+
+    code = "idempotency_conflict"
 
 
 class LettaUnavailable(PromptYoSelfError):
@@ -101,6 +118,7 @@ ERROR_CODES: tuple[str, ...] = (
     "not_found",
     "quota_exceeded",
     "rate_limited",
+    "idempotency_conflict",
     "letta_unavailable",
     "letta_auth",
     "database_driver_missing",

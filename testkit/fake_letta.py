@@ -80,7 +80,8 @@ _R_AGENT = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)$")
 _R_MESSAGES = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages$")
 _R_ASYNC = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages/async$")
 _R_RUN = re.compile(r"^/v1/runs/(?P<run_id>[^/]+)$")
-_ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN)
+_R_TOOL_LINK = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/tools/(?P<op>attach|detach)/(?P<tool_id>[^/]+)$")
+_ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN, _R_TOOL_LINK)
 
 # A request header line as http.client + email.parser read it: a name of printable ASCII but ":",
 # then the value (leading blanks dropped, trailing ones kept). Any other line (a folded
@@ -441,6 +442,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = self.fake._control(method, path, raw)
         else:
             reply = self.fake._route(method, path, raw_query, query, raw, headers)
+            if self.fake.echo_headers and reply.status >= 400 and isinstance(reply.body, dict):
+                echoed = "; ".join(f"{k}: {v}" for k, v in headers.raw_items())
+                reply.body = {**reply.body, "detail": f"{reply.body.get('detail')} (request headers: {echoed})"}
         self._send(method, path, reply, control=control)
 
     def _send(self, method: str, path: str, reply: _Reply, *, control: bool) -> None:
@@ -495,6 +499,8 @@ class FakeLetta:
     sleeps before dropping the connection) and ``run_status`` (what
     ``GET /v1/runs/{id}`` reports). ``release`` is a ``threading.Event``, set at start:
     clear it to hold every message POST (counted in flight) until it is set again.
+    ``echo_headers``: error answers repeat the request's headers (Authorization included) in their
+    ``detail``, as some proxies and debug servers do.
 
     A failed message POST never records the message.
     """
@@ -554,6 +560,7 @@ class FakeLetta:
         self._stopping = threading.Event()
         self.release = threading.Event()
         self.release.set()
+        self.echo_headers = False
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -905,18 +912,57 @@ class FakeLetta:
             if method == "GET":
                 return self._list_messages(m["agent_id"], query)
             return _error(405, "Method Not Allowed")
+        if m := _R_TOOL_LINK.match(path):
+            if method != "PATCH":
+                return _error(405, "Method Not Allowed")
+            return self._link_tool(m["agent_id"], m["tool_id"], attach=m["op"] == "attach")
         if m := _R_AGENT.match(path):
-            if method != "GET":
+            if method not in ("GET", "PATCH"):
                 return _error(405, "Method Not Allowed")
             bad = self._check_agent(m["agent_id"])
             if bad is not None:
                 return bad
+            if method == "PATCH":
+                return self._patch_agent(m["agent_id"], raw)
             with self._lock:
                 agent = self._agents.get(m["agent_id"])
                 if agent is None:  # removed meanwhile
                     return self._agent_not_found(m["agent_id"])
                 return _Reply(200, dict(agent))
         return _error(404, "Not Found")
+
+    def _patch_agent(self, agent_id: str, raw: bytes) -> _Reply:
+        """``PATCH /v1/agents/{id}``: only ``tool_exec_environment_variables`` (a dict or Letta's list of
+        ``{"key", "value"}``), which the native tools set."""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return _error(400, "invalid JSON")
+        env = body.get("tool_exec_environment_variables") if isinstance(body, dict) else None
+        if isinstance(env, dict):
+            env = [{"key": str(k), "value": str(v)} for k, v in env.items()]
+        with self._lock:
+            agent = self._agents.get(agent_id)
+            if agent is None:
+                return self._agent_not_found(agent_id)
+            if isinstance(env, list):
+                agent["tool_exec_environment_variables"] = env
+            agent["updated_at"] = _now_iso()
+            return _Reply(200, dict(agent))
+
+    def _link_tool(self, agent_id: str, tool_id: str, *, attach: bool) -> _Reply:
+        """``PATCH /v1/agents/{id}/tools/attach|detach/{tool_id}``."""
+        bad = self._check_agent(agent_id)
+        if bad is not None:
+            return bad
+        with self._lock:
+            tool = next((t for t in self._tools.values() if t["id"] == tool_id), None)
+            if tool is None:
+                return _error(404, f"Tool with id {tool_id} not found")
+            agent = self._agents[agent_id]
+            tools = [t for t in agent["tools"] if t["id"] != tool_id]
+            agent["tools"] = [*tools, {"id": tool_id, "name": tool["name"]}] if attach else tools
+            return _Reply(200, dict(agent))
 
     @staticmethod
     def _agent_not_found(agent_id: str) -> _Reply:

@@ -78,7 +78,6 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("invalid_cron", "core", ("schedule", "--prompt", "p", "--cron", "61 * * * *", *SKIP)),
     ("invalid_interval", "core", ("schedule", "--prompt", "p", "--every=-5m", *SKIP)),
     ("invalid_argument", "core", ("cancel", "abc")),
-    ("invalid_argument", "core", ("list", "--limit", "0")),
     ("invalid_argument", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", "bob smith")),
     ("agent_required", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--skip-validation")),
     ("not_found", "core", ("cancel", "999")),
@@ -116,6 +115,19 @@ def test_the_reported_wordings(capsys: pytest.CaptureFixture[str], monkeypatch: 
     assert_cli_words(body, err)
 
 
+def test_an_idempotency_key_reused_with_other_arguments(capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch, core: Core) -> None:
+    keyed = ("--time", "2099-01-01T09:00:00Z", "--idempotency-key", "k1", *SKIP)
+    assert cli.main(["schedule", "--prompt", "p", *keyed], core=core) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert cli.main(["schedule", "--prompt", "p", *keyed], core=core) == 0  # the same call: the same schedule
+    assert json.loads(capsys.readouterr().out)["id"] == first["id"]
+    body, err = run_both(capsys, monkeypatch, core, "schedule", "--prompt", "other", *keyed)
+    assert body["code"] == "idempotency_conflict" and body["schedule_id"] == first["id"]
+    assert err.startswith("error (idempotency_conflict): --idempotency-key 'k1' was already used"), err
+    assert_cli_words(body, err)
+
+
 def test_letta_errors_in_cli_words(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                    letta_core: Core, db_path: Path) -> None:
     from testkit.fake_letta import FakeLetta
@@ -150,7 +162,8 @@ def test_database_errors_in_cli_words(tmp_path: Path) -> None:
 
 
 def test_every_code_the_cli_produces_is_covered() -> None:
-    covered = {c for c, _, _ in CASES} | {"letta_auth", "database_unavailable", "database_driver_missing"}
+    covered = {c for c, _, _ in CASES} | {"letta_auth", "database_unavailable", "database_driver_missing",
+                                          "idempotency_conflict"}
     # ``internal`` is a bug's code: the CLI's own text for it names `promptyoself health`.
     assert covered | {"internal"} == set(ERROR_CODES)
 

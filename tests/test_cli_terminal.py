@@ -177,3 +177,70 @@ def test_readme_says_how_to_run_the_command_and_the_postgresql_tests() -> None:
         assert line in ci.splitlines(), line
     # the command README names exists where it says after the install
     assert (Path(sys.executable).parent / "promptyoself").is_file()
+
+
+def test_list_and_history_fit_an_80_column_terminal_with_ids_whole(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    schedule(env, "--prompt", LONG_PROMPT, "--cron", "0 9 * * *", "--timezone", "Asia/Kolkata", "--agent-id", AGENT_A)
+    schedule(env, "--prompt", "stand-up", "--every", "30m", "--agent-id", AGENT_B)
+    for columns in (60, 80):
+        code, out = on_tty([*CLI, "list"], {**env, "COLUMNS": str(columns)})
+        assert code == 0, out
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= columns, out
+        assert any(AGENT_A in line for line in lines) and any(AGENT_B in line for line in lines)  # whole ids
+        assert all(f"word{i:03d}" in out.split() for i in range(60))
+        assert "09:00:00 +05:30" in out and "Asia/Kolkata" in out
+    # a delivery error, shown by history, also fits
+    made = schedule(env, "--prompt", "due", "--time", "in 1s", "--agent-id", AGENT_A)
+    time.sleep(1.3)
+    assert piped([*CLI, "execute"], env).returncode == 1
+    code, out = on_tty([*CLI, "history"], {**env, "COLUMNS": "80"})
+    assert code == 0, out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "Cannot reach Letta at http://127.0.0.1:9" in " ".join(out.split())
+    assert piped([*CLI, "cancel", str(made["id"])], env).returncode == 0
+
+
+def test_terminal_escape_sequences_in_a_prompt_never_reach_the_terminal(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    hostile = "hi \x1b]0;owned\x07 \x1b[2J\x1b[31mred\x9b0m \u202eevil\rback"
+    schedule(env, "--prompt", hostile, "--every", "1h", "--agent-id", AGENT_A)
+    for argv in ([*CLI, "list"], [*CLI, "list", "--agent-id", AGENT_A]):
+        code, out = on_tty(argv, env)
+        assert code == 0, out
+        for raw in ("\x1b", "\x07", "\x9b", "\u202e", "\r"):
+            assert raw not in out, (raw, out)
+        assert "\\x1b]0;owned\\x07" in out and "\\x1b[2J" in out and "\\u202e" in out
+    # piped JSON keeps the prompt exactly as stored (JSON escapes it)
+    listed = json.loads(piped([*CLI, "list"], env).stdout)
+    assert listed["schedules"][0]["prompt_text"] == hostile
+
+
+def test_json_is_indented_on_a_terminal_and_one_line_when_piped(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    schedule(env, "--prompt", "p", "--every", "1h", "--agent-id", AGENT_A)
+    code, out = on_tty([*CLI, "list", "--json"], env)
+    assert code == 0, out
+    assert out.startswith("{\n  ") and json.loads(out)["count"] == 1
+    proc = piped([*CLI, "list"], env)
+    assert proc.stdout.count("\n") == 1 and json.loads(proc.stdout)["count"] == 1
+
+
+@pytest.mark.parametrize("args", [["list", "--limit", "0"], ["list", "--limit", "abc"], ["list", "--limit", "501"],
+                                  ["list", "--offset", "-1"], ["history", "--limit", "0"],
+                                  ["history", "--limit", "x"],
+                                  ["schedule", "--prompt", "p", "--every", "1h", "--max-repetitions", "0"]])
+def test_a_bad_number_is_a_usage_error(tmp_path: Path, args: list[str]) -> None:
+    proc = piped([*CLI, *args], env_for(tmp_path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert args[-2] in proc.stderr  # argparse names the flag
+
+
+def test_cli_health_has_no_fields_about_its_own_short_process(tmp_path: Path) -> None:
+    env = env_for(tmp_path)
+    health = json.loads(piped([*CLI, "health"], env).stdout)
+    assert "uptime_s" not in health and "tool_calls" not in health and "status" in health
+    _, out = on_tty([*CLI, "health"], env)
+    assert "uptime" not in out and "tool_calls" not in out

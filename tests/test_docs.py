@@ -5,13 +5,21 @@
   and every code of ``errors.ERROR_CODES`` documented (and no other).
 - ``docs/cli.md`` (or README.md) against ``cli.build_parser()``: every command and flag.
 - ``docs/architecture.md`` names only modules that exist.
+- Every ```bash block of README.md and docs/letta.md runs in a sandboxed shell (the venv active, a
+  fake Letta, a free port) with every command's exit code checked, or is listed with the reason it
+  cannot run here; the blocks that need a real Letta run when ``PROMPTYOSELF_TEST_LETTA_URL`` is set.
+  docs/letta.md's Python block runs with the real SDK against ``promptyoself serve``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,3 +251,157 @@ def test_architecture_names_real_modules():
     path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/loop.py", "letta/client.py"]
     positions = [text.find(f"promptyoself/{m}") for m in path]
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
+
+
+# ---- the command blocks of README.md and docs/letta.md, run (issue 24 point 7) ------------------
+
+LETTA_DOC = ROOT / "docs" / "letta.md"
+NOT_RUN: dict[str, str] = {
+    "python3 -m venv .venv && .venv/bin/pip install -q -e . &&":
+        "makes a venv and starts the stdio server on a terminal; .ci/run performs this install",
+    'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test]"': "the test suite itself (.ci/run runs it)",
+    "PROMPTYOSELF_TEST_PG_URL=": "the test suite itself, on PostgreSQL",
+    "test -s .env ||": "docker compose is not installed here (tests/test_supervise.py checks the compose file)",
+    "docker compose exec": "docker compose is not installed here",
+}
+"""Blocks that cannot run inside a test, by their first line, and why."""
+REAL_LETTA_ONLY = ('curl -X POST "$LETTA_BASE_URL/v1/mcp-servers/"',)
+"""Blocks that need a real Letta (they register a stdio MCP server): run when PROMPTYOSELF_TEST_LETTA_URL is set."""
+MAY_FAIL = re.compile(r"\bpromptyoself health\b")
+"""`health` exits 1 when not ok, as documented; the other commands must succeed."""
+
+
+def doc_blocks(path: Path, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", path.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def _script(block: str, port: int, agent: str, letta: str) -> str:
+    """The block as a bash script in which every command's exit code is recorded (in $FAILS, with
+    the line), with this test's Letta, agent and a free port in place of the doc's."""
+    text = (block.replace("agent-...", agent).replace("http://127.0.0.1:8283", letta)
+            .replace("promptyoself serve &", f"promptyoself serve --port {port} &")
+            .replace(":8000", f":{port}").replace("/abs/path/.venv/bin/python", f"{ROOT}/.venv/bin/python")
+            .replace("/abs/path/", f"{ROOT}/"))
+    lines = ["set -u", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT"]
+    pending = ""
+    for raw in text.splitlines():
+        line = re.sub(r"\s{2,}#.*$", "", raw).rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pending += line + "\n"
+        if line.endswith("\\") or pending.count("'") % 2:  # a continued line, or an open quote
+            continue
+        command, pending = pending.rstrip("\n"), ""
+        if command.endswith("&"):
+            lines.append(command)
+            continue
+        shown = command.splitlines()[0].replace("'", "")[:100]
+        lines.append(f"{command}\nrc=$?; [ $rc -eq 0 ] || echo \"$rc {shown}\" >> \"$FAILS\"")
+    return "\n".join(lines) + "\n"
+
+
+def _run_block(block: str, env: dict[str, str], tmp: Path, agent: str, letta: str) -> str:
+    from tests.procs import free_port
+
+    fails = tmp / "fails.txt"
+    fails.write_text("")
+    script = _script(block, free_port(), agent, letta)
+    proc = subprocess.run(["bash", "-c", script], env={**env, "FAILS": str(fails)}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=240)
+    out = proc.stdout + proc.stderr
+    recorded = fails.read_text().splitlines()
+    failed = [line for line in recorded if not (MAY_FAIL.search(line) and line.startswith("1 "))]
+    if recorded:
+        sys.stderr.write(f"\nexit codes other than 0 (allowed: health not ok): {recorded}\n")
+    assert not failed, f"{failed}\n--- script\n{script}\n--- output\n{out[-3000:]}"
+    assert "Traceback" not in out and "command not found" not in out, out[-3000:]
+    return out
+
+
+def _sandbox(tmp: Path, db: Path, letta: str) -> dict[str, str]:
+    """An environment as a user's shell with the venv active: this venv's bin first on PATH, a private
+    config and runtime folder, the test's database and Letta, no settings of this process."""
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROMPTYOSELF_", "LETTA_", "XDG_"))}
+    runtime = tmp / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env.update({"PATH": f"{venv_bin}:{env.get('PATH', '')}", "VIRTUAL_ENV": str(Path(venv_bin).parent),
+                "PROMPTYOSELF_DB": str(db), "PROMPTYOSELF_ENV_FILE": str(tmp / "none.env"),
+                "XDG_CONFIG_HOME": str(tmp / "config"), "XDG_RUNTIME_DIR": str(runtime),
+                "LETTA_BASE_URL": letta, "FASTMCP_CHECK_FOR_UPDATES": "off"})
+    return env
+
+
+def test_every_command_block_of_readme_and_letta_doc_is_run_or_says_why_not(db: Path, tmp_path: Path) -> None:
+    from testkit.fake_letta import FakeLetta
+    from tests.conftest import LETTA_URL
+
+    blocks = [(README, b) for b in doc_blocks(README, "bash")] + [(LETTA_DOC, b) for b in doc_blocks(LETTA_DOC, "bash")]
+    assert len(blocks) >= 8
+    ran: list[str] = []
+    with FakeLetta(agents=1) as fake:
+        for doc, block in blocks:
+            first = block.strip().splitlines()[0]
+            why = next((reason for prefix, reason in NOT_RUN.items() if first.startswith(prefix)), None)
+            if why is not None:
+                sys.stderr.write(f"\nnot run ({doc.name}: {first[:60]}...): {why}\n")
+                continue
+            letta, agent = fake.url, fake.agent_ids[0]
+            if first.startswith(REAL_LETTA_ONLY):
+                if not LETTA_URL:
+                    sys.stderr.write(f"\nnot run ({doc.name}: {first[:60]}...): needs a real Letta "
+                                     "(PROMPTYOSELF_TEST_LETTA_URL is not set)\n")
+                    continue
+                letta = LETTA_URL
+            out = _run_block(block, _sandbox(tmp_path, db, letta), tmp_path, agent, letta)
+            ran.append(first)
+            if "install-tools" in block and letta == fake.url:  # the native tools block did its work
+                assert "Installed 5 tools on 1 agent(s)." in out, out[-2000:]
+                assert {t["name"] for t in fake._agents[agent]["tools"]} >= {"schedule_prompt_at"}
+            if first.startswith(REAL_LETTA_ONLY):
+                server = json.loads(out[out.index("{"):out.rindex("}") + 1])
+                import httpx
+
+                httpx.delete(f"{LETTA_URL}/v1/mcp-servers/{server['id']}", timeout=30)
+    sys.stderr.write(f"\nran: {ran}\n")
+    # the README's command line block, the service block and letta.md's native tools block at least
+    assert any(r.startswith("promptyoself schedule") for r in ran), ran
+    assert any("service install" in r for r in ran), ran
+    assert any(r.startswith("export LETTA_BASE_URL") for r in ran), ran
+
+
+def test_the_letta_doc_sdk_example_runs_against_the_service(db: Path, tmp_path: Path) -> None:
+    """docs/letta.md's Python block with the real letta-client SDK against `promptyoself serve`: the
+    list example returns the schedule just made (an earlier version listed the page after it: empty)."""
+    from testkit.fake_letta import FakeLetta
+    from tests.procs import free_port
+
+    (block,) = doc_blocks(LETTA_DOC, "python")
+    with FakeLetta(agents=1) as fake:
+        env = _sandbox(tmp_path, db, fake.url)
+        env["PROMPTYOSELF_HTTP_TOKEN"] = "sdk-token"
+        port = free_port()
+        code = block.replace("http://127.0.0.1:8000", f"http://127.0.0.1:{port}").replace(
+            "<PROMPTYOSELF_HTTP_TOKEN>", "sdk-token")
+        code = code.replace("page = client.agents.schedule.list(", "page = listed = client.agents.schedule.list(")
+        prelude = (f"import time\nagent_id = {fake.agent_ids[0]!r}\nunix_ms = int((time.time() + 3600) * 1000)\n")
+        check = ("\nassert [m.id for m in listed.scheduled_messages] == [made.id], listed\n"
+                 "print('SDK-OK')\n")
+        serve = subprocess.Popen([sys.executable, "-m", "promptyoself", "serve", "--port", str(port)], env=env,
+                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            import httpx
+
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            proc = subprocess.run([sys.executable, "-c", prelude + code + check], env=env, cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        finally:
+            serve.terminate()
+            serve.wait(30)
+    assert proc.returncode == 0 and "SDK-OK" in proc.stdout, proc.stdout + proc.stderr

@@ -169,7 +169,7 @@ def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Cloc
         row = core.console_schedule(made["id"])
         assert row["schedule"]["next_run"] is not None and row["schedule"]["next_run"] > first
         assert row["deliveries"][0]["outcome"] == "delivered"
-        assert len(row["upcoming"]) == 5 and row["rule"] == "every 2h"
+        assert len(row["upcoming"]) == 5 and row["rule"] == "Every 2h"
         core.pause(made["id"])
         with pytest.raises(InvalidArgument, match="Resume it first"):
             core.run_now(made["id"])

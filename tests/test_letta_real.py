@@ -23,7 +23,8 @@ import uvicorn
 from promptyoself.core import native_tools
 from promptyoself.core.operations import Core
 from promptyoself.delivery.loop import Executor
-from promptyoself.faces.rest import build_rest_app
+from promptyoself.errors import InvalidArgument
+from promptyoself.faces.http import build_service_app
 from tests.conftest import LETTA_URL as LETTA
 from tests.conftest import make_settings
 
@@ -45,9 +46,10 @@ def _port() -> int:
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[str, Core]]:
-    core = Core(make_settings(tmp_path / "p.db", letta_base_url=LETTA, http_token=TOKEN))
+    core = Core(make_settings(tmp_path / "p.db", letta_base_url=LETTA, http_token=TOKEN, stdio_relay="off"))
     port = _port()
-    server = uvicorn.Server(uvicorn.Config(build_rest_app(core), host="127.0.0.1", port=port, log_level="warning"))
+    app = build_service_app(core, core.settings, delivery=False)  # /healthz and the REST API: install checks both
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
@@ -124,6 +126,27 @@ def test_native_tool_schedules_for_the_calling_agent(letta_env: tuple[httpx.Clie
     native_tools.uninstall(core, agent_ids=[agent], all_agents=False)
     attached = {t["name"] for t in http.get(f"/v1/agents/{agent}/tools").json()}
     assert not set(native_tools.TOOLS) & attached
+
+
+def test_a_failing_native_tool_is_a_failed_tool_call_with_our_text(letta_env: tuple[httpx.Client, str],
+                                                                   service: tuple[str, Core]) -> None:
+    http, agent = letta_env
+    url, core = service
+    native_tools.install(core, agent_ids=[agent], all_agents=False, service_url=url)
+    for call, words in (({"name": "cancel_my_scheduled_prompt", "arguments": {"schedule_id": 424242}},
+                         f"No schedule 424242 of agent {agent}. (not_found)"),
+                        ({"name": "schedule_prompt_every", "arguments": {"prompt": "p", "every": "1s"}},
+                         "PROMPTYOSELF_MIN_INTERVAL")):
+        turn = http.post(f"/v1/agents/{agent}/messages",
+                         json={"messages": [{"role": "user", "content": "MOCK_TOOL_CALL " + json.dumps(call)}]})
+        assert turn.status_code == 200, turn.text
+        returns = [m for m in turn.json()["messages"] if m.get("message_type") == "tool_return_message"]
+        assert returns and returns[0].get("status") == "error", returns
+        assert words in json.dumps(returns[0]), returns[0]
+    # pointed at something that is not the service, install-tools refuses before uploading anything
+    with pytest.raises(InvalidArgument):
+        native_tools.install(core, agent_ids=[agent], all_agents=False, service_url=url + "/mcp")
+    native_tools.uninstall(core, agent_ids=[agent], all_agents=False)
 
 
 def test_stdio_mcp_registration_still_works(letta_env: tuple[httpx.Client, str], tmp_path: Path) -> None:

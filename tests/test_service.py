@@ -176,15 +176,16 @@ def test_the_service_takes_over_from_a_detached_worker(db: Path, fake: FakeLetta
 
 
 def test_the_service_serves_the_rest_api_and_letta_schedule_routes(db: Path, fake: FakeLetta) -> None:
-    """`serve` mounts the REST app on its one port: /openapi.json, /api and Letta's schedule routes,
-    all behind the token, and a schedule made there is delivered by the service itself."""
+    """`serve` mounts the REST app on its one port: /openapi.json and /docs (open), /api and Letta's
+    schedule routes (behind the token), and a schedule made there is delivered by the service itself."""
     agent = fake.add_agent("rest-agent")
     env = child_env(db, fake.url, PROMPTYOSELF_HTTP_TOKEN="s3cret-token")
     svc = Service(db, env)
     auth = {"Authorization": "Bearer s3cret-token"}
     try:
-        assert svc.get("/openapi.json").status_code == 401
-        spec = svc.get("/openapi.json", headers=auth)
+        assert svc.get("/api/schedules").status_code == 401
+        assert svc.get("/docs").status_code == 200  # the API's description is open; its routes are not
+        spec = svc.get("/openapi.json")
         assert spec.status_code == 200 and "/v1/agents/{agent_id}/schedule" in spec.json()["paths"]
         at = int((time.time() + 1.5) * 1000)
         body = {"schedule": {"type": "one-time", "scheduled_at": at},

@@ -61,6 +61,12 @@ def test_install_writes_a_user_unit_and_its_settings(home: Path, tmp_path: Path,
     assert Path(sys.executable).is_absolute()
     assert keys["Restart"] == ["on-failure"] and keys["EnvironmentFile"] == [f"-{env_file}"]
     assert keys["WantedBy"] == ["default.target"] and "User" not in keys
+    # a user manager has no network-online.target: the user unit waits for nothing
+    assert "After" not in keys and "Wants" not in keys and "network-online" not in unit.read_text()
+    assert keys["NoNewPrivileges"] == ["yes"] and keys["ProtectSystem"] == ["strict"]
+    assert keys["RestartPreventExitStatus"] == ["2"]  # a bad setting is not retried every 5 s
+    assert keys["ReadWritePaths"] == [f"-{tmp_path}", "-%t"]  # the database's folder, the relay's socket
+    assert keys.get("PrivateTmp") is None or tmp_path.is_relative_to("/tmp")
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     env = ini(env_file.read_text())
     assert env["PROMPTYOSELF_DB"] == [f'"sqlite:///{tmp_path / "svc.db"}"']
@@ -155,9 +161,59 @@ def test_compose_runs_letta_postgres_and_promptyoself_together() -> None:
     assert any(v.startswith("./docker/postgres-init.sql:") for v in services["postgres"]["volumes"])
 
 
+def test_compose_takes_the_token_from_env_and_restarts_and_checks_every_service() -> None:
+    import re
+
+    text = (ROOT / "docker-compose.yml").read_text()
+    services = yaml.safe_load(text)["services"]
+    for name, service in services.items():
+        assert service.get("restart") in ("unless-stopped", "always", "on-failure"), name
+        assert service.get("healthcheck", {}).get("test"), name
+    # every ${VAR} has a default: `logs`, `ps` and `down` work in a shell without the variables (compose
+    # interpolates the whole file for every command); the token comes from .env, never generated on `up`
+    for match in re.finditer(r"\$\{([^}]*)\}", text):
+        assert ":-" in match.group(1), match.group(0)
+    assert services["promptyoself"]["environment"]["PROMPTYOSELF_HTTP_TOKEN"] == "${PROMPTYOSELF_HTTP_TOKEN:-}"
+    assert "openssl rand" not in text.split("services:")[1]
+    assert services["promptyoself"]["depends_on"]["letta"]["condition"] == "service_healthy"
+    assert "/v1/health/" in " ".join(services["letta"]["healthcheck"]["test"])
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Docker Compose"):]
+    assert "PROMPTYOSELF_HTTP_TOKEN=$(openssl rand -hex 24)\" > .env" in section
+    assert "docker compose exec promptyoself promptyoself letta install-tools" in section
+
+
 def test_dockerfile_runs_the_service() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "\nFROM python:3.1" in text and '".[postgres]"' in text
     assert 'ENTRYPOINT ["python", "-m", "promptyoself"]' in text
     assert 'CMD ["serve", "--host", "0.0.0.0", "--port", "8000", "--allow-external"]' in text
     assert "HEALTHCHECK" in text and "/healthz" in text and "USER " in text
+
+
+def test_the_units_pass_systemd_analyze_and_keep_tmp_private(home: Path, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from promptyoself.core import supervise
+
+    data = Path("/var/lib/promptyoself data")  # a database outside /tmp: PrivateTmp=yes (a space: quoted)
+    unit = supervise.systemd_unit(system=False, env_path=home / "p.env", host="127.0.0.1", port=8000, user=None,
+                                  writable=[data])
+    keys = ini(unit)
+    assert keys["PrivateTmp"] == ["yes"] and keys["ReadWritePaths"] == [f'-"{data}"', "-%t"]
+    system = ini(supervise.systemd_unit(system=True, env_path=home / "p.env", host="127.0.0.1", port=8000,
+                                        user="alice", writable=[data]))
+    assert system["After"] == ["network-online.target"] and system["WantedBy"] == ["multi-user.target"]
+    assert system["User"] == ["alice"] and system["ReadWritePaths"] == [f'-"{data}"']
+    assert supervise.writable_paths("postgresql+psycopg://u@h/db", {}) == []
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed: the unit's syntax was checked above only")
+    folder = tmp_path / "units"
+    folder.mkdir()
+    for name, text in (("promptyoself.service", unit),):
+        (folder / name).write_text(text)
+        proc = subprocess.run([analyze, "verify", str(folder / name)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "Unknown key" not in proc.stderr and "Invalid" not in proc.stderr, proc.stderr

@@ -321,6 +321,11 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     await expect(
         "promptyoself_schedule_time", {"prompt": "x" * 9000, "time": "in 5m", "agent_id": agent}, "quota_exceeded"
     )
+    keyed = {"prompt": "p", "time": "in 5m", "agent_id": agent, "idempotency_key": "once-only"}
+    first = await client.call_tool("promptyoself_schedule_time", keyed)
+    assert json.loads(first.content[0].text)["deduplicated"] is False
+    conflict = await expect("promptyoself_schedule_time", {**keyed, "prompt": "other"}, "idempotency_conflict")
+    assert "prompt" in conflict["error"] and conflict["schedule_id"] == json.loads(first.content[0].text)["id"]
 
     tcore.settings.max_schedules_per_agent_per_hour = 1  # the agent made one schedule this hour already
     await ok(client, "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": fake.agent_ids[1]})

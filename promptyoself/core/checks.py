@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
-from promptyoself.errors import InvalidArgument, InvalidTime, QuotaExceeded
+from promptyoself.errors import InvalidArgument, InvalidTime, PromptTooLong
 
 MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
@@ -25,7 +25,8 @@ def parse_schedule_id(value: object) -> int:
         value = None
     if isinstance(value, int) and 0 < value <= MAX_ID:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 19:
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "１" (which int() reads as 1)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 19:
         number = int(value.strip())
         if number > 0:
             return number
@@ -67,7 +68,7 @@ def check_prompt(prompt: object, max_chars: int) -> str:
     if not isinstance(prompt, str) or not prompt.strip():
         raise InvalidArgument("prompt is empty; give the text the agent should receive.")
     if len(prompt) > max_chars:
-        raise QuotaExceeded(
+        raise PromptTooLong(
             f"prompt is {len(prompt)} characters; the limit is {max_chars} (PROMPTYOSELF_MAX_PROMPT_CHARS). Shorten it."
         )
     if "\x00" in prompt:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from promptyoself.core.results import CancelResult, NativeToolsInstalled, NativeToolsRemoved
+from promptyoself.core.results import CancelResult, NativeToolsInstalled, NativeToolsRemoved, TokenResult
 from promptyoself.errors import InvalidArgument
 
 if TYPE_CHECKING:
@@ -20,13 +20,22 @@ TAG = "promptyoself"
 URL_VAR = "PROMPTYOSELF_SERVICE_URL"
 TOKEN_VAR = "PROMPTYOSELF_SERVICE_TOKEN"
 
-# Each tool is one self-contained function (Letta uploads a single function's source).
+# Each tool is one self-contained function (Letta uploads a single function's source). A failure
+# raises, so that Letta records the tool call as failed (tool status "error") with our error text.
 _CALL = '''    import json
     import os
     import urllib.error
     import urllib.request
 
-    base = os.environ["PROMPTYOSELF_SERVICE_URL"].rstrip("/")
+    NEXT_STEPS = (
+        ("Cancel some with DELETE /api/schedules/{id} first.", "Cancel some with cancel_my_scheduled_prompt first."),
+        ("GET /api/schedules?include_cancelled=true lists the ids.", "list_my_scheduled_prompts lists yours."),
+        ("GET /api/schedules lists the ids.", "list_my_scheduled_prompts lists yours."),
+    )
+    base = os.environ.get("PROMPTYOSELF_SERVICE_URL", "").rstrip("/")
+    if not base:
+        raise RuntimeError("PROMPTYOSELF_SERVICE_URL is not set for this agent: run "
+                           "`promptyoself letta install-tools --agent-id <this agent>`.")
     headers = {"Content-Type": "application/json"}
     if os.environ.get("PROMPTYOSELF_SERVICE_TOKEN"):
         headers["Authorization"] = "Bearer " + os.environ["PROMPTYOSELF_SERVICE_TOKEN"]
@@ -36,7 +45,22 @@ _CALL = '''    import json
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.read().decode() or str(exc)
+        text = exc.read().decode("utf-8", "replace")
+        try:
+            error = json.loads(text)
+        except ValueError:
+            error = None
+        if isinstance(error, dict) and isinstance(error.get("error"), str):
+            message = error["error"]
+            for route, tool in NEXT_STEPS:  # name this agent's tools, not the REST routes
+                message = message.replace(route, tool)
+            raise RuntimeError(message + " (" + str(error.get("code")) + ")") from None
+        raise RuntimeError("PromptYoSelf at " + base + " answered HTTP " + str(exc.code) + " " + text[:200]
+                           + ": is PROMPTYOSELF_SERVICE_URL the `promptyoself serve` service?") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RuntimeError("Cannot reach PromptYoSelf at " + base + " (" + str(reason) + "): is "
+                           "`promptyoself serve` running there?") from None
 '''
 
 
@@ -50,7 +74,7 @@ def _schedule_tool(name: str, rule: str, option: tuple[str, str, str], summary: 
     Args:
 {args}
     Returns:
-        str: JSON with the schedule id and its {run} run, or an error message.
+        str: JSON with the schedule id and its {run} run. Raises an error saying what to change on failure.
     """
     method, path = "POST", "/api/schedules/{rule}"
     body = {{"prompt": prompt, "{rule}": {rule}, "agent_id": __import__("os").environ["LETTA_AGENT_ID"]}}
@@ -108,7 +132,7 @@ TOOLS: dict[str, str] = {
         schedule_id (int): The id shown by list_my_scheduled_prompts or returned when you scheduled it.
 
     Returns:
-        str: JSON saying whether it was cancelled, or an error message.
+        str: JSON saying whether it was cancelled. Raises an error when there is no such schedule of yours.
     """
     import urllib.parse
 
@@ -133,17 +157,63 @@ def _agents(core: Core, agent_ids: list[str] | None, all_agents: bool) -> list[s
     return list(dict.fromkeys(agent_ids))
 
 
+def check_service(service_url: str, token: str, timeout: float = 10.0) -> None:
+    """Make sure ``service_url`` is PromptYoSelf's service with its REST API and accepts ``token``:
+    ``GET /healthz`` answers health JSON, ``GET /api/schedules`` answers 200. Raises
+    ``InvalidArgument`` saying what is wrong otherwise (nothing is installed then)."""
+    import httpx
+
+    base = service_url.rstrip("/")
+    skip = " (or add --skip-check when only Letta's tool sandbox reaches this URL)"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(timeout=timeout) as http:
+            health = http.get(f"{base}/healthz")
+            api = http.get(f"{base}/api/schedules", params={"limit": 1}, headers=headers)
+    except httpx.HTTPError as exc:
+        raise InvalidArgument(
+            f"Cannot reach PromptYoSelf at {base} ({type(exc).__name__}: {str(exc)[:120] or 'no answer'}). "
+            f"Start the service (`promptyoself serve`, or `promptyoself service install`) and try again{skip}."
+        ) from None
+    try:
+        looks_healthy = health.status_code in (200, 503) and "status" in health.json()
+    except ValueError:
+        looks_healthy = False
+    if not looks_healthy:
+        raise InvalidArgument(
+            f"{base} is not PromptYoSelf's service: GET /healthz answered HTTP {health.status_code}. "
+            f"Give --service-url the address of `promptyoself serve`{skip}."
+        )
+    if api.status_code == 401:
+        raise InvalidArgument(
+            f"PromptYoSelf at {base} refuses this token: it runs with another PROMPTYOSELF_HTTP_TOKEN. Run "
+            "install-tools with the service's settings (its token file is read when PROMPTYOSELF_HTTP_TOKEN is not "
+            "set; `promptyoself token show`)."
+        )
+    if api.status_code == 404:
+        raise InvalidArgument(
+            f"PromptYoSelf at {base} has no REST API (an MCP-only server, `serve --transport http`?). The native "
+            "tools call /api/...: run `promptyoself serve` (no --transport) and point --service-url at it."
+        )
+    if api.status_code != 200:
+        raise InvalidArgument(f"PromptYoSelf at {base} answered GET /api/schedules with HTTP {api.status_code}: "
+                              f"{api.text[:200]}")
+
+
 def install(
-    core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str
+    core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str, check: bool = True
 ) -> NativeToolsInstalled:
-    """Upsert the tools, attach them to the agents and set the agents' tool environment."""
+    """Check the service (``check_service``, unless ``check`` is false), then upsert the tools, attach
+    them to the agents and set the agents' tool environment (the service URL and token)."""
     from promptyoself.letta import tools_api
 
     if not service_url.startswith(("http://", "https://")):
         raise InvalidArgument("--service-url must be the http(s) URL Letta's tool sandbox reaches PromptYoSelf at.")
+    token = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else ""
+    if check:
+        check_service(service_url, token)
     agents = _agents(core, agent_ids, all_agents)
     tools = {name: tools_api.upsert_tool(core.letta, src, tags=[TAG]) for name, src in tool_sources().items()}
-    token = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else ""
     for agent in agents:
         env = tools_api.tool_env(core.letta, agent)
         env[URL_VAR] = service_url.rstrip("/")
@@ -196,3 +266,65 @@ def cancel_own(core: Core, schedule_id: int, agent_id: str | None) -> CancelResu
         if row is None or row.agent_id != agent_id:
             raise NotFound(f"No schedule {schedule_id} of agent {agent_id}.")
     return core.cancel(schedule_id)
+
+
+def _token_source(core: Core) -> str:
+    """Where this process's token came from: the environment (or ``.env``), the token file, or nowhere."""
+    from promptyoself.config import read_token_file, token_file
+
+    if core.settings.http_token is None:
+        return "none"
+    stored = read_token_file(token_file(core.settings.db_url))
+    return "file" if stored == core.settings.http_token.get_secret_value().strip() else "environment"
+
+
+def show_token(core: Core) -> TokenResult:
+    """The service's token for this database, and where it comes from."""
+    from promptyoself.config import token_file
+
+    source = _token_source(core)
+    path = str(token_file(core.settings.db_url))
+    token = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else None
+    words = {"environment": "PROMPTYOSELF_HTTP_TOKEN (environment or .env); it wins over the token file.",
+             "file": f"the token file {path}.",
+             "none": "nowhere: the service runs without one (loopback only); `promptyoself token rotate` makes one."}
+    return {"status": "success", "token_file": path, "source": source, "token": token,
+            "message": f"The token comes from {words[source]}"}
+
+
+def rotate_token(core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str | None,
+                 check: bool = True) -> TokenResult:
+    """Write a new random token to the token file (0600) and, for the agents named, install the tools
+    again with it. The running service reads the token when it starts: restart it."""
+    import os
+    import secrets
+
+    from promptyoself.config import token_file
+
+    if _token_source(core) == "environment":
+        raise InvalidArgument("PROMPTYOSELF_HTTP_TOKEN is set in the environment or .env and wins over the token "
+                              "file: unset it (the file then holds the token), or change it there.")
+    path = token_file(core.settings.db_url)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    from pydantic import SecretStr
+
+    core.settings = core.settings.model_copy(update={"http_token": SecretStr(token)})
+    installed: NativeToolsInstalled | None = None
+    restart = "Restart the service (`systemctl --user restart promptyoself`, or stop and start `promptyoself serve`)"
+    if agent_ids or all_agents:
+        installed = install(core, agent_ids=agent_ids, all_agents=all_agents,
+                            service_url=service_url or "http://127.0.0.1:8000", check=False)
+        message = (f"Wrote a new token to {path} and gave it to {len(installed['agents'])} agent(s). {restart} "
+                   "so that it accepts the new token.")
+    else:
+        message = (f"Wrote a new token to {path}. {restart}, then give it to the agents: `promptyoself letta "
+                   "install-tools --agent-id ID` (or run `token rotate --agent-id ID` next time).")
+    return {"status": "success", "token_file": str(path), "source": "file", "rotated": True,
+            "installed": installed, "message": message}

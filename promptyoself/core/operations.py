@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
 
@@ -43,7 +43,14 @@ from promptyoself.core.results import (
     schedule_record,
 )
 from promptyoself.deps import Deps, Wiring
-from promptyoself.errors import InvalidArgument, InvalidInterval, NotFound, QuotaExceeded
+from promptyoself.errors import (
+    IdempotencyConflict,
+    IntervalTooShort,
+    InvalidArgument,
+    InvalidInterval,
+    NotFound,
+    QuotaExceeded,
+)
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
@@ -81,6 +88,35 @@ class Plan:
     anchor: datetime | None = None
     max_repetitions: int | None = None
     letta_payload: str | None = None  # JSON: a Letta scheduling-API request's payload (letta_schedules.py)
+    fixed_start: bool = True  # the first run comes from the arguments alone (not 'in 5m', not now + every)
+
+
+def differing_arguments(row: ScheduleRow, text: str, plan: Plan) -> list[str]:
+    """The arguments of a scheduling call that ask for something else than the schedule ``row`` (made
+    earlier with the same idempotency key). A first run that follows from the time of the call ('in
+    5m', an interval's default start) is not compared: a retry a second later asks for the same."""
+    differ: list[str] = []
+    if row.prompt_text != text:
+        differ.append("prompt")
+    if row.schedule_type != plan.schedule_type:
+        return [*differ, "kind of schedule (time, cron or every)"]
+    if row.schedule_type == "once":
+        if plan.fixed_start and datetime.fromisoformat(row.schedule_value) != plan.next_run:
+            differ.append("time")
+    elif row.schedule_type == "interval":
+        if timing.parse_interval(row.schedule_value) != timing.parse_interval(plan.value):
+            differ.append("every")
+        if plan.fixed_start and row.anchor != plan.anchor:
+            differ.append("start_at")
+        if row.max_repetitions != plan.max_repetitions:
+            differ.append("max_repetitions")
+    elif row.schedule_value != plan.value:
+        differ.append("cron")
+    if row.timezone != plan.tz.key:
+        differ.append("timezone")
+    if (row.letta_payload or None) != (plan.letta_payload or None):
+        differ.append("messages")
+    return differ
 
 
 class Core(Deps, AdminOperations, OperatorOperations):
@@ -124,8 +160,11 @@ class Core(Deps, AdminOperations, OperatorOperations):
         tz = read.zone or tz  # a zone written in the time is the schedule's
         when = read.instant
         phrases.ensure_future(when, now=now, tz=tz)
+        # 'in 5m' moves with the clock: an idempotent retry a moment later asks for the same schedule
+        relative = phrases.read_time(raw, now=now + timedelta(seconds=1), tz=tz).instant != when
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
-        plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message)  # the instant, not "in 5m"
+        plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message,  # the instant, not "in 5m"
+                    fixed_start=not relative)
         return self._create(text, plan, options, now)
 
     def schedule_cron(
@@ -158,7 +197,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             raise InvalidInterval("every is required: e.g. '30s', '5m', '1h30m', '1d', 'PT15M' or a number of seconds.")
         step = timing.parse_interval(every)
         if step < self.settings.min_interval:
-            raise QuotaExceeded(
+            raise IntervalTooShort(
                 f"every={every!s} is shorter than the minimum interval "
                 f"{self.settings.min_interval} (PROMPTYOSELF_MIN_INTERVAL)."
             )
@@ -167,6 +206,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             reps = check_limit("max_repetitions", max_repetitions, 1, MAX_MAX_REPETITIONS)
         tz = self._zone(options.get("timezone"))
         now = self.now()
+        fixed = False
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
             anchor = now + step
         else:
@@ -175,13 +215,14 @@ class Core(Deps, AdminOperations, OperatorOperations):
             tz = read.zone or tz
             anchor = read.instant
             phrases.ensure_future(anchor, now=now, tz=tz)
+            fixed = phrases.read_time(raw, now=now + timedelta(seconds=1), tz=tz).instant == anchor
         value = every.strip() if isinstance(every, str) else str(every)
         reps_text = f", {reps} times" if reps else ""
         message = (
             f"Scheduled every {timing.format_duration(step)}{reps_text}; first run "
             f"{timing.to_local_iso(anchor, tz)} ({tz.key})."
         )
-        plan = Plan("interval", value, tz, anchor, message, anchor=anchor, max_repetitions=reps)
+        plan = Plan("interval", value, tz, anchor, message, anchor=anchor, max_repetitions=reps, fixed_start=fixed)
         return self._create(text, plan, options, now)
 
     def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
@@ -198,7 +239,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
-                return self._created_result(existing, DEDUPLICATED, True)
+                return self._repeated(existing, key, text, plan, catch_up)
         # the guardrails (core/operator.py): refused when made too fast, parked when it fires too often
         state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
         message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
@@ -237,9 +278,24 @@ class Core(Deps, AdminOperations, OperatorOperations):
             existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
             if existing is None:
                 raise
-            return self._created_result(existing, DEDUPLICATED, True)
+            return self._repeated(existing, key, text, plan, catch_up)
         self._changed()
         return self._created_result(row, message, False)
+
+    def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
+        """The schedule made earlier with this idempotency key, when this call asks for the same one
+        (a retry); ``IdempotencyConflict`` when it asks for another."""
+        differ = differing_arguments(existing, text, plan)
+        if existing.catch_up != catch_up:
+            differ.append("catch_up")
+        if differ:
+            raise IdempotencyConflict(
+                f"idempotency_key {key!r} was already used for schedule {existing.id} with another "
+                f"{', '.join(differ)}. Send the same arguments to get schedule {existing.id} back, "
+                "or use a new key for a different schedule.",
+                schedule_id=existing.id,
+            )
+        return self._created_result(existing, DEDUPLICATED, True)
 
     def _quota_error(self, agent: str, live: int) -> QuotaExceeded:
         return QuotaExceeded(

@@ -170,6 +170,7 @@ class HealthResult(TypedDict, total=False):
     schedules_active: int | None
     due_now: int | None
     oldest_overdue_s: float | None
+    retry_waiting: int
     delivery_live: bool
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
@@ -232,6 +233,16 @@ class NativeToolsRemoved(TypedDict):
     agents: list[str]
     removed_tools: list[str]
     deleted: bool
+
+
+class TokenResult(TypedDict, total=False):
+    status: str
+    token_file: str
+    source: str  # environment | file | none
+    token: str | None
+    rotated: bool
+    installed: NativeToolsInstalled | None
+    message: str
 
 
 # ---- builders: a stored row -> its result shape ---------------------------------------------------

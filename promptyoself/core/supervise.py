@@ -44,6 +44,7 @@ class Plan:
     env_path: Path | None  # systemd only
     unit_text: str
     env_text: str
+    writable: tuple[Path, ...] = ()  # folders the unit may write (made at install: a missing one stays read-only)
 
 
 def default_kind() -> str:
@@ -87,13 +88,32 @@ def _env_file_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def systemd_unit(*, system: bool, env_path: Path, host: str, port: int, user: str | None) -> str:
+def writable_paths(db_url: str, env: dict[str, str]) -> list[Path]:
+    """The folders the service writes: the SQLite database's (the file and its -wal/-shm journals,
+    the token file beside it) and the log file's (``PROMPTYOSELF_LOG_FILE``)."""
+    from promptyoself.config import token_file
+
+    out: list[Path] = []
+    if db_url.startswith("sqlite:///") and ":memory:" not in db_url:
+        out.append(token_file(db_url).parent)
+    log_file = env.get("PROMPTYOSELF_LOG_FILE", "").strip()
+    if log_file:
+        out.append(Path(log_file).expanduser().parent)
+    return list(dict.fromkeys(out))
+
+
+def systemd_unit(*, system: bool, env_path: Path, host: str, port: int, user: str | None,
+                 writable: list[Path] | None = None) -> str:
+    """The unit. A user unit waits for nothing (a user manager has no ``network-online.target``; the
+    service retries Letta and the database itself) and is wanted by ``default.target``. Both are
+    sandboxed: no new privileges, the file system read-only but for the database's and log's folders
+    (and, for a user unit, the runtime folder holding the stdio relay's socket), a private /tmp. Exit
+    code 2 (a bad setting or argument) is not restarted: it would fail the same way every 5 s."""
     args = " ".join(shlex.quote(a) for a in exec_args(host, port))
-    lines = [
-        "[Unit]",
-        "Description=PromptYoSelf: scheduled prompts for Letta agents (delivery + HTTP)",
-        "After=network-online.target",
-        "Wants=network-online.target",
+    lines = ["[Unit]", "Description=PromptYoSelf: scheduled prompts for Letta agents (delivery + HTTP)"]
+    if system:
+        lines += ["After=network-online.target", "Wants=network-online.target"]
+    lines += [
         "",
         "[Service]",
         "Type=simple",
@@ -105,11 +125,27 @@ def systemd_unit(*, system: bool, env_path: Path, host: str, port: int, user: st
         "RestartPreventExitStatus=2",  # a usage error or a port in use: restarting cannot fix it
         "TimeoutStopSec=20",
         "KillSignal=SIGTERM",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
     ]
+    in_tmp = [f for f in writable or [] if f.is_relative_to("/tmp") or f.is_relative_to("/var/tmp")]
+    if in_tmp:  # a private /tmp would hide the database (or log) from the service
+        lines.append(f"# PrivateTmp=yes is left out: {in_tmp[0]} is under /tmp.")
+    else:
+        lines.append("PrivateTmp=yes")
+    lines += [f"ReadWritePaths=-{_unit_path(folder)}" for folder in writable or []]
+    if not system:
+        lines.append("ReadWritePaths=-%t")  # $XDG_RUNTIME_DIR: the stdio relay's socket (faces/relay.py)
     if system and user and user != "root":
         lines.append(f"User={user}")
     lines += ["", "[Install]", f"WantedBy={'multi-user.target' if system else 'default.target'}", ""]
     return "\n".join(lines)
+
+
+def _unit_path(path: Path) -> str:
+    """A path as a unit file takes it: ``%`` doubled (a specifier otherwise), spaces quoted."""
+    text = str(path).replace("%", "%%")
+    return f'"{text}"' if " " in text else text
 
 
 def launchd_plist(*, env: dict[str, str], host: str, port: int, log_dir: Path) -> str:
@@ -164,8 +200,9 @@ def plan(db_url: str, *, system: bool, kind: str | None = None, host: str = "127
         unit_path = _config_home() / "systemd" / "user" / f"{NAME}.service"
         env_path = _config_home() / NAME / f"{NAME}.env"
     user = None if not system else _user()
-    text = systemd_unit(system=system, env_path=env_path, host=host, port=port, user=user)
-    return Plan(kind, system, unit_path, env_path, text, _env_file_text(env))
+    writable = writable_paths(db_url, env)
+    text = systemd_unit(system=system, env_path=env_path, host=host, port=port, user=user, writable=writable)
+    return Plan(kind, system, unit_path, env_path, text, _env_file_text(env), tuple(writable))
 
 
 def _user() -> str | None:
@@ -198,6 +235,8 @@ def _systemctl(system: bool, *args: str) -> list[str]:
 
 
 def install(p: Plan) -> dict[str, Any]:
+    for folder in p.writable:
+        folder.mkdir(parents=True, exist_ok=True)
     p.unit_path.parent.mkdir(parents=True, exist_ok=True)
     p.unit_path.write_text(p.unit_text, encoding="utf-8")
     out: dict[str, Any] = {"status": "success", "kind": p.kind, "system": p.system, "unit_path": str(p.unit_path),

@@ -13,11 +13,11 @@ import logging
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself.config import ConfigError
+from promptyoself.core.checks import MAX_LIMIT, MAX_MAX_REPETITIONS
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces import tables
 from promptyoself.faces.cli_errors import cli_error
@@ -42,6 +42,23 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text[:40]!r}")
     return value
+
+
+def whole_number(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: a whole number from ``low`` to ``high``, so that ``--limit 0`` is a usage error
+    (exit 2) like ``--limit abc``, not a failed operation."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its message
+    return parse
 
 
 def _add_agent(p: argparse.ArgumentParser) -> None:
@@ -81,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(p)
     p.add_argument("--timezone", help="IANA timezone, e.g. Europe/Berlin")
     p.add_argument("--start-at", help="with --every: first run")
-    p.add_argument("--max-repetitions", type=int, help="with --every: stop after N deliveries")
+    p.add_argument("--max-repetitions", type=whole_number(1, MAX_MAX_REPETITIONS),
+                   help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
     p.add_argument("--target", choices=("letta", "letta-code"),
@@ -95,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list schedules")
     _add_agent(p)
     p.add_argument("--include-cancelled", action="store_true", help="also ended schedules")
-    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
-    p.add_argument("--offset", type=int, default=0, help="rows to skip")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=50,
+                   help=f"page size (default 50, at most {MAX_LIMIT})")
+    p.add_argument("--offset", type=whole_number(0, 10**9), default=0, help="rows to skip")
     _add_json(p)
 
     _add_plain(sub, {"cancel": "cancel a schedule", "pause": "pause a schedule",
@@ -107,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
     _add_agent(p)
-    p.add_argument("--limit", type=int, default=20, help="rows (default 20)")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), default=20,
+                   help=f"rows (default 20, at most {MAX_LIMIT})")
     _add_json(p)
 
     p = sub.add_parser("execute", help="deliver due prompts now (or --loop)")
@@ -150,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "install":
             a.add_argument("--print", action="store_true", help="only print the unit (and settings file)")
             a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
-            a.add_argument("--port", type=int, default=8000, help="service port (default 8000)")
+            a.add_argument("--port", type=whole_number(1, 65535), default=8000, help="service port (default 8000)")
         _add_json(a)
 
     p = sub.add_parser("letta-code", help="Letta Code agents: install / uninstall the skill and MCP entry")
@@ -173,7 +193,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "install-tools":
             lp.add_argument("--service-url", default="http://127.0.0.1:8000",
                             help="PromptYoSelf's REST URL as Letta's tool sandbox reaches it (default http://127.0.0.1:8000)")
+            lp.add_argument("--skip-check", action="store_true",
+                            help="do not check the service URL first (when only Letta's sandbox reaches it)")
         _add_json(lp)
+
+    p = sub.add_parser("token", help="the service's bearer token: show, or rotate (and re-install the tools)")
+    tsub = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    tp = tsub.add_parser("show", help="the token and where it comes from (environment or token file)")
+    _add_json(tp)
+    tp = tsub.add_parser("rotate", help="write a new token to the token file; give it to the agents named")
+    who = tp.add_mutually_exclusive_group()
+    who.add_argument("--agent-id", action="append", dest="agent_ids",
+                     help="agent to re-install the tools on (repeatable)")
+    who.add_argument("--all-agents", action="store_true", help="re-install the tools on every agent")
+    tp.add_argument("--service-url", default="http://127.0.0.1:8000",
+                    help="with --agent-id/--all-agents: the service URL for the tools (default http://127.0.0.1:8000)")
+    _add_json(tp)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
@@ -198,9 +233,13 @@ def _plugin_epilog(parser: argparse.ArgumentParser, sub: Any) -> None:
 # ---- output -----------------------------------------------------------------------------------
 
 def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) -> None:
-    """JSON (one line), or for a terminal the text of ``promptyoself.faces.tables`` with instants in
-    each schedule's timezone (``zone``, ``PROMPTYOSELF_TIMEZONE``, for the rest)."""
-    text = json.dumps(result, default=str) if as_json else tables.render(result, zone)
+    """JSON (one line when piped, indented on a terminal), or for a terminal the text of
+    ``promptyoself.faces.tables`` with instants in each schedule's timezone (``zone``,
+    ``PROMPTYOSELF_TIMEZONE``, for the rest)."""
+    if as_json:
+        text = json.dumps(result, default=str, indent=2 if sys.stdout.isatty() else None)
+    else:
+        text = tables.render(result, zone)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -265,12 +304,28 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _health(core: Core) -> dict[str, Any]:
+    """Health without what describes only this short-lived process (its uptime, its MCP tool calls)."""
+    result = dict(core.health())
+    for key in ("uptime_s", "tool_calls"):
+        result.pop(key, None)
+    return result
+
+
 def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.file:
-        try:
-            source = Path(a.file).read_text(encoding="utf-8")
+        from promptyoself.core.checks import MAX_SOURCE_CHARS
+
+        shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
+        limit = 4 * MAX_SOURCE_CHARS  # UTF-8 takes at most 4 bytes a character
+        try:  # at most limit + 1 bytes: /dev/zero or a huge file is refused, not read whole
+            with open(a.file, "rb") as fh:
+                raw = fh.read(limit + 1)
+            if len(raw) > limit:
+                raise UsageError(f"{shown!r} is over {limit} bytes; a tool's source is at most "
+                                 f"{MAX_SOURCE_CHARS} characters")
+            source = raw.decode("utf-8")
         except (OSError, ValueError) as exc:  # ValueError: NUL in the path, or not UTF-8 text
-            shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
             reason = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
             raise UsageError(f"cannot read {shown!r}: {reason}") from None
     else:
@@ -327,8 +382,18 @@ def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
     if a.letta_command == "install-tools":
-        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url)
+        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url,
+                                    check=not a.skip_check)
     return native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents)
+
+
+def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import native_tools
+
+    if a.token_command == "show":
+        return dict(native_tools.show_token(core))
+    return dict(native_tools.rotate_token(core, agent_ids=a.agent_ids, all_agents=a.all_agents,
+                                          service_url=a.service_url))
 
 
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -354,12 +419,13 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "worker": _worker,
     "test": lambda c, a: dict(c.test_connection()),
     "agents": lambda c, a: dict(c.list_agents()),
-    "health": lambda c, a: dict(c.health()),
+    "health": lambda c, a: _health(c),
     "upload": _upload,
     "import-legacy": _import_legacy,
     "service": _service,
     "letta": _letta,
     "letta-code": _letta_code,
+    "token": _token,
 }
 
 
@@ -405,7 +471,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         if as_json:
             emit(error, True)
         else:
-            sys.stderr.write(f"error ({exc.code}): {error['error']}\n")
+            sys.stderr.write(f"error ({exc.code}): {tables.clean(error['error'])}\n")
         return EXIT_FAILED
     except KeyboardInterrupt:  # Ctrl-C (long-running commands stop gracefully first): no traceback
         return 130  # 128 + SIGINT, as shells report an interrupted command

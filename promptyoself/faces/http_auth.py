@@ -15,10 +15,21 @@ from promptyoself.config import Settings
 UNAUTHORIZED_BODY = json.dumps(
     {
         "status": "error",
-        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <PROMPTYOSELF_HTTP_TOKEN>'.",
+        "error": "Missing or wrong bearer token: send 'Authorization: Bearer <token>', the service's "
+                 "PROMPTYOSELF_HTTP_TOKEN or its token file (`promptyoself token show` prints it).",
         "code": "unauthorized",
     }
 ).encode()
+
+
+PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
+"""Read without the token: the REST API's description and its docs page (Swagger UI, whose files are
+under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""
+
+
+def is_public(scope: dict[str, Any]) -> bool:
+    path = str(scope.get("path", ""))
+    return scope.get("method") in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith("/docs/assets/"))
 
 
 def _presented_token(headers: list[tuple[bytes, bytes]]) -> bytes:
@@ -44,7 +55,7 @@ class BearerAuth:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
-        if kind == "lifespan":
+        if kind == "lifespan" or (kind == "http" and is_public(scope)):
             await self.app(scope, receive, send)
             return
         given = _presented_token(scope.get("headers") or [])
@@ -84,3 +95,15 @@ def bearer_middleware(settings: Settings) -> list[Any]:
     from starlette.middleware import Middleware
 
     return [Middleware(BearerAuth, token=token)]
+
+
+def transport_middleware(settings: Settings, host: str | None = None) -> list[Any]:
+    """Starlette middleware for the ``--transport http|sse`` apps: the service's request guard (Host,
+    Origin, JSON writes, body size: ``promptyoself.faces.http_guard``), then the token when set."""
+    from starlette.middleware import Middleware
+
+    from promptyoself.faces.http_guard import RequestGuard, allowed_hosts
+
+    guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts(settings, host),
+                       max_body=settings.max_request_bytes)
+    return [guard, *bearer_middleware(settings)]

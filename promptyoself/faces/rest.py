@@ -3,9 +3,19 @@
 ``build_rest_app(core)`` returns an ASGI app (FastAPI: the request models of ``/api`` give an
 OpenAPI document at ``/openapi.json`` and 422s on malformed bodies for free; the Letta routes read
 the raw body so that their shapes and 400s are exactly those of ``core.letta_schedules``). The
-always-on ``serve`` command mounts it next to ``/mcp``. Every route, ``/openapi.json`` included,
-needs ``Authorization: Bearer <PROMPTYOSELF_HTTP_TOKEN>`` when that token is set (401 otherwise);
-the Letta password is NOT accepted in its place.
+always-on ``serve`` command mounts it next to ``/mcp``. Every route needs ``Authorization: Bearer
+<PROMPTYOSELF_HTTP_TOKEN>`` when that token is set (401 otherwise; the Letta password is NOT accepted
+in its place), except the API's description: ``/openapi.json`` and ``/docs`` (Swagger UI, its files
+served from the ``swagger-ui-bundle`` package, so it works offline; ``/`` and ``/redoc`` lead there).
+
+Errors have the MCP tools' shape, ``{"status": "error", "error", "code"}``, with 400 (a bad
+argument), 404 (no such schedule, agent or route), 409 (an idempotency key reused with other
+arguments, the agent's live-schedule quota), 413 (a prompt over the limit), 422 (a body that does not
+fit, an interval under the minimum), 502/503 (Letta, the database), 500 (a bug; details in the log
+only); 429 only for a rate (``rate_limited``: an agent's schedules per hour, with ``Retry-After``).
+The texts name REST routes where the core
+names MCP tools (``NEXT_STEPS``). ``X-Agent-Id`` names the calling agent when the body or query does
+not, as on ``/mcp``.
 
 Letta routes: ``POST``/``GET /v1/agents/{agent_id}/schedule``, ``GET``/``DELETE
 /v1/agents/{agent_id}/schedule/{scheduled_message_id}``.
@@ -18,22 +28,31 @@ Own routes (the MCP tools' operations, same JSON results): ``POST /api/schedules
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any, Literal
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from promptyoself.core import native_tools
+from promptyoself.core.agents import CallContext
 from promptyoself.core.letta_schedules import LettaSchedules
 from promptyoself.errors import (
     AgentNotFound,
     AgentRequired,
+    DatabaseDriverMissing,
+    DatabaseUnavailable,
+    IdempotencyConflict,
+    IntervalTooShort,
     InvalidArgument,
     LettaAuth,
     LettaUnavailable,
     NotFound,
+    PromptTooLong,
     PromptYoSelfError,
     QuotaExceeded,
     RateLimited,
@@ -43,22 +62,95 @@ from promptyoself.faces.http_auth import bearer_middleware
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
 
-_STATUS: list[tuple[type[PromptYoSelfError], int]] = [
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[PromptYoSelfError], int]] = [  # the first that matches (subclasses first)
     (NotFound, 404),
     (AgentNotFound, 404),
+    (PromptTooLong, 413),
+    (IntervalTooShort, 422),
     (InvalidArgument, 400),
     (AgentRequired, 400),
-    (QuotaExceeded, 429),
-    (RateLimited, 429),
+    (IdempotencyConflict, 409),
+    (QuotaExceeded, 409),  # the agent's live schedules: a state of the data, not a rate (429 is for rates)
+    (RateLimited, 429),  # schedules made per hour: a rate (Retry-After)
     (LettaAuth, 502),
     (LettaUnavailable, 503),
+    (DatabaseUnavailable, 503),
+    (DatabaseDriverMissing, 503),
 ]
+
+NEXT_STEPS: dict[str, str] = {
+    "Call promptyoself_list (with include_cancelled=true for ended ones) to see the ids.":
+        "GET /api/schedules?include_cancelled=true lists the ids.",
+    "Call promptyoself_list to see ids.": "GET /api/schedules lists the ids.",
+    "pass agent_id, or set PROMPTYOSELF_DEFAULT_AGENT_ID":
+        "pass agent_id (or the X-Agent-Id header), or set PROMPTYOSELF_DEFAULT_AGENT_ID",
+    "in the server's env, or call promptyoself_set_default_agent.": "in the service's environment.",
+    "Letta does not tell stdio MCP servers which agent is calling. Run promptyoself_inference_diagnostics to "
+    "see what was tried.": "GET /v1/agents on the Letta server lists the agents.",
+    "Call promptyoself_agents to list the agents, or pass skip_validation=true to schedule anyway.":
+        "GET /v1/agents on the Letta server lists the agents; send \"skip_validation\": true to schedule anyway.",
+    "Call promptyoself_agents to list the agents, or pass skip_validation=true.":
+        "GET /v1/agents on the Letta server lists the agents; or send \"skip_validation\": true.",
+    "Call promptyoself_agents to list the agents.": "GET /v1/agents on the Letta server lists the agents.",
+    "Cancel some with promptyoself_cancel first.": "Cancel some with DELETE /api/schedules/{id} first.",
+}
+"""The core words next steps for the MCP tools; the REST API names its own routes (the keys are
+``faces/cli_errors.py``'s MCP phrases: tests/test_rest_api.py checks that both tables cover the same)."""
+
+
+def rest_message(message: str) -> str:
+    for mcp, rest in NEXT_STEPS.items():
+        message = message.replace(mcp, rest)
+    return message
+
+
+def error_body(message: str, code: str, **details: Any) -> dict[str, Any]:
+    """The one error shape of every face: ``{"status": "error", "error", "code"}`` (plus details)."""
+    return {"status": "error", "error": message, "code": code, **details}
 
 
 def error_response(exc: PromptYoSelfError) -> JSONResponse:
-    """Letta-style error body ``{"detail": msg}`` plus our ``code``."""
+    """A core error as HTTP: 400/404/409/413/422 for the caller's mistakes, 502/503 when Letta or the
+    database fails, 500 for a bug; the body is the MCP tools' error shape in the REST API's words."""
     status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
-    return JSONResponse({"detail": exc.message, "code": exc.code}, status_code=status)
+    body = exc.to_dict()
+    body["error"] = rest_message(exc.message)
+    wait = body.get("retry_after_s")
+    headers = {"Retry-After": str(int(wait))} if status == 429 and isinstance(wait, int | float) else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation_response(_: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 for a body or query that does not fit, in our shape: one line naming each field."""
+    problems: list[str] = []
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    for err in errors:
+        loc = ".".join(str(part) for part in err.get("loc", ())[1:]) or "body"
+        problems.append(f"{loc}: {err.get('msg', 'invalid')}")
+    message = "; ".join(problems) or "The request does not fit this route."
+    return JSONResponse(error_body(message + " GET /docs describes each route.", "invalid_argument"), 422)
+
+
+def _http_response(_: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+    if status == 404:
+        body = error_body("Not found. GET /docs lists the routes (/api/..., /v1/agents/{agent_id}/schedule, "
+                          "/mcp, /healthz, /metrics).", "not_found")
+    elif status == 405:
+        body = error_body("This route does not take that method. GET /docs lists the routes.", "invalid_argument")
+    else:
+        detail = exc.detail if isinstance(exc, StarletteHTTPException) else "error"
+        body = error_body(str(detail), "invalid_argument" if status < 500 else "internal")
+    headers = getattr(exc, "headers", None)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _context(x_agent_id: str | None) -> CallContext | None:
+    """The caller's ``X-Agent-Id`` header (as on ``/mcp``): the agent when the body names none."""
+    value = (x_agent_id or "").strip()
+    return CallContext(header_agent_id=value) if value else None
 
 
 class _Common(BaseModel):
@@ -86,6 +178,65 @@ class EveryRequest(_Common):
     every: str = Field(description="Interval: '30s', '5m', '1h30m', 'PT15M' or seconds.")
     start_at: str | None = Field(None, description="First run (ISO 8601 or 'in 10m'); default now + every.")
     max_repetitions: int | None = Field(None, description="Stop after this many deliveries.")
+
+
+AGENT_HEADER: Any = Header(None, alias="X-Agent-Id",
+                            description="The calling agent, used when agent_id is not given (as on /mcp).")
+
+DOCS_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>PromptYoSelf API</title>
+<link rel="stylesheet" href="/docs/assets/swagger-ui.css"><link rel="icon" href="/docs/assets/favicon-32x32.png">
+</head><body><div id="ui"></div>
+<script src="/docs/assets/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui", deepLinking: true, persistAuthorization: true});</script>
+</body></html>"""
+"""Swagger UI from the ``swagger-ui-bundle`` package, served by this app: the page works offline."""
+DOCS_ASSETS = ("swagger-ui.css", "swagger-ui-bundle.js", "favicon-32x32.png", "favicon-16x16.png")
+
+
+def _swagger_dir() -> Any:
+    import swagger_ui_bundle
+
+    return swagger_ui_bundle.swagger_ui_path
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI over ``/openapi.json``, its files served from here, not a CDN); ``/`` and
+    ``/redoc`` lead there. These pages and ``/openapi.json`` are open without the bearer token (they
+    describe the API, hold no data); the "Authorize" button sends the token with the calls tried."""
+    types = {"css": "text/css", "js": "text/javascript", "png": "image/png"}
+
+    async def docs() -> Response:
+        return Response(DOCS_HTML, media_type="text/html")
+
+    async def asset(name: str) -> Response:
+        if name not in DOCS_ASSETS:
+            raise StarletteHTTPException(404)
+        data = await run_in_threadpool(_swagger_dir().joinpath(name).read_bytes)
+        return Response(data, media_type=types[name.rsplit(".", 1)[-1]],
+                        headers={"cache-control": "public, max-age=86400"})
+
+    async def to_docs() -> RedirectResponse:
+        return RedirectResponse("/docs", status_code=307)
+
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/docs/assets/{name}", asset, methods=["GET"], include_in_schema=False)
+    for path in ("/", "/redoc", "/docs/"):
+        app.add_api_route(path, to_docs, methods=["GET"], include_in_schema=False)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "PROMPTYOSELF_HTTP_TOKEN (when the service has one)."}}
+            schema["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _mount_proxy(app: FastAPI, core: Core) -> None:
@@ -124,11 +275,19 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         middleware=bearer_middleware(core.settings),
     )
 
+    app.add_exception_handler(RequestValidationError, _validation_response)
+    app.add_exception_handler(StarletteHTTPException, _http_response)
+    _mount_docs(app)
+
     async def call(fn: Any, *args: Any, **kw: Any) -> JSONResponse:
         try:
             return JSONResponse(await run_in_threadpool(fn, *args, **kw))
         except PromptYoSelfError as exc:
             return error_response(exc)
+        except Exception:  # a bug: the details in the log only
+            log.exception("REST call %s failed", getattr(fn, "__name__", fn))
+            return JSONResponse(error_body("Internal error; the service log has the details. GET /healthz to "
+                                           "check the service.", "internal"), 500)
 
     # ---- Letta's scheduling API -----------------------------------------------------------------
 
@@ -137,7 +296,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         try:
             body = json.loads(await request.body() or b"null")
         except ValueError:
-            return JSONResponse({"detail": "The body is not valid JSON.", "code": "invalid_argument"}, 400)
+            return JSONResponse(error_body("The body is not valid JSON.", "invalid_argument"), 400)
         return await call(api.create, agent_id, body)
 
     @app.get("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="List scheduled messages (Letta API)")
@@ -157,23 +316,23 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     # ---- PromptYoSelf's own routes (the MCP tools) --------------------------------------------------
 
     @app.post("/api/schedules/time", tags=["schedules"], summary="Schedule a one-time prompt")
-    async def schedule_time(req: TimeRequest) -> JSONResponse:
+    async def schedule_time(req: TimeRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_time, req.prompt, req.time, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
-    async def schedule_cron(req: CronRequest) -> JSONResponse:
+    async def schedule_cron(req: CronRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_cron, req.prompt, req.cron, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
-    async def schedule_every(req: EveryRequest) -> JSONResponse:
+    async def schedule_every(req: EveryRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
                           max_repetitions=req.max_repetitions, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day)
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(
@@ -181,14 +340,16 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         include_cancelled: bool = False,
         limit: int = Query(50, ge=1),
         offset: int = Query(0, ge=0),
+        x_agent_id: str | None = AGENT_HEADER,
     ) -> JSONResponse:
         return await call(core.list_schedules, agent_id=agent_id, include_cancelled=include_cancelled,
-                          limit=limit, offset=offset)
+                          limit=limit, offset=offset, ctx=_context(x_agent_id))
 
     @app.get("/api/history", tags=["schedules"], summary="Delivery history")
     async def history(schedule_id: int | None = None, agent_id: str | None = None,
-                      limit: int = Query(20, ge=1)) -> JSONResponse:
-        return await call(core.history, schedule_id=schedule_id, agent_id=agent_id, limit=limit)
+                      limit: int = Query(20, ge=1), x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
+        return await call(core.history, schedule_id=schedule_id, agent_id=agent_id, limit=limit,
+                          ctx=_context(x_agent_id))
 
     @app.post("/api/schedules/{schedule_id}/pause", tags=["schedules"], summary="Pause a schedule")
     async def pause(schedule_id: int) -> JSONResponse:

@@ -1,8 +1,12 @@
 """How the command line shows a result on a terminal (``promptyoself.faces.cli`` prints JSON otherwise).
 
-- Lists (schedules, deliveries, agents, executed prompts) are tables. Ids are never cut: an agent id
-  is 42 characters and two agents differ at its end. Long text (a prompt, an error) is wrapped onto
-  more lines of its cell to fit the terminal's width, never cut.
+- Lists (schedules, deliveries, agents, executed prompts) are tables that fit the terminal's width.
+  Ids are never cut: an agent id is 42 characters and two agents differ at its end. Long text (a
+  prompt, an error) is wrapped onto more lines of its cell, never cut. When the columns do not fit
+  side by side, the ids and the columns that fit stay on the row's first line and the others go on
+  indented ``name value`` lines under it (``stacked``), wrapped at the terminal's width.
+- Control characters in stored text (a prompt may hold terminal escape sequences) are shown escaped
+  (``\x1b``), so nothing a schedule holds can drive the terminal; a newline or tab is a space.
 - Instants are shown in the schedule's own timezone (a row's ``timezone``; else the one given, which
   is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset and the zone's abbreviation:
   ``2026-11-24 09:00:00 +01:00 CET`` (a schedule's ``upcoming`` runs too).
@@ -13,6 +17,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -31,8 +36,14 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
 """The columns of each list a result may hold (the first list found is the table)."""
 
 WRAPPED = frozenset({"prompt_text", "error"})
-"""Columns whose text wraps to fit the terminal (each is the last of its table); every other column
-keeps its width, so an id is never cut."""
+"""Columns whose text wraps to fit the terminal (each is the last of its table)."""
+IDS = frozenset({"id", "agent_id", "schedule_id"})
+"""Columns that always stay on a row's first line, whole, whatever the width."""
+HEADS = {"schedule_type": "TYPE", "schedule_value": "RULE", "agent_id": "AGENT", "schedule_id": "SCHEDULE",
+         "next_run": "NEXT RUN", "scheduled_for": "SCHEDULED FOR", "attempted_at": "ATTEMPTED AT",
+         "lateness_s": "LATE", "repetition_count": "RUNS", "prompt_text": "PROMPT", "created_at": "CREATED",
+         "last_updated": "UPDATED", "timezone": "ZONE"}
+"""Column headers shorter than the field names (the JSON keeps the field names)."""
 TIMES = frozenset({
     "next_run", "next_due", "last_run", "last_tick", "scheduled_for", "attempted_at", "created_at", "last_updated",
     "started_at", "heartbeat_at", "lease_until", "updated_at", "upcoming",
@@ -47,6 +58,21 @@ GAP = "  "
 
 def terminal_width() -> int:
     return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text: str) -> str:
+    """``text`` safe for a terminal: newlines and tabs become spaces; every other control character
+    (ESC starts a terminal escape sequence), and the bidirectional and line-separator marks that
+    reorder or break what a terminal shows, are written out escaped (``\\x1b``, ``\\u202e``)."""
+    return _UNSAFE.sub(_escaped, text.replace("\r\n", " ").replace("\n", " ").replace("\t", " "))
 
 
 def show_time(value: str, zone: ZoneInfo) -> str:
@@ -74,7 +100,7 @@ def show(key: str, value: Any, zone: ZoneInfo, row: Mapping[str, Any] | None = N
         return f"{value:.2f}s" if key.endswith("_s") or key == "lateness_s" else f"{value:g}"
     if isinstance(value, (list, tuple)):
         return ", ".join(show(key, v, zone) for v in value) or "-"
-    text = str(value)
+    text = clean(str(value))
     once = row is not None and key == "schedule_value" and row.get("schedule_type") == "once"
     if key in TIMES or once:
         return show_time(text, zone)
@@ -101,38 +127,74 @@ def render(result: Mapping[str, Any], zone: ZoneInfo | None = None, width: int |
             of = f" for agent {result['agent_id']}" if result.get("agent_id") else ""
             lines = table(columns, rows, zone, width) if rows else [] if key == "executed" else [f"No {key}{of}."]
             rest = {k: v for k, v in result.items() if k != key}
-            return "\n".join([*lines, *footer(key, len(rows), rest, zone)])
+            return "\n".join([*lines, *footer(key, len(rows), rest, zone, width)])
     return "\n".join(key_values(result, zone, width))
 
 
 def table(columns: tuple[str, ...], rows: list[Any], zone: ZoneInfo, width: int) -> list[str]:
-    """Rows under a header. The wrapped column (the last) takes what room is left; with less than
-    ``MIN_WRAP`` characters left it moves under its row instead, indented, at the terminal's width."""
-    cells = [[show(c, r.get(c), row_zone(r, zone), r).replace("\n", " ") for c in columns] for r in rows]
-    heads = [c.upper() for c in columns]
+    """Rows under a header, within ``width``. The ids and then every column that still fits stay
+    side by side; the wrapped column (the last) takes what room is left. With less than ``MIN_WRAP``
+    characters left it moves under its row instead, indented; columns that do not fit at all go on an
+    indented ``name value`` line under their row, wrapped at the terminal's width."""
+    cells = [[show(c, r.get(c), row_zone(r, zone), r) for c in columns] for r in rows]
+    heads = [HEADS.get(c, c.upper()) for c in columns]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
     last = len(columns) - 1
+    wrapped = columns[last] in WRAPPED
+    side: list[int] = []  # the columns shown side by side, in their order
+    used = 0
+    for i, c in enumerate(columns[: last if wrapped else last + 1]):
+        need = widths[i] + (len(GAP) if side else 0)
+        if c in IDS or (used + need <= width and len(side) == i):  # a column that does not fit ends the run
+            side.append(i)
+            used += need
+    stacked = [i for i in range(last if wrapped else last + 1) if i not in side]
     below = False
-    if columns[last] in WRAPPED:
-        room = width - sum(widths[:last]) - len(GAP) * last
-        if room >= MIN_WRAP:
+    if wrapped:
+        room = width - used - len(GAP)
+        if room >= MIN_WRAP and not stacked:
             widths[last] = min(widths[last], room)
+            side.append(last)
         else:
             below = True
-            heads, widths = heads[:last], widths[:last]
-    lines = [GAP.join(h.ljust(w) for h, w in zip(heads, widths, strict=False)).rstrip()]
+    shown = [widths[i] for i in side]
+    lines = [GAP.join(heads[i].ljust(w) for i, w in zip(side, shown, strict=True)).rstrip()]
     for row in cells:
-        if below:
-            lines.append(GAP.join(v.ljust(w) for v, w in zip(row, widths, strict=False)).rstrip())
-            if row[last] not in ("", "-"):
-                lines.extend(textwrap.wrap(row[last], max(MIN_WRAP, width - len(INDENT)), initial_indent=INDENT,
-                                           subsequent_indent=INDENT, break_long_words=False, break_on_hyphens=False))
-            continue
-        parts = [_wrap(v, w) if c in WRAPPED else [v] for c, v, w in zip(columns, row, widths, strict=True)]
+        parts = [_wrap(row[i], widths[i]) if columns[i] in WRAPPED else [row[i]] for i in side]
         for n in range(max(len(p) for p in parts)):
-            line = GAP.join((p[n] if n < len(p) else "").ljust(w) for p, w in zip(parts, widths, strict=True))
+            line = GAP.join((p[n] if n < len(p) else "").ljust(w) for p, w in zip(parts, shown, strict=True))
             lines.append(line.rstrip())
+        if stacked:
+            lines.extend(_packed([f"{heads[i].lower()}: {row[i]}" for i in stacked], width))
+        if below and row[last] not in ("", "-"):
+            lines.extend(_indented(row[last], width))
     return lines
+
+
+def _packed(items: list[str], width: int) -> list[str]:
+    """``name: value`` items on indented lines under a row: as many per line as fit, an item broken
+    only when it is longer than a whole line."""
+    lines: list[str] = []
+    line = ""
+    for item in items:
+        if line and len(line) + len(GAP) + len(item) <= width:
+            line += GAP + item
+            continue
+        if line:
+            lines.append(line)
+        line = INDENT + item
+        if len(line) > width:
+            *full, line = _indented(item, width)
+            lines.extend(full)
+    lines.append(line)
+    return lines
+
+
+def _indented(text: str, width: int) -> list[str]:
+    """``text`` on lines under a row, indented, within ``width`` (only a word longer than a whole line
+    is broken)."""
+    return textwrap.wrap(text, max(MIN_WRAP, width), initial_indent=INDENT,
+                         subsequent_indent=INDENT, break_on_hyphens=False) or [INDENT.rstrip()]
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -140,7 +202,7 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo) -> list[str]:
+def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo, width: int | None = None) -> list[str]:
     """What a list result says besides its rows: counts in words, the message, any other field."""
     out: list[str] = []
     total = rest.get("total")
@@ -148,9 +210,9 @@ def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo) -> lis
         who = f"agent {rest['agent_id']}" if rest.get("agent_id") else "all agents"
         out.append(f"{shown} of {total} {key} shown ({who}).")
     if rest.get("message"):
-        out.append(str(rest["message"]))
+        out.append(clean(str(rest["message"])))
     if isinstance(rest.get("guardrails"), Mapping):
-        out.append(guardrail_line(rest["guardrails"]))
+        out.extend(_wrap(guardrail_line(rest["guardrails"]), width or terminal_width()))
     others = {k: v for k, v in rest.items()
               if k not in {"count", "total", "agent_id", "message", "status", "guardrails", *HIDDEN}}
     out.extend(f"{k}: {show(k, v, zone)}" for k, v in flatten(others) if v is not None)
@@ -194,7 +256,7 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
 def key_values(result: Mapping[str, Any], zone: ZoneInfo, width: int) -> list[str]:
     """A single object: its message first, then ``key  value`` lines (long values wrapped)."""
     zone = row_zone(result, zone)
-    lines = [str(result["message"])] if result.get("message") else []
+    lines = [clean(str(result["message"]))] if result.get("message") else []
     kept = {k: v for k, v in result.items() if k not in HIDDEN | {"message"} and (k, v) != ("status", "success")}
     pairs = list(flatten(kept))
     if not pairs:
@@ -202,8 +264,9 @@ def key_values(result: Mapping[str, Any], zone: ZoneInfo, width: int) -> list[st
     keys = max(len(k) for k, _ in pairs)
     room = max(MIN_WRAP, width - keys - len(GAP))
     for k, v in pairs:
-        text = show(k.rsplit(".", 1)[-1], v, zone, result).replace("\n", " ")
-        chunks = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [text]
+        text = show(k.rsplit(".", 1)[-1], v, zone, result)
+        whole = k.rsplit(".", 1)[-1] in IDS  # an id is never broken; any other long word is, to fit
+        chunks = textwrap.wrap(text, room, break_long_words=not whole, break_on_hyphens=False) or [text]
         lines.append(f"{k.ljust(keys)}{GAP}{chunks[0]}".rstrip())
         lines.extend(f"{'':{keys}}{GAP}{c}" for c in chunks[1:])
     return lines

@@ -316,22 +316,29 @@ class LettaCodeClient:
         return removed
 
     def find(self, agent_id: str, otid: str, conversation_id: str | None = None) -> str:
-        """``"found"``, ``"pending"`` (queued or in a running turn) or ``"absent"``. The queue and the
-        loop are read first: whatever left them before that read is in the history by then. A found
+        """``"found"``, ``"pending"`` (queued or in a running turn) or ``"absent"``: see ``find_run``."""
+        return self.find_run(agent_id, otid, conversation_id)[0]
+
+    def find_run(self, agent_id: str, otid: str, conversation_id: str | None = None) -> tuple[str, str | None]:
+        """``"found"``, ``"pending"`` (queued or in a running turn) or ``"absent"``, and for a found
+        message ``"<run id> <client_message_id>"`` (as a send records it). The queue and the loop
+        are read first: whatever left them before that read is in the history by then. A found
         message's replay waiting in a paused queue is removed; a message of ours waiting there alone
         gets the queue resumed (else it would wait for someone's next input)."""
         st = self.state(agent_id, conversation_id)
         queued = any(carries(otid, cid) for _, cid in st.queue)
         waiting = queued or any(carries(otid, cid) for cid in st.active)
-        if self.find_message(agent_id, conversation_id, otid) is not None:
+        found = self.find_message(agent_id, conversation_id, otid)
+        if found is not None:
             if queued:
                 self.drop_replays(agent_id, conversation_id, st)
-            return "found"
+            run = found.get("run_id")
+            return "found", f"{run} {found.get('otid')}" if run else str(found.get("otid"))
         if queued and st.paused:
             self.drop_replays(agent_id, conversation_id, st)
             runtime = {"agent_id": agent_id, "conversation_id": conversation_id or DEFAULT_CONVERSATION}
             self._command({"type": "resume_queue", "runtime": runtime})
-        return "pending" if waiting else "absent"
+        return ("pending" if waiting else "absent"), None
 
     # ---- the send ---------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import re
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -99,14 +100,16 @@ class KeepAlivePoster:
                             b"Content-Length: %d\r\n\r\n" % len(body), body))
         sock = self._connection()
         connected = sock is not None
+        deadline = time.monotonic() + self.timeout  # the timeout is the whole request's, not one read's
         try:
             if sock is None:
                 sock = self._connect()
                 connected = True
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
+            sock.settimeout(_left(deadline))
             sock.sendall(request)  # the request line, headers and body in one write
-            reply, keep = _read_reply(sock)
+            reply, keep = _read_reply(sock, deadline)
         except NotSent:
             raise  # nothing was written: the connection stays as it was
         except BaseException as exc:
@@ -190,12 +193,23 @@ class _Reading:
         self.done = True
 
 
-def _read_reply(sock: socket.socket) -> tuple[Reply, bool]:
-    """Read one answer from ``sock``; also whether the connection may be used again."""
+def _left(deadline: float) -> float:
+    """Seconds left until ``deadline``; ``TimeoutError`` when none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
+    return left
+
+
+def _read_reply(sock: socket.socket, deadline: float = float("inf")) -> tuple[Reply, bool]:
+    """Read one answer from ``sock`` by ``deadline`` (a server that trickles a byte at a time runs out
+    of it like one that says nothing); also whether the connection may be used again."""
     reading = _Reading()
     parser = reading.parser = httptools.HttpResponseParser(reading)
     seen = False
     while not reading.done:
+        if deadline != float("inf"):
+            sock.settimeout(_left(deadline))
         data = sock.recv(65536)
         if not data:
             if not seen:

@@ -41,6 +41,10 @@ class DeliveryTarget(Protocol):
         """``"found"``, ``"absent"`` or ``"pending"`` (not seen yet, but it may still arrive)."""
         ...
 
+    def find_run(self, agent_id: str, otid: str, conversation_id: str | None = None) -> tuple[str, str | None]:
+        """``find``'s answer and, when found, the run that carried the message (for history)."""
+        ...
+
     def probe(self) -> dict[str, Any]:
         """A cheap health check; raises ``LettaUnavailable`` / ``LettaAuth``."""
         ...
@@ -69,6 +73,9 @@ class RestTarget:
 
     def find(self, agent_id: str, otid: str, conversation_id: str | None = None) -> str:
         return self.client.find_message(agent_id, otid)
+
+    def find_run(self, agent_id: str, otid: str, conversation_id: str | None = None) -> tuple[str, str | None]:
+        return self.client.find_message_run(agent_id, otid)
 
     def probe(self) -> dict[str, Any]:
         self.client.list_agents(limit=1)

@@ -7,6 +7,7 @@ time order); PostgreSQL keeps ``timestamptz``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -258,13 +259,16 @@ def migrate(engine: Engine) -> None:
     raise last
 
 
-# OperationalError texts that mean "cannot reach or open the database" (not "busy" or a bad query).
+# Driver texts that mean "cannot reach or open the database" (not "busy" or a bad query).
 _UNREACHABLE = (
     "connection refused", "could not connect", "could not translate host name", "name or service not known",
     "does not exist", "unable to open database file", "connection timed out", "no route to host",
     "server closed the connection", "connection to server", "password authentication failed",
-    "readonly database", "read-only file system", "disk i/o error",
+    "readonly database", "read-only file system", "disk i/o error", "file is not a database",
+    "file is encrypted", "database disk image is malformed", "permission denied", "no password supplied",
+    "timeout expired",
 )
+_NOT_SQLITE = ("file is not a database", "file is encrypted", "database disk image is malformed")
 
 
 def _cause(exc: BaseException) -> str:
@@ -274,9 +278,87 @@ def _cause(exc: BaseException) -> str:
     return redact_url(line)[:300]
 
 
+def _nearest(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    return Path("/")
+
+
+def _user() -> str:
+    import getpass
+    import os
+
+    try:
+        return f"user {getpass.getuser()}"
+    except Exception:  # no name for this uid (a container's arbitrary uid)
+        return f"uid {os.getuid()}"
+
+
+def sqlite_problem(path: Path, cause: str, errno: int | None = None) -> str:
+    """What is wrong with the SQLite database file ``path``, in words that fit the case: a path
+    under a regular file, a folder that cannot be written or created, a read-only file or file
+    system, a file that is not an SQLite database, a folder where the file should be."""
+    import errno as codes
+    import os
+
+    lowered = cause.lower()
+    found = _nearest(path)
+    if found != path and not found.is_dir():
+        return (f"{found} is a file, not a folder, so no database can be created at {path}. "
+                "Set PROMPTYOSELF_DB to a path in a folder (or unset it for the per-user default).")
+    if path.is_dir():
+        return (f"{path} is a folder, not a database file. Set PROMPTYOSELF_DB to a file path inside it, "
+                f"e.g. {path}/promptyoself.db.")
+    if any(m in lowered for m in _NOT_SQLITE):
+        return (f"{path} is not an SQLite database (SQLite says: {cause}). Set PROMPTYOSELF_DB to another file "
+                "(a new one is created), or move this one away.")
+    folder = path.parent if path.exists() else found
+    read_only_fs = errno == codes.EROFS or "read-only file system" in lowered
+    if read_only_fs:
+        return (f"{folder} is on a read-only file system, so the database {path} cannot be written. "
+                "Set PROMPTYOSELF_DB to a path on a writable file system.")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        return (f"The database file {path} is read-only for {_user()}. Make it writable "
+                f"(chmod u+rw) or set PROMPTYOSELF_DB to a file this user can write.")
+    if not os.access(folder, os.W_OK | os.X_OK) or "readonly database" in lowered or errno in (codes.EACCES,
+                                                                                              codes.EPERM):
+        what = ("SQLite also writes its journal files (-wal, -shm) there" if path.exists()
+                else "the database file cannot be created there")
+        return (f"The folder {folder} is not writable by {_user()}: {what}. Make it writable or set "
+                "PROMPTYOSELF_DB to a path in a folder this user can write.")
+    return f"SQLite cannot open {path}: {cause}. Set PROMPTYOSELF_DB to a writable path."
+
+
+def _sqlite_words(path: Path, cause: str, errno: int | None = None) -> str:
+    try:
+        return sqlite_problem(path, cause, errno)
+    except OSError as exc:  # a folder on the way that this user cannot even look into
+        return (f"SQLite cannot open {path}: {cause} ({exc.filename}: {exc.strerror}). Set PROMPTYOSELF_DB to a "
+                "path in a folder this user can write.")
+
+
+def postgres_problem(where: str, cause: str) -> str:
+    """What to check for a PostgreSQL (or other server) database that cannot be reached or opened."""
+    lowered = cause.lower()
+    if "could not translate host name" in lowered or "name or service not known" in lowered:
+        fix = "Check the host name in PROMPTYOSELF_DB."
+    elif "database" in lowered and "does not exist" in lowered:
+        fix = "Create the database (`createdb NAME`, or CREATE DATABASE) or fix its name in PROMPTYOSELF_DB."
+    elif ("role" in lowered and "does not exist" in lowered) or "password" in lowered:
+        fix = "Check the user and password in PROMPTYOSELF_DB."
+    elif "permission denied" in lowered:
+        fix = "Grant the user rights on the database (GRANT ALL ON DATABASE ... / SCHEMA public), or use another user."
+    else:
+        fix = "Check that the database server is running and reachable at the host and port of PROMPTYOSELF_DB."
+    return f"Cannot connect to the database at {where}: {cause}. {fix} Then run `promptyoself health`."
+
+
 def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
     """Map a failure to open or reach the database onto ``database_driver_missing`` or
-    ``database_unavailable`` (docs/design.md §9); ``None`` when it is something else."""
+    ``database_unavailable`` (docs/design.md §9), worded for SQLite or the database server; ``None``
+    when it is something else."""
     where = redact_url(url)
     if isinstance(exc, ImportError):
         name = getattr(exc, "name", None) or _cause(exc)
@@ -284,18 +366,22 @@ def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
             f"The database driver for {where} is not installed ({name}). "
             'Install it with: pip install "promptyoself[postgres]".'
         )
+    path = sqlite_file(url)
     if isinstance(exc, OSError):
+        if path is not None:
+            return DatabaseUnavailable(_sqlite_words(path, exc.strerror or str(exc), exc.errno))
         return DatabaseUnavailable(
-            f"Cannot create or open the database at {where}: {exc.strerror or exc} "
-            f"({getattr(exc, 'filename', None) or 'path'}). Set PROMPTYOSELF_DB to a writable path or a reachable URL."
+            f"Cannot create or open the database at {where}: {exc.strerror or exc}. "
+            "Set PROMPTYOSELF_DB to a writable path or a reachable URL."
         )
-    if isinstance(exc, (OperationalError, ProgrammingError)):
+    if isinstance(exc, DBAPIError):
         cause = _cause(exc)
+        if isinstance(exc, (IntegrityError, ProgrammingError)) and "permission denied" not in cause.lower():
+            return None  # a constraint or a statement: the caller's business, not the database's reach
         if any(marker in cause.lower() for marker in _UNREACHABLE):
-            return DatabaseUnavailable(
-                f"Cannot reach the database at {where}: {cause}. "
-                "Check PROMPTYOSELF_DB and that the server is running, then `promptyoself health`."
-            )
+            if path is not None:
+                return DatabaseUnavailable(_sqlite_words(path, cause))
+            return DatabaseUnavailable(postgres_problem(where, cause))
     return None
 
 
@@ -317,6 +403,32 @@ class Store:
             log.debug("opening the database failed", exc_info=True)  # the traceback only at DEBUG
             raise mapped from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.file = sqlite_file(url)
+        self._identity: tuple[int, int] | None = None
+        if self.file is not None:
+            st = os.stat(self.file)
+            self._identity = (st.st_dev, st.st_ino)
+            event.listen(self.engine, "begin", lambda _conn: self.check_file())
+            event.listen(self.engine, "do_connect", lambda *_args: self.check_file())
+
+    def check_file(self) -> None:
+        """A SQLite file deleted or replaced under this process: raise ``DatabaseUnavailable``, before
+        any transaction, so nothing is written where it would be lost (a deleted file's writes vanish
+        at exit; a new connection would make an empty database at the path) and health says so."""
+        if self.file is None or self._identity is None:
+            return
+        try:
+            st = os.stat(self.file)
+        except FileNotFoundError:
+            raise DatabaseUnavailable(
+                f"The database file {self.file} was deleted while this process had it open: nothing more is "
+                "written (it would be lost). Restore the file, or restart this process to start a new database."
+            ) from None
+        if (st.st_dev, st.st_ino) != self._identity:
+            raise DatabaseUnavailable(
+                f"The database file {self.file} was replaced by another file while this process had it open: "
+                "nothing more is written to the old one. Restart this process to use the file now at that path."
+            )
 
     @property
     def dialect(self) -> str:
@@ -332,7 +444,7 @@ class Store:
         try:
             with self._sessions() as s, s.begin():
                 yield s
-        except OperationalError as exc:  # the server went away after opening: say so, not "internal"
+        except DBAPIError as exc:  # the server went away after opening, a file that is not SQLite: not "internal"
             mapped = database_error(exc, self.url)
             if mapped is None:
                 raise

@@ -211,6 +211,11 @@ class Settings(BaseSettings):
     letta_api_key: SecretStr | None = _field(None, "LETTA_API_KEY", ACCEPTS_SECRET)
     letta_server_password: SecretStr | None = _field(None, "LETTA_SERVER_PASSWORD", ACCEPTS_SECRET)
     letta_timeout: Seconds = _field(10.0, "PROMPTYOSELF_LETTA_TIMEOUT", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
+    letta_code_url: str | None = _field(
+        None, "LETTA_CODE_URL", "a ws:// or wss:// URL of a Letta Code App Server, e.g. ws://127.0.0.1:4500 "
+        "(empty = none; agent-local-... agents then cannot be reached)")
+    letta_code_turn_timeout: Seconds = _field(900.0, "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT", ACCEPTS_SECONDS,
+                                              gt=0, allow_inf_nan=False)
 
     # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
     db: str | None = Field(
@@ -300,6 +305,17 @@ class Settings(BaseSettings):
             if not m or _CONTROL.search(text) or not m.group(2).rpartition("@")[2].strip(":"):
                 raise ValueError("not an http(s) URL")
             return text
+        return value
+
+    @field_validator("letta_code_url", mode="before")
+    @classmethod
+    def _letta_code_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            m = re.fullmatch(r"(?i)(wss?)://([^/?#\s]+)(\S*)", text)
+            if text and (not m or _CONTROL.search(text) or not m.group(2).rpartition("@")[2].strip(":")):
+                raise ValueError("not a ws(s) URL")
+            return text or None
         return value
 
     @field_validator("db", mode="before")

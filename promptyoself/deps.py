@@ -19,6 +19,8 @@ from promptyoself.config import Settings
 
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
+    from promptyoself.letta.code import LettaCodeClient
+    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class Wiring(TypedDict, total=False):
 
     store: Store | None
     letta: LettaClient | None
+    letta_code: LettaCodeClient | None
     clock: Clock | None
 
 
@@ -117,6 +120,8 @@ class Deps:
         self.settings = settings
         self._store = wiring.get("store")
         self._letta = wiring.get("letta")
+        self._letta_code = wiring.get("letta_code")
+        self._targets: dict[str, DeliveryTarget] = {}
         self._lock = threading.Lock()
         self.clock: Clock = wiring.get("clock") or system_clock
         self._listeners: list[Callable[[], None]] = []
@@ -150,12 +155,44 @@ class Deps:
                     )
         return self._letta
 
+    @property
+    def letta_code(self) -> LettaCodeClient:
+        """The Letta Code App Server of ``LETTA_CODE_URL``; ``LettaUnavailable`` when none is set
+        (transient: a schedule waiting for it is retried, never dropped)."""
+        if self._letta_code is None:
+            url = self.settings.letta_code_url
+            if not url:
+                from promptyoself.errors import LettaUnavailable
+
+                raise LettaUnavailable(
+                    "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500).")
+            from promptyoself.letta.code import LettaCodeClient
+
+            with self._lock:
+                if self._letta_code is None:
+                    self._letta_code = LettaCodeClient(url, timeout=self.settings.letta_timeout,
+                                                       turn_timeout=self.settings.letta_code_turn_timeout)
+        return self._letta_code
+
+    def target(self, name: str | None) -> DeliveryTarget:
+        """The delivery target a schedule names (``letta`` | ``letta-code``)."""
+        key = name or "letta"
+        found = self._targets.get(key)
+        if found is None:
+            from promptyoself.letta.target import LETTA_CODE, RestTarget
+
+            found = self.letta_code if key == LETTA_CODE else RestTarget(self.letta)
+            self._targets[key] = found
+        return found
+
     def now(self) -> datetime:
         return self.clock()
 
     def close(self) -> None:
         if self._letta is not None:
             self._letta.close()
+        if self._letta_code is not None:
+            self._letta_code.close()
         if self._store is not None:
             self._store.close()
 

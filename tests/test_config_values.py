@@ -38,6 +38,8 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "LETTA_API_KEY": ("sk-\x01abc", "sk-abc", _secret("sk-abc")),
     "LETTA_SERVER_PASSWORD": ("pass\nword", "pass word", _secret("pass word")),
     "PROMPTYOSELF_LETTA_TIMEOUT": ("soon", "2.5", 2.5),
+    "LETTA_CODE_URL": ("http://127.0.0.1:4500", " ws://127.0.0.1:4500 ", "ws://127.0.0.1:4500"),
+    "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT": ("0", "15m", 900.0),
     "PROMPTYOSELF_DB": ("mysql://u@db.example/pys", "postgresql+psycopg://u@db.example/pys",
                         lambda s: s == "postgresql+psycopg://u@db.example/pys"),
     "PROMPTYOSELF_TIMEZONE": ("Mars/Base", "Europe/Berlin", ZoneInfo("Europe/Berlin")),
@@ -83,7 +85,7 @@ TYPES = {  # the type each kind of setting loads as
     timedelta: ("PROMPTYOSELF_MISFIRE_GRACE", "PROMPTYOSELF_MIN_INTERVAL", "PROMPTYOSELF_HEALTH_MAX_LATENESS"),
     float: ("PROMPTYOSELF_LETTA_TIMEOUT", "PROMPTYOSELF_EXECUTOR_INTERVAL", "PROMPTYOSELF_WORKER_IDLE_EXIT",
             "PROMPTYOSELF_LEASE_SECONDS", "PROMPTYOSELF_RETRY_BASE", "PROMPTYOSELF_RETRY_MAX",
-            "PROMPTYOSELF_HEALTH_LETTA_CACHE"),
+            "PROMPTYOSELF_HEALTH_LETTA_CACHE", "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT"),
     ZoneInfo: ("PROMPTYOSELF_TIMEZONE",),
     Path: ("PROMPTYOSELF_LOG_FILE",),
 }

@@ -9,7 +9,10 @@ repairs it. The checks:
   this process), whether or not anything is due yet.
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
 * ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
-  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll. Skipped when
+  ``LETTA_CODE_URL`` is set and no active schedule goes to the REST API.
+* ``letta_code_unreachable``: the Letta Code App Server (``LETTA_CODE_URL``) does not answer its
+  ``/healthz``, or active schedules go to Letta Code and ``LETTA_CODE_URL`` is not set (same cache).
 * ``database_write_failed`` (down): a write (one row, rolled back) fails: the database is read-only,
   the disk is full, SQLite stays locked past 2 s. A SQLite file deleted or replaced under the
   process is ``database_unavailable``: the store refuses every transaction (``Store.check_file``).
@@ -38,6 +41,7 @@ from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
+    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,8 @@ FIX_DB = (
     "the database must exist), then run `promptyoself health` again."
 )
 FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
+FIX_LETTA_CODE = ("Start the Letta Code App Server (letta server --listen ws://127.0.0.1:4500) and set "
+                  "LETTA_CODE_URL to it; see docs/letta-code.md.")
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
 FIX_WRITE = (
     "Make the database writable again (free disk space, a writable file and folder, a primary PostgreSQL "
@@ -91,6 +97,8 @@ class Checked(Protocol):
 
     def now(self) -> datetime: ...
 
+    def target(self, name: str | None) -> DeliveryTarget: ...
+
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
@@ -115,6 +123,32 @@ def letta_probe(core: Checked) -> Reason | None:
         except Exception as exc:
             reason = Reason(code="letta_unreachable", message=f"Letta probe failed: {_first_line(exc)}", fix=FIX_LETTA)
         core._letta_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
+    return reason
+
+
+def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
+    """Is the Letta Code App Server up (``wanted``: active schedules that go to it)? Cached per process."""
+    url = core.settings.letta_code_url
+    if not url:
+        if not wanted:
+            return None
+        return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
+                      message=f"{wanted} active schedule(s) go to Letta Code and LETTA_CODE_URL is not set.")
+    ttl = float(core.settings.health_letta_cache)
+    cached = getattr(core, "_letta_code_probe", None)
+    now = time.monotonic()
+    if cached is not None and now - cached[0] < ttl:
+        return cached[1]  # type: ignore[no-any-return]
+    with _probe_lock:
+        reason: Reason | None = None
+        try:
+            core.target("letta-code").probe()
+        except PromptYoSelfError as exc:
+            reason = Reason(code="letta_code_unreachable", message=exc.message, fix=FIX_LETTA_CODE)
+        except Exception as exc:
+            reason = Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
+                            message=f"Letta Code probe failed: {_first_line(exc)}")
+        core._letta_code_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
     return reason
 
 
@@ -143,8 +177,11 @@ def assess(core: Checked) -> HealthResult:
         "schedules_active": None,
         "due_now": None,
         "oldest_overdue_s": None,
+        "letta_code_url": redact_url(settings.letta_code_url) if settings.letta_code_url else None,
+        "targets": None,
     }
     down = False
+    targets: dict[str, tuple[int, int]] = {}
     try:
         from promptyoself.store import health as queries
 
@@ -154,6 +191,7 @@ def assess(core: Checked) -> HealthResult:
         bl = queries.backlog(store, now)
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
+        targets = queries.by_target(store, now)
         from promptyoself.core.operator import guardrail_summary
 
         guard = guardrail_summary(settings, store, now)
@@ -169,6 +207,7 @@ def assess(core: Checked) -> HealthResult:
     else:
         _write_path(core, now, out, reasons)
         out["schedules_active"] = bl.active
+        out["targets"] = {t: {"active": a, "due": d} for t, (a, d) in sorted(targets.items())}
         out["guardrails"] = guard
         out["due_now"] = bl.due
         late = (now - bl.oldest_overdue).total_seconds() if bl.oldest_overdue is not None else None
@@ -195,9 +234,14 @@ def assess(core: Checked) -> HealthResult:
                 "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
                 fix=FIX_LATE,
             ))
-    letta = letta_probe(core)
-    if letta is not None:
-        reasons.append(letta)
+    rest_used = targets.get("letta", (0, 0))[0] > 0
+    if rest_used or not settings.letta_code_url:
+        letta = letta_probe(core)
+        if letta is not None:
+            reasons.append(letta)
+    code = letta_code_probe(core, targets.get("letta-code", (0, 0))[0])
+    if code is not None:
+        reasons.append(code)
     jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None
     if jump:
         reasons.append(Reason(code="clock_jump", message=f"The system clock went back {jump['back_s']:.0f}s at "

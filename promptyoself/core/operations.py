@@ -72,6 +72,8 @@ class ScheduleOptions(TypedDict, total=False):
     catch_up: object  # skip | latest | all (None: latest)
     max_per_day: object
     ctx: CallContext | None
+    target: object  # letta | letta-code (core/letta_code.py: choose_target)
+    conversation_id: object
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
 
     def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
+        from promptyoself.core.letta_code import choose_target, validate_agent
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule
 
@@ -241,10 +244,12 @@ class Core(Deps, AdminOperations, OperatorOperations):
         state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
         message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
         limit = self.settings.max_active_per_agent
+        target, conversation = choose_target(agent, options.get("target"), options.get("conversation_id"),
+                                             self.settings)
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
                 raise self._quota_error(agent, live)
-            self.letta.get_agent(agent)
+            validate_agent(self, agent, target)
         new = NewSchedule(
             agent_id=agent,
             prompt_text=text,
@@ -261,6 +266,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
             max_repetitions=plan.max_repetitions,
             idempotency_key=key,
             letta_payload=plan.letta_payload,
+            target=target,
+            conversation_id=conversation,
             catch_up=catch_up,
         )
         try:

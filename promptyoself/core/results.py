@@ -175,6 +175,8 @@ class HealthResult(TypedDict, total=False):
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None
     letta_auth_error: str | None
+    letta_code_url: str | None
+    targets: dict[str, dict[str, int]] | None  # {target: {active, due}}
     guardrails: dict[str, Any]
 
 

@@ -86,6 +86,8 @@ class Claim:
     """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
     that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
     out, and whoever claims it next sees the same mark (``give_back``)."""
+    target: str = "letta"  # letta | letta-code: which ``DeliveryTarget`` gets it (``Deps.target``)
+    conversation_id: str | None = None
     catch_up: str = "latest"  # the missed-run policy: skip | latest | all (catchup.py)
 
     @classmethod
@@ -112,6 +114,8 @@ class Claim:
             letta_payload=getattr(row, "letta_payload", None),
             max_per_day=getattr(row, "max_per_day", None),
             taken_over=taken_over,
+            target=getattr(row, "target", None) or "letta",
+            conversation_id=getattr(row, "conversation_id", None),
             catch_up=getattr(row, "catch_up", None) or "latest",
         )
 
@@ -264,8 +268,9 @@ def attempt(
     text = envelope(claim, now, settings.message_format)
     otid = otid_for(claim)
     try:
+        target = core.target(claim.target)
         if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
-            seen, found_run = core.letta.find_message_run(claim.agent_id, otid)
+            seen, found_run = target.find_run(claim.agent_id, otid, claim.conversation_id)
             if seen == "found":  # history names the run that carried it (when Letta says)
                 return Attempt(claim, owner, "delivered", now, number, run_id=found_run,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
@@ -283,7 +288,8 @@ def attempt(
         payload = json.loads(claim.letta_payload) if claim.letta_payload else None
         # The claim's fence is asked again right before the request is written (after the look-up
         # above, and as late as the client can): a holder that stalled since gives the claim back.
-        sent = core.letta.send_message(claim.agent_id, text, otid=otid, payload=payload, guard=may_send)
+        sent = target.send(claim.agent_id, text, otid=otid, conversation_id=claim.conversation_id,
+                           payload=payload, guard=may_send, attempt=number)
     except NotSent:
         give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)

@@ -358,13 +358,22 @@ class Executor:
         settings = self.core.settings
         return max(0.05, min(15.0, float(settings.retry_max), 5 * float(settings.executor_interval)))
 
+    def _probe(self) -> None:
+        """Letta answers: its REST API, or else the Letta Code App Server when one is configured."""
+        try:
+            self.core.letta.list_agents(limit=1)
+        except Exception:
+            if not self.core.settings.letta_code_url:
+                raise
+            self.core.target("letta-code").probe()
+
     async def _after_outage(self) -> bool:
         """During an outage, ask Letta every few seconds whether it answers again; once it does (or a
         delivery succeeded), the prompts waiting out a backoff are due now. True when some were."""
         if self._outage and not self._probed and time.monotonic() >= self._probe_at:
             self._probe_at = time.monotonic() + self._probe_every()
             try:
-                await self._io(lambda: self.core.letta.list_agents(limit=1))
+                await self._io(self._probe)
             except Exception:
                 return False
             self._probed = self._resume = True

@@ -43,6 +43,7 @@ class DeliveryCollector(Collector):
             kinds = queries.letta_error_kinds(store)
             lost = queries.claims_lost(store)
             lease = queries.lease(store, now)
+            targets = queries.by_target(store, now)
             pending = count_state(store, PENDING_APPROVAL)
             today = outcomes_since(store, day_start(now, self.core.settings.timezone))
         except Exception as exc:
@@ -71,6 +72,17 @@ class DeliveryCollector(Collector):
         g = GaugeMetricFamily("promptyoself_schedules_active", "Active schedules.")
         g.add_metric([], bl.active)
         yield g
+        g = GaugeMetricFamily("promptyoself_target_schedules_active",
+                              "Active schedules by delivery target (letta: the REST API; letta-code: the App Server).",
+                              labels=["target"])
+        d = GaugeMetricFamily("promptyoself_target_due_backlog", "Due, undelivered schedules by delivery target.",
+                              labels=["target"])
+        for target in sorted({"letta", "letta-code", *targets}):
+            active, due = targets.get(target, (0, 0))
+            g.add_metric([target], active)
+            d.add_metric([target], due)
+        yield g
+        yield d
         g = GaugeMetricFamily("promptyoself_oldest_overdue_seconds",
                               "Age of the oldest due, undelivered occurrence (0 when none).")
         g.add_metric([], max((now - bl.oldest_overdue).total_seconds(), 0.0) if bl.oldest_overdue else 0.0)

@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
+    p.add_argument("--target", choices=("letta", "letta-code"),
+                   help="where it is delivered (default: letta-code for agent-local-... agents, else letta)")
+    p.add_argument("--conversation-id", help="letta-code: the agent's conversation (default: default)")
     p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     p.add_argument("--max-per-day", type=int, help="deliver at most N a day; more are recorded over_budget")
@@ -169,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
             a.add_argument("--port", type=whole_number(1, 65535), default=8000, help="service port (default 8000)")
         _add_json(a)
+
+    p = sub.add_parser("letta-code", help="Letta Code agents: install / uninstall the skill and MCP entry")
+    lc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("install", "write the skill and add our MCP server to the agent's settings"),
+                       ("uninstall", "remove the skill and our MCP server entry")):
+        lp = lc.add_parser(name, help=text)
+        lp.add_argument("--agent-id", required=name == "install", help="the Letta Code agent (agent-local-...)")
+        lp.add_argument("--letta-home", help="Letta Code's home folder (default ~/.letta)")
+        _add_json(lp)
 
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
     lsub = p.add_subparsers(dest="letta_command", metavar="ACTION", required=True)
@@ -274,6 +286,8 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "timezone": a.timezone,
         "skip_validation": a.skip_validation,
         "idempotency_key": a.idempotency_key,
+        "target": a.target,
+        "conversation_id": a.conversation_id,
         "catch_up": a.catch_up,
         "max_per_day": a.max_per_day,
     }
@@ -357,6 +371,13 @@ def _service(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
     return supervise.status(core, plan)
 
 
+def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import letta_code
+
+    act = letta_code.install if a.action == "install" else letta_code.uninstall
+    return act(core.settings, a.agent_id, a.letta_home)
+
+
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
@@ -403,6 +424,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "import-legacy": _import_legacy,
     "service": _service,
     "letta": _letta,
+    "letta-code": _letta_code,
     "token": _token,
 }
 

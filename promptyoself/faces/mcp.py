@@ -299,6 +299,14 @@ MaxPerDay = Annotated[
     int | None,
     Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
 ]
+Target = Annotated[
+    Literal["letta", "letta-code"] | None,
+    Field(description="Where it is delivered: 'letta' (the Letta REST API) or 'letta-code' (the Letta Code App "
+          "Server, LETTA_CODE_URL). Default: letta-code for agent-local-... agents, else letta."),
+]
+ConversationId = Annotated[
+    str | None, Field(description="letta-code only: the agent's conversation (default 'default').")
+]
 ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
     str,
@@ -333,6 +341,8 @@ SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
         ("idempotency_key", IdempotencyKey, None),
         ("catch_up", CatchUp, None),
         ("max_per_day", MaxPerDay, None),
+        ("target", Target, None),
+        ("conversation_id", ConversationId, None),
     )
 )
 

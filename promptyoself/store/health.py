@@ -36,6 +36,15 @@ def backlog(store: Store, now: datetime) -> Backlog:
     return Backlog(int(active), int(due), _aware(oldest))
 
 
+def by_target(store: Store, now: datetime) -> dict[str, tuple[int, int]]:
+    """``{target: (active, due)}`` of the active schedules (``letta`` | ``letta-code``)."""
+    due = case((Schedule.due_at <= now, 1), else_=0)
+    with store.session() as s:
+        rows = s.execute(select(Schedule.target, func.count(), func.sum(due))
+                         .where(Schedule.state == "active").group_by(Schedule.target)).all()
+    return {str(t): (int(n), int(d or 0)) for t, n, d in rows}
+
+
 def _aware(value: Any) -> datetime | None:
     """``func.min`` over a coalesce loses the column type: SQLite hands back text or a naive value."""
     if value is None:

@@ -36,9 +36,13 @@ class CatchUp:
 def _slots(begin: datetime, now: datetime, following: Callable[[datetime], datetime | None]) -> list[datetime]:
     """The slots after ``begin`` up to ``now`` (at most ``_MAX_DUE_SLOTS``)."""
     out: list[datetime] = []
-    at: datetime | None = begin
-    while len(out) < _MAX_DUE_SLOTS and (at := following(at)) is not None and at <= now:
-        out.append(at)
+    at = begin
+    while len(out) < _MAX_DUE_SLOTS:
+        nxt = following(at)
+        if nxt is None or nxt > now:
+            break
+        out.append(nxt)
+        at = nxt
     return out
 
 

@@ -424,7 +424,8 @@ def load_settings(**overrides: object) -> Settings:
     that every entry point prints before exiting with code 2. Without ``PROMPTYOSELF_HTTP_TOKEN``, the
     service's token file (``token_file``, written by ``promptyoself token rotate``) gives the token."""
     try:
-        settings = Settings(_env_file=env_file(), **overrides)  # type: ignore[call-arg]
+        values: dict[str, Any] = dict(overrides)  # each checked by its field's validator
+        settings = Settings(_env_file=env_file(), **values)  # type: ignore[call-arg]
         if settings.http_token is None and "http_token" not in overrides:
             stored = read_token_file(token_file(settings.db_url))
             if stored:

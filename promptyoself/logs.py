@@ -127,7 +127,7 @@ class Redactor:
         return None if text is None else redact_text(text, self.secrets)
 
 
-class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time of the record, never to stdout.
 
     Looking the stream up per record keeps logging working when ``sys.stderr`` is replaced after
@@ -137,7 +137,7 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -111,7 +111,7 @@ def letta_probe(core: Checked) -> Reason | None:
     cached = getattr(core, "_letta_probe", None)
     now = time.monotonic()
     if cached is not None and now - cached[0] < ttl:
-        return cached[1]  # type: ignore[no-any-return]
+        return cached[1]
     with _probe_lock:
         reason: Reason | None = None
         try:
@@ -138,7 +138,7 @@ def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
     cached = getattr(core, "_letta_code_probe", None)
     now = time.monotonic()
     if cached is not None and now - cached[0] < ttl:
-        return cached[1]  # type: ignore[no-any-return]
+        return cached[1]
     with _probe_lock:
         reason: Reason | None = None
         try:

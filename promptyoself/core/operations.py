@@ -276,7 +276,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             raise self._quota_error(agent, full.live) from None
         except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
             existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
-            if existing is None:
+            if existing is None or key is None:
                 raise
             return self._repeated(existing, key, text, plan, catch_up)
         self._changed()

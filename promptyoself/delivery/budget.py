@@ -25,9 +25,14 @@ OVER_BUDGET = "over_budget"
 
 
 class Budgeted(Protocol):
-    id: int
-    agent_id: str
-    max_per_day: int | None
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def agent_id(self) -> str: ...
+
+    @property
+    def max_per_day(self) -> int | None: ...
 
 
 @dataclass(frozen=True)

@@ -382,9 +382,9 @@ def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
     if a.letta_command == "install-tools":
-        return native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents, service_url=a.service_url,
-                                    check=not a.skip_check)
-    return native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents)
+        return dict(native_tools.install(core, agent_ids=a.agent_ids, all_agents=a.all_agents,
+                                         service_url=a.service_url, check=not a.skip_check))
+    return dict(native_tools.uninstall(core, agent_ids=a.agent_ids, all_agents=a.all_agents))
 
 
 def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         if own_core and core is not None:
             core.close()
     if result is not None:
-        emit(result, as_json, _zone(core))
+        emit(result, as_json, _zone(core) if core is not None else None)
         if result.get("status") == "error":
             return EXIT_FAILED
         if args.command == "execute" and any(not item.get("delivered") for item in result.get("executed") or ()):

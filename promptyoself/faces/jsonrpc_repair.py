@@ -93,4 +93,4 @@ def install() -> None:
     current = getattr(stdio, "types", None)
     if current is None or isinstance(current, _Types) or not hasattr(current, "jsonrpc_message_adapter"):
         return
-    stdio.types = _Types(current)  # type: ignore[attr-defined]
+    setattr(stdio, "types", _Types(current))  # noqa: B010 (a module attribute the SDK reads at call time)

@@ -271,10 +271,10 @@ def _register(
         description=inspect.getdoc(fn),
         annotations=ToolAnnotations(
             title=title,
-            readOnlyHint=read_only,
-            destructiveHint=destructive,
-            idempotentHint=idempotent,
-            openWorldHint=open_world,
+            read_only_hint=read_only,
+            destructive_hint=destructive,
+            idempotent_hint=idempotent,
+            open_world_hint=open_world,
         ),
     )
 
@@ -467,10 +467,9 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
         """Server health: version, Letta URL, database, executor, uptime, active schedules."""
         return core.health()
 
-    write = {"read_only": False}
-    _register(mcp, core, promptyoself_schedule_time, **write, open_world=True)
-    _register(mcp, core, promptyoself_schedule_cron, **write, open_world=True)
-    _register(mcp, core, promptyoself_schedule_every, **write, open_world=True)
+    _register(mcp, core, promptyoself_schedule_time, read_only=False, open_world=True)
+    _register(mcp, core, promptyoself_schedule_cron, read_only=False, open_world=True)
+    _register(mcp, core, promptyoself_schedule_every, read_only=False, open_world=True)
     _register(mcp, core, promptyoself_list, read_only=True)
     _register(mcp, core, promptyoself_cancel, destructive=True, idempotent=True)
     _register(mcp, core, promptyoself_pause, idempotent=True)

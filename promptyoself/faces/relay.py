@@ -256,7 +256,7 @@ def pump(sock: socket.socket, stdin_fd: int = 0, stdout_fd: int = 1) -> int:
     stdin_open = True
     try:
         while True:
-            watch = [sock, stdin_fd] if stdin_open else [sock]
+            watch: list[socket.socket | int] = [sock, stdin_fd] if stdin_open else [sock]
             ready, _, _ = select.select(watch, [], [])
             if stdin_fd in ready:
                 data = os.read(stdin_fd, CHUNK)

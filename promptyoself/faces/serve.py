@@ -14,7 +14,7 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
@@ -200,8 +200,9 @@ def _serve(args: argparse.Namespace) -> int:
                 args.path or ("/mcp" if transport == "http" else "/sse"),
                 "required" if http_token(settings) else "not required",
             )
+            kind: Literal["http", "sse"] = "http" if transport == "http" else "sse"
             mcp.run(
-                transport,
+                kind,
                 host=args.host,
                 port=args.port,
                 path=args.path,

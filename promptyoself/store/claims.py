@@ -299,7 +299,7 @@ def claim_due_in(
             continue
         params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
                   for sid, agent, slot in batch]
-        picked += int(conn.execute(_CLAIM, params).rowcount)  # type: ignore[attr-defined]
+        picked += int(conn.execute(_CLAIM, params).rowcount)
     if not picked:
         return []
     if not batched:
@@ -405,7 +405,7 @@ def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
         stmt = (
             update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claimed_by=None, claim_until=None)
         )
-        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
+        return int(conn.execute(stmt).rowcount)
 
 
 def resume_waiting(store: Store, now: datetime) -> int:
@@ -420,7 +420,7 @@ def resume_waiting(store: Store, now: datetime) -> int:
                    _S.c.last_error.like("letta_unavailable%"), _S.c.last_error.not_like("%HTTP 429%"))
             .values(due_at=now)
         )
-        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
+        return int(conn.execute(stmt).rowcount)
 
 
 def recurring_ahead(store: Store, now: datetime, after_id: int, limit: int) -> list[tuple[Any, ...]]:
@@ -450,7 +450,7 @@ def rearm(store: Store, changes: list[tuple[int, datetime, datetime, datetime | 
                 update(_S).where(_S.c.id == sid, _S.c.next_run == old, _S.c.claimed_by.is_(None),
                                  _S.c.state == "active")
                 .values(**values)
-            ).rowcount)  # type: ignore[attr-defined]
+            ).rowcount)
     return moved
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     DateTime,
@@ -25,6 +25,7 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     bindparam,
     create_engine,
@@ -470,8 +471,8 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-SCHEDULES = Schedule.__table__
-DELIVERIES = Delivery.__table__
+SCHEDULES = cast(Table, Schedule.__table__)  # (typed as a FromClause by the ORM; it is the Table)
+DELIVERIES = cast(Table, Delivery.__table__)
 _S, _D = SCHEDULES, DELIVERIES
 _NOW = bindparam("now", type_=UTCDateTime())
 

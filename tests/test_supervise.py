@@ -115,7 +115,8 @@ def test_service_status_shows_the_worker_lease(home: Path, tmp_path: Path, capsy
 
     from promptyoself.config import load_settings
     from promptyoself.core.operations import Core
-    from promptyoself.store.db import WorkerLease, utcnow
+    from promptyoself.deps import system_clock as utcnow
+    from promptyoself.store.db import WorkerLease
     from promptyoself.store.quick import hostname
 
     core = Core(load_settings())

@@ -318,7 +318,7 @@ def import_legacy(
         imported_ids.append(created.id)
 
     if imported_ids:
-        core._changed()
+        core.changed()
     log.info(
         "legacy import from %s: %d imported, %d already there, %d inactive, %d errors",
         file, len(imported_ids), skipped_existing, skipped_inactive, len(errors),

@@ -128,9 +128,6 @@ class Core(Deps, AdminOperations, OperatorOperations):
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
 
-    def _changed(self) -> None:
-        self.changed()
-
     # ---- agent inference ----------------------------------------------------------------------
 
     def resolve_agent(self, agent_id: object, ctx: CallContext | None) -> str:
@@ -279,7 +276,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             if existing is None or key is None:
                 raise
             return self._repeated(existing, key, text, plan, catch_up)
-        self._changed()
+        self.changed()
         return self._created_result(row, message, False)
 
     def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
@@ -422,7 +419,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
                 "state": was,
                 "message": f"Schedule {sid} had already ended ({was}); nothing to cancel.",
             }
-        self._changed()
+        self.changed()
         return {
             "status": "success",
             "cancelled_id": sid,
@@ -440,7 +437,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             return replace(row, state="paused", due_at=None, updated_at=now)
 
         result = self._state_result(self._change(sid, change), f"Paused schedule {sid}.")
-        self._changed()
+        self.changed()
         return result
 
     def resume(self, schedule_id: object) -> StateResult:
@@ -468,7 +465,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
                            claimed_by=None, claim_until=None, updated_at=now)
 
         result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")
-        self._changed()
+        self.changed()
         return result
 
     @staticmethod

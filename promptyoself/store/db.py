@@ -129,10 +129,6 @@ class Schedule(Base):
               sqlite_where=text("claimed_by IS NOT NULL")),
     )
 
-    @property
-    def active(self) -> bool:
-        return self.state == "active"
-
 
 class Delivery(Base):
     __tablename__ = "deliveries"
@@ -464,11 +460,6 @@ class Store:
             .where(Schedule.agent_id == agent_id, Schedule.state.in_(LIVE_STATES))
         )
         return int(s.execute(q).scalar_one())
-
-
-def utcnow() -> datetime:
-    """The one place the store reads the clock (for callers that have no ``now`` of their own)."""
-    return datetime.now(UTC)
 
 
 SCHEDULES = cast(Table, Schedule.__table__)  # (typed as a FromClause by the ORM; it is the Table)

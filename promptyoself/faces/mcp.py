@@ -352,8 +352,8 @@ def tool(
     left for FastMCP to read, a docstring makes it import griffe and run three docstring parsers over
     each tool, looking for sections these one-liners do not have (~70 ms of every start)."""
     hints = ToolAnnotations(
-        title=None, readOnlyHint=read_only, destructiveHint=destructive, idempotentHint=idempotent,
-        openWorldHint=open_world,
+        title=None, read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent,
+        open_world_hint=open_world,
     )
 
     def register(fn: F) -> F:

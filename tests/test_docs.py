@@ -37,7 +37,7 @@ CLI_DOC = ROOT / "docs" / "cli.md"
 ARCH_DOC = ROOT / "docs" / "architecture.md"
 README = ROOT / "README.md"
 
-PASS_NAMES = {p.name for p in PASS_THROUGH}
+PASS_NAMES = set(PASS_THROUGH)
 COMMON_HEADING = "## Arguments every tool accepts"
 CODES_HEADING = "## Error codes"
 

@@ -43,8 +43,10 @@ pytestmark = pytest.mark.slow
 
 LATE = 2.0
 """Seconds after its due time by which a prompt must have reached Letta."""
-IN = "in 4s"
-"""When the prompts are due: long enough for a worker to start, short enough to keep the suite quick."""
+IN = "in 6s"
+"""When the prompts are due: long enough for a worker to start on a loaded machine (a worker started by
+the CLI was seen 3 s late with "in 4s" under a load average of 19 on two cores), short enough to keep
+the suite quick. The bound asserted is ``LATE`` after this due time."""
 
 
 @pytest.fixture(params=["new", "completed"])

@@ -4,7 +4,7 @@ JSON allows the escape; the MCP SDK's parser (pydantic's, strict UTF-8) refuses 
 stdio transport then drops it without a word: the client waits for a reply that never comes. Here
 such a line is made parseable (each lone surrogate becomes U+FFFD) and, in a ``tools/call``, the
 places it held one are named in ``params._meta["promptyoself/invalid_unicode"]``, which
-``faces.mcp.ArgumentErrors`` answers as ``invalid_argument`` before the tool runs. Other requests
+``faces.mcp.ToolCalls`` answers as ``invalid_argument`` before the tool runs. Other requests
 (an ``initialize`` whose client name held one) go on with the replacement character.
 
 ``install()`` puts this in front of the parser of ``mcp.server.stdio`` (the in-process stdio server

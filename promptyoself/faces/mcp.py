@@ -1,4 +1,16 @@
-"""The MCP server: each tool is a typed signature, a docstring and one call into the core.
+"""The MCP server: plain ``@tool`` functions over the core, a module-level server ``mcp`` and one
+middleware.
+
+Each tool is a typed signature, a docstring and one call into the core. The tools reach their
+``Core`` through a dependency (``TheCore``): the core ``build_server(core)`` bound the serving app to,
+or, for the module-level ``mcp`` (which ``fastmcp inspect|dev|run promptyoself/faces/mcp.py`` load),
+a default one made from the settings on its first call, so loading the module touches neither the
+database nor Letta. ``build_server`` reuses the tools ``mcp`` holds (their schemas are built once per
+process), so an app per Core costs ~0.2 ms (it was ~25 ms).
+
+The ``ToolCalls`` middleware does what every tool has in common: it accepts and drops the arguments
+Letta forwards to every tool (and lists them in every tool's input schema), answers calls that do not
+fit a tool, and maps errors onto MCP tool errors with our JSON.
 
 Nothing but JSON-RPC may reach stdout in stdio mode, so this module sets FastMCP's update check off
 before FastMCP is imported and runs with the banner off.
@@ -11,23 +23,28 @@ import inspect
 import json
 import logging
 import os
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, get_type_hints
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal, TypeVar
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 
 from fastmcp import Context, FastMCP
+from fastmcp.dependencies import Depends
 from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
-from fastmcp.server.dependencies import get_http_headers
+from fastmcp.server.dependencies import get_context, get_http_headers, get_server
 from fastmcp.server.middleware import Middleware, MiddlewareContext
+from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from promptyoself import __version__
 from promptyoself.core.agents import CallContext
-from promptyoself.core.operations import Core, ScheduleOptions
+from promptyoself.core.operations import Core
 from promptyoself.core.results import (
     AgentsResult,
     CancelResult,
@@ -58,16 +75,19 @@ Pass your own agent_id: Letta does not tell stdio servers who is calling.
 Deliveries are budgeted per day and new schedules per hour (promptyoself_list shows your guardrails):
 change or reuse a schedule rather than making a new one from every prompt."""
 
-PASS_THROUGH: tuple[inspect.Parameter, ...] = tuple(
-    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
-    for name, ann in (
-        ("mcp_server_id", str | None),
-        ("mcp_server_name", str | None),
-        ("request_heartbeat", bool | None),
-        ("heartbeat", bool | None),
-    )
-)
-_PASS_NAMES = frozenset(p.name for p in PASS_THROUGH)
+_NULLABLE_STR = {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
+_NULLABLE_BOOL = {"anyOf": [{"type": "boolean"}, {"type": "null"}], "default": None}
+PASS_THROUGH: dict[str, dict[str, Any]] = {
+    "mcp_server_id": _NULLABLE_STR,
+    "mcp_server_name": _NULLABLE_STR,
+    "request_heartbeat": _NULLABLE_BOOL,
+    "heartbeat": _NULLABLE_BOOL,
+}
+"""The arguments Letta forwards to every tool: listed in every tool's input schema, accepted and
+dropped by ``ToolCalls``."""
+
+
+# ---- errors ----------------------------------------------------------------------------------------
 
 
 def error_json(exc: PromptYoSelfError) -> str:
@@ -76,8 +96,7 @@ def error_json(exc: PromptYoSelfError) -> str:
 
 def user_error(tool: str, exc: PromptYoSelfError) -> ToolError:
     """A caller's error as an MCP tool error: our JSON, logged once here at INFO with its code and
-    message. FastMCP logs every ToolError itself ("Error calling tool ...", no reason) at the error's
-    ``log_level``: DEBUG here, since this line says it all."""
+    message (FastMCP's own line for it is kept at DEBUG: ``FastMCPsLineAtDebug``)."""
     log.info("%s: %s: %s", tool, exc.code, exc.message)
     return ToolError(error_json(exc), log_level=logging.DEBUG)
 
@@ -100,7 +119,7 @@ def argument_problem(tool: str, schema: dict[str, Any], args: dict[str, Any]) ->
     missing = [str(k) for k in schema.get("required") or [] if k not in args]
     if not unknown and not missing:
         return None
-    own = [k for k in props if k not in _PASS_NAMES]
+    own = [k for k in props if k not in PASS_THROUGH]
     parts = []
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
@@ -131,6 +150,44 @@ def describe_validation(tool: str, exc: ValidationError) -> str:
     return f"invalid values for {tool}: " + "; ".join(f"{name!r}: {msg}" for name, msg in items)
 
 
+class FastMCPsLineAtDebug(logging.Filter):
+    """FastMCP logs each exception a tool raises ("Error calling tool ...", at ERROR with a traceback)
+    before any middleware sees it; ``ToolCalls`` logs it instead, once: a caller's error at INFO with
+    its code, anything else at ERROR with its traceback. FastMCP's line is kept, at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and str(record.msg).startswith("Error calling tool"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info, record.exc_text = None, None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+_fastmcp_log = logging.getLogger("fastmcp.server.server")
+if not any(isinstance(f, FastMCPsLineAtDebug) for f in _fastmcp_log.filters):
+    _fastmcp_log.addFilter(FastMCPsLineAtDebug())
+
+
+# ---- the core and the caller of a call ------------------------------------------------------------
+
+_CORES: weakref.WeakKeyDictionary[FastMCP[Any], Core] = weakref.WeakKeyDictionary()
+_default_lock = threading.Lock()
+
+
+def core_of(server: FastMCP[Any]) -> Core:
+    """The ``Core`` that ``server`` serves: the one ``build_server`` bound it to; for the module-level
+    ``mcp``, one made from the settings (``PROMPTYOSELF_*``, ``LETTA_*``) on its first call."""
+    core = _CORES.get(server)
+    if core is None:
+        with _default_lock:
+            core = _CORES.get(server)
+            if core is None:
+                from promptyoself.config import load_settings
+
+                core = _CORES[server] = Core(load_settings())
+    return core
+
+
 def call_context(ctx: Context | None) -> CallContext:
     """What the protocol tells us about the caller: request ``_meta``, ``X-Agent-Id``, session scope."""
     if ctx is None:
@@ -153,6 +210,29 @@ def call_context(ctx: Context | None) -> CallContext:
     return CallContext(meta=meta or None, header_agent_id=header, scope_key=scope)
 
 
+def current_core() -> Core:
+    """The ``Core`` of the server answering this call (``core_of``)."""
+    return core_of(get_server())
+
+
+def current_call() -> CallContext:
+    """This call's ``CallContext`` (``call_context``)."""
+    try:
+        ctx = get_context()
+    except RuntimeError:  # no request (a direct call)
+        return CallContext()
+    return call_context(ctx)
+
+
+TheCore = Annotated[Core, Depends(current_core)]
+"""A tool's parameter for its core; injected, not in the input schema."""
+TheCall = Annotated[CallContext, Depends(current_call)]
+"""A tool's parameter for what the protocol says about the caller; injected, not in the input schema."""
+
+
+# ---- the middleware --------------------------------------------------------------------------------
+
+
 def _request_meta(context: MiddlewareContext[Any]) -> dict[str, Any]:
     """The request's ``_meta`` (the wire request's, which the middleware's own message does not carry)."""
     try:
@@ -163,18 +243,41 @@ def _request_meta(context: MiddlewareContext[Any]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-class ArgumentErrors(Middleware):
-    """Calls that do not fit a tool get our JSON error shape, before the tool runs: an unknown tool
-    (code ``not_found``, naming the tools), unknown or missing argument names (``invalid_argument``,
-    one line naming them and the arguments the tool takes) and values of the wrong type
-    (``invalid_argument``, pydantic's message per argument). Logged at INFO: they are the caller's."""
+class ToolCalls(Middleware):
+    """What every tool has in common, for every tool.
+
+    - The arguments Letta forwards to every tool (``PASS_THROUGH``): listed in each tool's input
+      schema, accepted and dropped before the tool runs.
+    - Calls that do not fit a tool get our JSON error before it runs: an unknown tool (``not_found``,
+      naming the tools), unknown or missing argument names (``invalid_argument``, one line naming
+      them and the arguments the tool takes), values of the wrong type (``invalid_argument``,
+      pydantic's message per argument), text that is not valid Unicode (``invalid_argument``).
+    - A ``PromptYoSelfError`` from the core becomes an MCP tool error with our JSON, logged at INFO;
+      anything else is code ``internal``, logged at ERROR with its traceback, in the log only.
+    - Each call that reaches a tool is counted (``Core.tool_calls``, in ``health``).
+    """
 
     def __init__(self) -> None:
         self._schemas: dict[str, dict[str, Any]] = {}  # input schema by tool name (the tools are fixed once built)
+        self._listed: dict[str, tuple[Tool, Tool]] = {}  # name -> (tool, tool as listed)
+
+    async def on_list_tools(self, context: MiddlewareContext[Any], call_next: Any) -> Sequence[Tool]:
+        return [self._as_listed(t) for t in await call_next(context)]
+
+    def _as_listed(self, tool: Tool) -> Tool:
+        known = self._listed.get(tool.name)
+        if known is not None and known[0] is tool:
+            return known[1]
+        params = tool.parameters
+        listed = tool.model_copy(update={"parameters": {**params, "properties": {
+            **(params.get("properties") or {}), **PASS_THROUGH}}})
+        self._listed[tool.name] = (tool, listed)
+        return listed
 
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
         name = str(context.message.name)
-        args = context.message.arguments or {}
+        given = context.message.arguments or {}
+        args = {k: v for k, v in given.items() if k not in PASS_THROUGH}
         meta = _request_meta(context)
         if meta.get(INVALID_UNICODE):  # faces.jsonrpc_repair named them
             raise user_error(name, InvalidArgument(
@@ -190,12 +293,24 @@ class ArgumentErrors(Middleware):
             problem = argument_problem(name, schema, args)
             if problem is not None:
                 raise user_error(name, InvalidArgument(problem))
+        if len(args) != len(given):
+            context = context.copy(message=context.message.model_copy(update={"arguments": args}))
+        if server is not None:
+            core_of(server).tool_calls += 1
         try:
             return await call_next(context)
         except NotFoundError:
             raise await self._unknown_tool(server, name) from None
         except ValidationError as exc:
             raise user_error(name, InvalidArgument(describe_validation(name, exc))) from None
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, PromptYoSelfError):  # the caller's error: INFO, with its code and message
+                raise user_error(name, cause) from None
+            if cause is None:  # a ToolError made on purpose (ours, or FastMCP's answer to a bad call)
+                raise
+            log.error("tool %s failed", name, exc_info=(type(cause), cause, cause.__traceback__))
+            raise ToolError(error_json(INTERNAL), log_level=logging.DEBUG) from None
 
     @staticmethod
     async def _unknown_tool(server: Any, name: str) -> ToolError:
@@ -206,78 +321,67 @@ class ArgumentErrors(Middleware):
         return user_error(name[:100], NotFound(f"Unknown tool {name[:100]!r}.{hint}{listed}"))
 
 
-def _register(
-    mcp: FastMCP,
-    core: Core,
-    fn: Callable[..., Any],
-    *,
-    read_only: bool = False,
-    destructive: bool = False,
-    idempotent: bool = False,
-    open_world: bool = False,
-    title: str | None = None,
-) -> None:
-    """Register ``fn`` as a tool: add the pass-through arguments, inject the call context where
-    ``fn`` takes ``call``, spread ``options`` (``ScheduleOptions``) into the tool's arguments, and map
-    core errors onto MCP tool errors."""
-    sig = inspect.signature(fn)
-    hints = get_type_hints(fn, include_extras=True)
-    wants_call = "call" in sig.parameters
-    wants_options = "options" in sig.parameters
-    params = [
-        p.replace(annotation=hints.get(p.name, p.annotation))
-        for p in sig.parameters.values()
-        if p.name not in ("call", "options")
-    ]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
-    if wants_options:
-        params.extend(SCHEDULE_OPTIONS)
-    ctx_param = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Context | None)
+# ---- the server ------------------------------------------------------------------------------------
 
-    def tool(**kwargs: Any) -> Any:
-        ctx = kwargs.pop("ctx", None)
-        for name in _PASS_NAMES:
-            kwargs.pop(name, None)
-        if wants_call:
-            kwargs["call"] = call_context(ctx)
-        if wants_options:
-            options = {p.name: kwargs.pop(p.name, p.default) for p in SCHEDULE_OPTIONS}
-            kwargs["options"] = {**options, "ctx": call_context(ctx)}
-        core.tool_calls += 1
+
+@asynccontextmanager
+async def _close_default_core(server: FastMCP[Any]) -> AsyncIterator[dict[str, Any]]:
+    """The module-level server's lifespan: the default core, if a call made one, closes with it."""
+    try:
+        yield {}
+    finally:
+        core = _CORES.pop(server, None)
+        if core is not None:
+            core.close()
+
+
+jsonrpc_repair.install()  # a line with a lone surrogate gets an answer, not silence
+mcp: FastMCP[Any] = FastMCP("promptyoself", instructions=INSTRUCTIONS, version=__version__,
+                            lifespan=_close_default_core)
+mcp.add_middleware(ToolCalls())
+TOOLS: list[Tool] = []
+"""The tools of ``mcp``, in order; ``build_server`` serves the same ones."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tool(
+    *, read_only: bool = False, destructive: bool = False, idempotent: bool = False, open_world: bool = False
+) -> Callable[[F], F]:
+    """``@mcp.tool`` with these behaviour hints and the docstring as the description, passed as is:
+    left for FastMCP to read, a docstring makes it import griffe and run three docstring parsers over
+    each tool, looking for sections these one-liners do not have (~70 ms of every start)."""
+    hints = ToolAnnotations(
+        title=None, read_only_hint=read_only, destructive_hint=destructive, idempotent_hint=idempotent,
+        open_world_hint=open_world,
+    )
+
+    def register(fn: F) -> F:
+        description = inspect.getdoc(fn)
+        fn.__doc__ = None
         try:
-            return fn(**kwargs)
-        except PromptYoSelfError as exc:  # the caller's error: INFO, with its code and message
-            raise user_error(fn.__name__, exc) from None
-        except Exception:  # a bug: ERROR with the traceback, in the log only
-            log.exception("tool %s failed", fn.__name__)
-            raise ToolError(error_json(INTERNAL), log_level=logging.DEBUG) from None
+            TOOLS.append(mcp.add_tool(Tool.from_function(fn, description=description, annotations=hints)))
+        finally:
+            fn.__doc__ = description
+        return fn
 
-    tool.__name__ = fn.__name__
-    # The description is passed as is: left as a docstring, FastMCP would load griffe and run three
-    # docstring parsers over each tool at start-up, to find sections these one-liners do not have.
-    tool.__doc__ = None
-    tool.__signature__ = sig.replace(  # type: ignore[attr-defined]
-        parameters=[*params, *PASS_THROUGH, ctx_param], return_annotation=hints.get("return")
-    )
-    tool.__annotations__ = {
-        **{p.name: p.annotation for p in params},
-        **{p.name: p.annotation for p in PASS_THROUGH},
-        "ctx": Context | None,
-        "return": hints.get("return"),
-    }
-    mcp.tool(
-        tool,
-        name=fn.__name__,
-        description=inspect.getdoc(fn),
-        annotations=ToolAnnotations(
-            title=title,
-            read_only_hint=read_only,
-            destructive_hint=destructive,
-            idempotent_hint=idempotent,
-            open_world_hint=open_world,
-        ),
-    )
+    return register
 
+
+def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:
+    """A FastMCP app with every PromptYoSelf tool (those of ``mcp``), answering with ``core``."""
+    kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "version": __version__}
+    if lifespan is not None:
+        kwargs["lifespan"] = lifespan
+    server: FastMCP[Any] = FastMCP("promptyoself", **kwargs)
+    server.add_middleware(ToolCalls())
+    for made in TOOLS:
+        server.add_tool(made)
+    _CORES[server] = core
+    return server
+
+
+# ---- argument types --------------------------------------------------------------------------------
 
 AgentId = Annotated[
     str | None,
@@ -330,184 +434,220 @@ CatchUp = Annotated[
     Field(description="Missed runs (server down): 'latest' (default) one run for what was missed, within "
           "PROMPTYOSELF_MISFIRE_GRACE; 'skip' none; 'all' each one (at most 10). Missed ones show in history."),
 ]
+Every = Annotated[
+    str | int,
+    Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer); "
+          "at least PROMPTYOSELF_MIN_INTERVAL (default 10s)."),
+]
+StartAt = Annotated[str | None, Field(description="First run (same formats as `time`); default now + every.")]
+MaxRepetitions = Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")]
+NewDefaultAgent = Annotated[str | None, Field(description="Agent id; null clears it.")]
 
 
-SCHEDULE_OPTIONS: tuple[inspect.Parameter, ...] = tuple(
-    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
-    for name, ann, default in (
-        ("agent_id", AgentId, None),
-        ("timezone", Timezone, None),
-        ("skip_validation", SkipValidation, False),
-        ("idempotency_key", IdempotencyKey, None),
-        ("catch_up", CatchUp, None),
-        ("max_per_day", MaxPerDay, None),
-        ("target", Target, None),
-        ("conversation_id", ConversationId, None),
+# ---- the tools -------------------------------------------------------------------------------------
+
+
+@tool(open_world=True)
+def promptyoself_schedule_time(
+    prompt: Prompt,
+    time: When,
+    agent_id: AgentId = None,
+    timezone: Timezone = None,
+    skip_validation: SkipValidation = False,
+    idempotency_key: IdempotencyKey = None,
+    catch_up: CatchUp = None,
+    max_per_day: MaxPerDay = None,
+    target: Target = None,
+    conversation_id: ConversationId = None,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> ScheduleResult:
+    """Schedule a one-time prompt to be delivered to the agent at `time`."""
+    return core.schedule_time(
+        prompt, time, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
+        idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
+        conversation_id=conversation_id, ctx=call,
     )
-)
 
 
-def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
-    """The FastMCP app with every PromptYoSelf tool bound to ``core``."""
-    kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "version": __version__}
-    if lifespan is not None:
-        kwargs["lifespan"] = lifespan
-    jsonrpc_repair.install()  # a line with a lone surrogate gets an answer, not silence
-    mcp = FastMCP("promptyoself", **kwargs)
-    mcp.add_middleware(ArgumentErrors())
-
-    def promptyoself_schedule_time(prompt: Prompt, time: When, options: ScheduleOptions) -> ScheduleResult:
-        """Schedule a one-time prompt to be delivered to the agent at `time`."""
-        return core.schedule_time(prompt, time, **options)
-
-    def promptyoself_schedule_cron(prompt: Prompt, cron: CronRule, options: ScheduleOptions) -> ScheduleResult:
-        """Schedule a recurring prompt on a rule (words, RFC 5545 RRULE or cron), in an IANA timezone (DST-safe)."""
-        return core.schedule_cron(prompt, cron, **options)
-
-    def promptyoself_schedule_every(
-        prompt: Prompt,
-        every: Annotated[
-            str | int,
-            Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer); "
-                  "at least PROMPTYOSELF_MIN_INTERVAL (default 10s)."),
-        ],
-        start_at: Annotated[
-            str | None, Field(description="First run (same formats as `time`); default now + every.")
-        ] = None,
-        max_repetitions: Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")] = None,
-        *,
-        options: ScheduleOptions,
-    ) -> ScheduleResult:
-        """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
-        return core.schedule_every(
-            prompt, every, start_at=start_at, max_repetitions=max_repetitions, **options
-        )
-
-    def promptyoself_list(
-        agent_id: AgentId = None,
-        include_cancelled: Annotated[
-            bool, Field(description="Also list cancelled, completed and failed schedules.")
-        ] = False,
-        limit: Annotated[int, Field(description="Page size, 1-500.")] = 50,
-        offset: Annotated[int, Field(description="Rows to skip.")] = 0,
-        call: CallContext | None = None,
-    ) -> ListResult:
-        """List schedules (the inferred agent's, or every agent's when none is inferable)."""
-        return core.list_schedules(
-            agent_id=agent_id,
-            include_cancelled=include_cancelled,
-            limit=limit,
-            offset=offset,
-            ctx=call,
-        )
-
-    def promptyoself_cancel(schedule_id: ScheduleId) -> CancelResult:
-        """Cancel a schedule. Cancelling twice succeeds (already_cancelled=true)."""
-        return core.cancel(schedule_id)
-
-    def promptyoself_pause(schedule_id: ScheduleId) -> StateResult:
-        """Pause a schedule; nothing is delivered until it is resumed."""
-        return core.pause(schedule_id)
-
-    def promptyoself_resume(schedule_id: ScheduleId) -> StateResult:
-        """Resume a paused schedule; recurring ones continue at their next future slot."""
-        return core.resume(schedule_id)
-
-    def promptyoself_history(
-        schedule_id: Annotated[int | str | None, Field(description="Only this schedule's deliveries.")] = None,
-        agent_id: AgentId = None,
-        limit: Annotated[int, Field(description="Rows, newest first, 1-500.")] = 20,
-        call: CallContext | None = None,
-    ) -> HistoryResult:
-        """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
-        return core.history(
-            schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call
-        )
-
-    def promptyoself_test() -> TestResult:
-        """Check the connection to the Letta server and count its agents."""
-        return core.test_connection()
-
-    def promptyoself_agents() -> AgentsResult:
-        """List the agents on the Letta server."""
-        return core.list_agents()
-
-    def promptyoself_upload(
-        source_code: Annotated[
-            str, Field(description="Python source of one function, with type hints and a docstring.")
-        ],
-        name: Annotated[str | None, Field(description="The function's name (must match the source).")] = None,
-        description: Annotated[str | None, Field(description="Tool description shown to agents.")] = None,
-    ) -> UploadResult:
-        """Upload a Python function to Letta as a tool."""
-        return core.upload_tool(source_code, name=name, description=description)
-
-    def promptyoself_inference_diagnostics(call: CallContext | None = None) -> DiagnosticsResult:
-        """Show how the agent id would be inferred for this call, and from where."""
-        return core.inference_diagnostics(call)
-
-    def promptyoself_set_default_agent(
-        agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
-    ) -> DefaultAgentResult:
-        """Set the default agent for this server process."""
-        return core.set_default_agent(agent_id)
-
-    def promptyoself_set_scoped_default_agent(
-        agent_id: Annotated[str | None, Field(description="Agent id; null clears it.")],
-        call: CallContext | None = None,
-    ) -> DefaultAgentResult:
-        """Set the default agent for this client session only."""
-        return core.set_scoped_default_agent(agent_id, call)
-
-    def promptyoself_get_scoped_default_agent(call: CallContext | None = None) -> DefaultAgentResult:
-        """Show this client session's default agent."""
-        return core.get_scoped_default_agent(call)
-
-    def health() -> HealthResult:
-        """Server health: version, Letta URL, database, executor, uptime, active schedules."""
-        return core.health()
-
-    _register(mcp, core, promptyoself_schedule_time, read_only=False, open_world=True)
-    _register(mcp, core, promptyoself_schedule_cron, read_only=False, open_world=True)
-    _register(mcp, core, promptyoself_schedule_every, read_only=False, open_world=True)
-    _register(mcp, core, promptyoself_list, read_only=True)
-    _register(mcp, core, promptyoself_cancel, destructive=True, idempotent=True)
-    _register(mcp, core, promptyoself_pause, idempotent=True)
-    _register(mcp, core, promptyoself_resume, idempotent=True)
-    _register(mcp, core, promptyoself_history, read_only=True)
-    _register_delivery_tools(mcp, core)
-    _register(mcp, core, promptyoself_test, read_only=True, open_world=True)
-    _register(mcp, core, promptyoself_agents, read_only=True, open_world=True)
-    _register(mcp, core, promptyoself_upload, open_world=True)
-    _register(mcp, core, promptyoself_inference_diagnostics, read_only=True)
-    _register(mcp, core, promptyoself_set_default_agent, idempotent=True)
-    _register(mcp, core, promptyoself_set_scoped_default_agent, idempotent=True)
-    _register(mcp, core, promptyoself_get_scoped_default_agent, read_only=True)
-    _register(mcp, core, health, read_only=True)
-    return mcp
+@tool(open_world=True)
+def promptyoself_schedule_cron(
+    prompt: Prompt,
+    cron: CronRule,
+    agent_id: AgentId = None,
+    timezone: Timezone = None,
+    skip_validation: SkipValidation = False,
+    idempotency_key: IdempotencyKey = None,
+    catch_up: CatchUp = None,
+    max_per_day: MaxPerDay = None,
+    target: Target = None,
+    conversation_id: ConversationId = None,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> ScheduleResult:
+    """Schedule a recurring prompt on a rule (words, RFC 5545 RRULE or cron), in an IANA timezone (DST-safe)."""
+    return core.schedule_cron(
+        prompt, cron, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
+        idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
+        conversation_id=conversation_id, ctx=call,
+    )
 
 
-def _register_delivery_tools(mcp: FastMCP, core: Core) -> None:
-    """``execute`` and ``executor_status``: thin calls into the delivery side (promptyoself.delivery.service,
-    imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need)."""
-    def promptyoself_execute(
-        loop: Annotated[bool, Field(description="Start the background executor and return at once.")] = False,
-        interval: Annotated[
-            float,
-            Field(description="With loop=true: seconds between re-reads of the earliest due time.",
-                  gt=0, allow_inf_nan=False),
-        ] = 60,
-    ) -> ExecuteResult:
-        """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
-        from promptyoself.delivery import service as executor
+@tool(open_world=True)
+def promptyoself_schedule_every(
+    prompt: Prompt,
+    every: Every,
+    start_at: StartAt = None,
+    max_repetitions: MaxRepetitions = None,
+    agent_id: AgentId = None,
+    timezone: Timezone = None,
+    skip_validation: SkipValidation = False,
+    idempotency_key: IdempotencyKey = None,
+    catch_up: CatchUp = None,
+    max_per_day: MaxPerDay = None,
+    target: Target = None,
+    conversation_id: ConversationId = None,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> ScheduleResult:
+    """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
+    return core.schedule_every(
+        prompt, every, start_at=start_at, max_repetitions=max_repetitions, agent_id=agent_id,
+        timezone=timezone, skip_validation=skip_validation, idempotency_key=idempotency_key,
+        catch_up=catch_up, max_per_day=max_per_day, target=target,
+        conversation_id=conversation_id, ctx=call,
+    )
 
-        return executor.execute_tool(core, loop=loop, interval=interval)
 
-    def promptyoself_executor_status() -> ExecutorStatus:
-        """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
-        from promptyoself.delivery import service as executor
+@tool(read_only=True)
+def promptyoself_list(
+    agent_id: AgentId = None,
+    include_cancelled: Annotated[
+        bool, Field(description="Also list cancelled, completed and failed schedules.")
+    ] = False,
+    limit: Annotated[int, Field(description="Page size, 1-500.")] = 50,
+    offset: Annotated[int, Field(description="Rows to skip.")] = 0,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> ListResult:
+    """List schedules (the inferred agent's, or every agent's when none is inferable)."""
+    return core.list_schedules(
+        agent_id=agent_id, include_cancelled=include_cancelled, limit=limit, offset=offset, ctx=call
+    )
 
-        return executor.status_tool(core)
 
-    _register(mcp, core, promptyoself_execute)
-    _register(mcp, core, promptyoself_executor_status, read_only=True)
+@tool(destructive=True, idempotent=True)
+def promptyoself_cancel(schedule_id: ScheduleId, *, core: TheCore) -> CancelResult:
+    """Cancel a schedule. Cancelling twice succeeds (already_cancelled=true)."""
+    return core.cancel(schedule_id)
+
+
+@tool(idempotent=True)
+def promptyoself_pause(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
+    """Pause a schedule; nothing is delivered until it is resumed."""
+    return core.pause(schedule_id)
+
+
+@tool(idempotent=True)
+def promptyoself_resume(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
+    """Resume a paused schedule; recurring ones continue at their next future slot."""
+    return core.resume(schedule_id)
+
+
+@tool(read_only=True)
+def promptyoself_history(
+    schedule_id: Annotated[int | str | None, Field(description="Only this schedule's deliveries.")] = None,
+    agent_id: AgentId = None,
+    limit: Annotated[int, Field(description="Rows, newest first, 1-500.")] = 20,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> HistoryResult:
+    """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
+    return core.history(schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call)
+
+
+@tool()
+def promptyoself_execute(
+    loop: Annotated[bool, Field(description="Start the background executor and return at once.")] = False,
+    interval: Annotated[
+        float,
+        Field(description="With loop=true: seconds between re-reads of the earliest due time.",
+              gt=0, allow_inf_nan=False),
+    ] = 60,
+    *,
+    core: TheCore,
+) -> ExecuteResult:
+    """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
+    # Imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need.
+    from promptyoself.delivery import service
+
+    return service.execute_tool(core, loop=loop, interval=interval)
+
+
+@tool(read_only=True)
+def promptyoself_executor_status(*, core: TheCore) -> ExecutorStatus:
+    """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
+    from promptyoself.delivery import service  # on first call, as in promptyoself_execute
+
+    return service.status_tool(core)
+
+
+@tool(read_only=True, open_world=True)
+def promptyoself_test(*, core: TheCore) -> TestResult:
+    """Check the connection to the Letta server and count its agents."""
+    return core.test_connection()
+
+
+@tool(read_only=True, open_world=True)
+def promptyoself_agents(*, core: TheCore) -> AgentsResult:
+    """List the agents on the Letta server."""
+    return core.list_agents()
+
+
+@tool(open_world=True)
+def promptyoself_upload(
+    source_code: Annotated[str, Field(description="Python source of one function, with type hints and a docstring.")],
+    name: Annotated[str | None, Field(description="The function's name (must match the source).")] = None,
+    description: Annotated[str | None, Field(description="Tool description shown to agents.")] = None,
+    *,
+    core: TheCore,
+) -> UploadResult:
+    """Upload a Python function to Letta as a tool."""
+    return core.upload_tool(source_code, name=name, description=description)
+
+
+@tool(read_only=True)
+def promptyoself_inference_diagnostics(*, core: TheCore, call: TheCall) -> DiagnosticsResult:
+    """Show how the agent id would be inferred for this call, and from where."""
+    return core.inference_diagnostics(call)
+
+
+@tool(idempotent=True)
+def promptyoself_set_default_agent(agent_id: NewDefaultAgent, *, core: TheCore) -> DefaultAgentResult:
+    """Set the default agent for this server process."""
+    return core.set_default_agent(agent_id)
+
+
+@tool(idempotent=True)
+def promptyoself_set_scoped_default_agent(
+    agent_id: NewDefaultAgent, *, core: TheCore, call: TheCall
+) -> DefaultAgentResult:
+    """Set the default agent for this client session only."""
+    return core.set_scoped_default_agent(agent_id, call)
+
+
+@tool(read_only=True)
+def promptyoself_get_scoped_default_agent(*, core: TheCore, call: TheCall) -> DefaultAgentResult:
+    """Show this client session's default agent."""
+    return core.get_scoped_default_agent(call)
+
+
+@tool(read_only=True)
+def health(*, core: TheCore) -> HealthResult:
+    """Server health: version, Letta URL, database, executor, uptime, active schedules."""
+    return core.health()

@@ -33,6 +33,8 @@ PENDING_RUN_STATUSES = ("created", "running")
 CHECK_MESSAGES = 100
 """How many of the agent's newest messages ``find_message`` looks through."""
 CHECK_RUNS = 20
+HTTP1 = True
+"""Benchmark switch (not a setting): False sends every message through httpx (``bench/fastpaths.py``)."""
 
 Answer = httpx.Response | Reply
 """An answer from Letta: through httpx, or through the send path's own poster (``http1``)."""
@@ -170,7 +172,7 @@ class LettaClient:
         # Message sends (the executor's hot path) skip httpx's layers where httpx would open a plain
         # connection anyway: see promptyoself/letta/http1.py.
         self._poster: KeepAlivePoster | None = None
-        if transport is None and self.base_url.startswith("http://") and not _env_proxies():
+        if HTTP1 and transport is None and self.base_url.startswith("http://") and not _env_proxies():
             try:
                 self._poster = KeepAlivePoster(self.base_url, headers, timeout)
             except ValueError:  # a URL or header it does not send as is: httpx encodes or rejects it

@@ -102,6 +102,9 @@ def _unnests(conn: Any) -> bool:
 
 
 _directs: dict[int, Direct] = {}
+DIRECT = True
+"""Benchmark switch (not a setting): False runs the hot statements through ``Connection.execute``
+on psycopg 3 too (``bench/fastpaths.py``)."""
 
 
 def _direct(stmt: Any) -> Direct:
@@ -114,14 +117,14 @@ def _direct(stmt: Any) -> Direct:
 
 def _rows(conn: Any, stmt: Any, params: dict[str, Any]) -> list[Any]:
     """``stmt``'s result rows (attribute access by column name): on psycopg 3 directly."""
-    if _unnests(conn):
+    if DIRECT and _unnests(conn):
         return _direct(stmt).rows(conn, params)
     return list(conn.execute(stmt, params).all())
 
 
 def _write(conn: Any, stmt: Any, params: dict[str, Any]) -> None:
     """Run a write whose count nobody reads: on psycopg 3 directly."""
-    if _unnests(conn):
+    if DIRECT and _unnests(conn):
         _direct(stmt).run(conn, params)
     else:
         conn.execute(stmt, params)

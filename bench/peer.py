@@ -219,7 +219,15 @@ def run(args: Any) -> list[Row]:
         for key, label, off in chosen:
             say(f"[peer] run {i + 1}/{runs} ({key}) {label}: {count} to {n_agents} agents, {workers} × {in_flight} "
                 f"(ideal {ideal:.2f} s) ...")
-            res = one_run(key, off, pg_url, count, n_agents, in_flight, workers, lead)
+            try:
+                res = one_run(key, off, pg_url, count, n_agents, in_flight, workers, lead)
+            except Exception as exc:  # the shared PostgreSQL restarted under the run (seen): once more
+                if "OperationalError" not in type(exc).__name__:
+                    raise
+                say(f"[peer]   PostgreSQL failed under the run ({exc}); running it again")
+                time.sleep(5)
+                res = one_run(key, off, pg_url, count, n_agents, in_flight, workers, lead)
+                res["retried"] = str(exc).splitlines()[0]
             say(f"[peer]   {res['seconds'] and round(res['seconds'], 2)} s, CPU {res['cpu_ms'] or 0:.3f} ms/delivery, "
                 f"exactly once {res['exactly_once']}, started {res['started_before_due']}, load {res['load']:.2f}")
             results[key].append(res)

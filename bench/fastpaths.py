@@ -1,11 +1,11 @@
 """Run ``python -m promptyoself ARGS`` with delivery fast paths switched off (benchmarks only).
 
-    python -m bench.fastpaths --off http1,direct -- worker --shared
+    python -m bench.fastpaths --off http1 -- worker --shared
 
 ``http1``: message sends go through httpx instead of ``promptyoself/letta/http1.py``
-(``promptyoself.letta.client.HTTP1``). ``direct``: the claim and record statements run through
-SQLAlchemy's ``Connection.execute`` instead of ``promptyoself/store/direct.py`` on psycopg 3
-(``promptyoself.store.claims.DIRECT``). The switches are module-level flags, not settings: only the
+(``promptyoself.letta.client.HTTP1``). (``direct``, the claim and record statements on psycopg 3
+directly, was measured here and removed: docs/design.md, "Fast paths".) The switches are
+module-level flags, not settings: only the
 benchmarks (bench/peer.py, bench/burst.py) set them, through this wrapper, so that the same worker
 runs with and without each path.
 """
@@ -16,7 +16,7 @@ import argparse
 import runpy
 import sys
 
-PATHS = ("http1", "direct")
+PATHS = ("http1",)
 
 
 def switch_off(names: list[str]) -> None:
@@ -28,15 +28,11 @@ def switch_off(names: list[str]) -> None:
         import promptyoself.letta.client as client
 
         client.HTTP1 = False
-    if "direct" in names:
-        import promptyoself.store.claims as claims
-
-        claims.DIRECT = False
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fastpaths", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--off", default="", help="comma-separated fast paths to switch off: http1, direct")
+    parser.add_argument("--off", default="", help="comma-separated fast paths to switch off: http1")
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="-- then the arguments of python -m promptyoself")
     args = parser.parse_args()
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest

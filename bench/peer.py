@@ -1,11 +1,10 @@
 """Fast paths on and off, beside a peer: 10,000 prompts due at once on PostgreSQL, each one HTTP POST
 to the fake Letta (answering in 20 ms), delivered by 4 processes with 8 in flight each.
 
-Five configurations, in one run, each on a throw-away PostgreSQL schema or database, against its own
+Configurations, in one run, each on a throw-away PostgreSQL schema or database, against its own
 fake Letta (``testkit/fake_letta.py``, a separate process: its CPU is not counted): (a) PromptYoSelf
 as shipped (``python -m promptyoself worker --shared``); (b) the same with ``http1`` off (sends
-through httpx); (c) with ``direct`` off (claim and record statements through SQLAlchemy's
-``Connection.execute``); (d) both off (``bench/fastpaths.py`` switches them); (e) procrastinate
+through httpx; ``bench/fastpaths.py`` switches it); (e) procrastinate
 (``bench/peer_worker.py``: a task doing one ``httpx.AsyncClient`` POST of the same message to the same
 route, the agent as the job's lock, ``concurrency`` = the in-flight limit). The work is loaded before
 the workers start and falls due ``--peer-lead`` seconds later (so every process has started and is
@@ -43,8 +42,6 @@ TITLE = ("Fast paths on and off, and a peer (procrastinate): 10,000 POSTs due at
 CONFIGS: tuple[tuple[str, str, list[str] | None], ...] = (
     ("a", "PromptYoSelf, both fast paths", []),
     ("b", "PromptYoSelf, http1 off (httpx)", ["http1"]),
-    ("c", "PromptYoSelf, direct off (Connection.execute)", ["direct"]),
-    ("d", "PromptYoSelf, both off", ["http1", "direct"]),
     ("e", "procrastinate", None),
 )
 LATENCY = 0.02
@@ -58,7 +55,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--peer-runs", type=int, default=None, help="peer: runs per configuration (3; 1 quick)")
     parser.add_argument("--peer-lead", type=float, default=10.0,
                         help="peer: seconds from the load to the due instant (10)")
-    parser.add_argument("--peer-configs", default="a,b,c,d,e", help="peer: configurations to run (a,b,c,d,e)")
+    parser.add_argument("--peer-configs", default="a,b,e", help="peer: configurations to run (a,b,e)")
     parser.add_argument("--peer-burst", type=int, default=None,
                         help="peer: prompts of the SQLite burst with http1 on/off (10000; 200 quick; 0: skip)")
 
@@ -206,7 +203,7 @@ def run(args: Any) -> list[Row]:
     for flag, value, default in (("--peer-count", args.peer_count, None), ("--peer-agents", args.peer_agents, None),
                                  ("--peer-workers", args.peer_workers, None), ("--peer-in-flight", in_flight, 8),
                                  ("--peer-runs", args.peer_runs, None), ("--peer-lead", lead, 10.0),
-                                 ("--peer-configs", args.peer_configs, "a,b,c,d,e"),
+                                 ("--peer-configs", args.peer_configs, "a,b,e"),
                                  ("--peer-burst", args.peer_burst, None)):
         if value is not None and value != default:
             extra += [flag, str(value)]

@@ -54,18 +54,15 @@ def test_peer_quick_reports_every_configuration_delivered_exactly_once() -> None
     assert _children() <= before  # fake Letta and every worker stopped
 
 
-def test_the_switches_turn_each_fast_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_switch_turns_the_fast_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
     import promptyoself.letta.client as client
-    import promptyoself.store.claims as claims
-
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)  # a proxy keeps every send on httpx anyway
     monkeypatch.setattr(client, "HTTP1", True)
-    monkeypatch.setattr(claims, "DIRECT", True)
     with client.LettaClient("http://127.0.0.1:9") as on:
         assert on._poster is not None  # plain http://: the send path's own poster
-    fastpaths.switch_off(["http1", "direct"])
-    assert client.HTTP1 is False and claims.DIRECT is False
+    fastpaths.switch_off(["http1"])
+    assert client.HTTP1 is False
     with client.LettaClient("http://127.0.0.1:9") as off:
         assert off._poster is None  # every send through httpx
     with pytest.raises(SystemExit, match="unknown fast path"):
@@ -73,7 +70,7 @@ def test_the_switches_turn_each_fast_path_off(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_wrapper_runs_the_command_line() -> None:
-    proc = subprocess.run([sys.executable, "-m", "bench.fastpaths", "--off", "http1,direct", "--", "--help"],
+    proc = subprocess.run([sys.executable, "-m", "bench.fastpaths", "--off", "http1", "--", "--help"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "worker" in proc.stdout  # promptyoself's own help, run under the switches

@@ -144,10 +144,9 @@ def db_outcomes(url: str) -> dict[str, int]:
 
 
 def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, latency: float, in_flight: int,
-            timeout: float, wrap: list[str] | None = None, off: list[str] | None = None) -> dict[str, Any]:
+            timeout: float, wrap: list[str] | None = None) -> dict[str, Any]:
     """One burst; returns seconds, worker CPU, exactly-once check and the load average. ``wrap`` is
-    put before the worker's command line (e.g. a profiler: ``["py-spy", "record", ..., "--"]``);
-    ``off`` names fast paths the worker runs without (``bench/fastpaths.py``)."""
+    put before the worker's command line (e.g. a profiler: ``["py-spy", "record", ..., "--"]``)."""
     with tempfile.TemporaryDirectory(prefix="pys-burst-") as tmp:
         workdir = Path(tmp)
         with fake_letta(n_agents, latency, workdir) as fake, database(kind, pg_url, workdir) as url:
@@ -161,8 +160,7 @@ def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, latency: f
             errlog = open(workdir / "worker.log", "wb")
             t0 = time.monotonic()
             t0_wall = time.time()
-            entry = ["bench.fastpaths", "--off", ",".join(off), "--"] if off else ["promptyoself"]
-            argv = [*(wrap or []), sys.executable, "-m", *entry, "worker"]
+            argv = [*(wrap or []), sys.executable, "-m", "promptyoself", "worker"]
             worker = subprocess.Popen(argv, env=env, cwd=str(ROOT),
                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog)
             try:

@@ -1,19 +1,21 @@
-"""Fast paths on and off, beside a peer: 10,000 prompts due at once on PostgreSQL, each one HTTP POST
-to the fake Letta (answering in 20 ms), delivered by 4 processes with 8 in flight each.
+"""PromptYoSelf beside a peer: 10,000 prompts due at once on PostgreSQL, each one HTTP POST to the
+fake Letta (answering in 20 ms), delivered by 4 processes with 8 in flight each.
 
-Configurations, in one run, each on a throw-away PostgreSQL schema or database, against its own
+Two configurations, in one run, each on a throw-away PostgreSQL schema or database, against its own
 fake Letta (``testkit/fake_letta.py``, a separate process: its CPU is not counted): (a) PromptYoSelf
-as shipped (``python -m promptyoself worker --shared``); (b) the same with ``http1`` off (sends
-through httpx; ``bench/fastpaths.py`` switches it); (e) procrastinate
-(``bench/peer_worker.py``: a task doing one ``httpx.AsyncClient`` POST of the same message to the same
-route, the agent as the job's lock, ``concurrency`` = the in-flight limit). The work is loaded before
-the workers start and falls due ``--peer-lead`` seconds later (so every process has started and is
-waiting; each process's log is checked); the time runs from the due instant to the fake's stamp on
-the last message, the CPU is utime+stime of the delivering processes (from /proc) over the same
-window, / deliveries. Exactly once is checked for every configuration. Configurations are
+(``python -m promptyoself worker --shared``, ``PROMPTYOSELF_MAX_IN_FLIGHT`` = the in-flight limit);
+(e) procrastinate (``bench/peer_worker.py``: a task doing one ``httpx.AsyncClient`` POST of the same
+message to the same route, the agent as the job's lock, ``concurrency`` = the in-flight limit). The
+work is loaded before the workers start and falls due ``--peer-lead`` seconds later (so every process
+has started and is waiting; each process's log is checked); the time runs from the due instant to
+the fake's stamp on the last message, the CPU is utime+stime of the delivering processes (from
+/proc) over the same window, / deliveries. Exactly once is checked for both. The configurations are
 interleaved run by run so that the machine's load hits each alike; each figure is the median of
-``--peer-runs`` runs, and ratios are against (a). Then the one-worker SQLite burst (bench/burst.py)
-with ``http1`` on and off. Run alone: ``python -m bench --only peer [--quick]``.
+``--peer-runs`` runs, and the ratios are against (a). (Until issue 20 the section also ran
+PromptYoSelf with its two fast paths, ``letta/http1.py`` and ``store/direct.py``, switched off one by
+one, and the SQLite burst with ``http1`` on and off; neither changed a figure by 2x and both were
+removed: docs/design.md, "Fast paths", has those figures.) Run alone:
+``python -m bench --only peer [--quick]``.
 """
 
 from __future__ import annotations
@@ -32,17 +34,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import burst
 from bench.burst import TEXT_PREFIX, _get, fake_letta, stop_process
 from bench.common import ROOT, NotRun, Row, bench_command, clean_env, cpu_seconds, median, pg_schema_url, say
 from bench.scaleout import load as load_schedules
 
-TITLE = ("Fast paths on and off, and a peer (procrastinate): 10,000 POSTs due at once on PostgreSQL, "
+TITLE = ("PromptYoSelf and a peer (procrastinate): 10,000 POSTs due at once on PostgreSQL, "
          "4 processes × 8 in flight (fake Letta in 20 ms)")
-CONFIGS: tuple[tuple[str, str, list[str] | None], ...] = (
-    ("a", "PromptYoSelf, both fast paths", []),
-    ("b", "PromptYoSelf, http1 off (httpx)", ["http1"]),
-    ("e", "procrastinate", None),
+CONFIGS: tuple[tuple[str, str, bool], ...] = (  # key, label, whether it is the peer
+    ("a", "PromptYoSelf", False),
+    ("e", "procrastinate", True),
 )
 LATENCY = 0.02
 
@@ -55,9 +55,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--peer-runs", type=int, default=None, help="peer: runs per configuration (3; 1 quick)")
     parser.add_argument("--peer-lead", type=float, default=10.0,
                         help="peer: seconds from the load to the due instant (10)")
-    parser.add_argument("--peer-configs", default="a,b,e", help="peer: configurations to run (a,b,e)")
-    parser.add_argument("--peer-burst", type=int, default=None,
-                        help="peer: prompts of the SQLite burst with http1 on/off (10000; 200 quick; 0: skip)")
+    parser.add_argument("--peer-configs", default="a,e", help="peer: configurations to run (a,e)")
 
 
 @contextmanager
@@ -99,25 +97,25 @@ def load_jobs(dsn: str, agents: list[str], count: int, due: datetime) -> None:
     asyncio.run(go())
 
 
-def one_run(config: str, off: list[str] | None, pg_url: str, count: int, n_agents: int, in_flight: int,
+def one_run(config: str, is_peer: bool, pg_url: str, count: int, n_agents: int, in_flight: int,
             workers: int, lead: float) -> dict[str, Any]:
     """One configuration once: load, start the processes, wait for the due instant, time the burst."""
     with tempfile.TemporaryDirectory(prefix=f"pys-peer-{config}-") as tmp:
         workdir = Path(tmp)
         with fake_letta(n_agents, LATENCY, workdir) as fake:
-            if off is None:
+            if is_peer:
                 cm: Any = throwaway_database(pg_url)
             else:
                 cm = pg_schema_url(pg_url, prefix="bench_peer")
             with cm as url:
                 due = datetime.now(UTC) + timedelta(seconds=lead)
-                if off is None:
+                if is_peer:
                     load_jobs(url, fake["agent_ids"], count, due)
                 else:
                     load_schedules(url, fake["agent_ids"], count, due)
                 if datetime.now(UTC) >= due - timedelta(seconds=1):
                     raise RuntimeError(f"loading took longer than the lead ({lead} s): raise --peer-lead")
-                res = _deliver(config, off, url, fake, workdir, count, in_flight, workers, due)
+                res = _deliver(config, is_peer, url, fake, workdir, count, in_flight, workers, due)
             stats = _get(fake["url"] + "/_fake/stats", timeout=60)
     stamps = sorted(item["at"] for item in stats["received"])
     texts = Counter(item["text"].rsplit("\n", 1)[-1] for item in stats["received"])
@@ -134,7 +132,7 @@ def one_run(config: str, off: list[str] | None, pg_url: str, count: int, n_agent
     return res
 
 
-def _deliver(config: str, off: list[str] | None, url: str, fake: dict[str, Any], workdir: Path, count: int,
+def _deliver(config: str, is_peer: bool, url: str, fake: dict[str, Any], workdir: Path, count: int,
              in_flight: int, workers: int, due: datetime) -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     logs = [workdir / f"worker-{i}.log" for i in range(workers)]
@@ -144,20 +142,19 @@ def _deliver(config: str, off: list[str] | None, url: str, fake: dict[str, Any],
                 LETTA_BASE_URL=fake["url"], LETTA_API_KEY=f"peer-{config}-{i}", PYTHONPATH=str(ROOT),
                 PROMPTYOSELF_ENV_FILE=str(workdir / "none.env"), FASTMCP_CHECK_FOR_UPDATES="off",
             )
-            if off is None:
+            if is_peer:
                 env["PEER_PG_DSN"] = url
                 argv = [sys.executable, "-m", "bench.peer_worker", str(in_flight)]
             else:
                 env.update(PROMPTYOSELF_DB=url, PROMPTYOSELF_MAX_IN_FLIGHT=str(in_flight),
                            PROMPTYOSELF_WORKER_IDLE_EXIT="0")
-                entry = ["bench.fastpaths", "--off", ",".join(off), "--"] if off else ["promptyoself"]
-                argv = [sys.executable, "-m", *entry, "worker", "--shared"]
+                argv = [sys.executable, "-m", "promptyoself", "worker", "--shared"]
             with open(logs[i], "wb") as err:
                 procs.append(subprocess.Popen(argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
                                               stdout=subprocess.DEVNULL, stderr=err))
         while datetime.now(UTC) < due:
             time.sleep(0.05)
-        mark = "ready" if off is None else "delivery loop"
+        mark = "ready" if is_peer else "delivery loop"
         started = all(mark in p.read_text(errors="replace") for p in logs)
         load_at_due = os.getloadavg()[0]
         cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
@@ -193,18 +190,16 @@ def run(args: Any) -> list[Row]:
     runs = args.peer_runs or (1 if quick else 3)
     lead = float(args.peer_lead)
     chosen = [c for c in CONFIGS if c[0] in args.peer_configs.split(",")]
-    if any(off is None for _, _, off in chosen):
+    if any(is_peer for _, _, is_peer in chosen):
         try:
             import procrastinate  # noqa: F401
         except ImportError:
             raise NotRun("procrastinate is not installed: pip install -e '.[test]'") from None
-    burst_count = args.peer_burst if args.peer_burst is not None else (200 if quick else 10_000)
     extra: list[str] = []
     for flag, value, default in (("--peer-count", args.peer_count, None), ("--peer-agents", args.peer_agents, None),
                                  ("--peer-workers", args.peer_workers, None), ("--peer-in-flight", in_flight, 8),
                                  ("--peer-runs", args.peer_runs, None), ("--peer-lead", lead, 10.0),
-                                 ("--peer-configs", args.peer_configs, "a,b,e"),
-                                 ("--peer-burst", args.peer_burst, None)):
+                                 ("--peer-configs", args.peer_configs, "a,e")):
         if value is not None and value != default:
             extra += [flag, str(value)]
     from bench.latency import _shown_url
@@ -213,17 +208,17 @@ def run(args: Any) -> list[Row]:
     ideal = count * LATENCY / (workers * in_flight)
     results: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in chosen}
     for i in range(runs):
-        for key, label, off in chosen:
+        for key, label, is_peer in chosen:
             say(f"[peer] run {i + 1}/{runs} ({key}) {label}: {count} to {n_agents} agents, {workers} × {in_flight} "
                 f"(ideal {ideal:.2f} s) ...")
             try:
-                res = one_run(key, off, pg_url, count, n_agents, in_flight, workers, lead)
+                res = one_run(key, is_peer, pg_url, count, n_agents, in_flight, workers, lead)
             except Exception as exc:  # the shared PostgreSQL restarted under the run (seen): once more
                 if "OperationalError" not in type(exc).__name__:
                     raise
                 say(f"[peer]   PostgreSQL failed under the run ({exc}); running it again")
                 time.sleep(5)
-                res = one_run(key, off, pg_url, count, n_agents, in_flight, workers, lead)
+                res = one_run(key, is_peer, pg_url, count, n_agents, in_flight, workers, lead)
                 res["retried"] = str(exc).splitlines()[0]
             say(f"[peer]   {res['seconds'] and round(res['seconds'], 2)} s, CPU {res['cpu_ms'] or 0:.3f} ms/delivery, "
                 f"exactly once {res['exactly_once']}, started {res['started_before_due']}, load {res['load']:.2f}")
@@ -260,46 +255,4 @@ def run(args: Any) -> list[Row]:
                             f"{c:.3f} ms / {base_c:.3f} ms"))
     rows.append(Row("peer", "every configuration delivered exactly once", 1.0 if all_once else 0.0, "",
                     "= 1 (yes)", all_once, command, "every message's text arrived once, none twice, none extra"))
-    if burst_count:
-        rows += _burst_rows(burst_count, quick, runs, command)
-    return rows
-
-
-def _burst_rows(count: int, quick: bool, runs: int, command: str) -> list[Row]:
-    """bench/burst.py's SQLite burst (one worker, 8 in flight) with http1 on and off, interleaved."""
-    n_agents = max(1, count // 10)
-    in_flight = 8
-    ideal = count * LATENCY / in_flight
-    out: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-    for i in range(runs):
-        for mode in ("on", "off"):
-            say(f"[peer] SQLite burst run {i + 1}/{runs}, http1 {mode}: {count} prompts (ideal {ideal:.1f} s) ...")
-            res = burst.one_run("SQLite", None, count, n_agents, LATENCY, in_flight, timeout=max(60.0, ideal * 10),
-                                off=["http1"] if mode == "off" else None)
-            say(f"[peer]   {res['seconds'] and round(res['seconds'], 2)} s, CPU "
-                f"{res['cpu_per_delivery_ms'] or 0:.3f} ms/delivery, exactly once {res['exactly_once']}")
-            out[mode].append(res)
-    rows: list[Row] = []
-    figures: dict[str, tuple[float | None, float | None]] = {}
-    for mode in ("on", "off"):
-        rs = out[mode]
-        times = [r["seconds"] for r in rs]
-        cpus = [r["cpu_per_delivery_ms"] for r in rs]
-        t = median([x for x in times if x is not None]) if all(x is not None for x in times) else None
-        c = median([x for x in cpus if x is not None]) if all(x is not None for x in cpus) else None
-        figures[mode] = (t, c)
-        once = all(r["exactly_once"] for r in rs)
-        rows.append(Row("peer", f"SQLite burst, http1 {mode}: time to deliver all", t, "s", "", None, command,
-                        f"bench/burst.py's run, one worker, {count} prompts; median of {runs}: {_fmt(times)} s from "
-                        f"the worker's start; ideal {ideal:.1f} s; exactly once: {'yes' if once else 'NO'}; load "
-                        f"average (1 min) at start {_fmt([r['load'][0] for r in rs])}", {"runs": rs}))
-        rows.append(Row("peer", f"SQLite burst, http1 {mode}: worker CPU per delivery", c, "ms", "", None, command,
-                        f"median of {runs}: {_fmt(cpus, 3)} ms; utime+stime from the first delivery to the last"))
-    (t_on, c_on), (t_off, c_off) = figures["on"], figures["off"]
-    if t_on and t_off:
-        rows.append(Row("peer", "SQLite burst, http1 off / on: time", t_off / t_on, "×", "", None, command,
-                        f"{t_off:.2f} s / {t_on:.2f} s"))
-    if c_on and c_off:
-        rows.append(Row("peer", "SQLite burst, http1 off / on: CPU per delivery", c_off / c_on, "×", "", None,
-                        command, f"{c_off:.3f} ms / {c_on:.3f} ms"))
     return rows

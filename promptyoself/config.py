@@ -105,6 +105,22 @@ def redact_url(text: str) -> str:
     return _URL.sub(one, text)
 
 
+_HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
+
+
+_BEARER = re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*)([A-Za-z0-9._~+/=-]{4,})")
+_CREDENTIAL_FIELD = re.compile(
+    r"(?i)\b(password|passwd|token|api[_-]?key|authorization|x-bare-password)([\"']?\s*[:=]\s*[\"']?)"
+    r"(?!\*\*\*)([^\s\"',;}]{4,})")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with credentials that travel in headers or fields replaced by ``***``: ``Bearer <x>``
+    and ``password: <x>`` / ``"token": "<x>"`` / ``api_key=<x>`` (a server that echoes our request)."""
+    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    return _CREDENTIAL_FIELD.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+
+
 def default_db_path() -> Path:
     """The per-user data file, never the working directory (Letta and Claude Desktop start us anywhere)."""
     from platformdirs import user_data_dir
@@ -215,7 +231,9 @@ class Settings(BaseSettings):
                                        ACCEPTS_SECONDS_OR_0.format(zero="never"), ge=0, allow_inf_nan=False)
     lease_seconds: Seconds = _field(60.0, "PROMPTYOSELF_LEASE_SECONDS", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     max_in_flight: int = _field(8, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
-    max_attempts: int = _field(10, "PROMPTYOSELF_MAX_ATTEMPTS", ACCEPTS_COUNT, ge=1)
+    max_attempts: int | None = _field(None, "PROMPTYOSELF_MAX_ATTEMPTS",
+                                      "a whole number >= 1 (empty = no count: retry until "
+                                      "PROMPTYOSELF_MISFIRE_GRACE has passed)", ge=1)
     retry_base: Seconds = _field(5.0, "PROMPTYOSELF_RETRY_BASE", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     retry_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_MAX", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     misfire_grace: Duration = _field("24h", "PROMPTYOSELF_MISFIRE_GRACE", ACCEPTS_INTERVAL, validate_default=True)
@@ -249,6 +267,13 @@ class Settings(BaseSettings):
 
     http_token: SecretStr | None = _field(None, "PROMPTYOSELF_HTTP_TOKEN", ACCEPTS_SECRET)
     letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
+    allowed_hosts: str | None = _field(None, "PROMPTYOSELF_ALLOWED_HOSTS",
+                                "host names separated by commas, or * for any (empty = loopback names only)")
+    max_request_bytes: int = _field(4 * 1024 * 1024, "PROMPTYOSELF_MAX_REQUEST_BYTES", "a whole number >= 1024",
+                                    ge=1024)
+    mcp_session_idle: Seconds = _field(600.0, "PROMPTYOSELF_MCP_SESSION_IDLE", ACCEPTS_SECONDS,
+                                       gt=0, allow_inf_nan=False)
+    mcp_max_sessions: int = _field(1000, "PROMPTYOSELF_MCP_MAX_SESSIONS", ACCEPTS_COUNT, ge=1)
 
     health_max_lateness: Duration = _field("5m", "PROMPTYOSELF_HEALTH_MAX_LATENESS", ACCEPTS_INTERVAL,
                                            validate_default=True)
@@ -288,6 +313,22 @@ class Settings(BaseSettings):
         if "://" in text and text.split("://", 1)[0].lower() not in DB_SCHEMES:
             raise ValueError("unknown database URL scheme")
         return text or None
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _hosts(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        names = [n.strip().lower() for n in value.split(",") if n.strip()]
+        if any(not _HOST_NAME.fullmatch(n) for n in names) or ("*" in names and len(names) > 1):
+            raise ValueError("not host names")
+        return ",".join(names) or None
+
+    @property
+    def allowed_host_names(self) -> frozenset[str] | None:
+        """``PROMPTYOSELF_ALLOWED_HOSTS`` as names (lower case, no port), or None for ``*`` (any host)."""
+        names = frozenset(n for n in (self.allowed_hosts or "").split(",") if n)
+        return None if "*" in names else names
 
     @field_validator("letta_api_key", "letta_server_password", "http_token", mode="before")
     @classmethod

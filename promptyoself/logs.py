@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from promptyoself.config import REDACTED, Settings, url_secrets
+from promptyoself.config import REDACTED, Settings, redact_credentials, url_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers that install their own handlers; we route them through ours instead.
@@ -103,6 +103,28 @@ def settings_secrets(settings: Settings) -> list[str]:
     for url in (settings.db_url, settings.letta_base_url):
         found.extend(url_secrets(url))
     return found
+
+
+def redact_text(text: str, secrets: list[str]) -> str:
+    """``text`` with the configured secrets (and their URL-encoded forms) replaced as in the logs, a
+    tail that starts a secret (text cut at a length limit) too, and any ``Bearer <credential>``."""
+    text = redact(text, secrets)
+    for secret in secrets:  # the text may have been cut in the middle of a secret
+        for n in range(min(len(secret) - 1, len(text)), 3, -1):
+            if text.endswith(secret[:n]):
+                text = text[:-n] + REDACTED
+                break
+    return redact_credentials(text)
+
+
+class Redactor:
+    """The log filter's redaction for text that is stored rather than logged (delivery history)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.secrets = RedactSecrets(settings_secrets(settings)).secrets
+
+    def __call__(self, text: str | None) -> str | None:
+        return None if text is None else redact_text(text, self.secrets)
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

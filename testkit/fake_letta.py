@@ -442,6 +442,9 @@ class _Handler(BaseHTTPRequestHandler):
             reply = self.fake._control(method, path, raw)
         else:
             reply = self.fake._route(method, path, raw_query, query, raw, headers)
+            if self.fake.echo_headers and reply.status >= 400 and isinstance(reply.body, dict):
+                echoed = "; ".join(f"{k}: {v}" for k, v in headers.raw_items())
+                reply.body = {**reply.body, "detail": f"{reply.body.get('detail')} (request headers: {echoed})"}
         self._send(method, path, reply, control=control)
 
     def _send(self, method: str, path: str, reply: _Reply, *, control: bool) -> None:
@@ -496,6 +499,8 @@ class FakeLetta:
     sleeps before dropping the connection) and ``run_status`` (what
     ``GET /v1/runs/{id}`` reports). ``release`` is a ``threading.Event``, set at start:
     clear it to hold every message POST (counted in flight) until it is set again.
+    ``echo_headers``: error answers repeat the request's headers (Authorization included) in their
+    ``detail``, as some proxies and debug servers do.
 
     A failed message POST never records the message.
     """
@@ -555,6 +560,7 @@ class FakeLetta:
         self._stopping = threading.Event()
         self.release = threading.Event()
         self.release.set()
+        self.echo_headers = False
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

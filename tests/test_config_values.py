@@ -70,6 +70,10 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_LOG_BACKUPS": ("101", "100", 100),
     "PROMPTYOSELF_HTTP_TOKEN": ("tok\x7fen", "t0ken", _secret("t0ken")),
     "PROMPTYOSELF_LETTA_PROXY": ("proxy", "off", False),
+    "PROMPTYOSELF_ALLOWED_HOSTS": ("a b", "Promptyoself, [::1]", "promptyoself,[::1]"),
+    "PROMPTYOSELF_MAX_REQUEST_BYTES": ("1000", "65536", 65536),
+    "PROMPTYOSELF_MCP_SESSION_IDLE": ("0", "5m", 300.0),
+    "PROMPTYOSELF_MCP_MAX_SESSIONS": ("0", "20", 20),
     "PROMPTYOSELF_HEALTH_MAX_LATENESS": ("0", "PT2M", timedelta(minutes=2)),
     "PROMPTYOSELF_HEALTH_LETTA_CACHE": ("-1", "0", 0.0),
 }

@@ -98,6 +98,8 @@ def test_accepted_then_lost_answer_is_not_sent_again(core: Any, fake: FakeLetta,
     assert res.outcome == "delivered" and res.state == "completed"
     assert len(fake.received) == 1  # asked, not sent
     assert [h.outcome for h in history(core.store, sid)] == ["retry", "delivered"]
+    # history names the run that carried it, though the answer naming it was lost (issue 23)
+    assert history(core.store, sid)[-1].letta_run_id == fake.received[0]["run_id"] is not None
 
 
 def test_a_message_not_yet_visible_waits_for_its_run(core: Any, fake: FakeLetta, clock: Clock) -> None:
@@ -206,6 +208,16 @@ def test_find_message(runs: list[Any], messages: list[Any], answer: str) -> None
 
     assert client_for(handler).find_message(AGENT, "k") == answer
     assert order == ["/v1/runs/", f"/v1/agents/{AGENT}/messages"]  # runs first: see find_message
+
+
+def test_find_message_run_names_the_run() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/runs/":
+            return httpx.Response(200, json=[])
+        return httpx.Response(200, json=[{"otid": "x", "run_id": "run-9"}, {"otid": "k", "run_id": "run-7"}])
+
+    assert client_for(handler).find_message_run(AGENT, "k") == ("found", "run-7")
+    assert client_for(handler).find_message_run(AGENT, "nope") == ("absent", None)
 
 
 # ---- a real Letta --------------------------------------------------------------------------------

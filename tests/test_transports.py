@@ -344,3 +344,17 @@ async def test_sse_with_token_works(token_sse: Served) -> None:
 def test_token_never_logged(exposed_http: Served, token_sse: Served) -> None:
     for served in (exposed_http, token_sse):
         assert TOKEN not in served.proc.stderr()
+
+
+@pytest.mark.parametrize("kind", ["http", "sse"])
+def test_the_mcp_only_servers_refuse_a_foreign_host_or_origin(
+    kind: str, http_server: Served, sse_server: Served
+) -> None:
+    """`--transport http|sse` carry the service's request guard too (DNS rebinding, cross-site posts)."""
+    served = http_server if kind == "http" else sse_server
+    base = f"http://127.0.0.1:{served.port}"
+    r = httpx.get(base + served.url.rsplit(str(served.port), 1)[1], headers={"Host": "evil.example"}, timeout=10)
+    assert r.status_code == 403 and r.json()["code"] == "forbidden_host"
+    r = httpx.post(served.url, content=b"{}", headers={"Origin": "https://evil.example",
+                                                       "Content-Type": "application/json"}, timeout=10)
+    assert r.status_code == 403 and r.json()["code"] == "forbidden_origin"

@@ -25,7 +25,8 @@ def parse_schedule_id(value: object) -> int:
         value = None
     if isinstance(value, int) and 0 < value <= MAX_ID:
         return value
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 19:
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "１" (which int() reads as 1)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 19:
         number = int(value.strip())
         if number > 0:
             return number

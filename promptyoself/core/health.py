@@ -10,6 +10,15 @@ repairs it. The checks:
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
 * ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
   ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+* ``database_write_failed`` (down): a write (one row, rolled back) fails: the database is read-only,
+  the disk is full, SQLite stays locked past 2 s. A SQLite file deleted or replaced under the
+  process is ``database_unavailable``: the store refuses every transaction (``Store.check_file``).
+* ``send_failing``: at least half of the recent attempts to send (and at least 3) failed, while
+  reads of Letta may still work (a Letta that fails only message sends).
+* ``delivery_waiting``: prompts wait for a retry after failed sends and the oldest is later than
+  ``PROMPTYOSELF_HEALTH_MAX_LATENESS``; ``retry_waiting`` always says how many wait.
+* ``clock_jump``: the wall clock went back (the delivery loop saw it); recurring schedules were
+  re-armed from the current time.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from promptyoself import __version__
@@ -52,6 +61,16 @@ FIX_DB = (
 )
 FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
+FIX_WRITE = (
+    "Make the database writable again (free disk space, a writable file and folder, a primary PostgreSQL "
+    "server, no process holding SQLite's lock), then run `promptyoself health` again."
+)
+FIX_SEND = (
+    "Check Letta's logs for failing message sends and `promptyoself history` for the errors; prompts are "
+    "retried until PROMPTYOSELF_MISFIRE_GRACE after their time."
+)
+FIX_CLOCK = "Keep the system clock synchronised (NTP); recurring schedules were re-armed from the current time."
+RECENT_ATTEMPTS = 50
 
 _probe_lock = threading.Lock()
 
@@ -148,6 +167,7 @@ def assess(core: Checked) -> HealthResult:
         ))
         down = True
     else:
+        _write_path(core, now, out, reasons)
         out["schedules_active"] = bl.active
         out["guardrails"] = guard
         out["due_now"] = bl.due
@@ -178,5 +198,42 @@ def assess(core: Checked) -> HealthResult:
     letta = letta_probe(core)
     if letta is not None:
         reasons.append(letta)
+    jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None
+    if jump:
+        reasons.append(Reason(code="clock_jump", message=f"The system clock went back {jump['back_s']:.0f}s at "
+                              f"{jump['at']}.", fix=FIX_CLOCK))
+    down = down or any(r["code"] == "database_write_failed" for r in reasons)
     out["status"] = "down" if down else ("degraded" if reasons else "ok")
     return out
+
+
+def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[Reason]) -> None:
+    """Can we write, and do sends succeed? (``database_write_failed``, ``send_failing``,
+    ``delivery_waiting``; ``retry_waiting`` counts the prompts waiting out a backoff.)"""
+    from promptyoself.store import health as queries
+
+    store = core.store
+    try:
+        queries.write_probe(store)
+    except Exception as exc:
+        log.debug("health: the write probe failed", exc_info=True)
+        reasons.append(Reason(code="database_write_failed",
+                              message=f"The database cannot be written: {_first_line(exc)}", fix=FIX_WRITE))
+    threshold = core.settings.health_max_lateness
+    waiting = queries.waiting(store, now)
+    out["retry_waiting"] = waiting.count
+    if waiting.oldest is not None and now - waiting.oldest > threshold:
+        reasons.append(Reason(
+            code="delivery_waiting",
+            message=f"{waiting.count} prompt(s) wait for a retry after failed sends; the oldest was due "
+            f"{(now - waiting.oldest).total_seconds():.0f}s ago.", fix=FIX_SEND))
+    window = max(threshold, timedelta(minutes=10))
+    recent = [(o, e) for o, at, e in queries.recent_attempts(store, RECENT_ATTEMPTS) if now - at <= window
+              and o in ("delivered", "retry", "failed")]
+    failed = [e for o, e in recent if o != "delivered"]
+    if len(failed) >= 3 and 2 * len(failed) >= len(recent):
+        latest = (failed[0] or "").split(" (gave up", 1)[0][:200]
+        reasons.append(Reason(
+            code="send_failing",
+            message=f"{len(failed)} of the last {len(recent)} attempts to send failed (latest: {latest}).",
+            fix=FIX_SEND))

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.core.checks import parse_schedule_id
+from promptyoself.core.checks import check_unicode, parse_schedule_id
 from promptyoself.core.results import (
     LettaScheduleCreated,
     LettaScheduleDeleted,
     LettaScheduledMessage,
     LettaSchedulePage,
 )
-from promptyoself.errors import InvalidArgument, InvalidCron, NotFound
+from promptyoself.errors import InvalidArgument, InvalidCron, NotFound, PromptTooLong
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:
@@ -127,6 +127,36 @@ def check_payload(body: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def _check_strings(value: object, where: str) -> None:
+    """No NUL and no lone surrogate anywhere in the payload: neither can be stored (PostgreSQL text
+    refuses NUL, UTF-8 refuses surrogates) nor sent, so they are a 400 now, not a failure later."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidArgument(f"{where} must not contain NUL characters.")
+        check_unicode(where, value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_strings(item, f"{where}[{i}]")
+
+
+def payload_chars(payload: dict[str, Any]) -> int:
+    """The characters of text the payload stores: every string in it but image data (whose size the
+    request-size limit bounds) and the fixed words (role, type, media type)."""
+    def count(value: object, key: str = "") -> int:
+        if isinstance(value, str):
+            return 0 if key in ("data", "role", "type", "media_type") else len(value)
+        if isinstance(value, dict):
+            return sum(count(v, k) for k, v in value.items())
+        if isinstance(value, list):
+            return sum(count(v) for v in value)
+        return 0
+
+    return count(payload)
+
+
 def summary_text(payload: dict[str, Any], limit: int) -> str:
     """A readable prompt text for list/history (the payload itself is what Letta receives)."""
     lines: list[str] = []
@@ -163,6 +193,13 @@ class LettaSchedules:
                                   "or {'type': 'recurring', 'cron_expression': '0 9 * * *'}.")
         payload = check_payload(body)
         core = self.core
+        _check_strings(payload, "body")
+        size = payload_chars(payload)
+        if size > core.settings.max_prompt_chars:
+            raise PromptTooLong(
+                f"The messages hold {size} characters of text; the limit is {core.settings.max_prompt_chars} "
+                "(PROMPTYOSELF_MAX_PROMPT_CHARS). Shorten them."
+            )
         now = core.now()
         kind = sched.get("type", "one-time")
         utc = ZoneInfo("UTC")

@@ -170,6 +170,7 @@ class HealthResult(TypedDict, total=False):
     schedules_active: int | None
     due_now: int | None
     oldest_overdue_s: float | None
+    retry_waiting: int
     delivery_live: bool
     worker: dict[str, Any] | None
     executor: dict[str, Any] | None

@@ -43,6 +43,7 @@ from promptyoself.errors import (
     PromptYoSelfError,
 )
 from promptyoself.letta.client import NotSent
+from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
 
@@ -264,9 +265,9 @@ def attempt(
     otid = otid_for(claim)
     try:
         if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
-            seen = core.letta.find_message(claim.agent_id, otid)
-            if seen == "found":
-                return Attempt(claim, owner, "delivered", now, number,
+            seen, found_run = core.letta.find_message_run(claim.agent_id, otid)
+            if seen == "found":  # history names the run that carried it (when Letta says)
+                return Attempt(claim, owner, "delivered", now, number, run_id=found_run,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
             if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
@@ -348,7 +349,7 @@ def policy(core: Deps) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
     settings = core.settings
     return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng,
-                       settle=settings.letta_timeout)
+                       settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds())
 
 
 def _transient(
@@ -363,17 +364,21 @@ def _transient(
     in_flight: bool = False,
 ) -> Attempt:
     retry = policy(core)
-    if retry.gives_up(_transient_attempts(core, claim, number)):
-        error = f"{error} (gave up after {number} attempts, PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts})"
+    late = (now - claim.next_run).total_seconds()
+    if retry.gives_up(_transient_attempts(core, claim, number), late):
+        why = (f"PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts}" if retry.remaining(late) > 0
+               else f"{timing.format_duration(now - claim.next_run)} late, PROMPTYOSELF_MISFIRE_GRACE="
+               f"{core.settings.misfire_grace}")
+        error = f"{error} (gave up after {number} attempts, {why})"
         return Attempt(claim, owner, "failed", now, number, error=error)
-    delay = retry.delay(number, retry_after, in_flight=in_flight)
+    delay = retry.delay(number, retry_after, in_flight=in_flight, late=late)
     return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
     wait for the credentials to be fixed, however long that takes)."""
-    if attempt < core.settings.max_attempts:
+    if core.settings.max_attempts is None or attempt < core.settings.max_attempts:
         return attempt
     return attempt - sum(count_attempts_with_error(core.store, claim.id, claim.next_run, prefix)
                          for prefix in (AUTH_PREFIX, IN_DOUBT_PREFIX + AUTH_PREFIX))
@@ -461,6 +466,8 @@ def _record_once(
         changes: list[tuple[int, dict[str, Any]]] = []
         for a in batch:
             claim = a.claim
+            if a.error:  # history is served by `history`: no secret in it, ever (as in the logs)
+                a.error = Redactor(core.settings)(a.error)
             outcome = "failed" if a.kind == "paused" else a.kind
             lateness = round(max(0.0, (a.attempted_at - claim.next_run).total_seconds()), 3)
             res = Result(claim.id, claim.agent_id, a.kind, attempt=a.attempt, error=a.error, run_id=a.run_id,

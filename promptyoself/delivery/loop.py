@@ -29,9 +29,10 @@ from promptyoself.delivery.attempt import (
     policy,
     record_batch,
 )
+from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.claims import ClaimReport, claim_due, claim_due_in, next_due
+from promptyoself.store.claims import ClaimReport, claim_due, claim_due_in, next_due, resume_waiting
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,10 @@ finished winning every claim. Each claim that still finds nothing doubles the wa
 LEASE_SHARE = 0.5
 """An executor holds no more claims than its senders can send within this share of the lease, at
 the send time seen so far."""
+
+
+CLOCK_JUMP_SHOWN = 600.0
+"""Seconds a jump of the wall clock back stays in ``info()`` (and so in health)."""
 
 
 def make_owner(role: str) -> str:
@@ -129,6 +134,15 @@ class Executor:
         self._auth_streak = 0
         self._auth_until = 0.0
         self._listening = False
+        # A Letta outage (a transient send failure): prompts wait out their backoff; when Letta answers
+        # again (a probe, or any delivery) they are made due at once (store.claims.resume_waiting).
+        self._outage = False
+        self._resume = False
+        self._probed = False  # a probe has resumed them once this outage: later, only a delivery does
+        self._probe_at = 0.0
+        self._clock = ClockWatch()
+        self.clock_jump: dict[str, Any] | None = None
+        self._clock_jump_mono = 0.0
 
     # ---- control (thread-safe) -------------------------------------------------------------------
 
@@ -270,6 +284,10 @@ class Executor:
                 if self._reread:
                     self._reread = False
                     must_read = True
+                if (self._outage or self._resume) and await self._after_outage():
+                    must_read = True
+                if await self._clock_went_back():
+                    must_read = True
                 if must_read or time.monotonic() - read_at >= self.interval:
                     earliest = await self._io(next_due, self.core.store, self.core.now(), self._busy_agents())
                     read_at = time.monotonic()
@@ -308,6 +326,8 @@ class Executor:
                         timeout = min(timeout, wait_s)
                 if auth_wait > 0:
                     timeout = min(timeout, auth_wait)
+                if self._outage and not self._probed:
+                    timeout = min(timeout, self._probe_at - time.monotonic())
                 poll = self._contended and auth_wait <= 0 and self._has_room()
                 if poll:  # a backlog others share: look again soon, not after `interval`
                     timeout = min(timeout, self._poll_s * random.uniform(0.5, 1.5))
@@ -319,6 +339,42 @@ class Executor:
                 log.exception("delivery loop error; retrying in %.3gs", self.interval)
                 must_read = True
                 await self._sleep(self.interval)
+
+    async def _clock_went_back(self) -> bool:
+        """The wall clock jumped back: say so (health) and re-arm recurring schedules from now."""
+        now = self.core.now()
+        back = self._clock.check(now, time.monotonic())
+        if back is None:
+            return False
+        self.clock_jump = {"at": now.isoformat(), "back_s": round(back, 3)}
+        self._clock_jump_mono = time.monotonic()
+        moved = await self._io(rearm_recurring, self.core, now)
+        log.warning("the system clock went back %.0fs; %d recurring schedule(s) re-armed from the current time",
+                    back, moved)
+        return True
+
+    def _probe_every(self) -> float:
+        """How often Letta is asked during an outage: every few loop intervals (5 s by default)."""
+        settings = self.core.settings
+        return max(0.05, min(15.0, float(settings.retry_max), 5 * float(settings.executor_interval)))
+
+    async def _after_outage(self) -> bool:
+        """During an outage, ask Letta every few seconds whether it answers again; once it does (or a
+        delivery succeeded), the prompts waiting out a backoff are due now. True when some were."""
+        if self._outage and not self._probed and time.monotonic() >= self._probe_at:
+            self._probe_at = time.monotonic() + self._probe_every()
+            try:
+                await self._io(lambda: self.core.letta.list_agents(limit=1))
+            except Exception:
+                return False
+            self._probed = self._resume = True
+        if not self._resume:
+            return False
+        self._resume = False
+        resumed = await self._io(resume_waiting, self.core.store, self.core.now())
+        if resumed:
+            log.info("Letta answers again: %d prompt(s) waiting after the outage are due now", resumed)
+        return bool(resumed)
 
     def _claim_count(self, with_batch: bool = False) -> int:
         """(Under ``_cv``.) How many to claim now, 0 for none; ``with_batch``: in the transaction that
@@ -589,6 +645,13 @@ class Executor:
                 self._auth_streak = 0
                 self.auth_error = None
                 self._auth_until = 0.0
+            if res.outcome == "retry" and "letta_unavailable" in (res.error or ""):
+                if not self._outage:
+                    self._probe_at = time.monotonic() + self._probe_every()
+                self._outage = True
+            elif res.outcome == "delivered" and self._outage:
+                self._outage = self._probed = False
+                self._resume = True
         level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
         log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
                 f": {res.error}" if res.error else "")
@@ -647,4 +710,5 @@ class Executor:
                 "retried": self.retry_total,
                 "missed": self.missed_total,
                 "auth_error": self.auth_error,
+                "clock_jump": self.clock_jump if time.monotonic() - self._clock_jump_mono < CLOCK_JUMP_SHOWN else None,
             }

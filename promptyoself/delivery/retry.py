@@ -1,6 +1,7 @@
 """The retry policy of deliveries, pure (no I/O, no clock): which failures are retried, how long to
-wait (exponential backoff with jitter, a server's Retry-After honoured), when to give up, and how long
-to pause every delivery while Letta refuses the credentials."""
+wait (exponential backoff with jitter, a server's Retry-After honoured), when to give up (a deadline:
+the missed-run grace after the intended time, not an attempt count), and how long to pause every
+delivery while Letta refuses the credentials."""
 
 from __future__ import annotations
 
@@ -28,16 +29,20 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | No
 @dataclass(frozen=True)
 class RetryPolicy:
     """``base``/``cap``: backoff seconds (``PROMPTYOSELF_RETRY_BASE``/``_MAX``); ``max_attempts``:
-    transient attempts on one occurrence before it is ``failed`` (``PROMPTYOSELF_MAX_ATTEMPTS``);
-    ``settle``: the least wait after an attempt whose request may still be inside Letta (a timeout or
-    reset after it was written), so that such a request has landed (or died) before the next attempt
-    asks Letta for it: the client's own timeout (``PROMPTYOSELF_LETTA_TIMEOUT``)."""
+    transient attempts on one occurrence before it is ``failed`` (``PROMPTYOSELF_MAX_ATTEMPTS``; None,
+    the default: no count); ``grace``: seconds after an occurrence's intended time until which a
+    transient failure is retried (``PROMPTYOSELF_MISFIRE_GRACE``): an outage costs time, not attempts,
+    so a Letta down for 30 minutes loses nothing; ``settle``: the least wait after an attempt whose
+    request may still be inside Letta (a timeout or reset after it was written), so that such a
+    request has landed (or died) before the next attempt asks Letta for it: the client's own timeout
+    (``PROMPTYOSELF_LETTA_TIMEOUT``)."""
 
     base: float
     cap: float
-    max_attempts: int
+    max_attempts: int | None = None
     rng: random.Random = field(default_factory=random.Random, compare=False)
     settle: float = 0.0
+    grace: float = float("inf")
 
     @staticmethod
     def kind(exc: BaseException) -> str:
@@ -52,19 +57,34 @@ class RetryPolicy:
             return "transient"
         return "transient"
 
-    def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False) -> float:
+    def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False,
+              late: float | None = None) -> float:
         """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer;
-        at least ``settle`` when the request may still be in flight inside Letta (``in_flight``)."""
+        at least ``settle`` when the request may still be in flight inside Letta (``in_flight``). With
+        ``late`` (seconds since the occurrence's intended time), never past the deadline: the last
+        try comes just before ``grace`` (``remaining``), not a backoff step after it."""
         delay = backoff_delay(attempt, self.base, self.cap, self.rng)
         if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and retry_after > 0:
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
+        if late is not None:
+            delay = max(min(delay, self.remaining(late)), 0.0)
         if in_flight:
             delay = max(delay, self.settle)
         return delay
 
-    def gives_up(self, counted_attempts: int) -> bool:
-        """True when ``counted_attempts`` transient attempts (auth errors not counted) are the limit."""
-        return counted_attempts >= self.max_attempts
+    def gives_up(self, counted_attempts: int, late: float = 0.0) -> bool:
+        """True when the occurrence is ``late`` seconds past its intended time and that is the
+        deadline (``grace``), or when ``counted_attempts`` transient attempts (auth errors not
+        counted) reach ``max_attempts`` where one is set."""
+        if self.remaining(late) <= 0:
+            return True
+        return self.max_attempts is not None and counted_attempts >= self.max_attempts
+
+    def remaining(self, late: float) -> float:
+        """Seconds left for retries of an occurrence ``late`` seconds past its intended time: up to a
+        margin before ``grace`` (1 %, at most a minute), so that the last try is a send, not the
+        ``missed`` a one-time prompt beyond the grace gets."""
+        return self.grace - min(60.0, self.grace * 0.01) - late
 
     def auth_pause(self, streak: int) -> float:
         """How long every delivery pauses after the ``streak``-th refusal of the credentials in a row."""

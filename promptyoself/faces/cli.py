@@ -13,7 +13,6 @@ import logging
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -301,10 +300,18 @@ def _health(core: Core) -> dict[str, Any]:
 
 def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.file:
-        try:
-            source = Path(a.file).read_text(encoding="utf-8")
+        from promptyoself.core.checks import MAX_SOURCE_CHARS
+
+        shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
+        limit = 4 * MAX_SOURCE_CHARS  # UTF-8 takes at most 4 bytes a character
+        try:  # at most limit + 1 bytes: /dev/zero or a huge file is refused, not read whole
+            with open(a.file, "rb") as fh:
+                raw = fh.read(limit + 1)
+            if len(raw) > limit:
+                raise UsageError(f"{shown!r} is over {limit} bytes; a tool's source is at most "
+                                 f"{MAX_SOURCE_CHARS} characters")
+            source = raw.decode("utf-8")
         except (OSError, ValueError) as exc:  # ValueError: NUL in the path, or not UTF-8 text
-            shown = a.file if len(a.file) <= 200 else a.file[:200] + "..."
             reason = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
             raise UsageError(f"cannot read {shown!r}: {reason}") from None
     else:

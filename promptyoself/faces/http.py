@@ -8,11 +8,14 @@ REST API, with delivery running in the same process (promptyoself.delivery.resid
 * the REST API (``/v1/agents/{id}/schedule...``, ``/api/...``, ``/openapi.json``): the app
   ``promptyoself.faces.rest.build_rest_app(core)``, mounted at the marked point below when that module
   exists; every path the other routes do not take goes to it.
-
 * the operator console (``/`` and ``/console/...``): promptyoself.faces.console, which checks the
   token itself (a sign-in form and a session cookie, since a browser sends no bearer header).
 
-When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz`` must carry it.
+When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz``, the API docs and the console
+(which has its own sign-in) must carry it. Before that,
+``promptyoself.faces.http_guard.RequestGuard`` refuses foreign ``Host`` and ``Origin`` values, writes
+that are not JSON and bodies over ``PROMPTYOSELF_MAX_REQUEST_BYTES``. ``PROMPTYOSELF_LETTA_PROXY``
+without a token refuses to start: it would hand Letta, with our credentials, to every local user.
 """
 
 from __future__ import annotations
@@ -20,14 +23,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from promptyoself.config import Settings
+from promptyoself.config import ConfigError, Settings
 from promptyoself.core.operations import Core
 from promptyoself.faces.http_auth import BearerAuth, http_token
+from promptyoself.faces.http_guard import McpSessions, RequestGuard, allowed_hosts
 from promptyoself.faces.mcp import build_server
 
 log = logging.getLogger(__name__)
@@ -53,16 +58,34 @@ def _rest_app(core: Core) -> ASGIApp:
     return build_rest_app(core)
 
 
+_SCHEDULE_ROUTE = re.compile(r"/v1/agents/[^/]+/schedule(/[^/]*)?/?")
+PROXY_NEEDS_TOKEN = (
+    "PROMPTYOSELF_LETTA_PROXY=true needs PROMPTYOSELF_HTTP_TOKEN: without it every local user (and any "
+    "web page that reaches this port) could use Letta with this service's credentials. Set a token, or "
+    "turn the pass-through off."
+)
+
+
+def _passes_through(path: str) -> bool:
+    """A path the Letta pass-through forwards (any content type: Letta's uploads are multipart)."""
+    return path.startswith("/v1/") and not _SCHEDULE_ROUTE.fullmatch(path)
+
+
 class ServiceApp:
     """The ASGI app: dispatches by path; its lifespan runs FastMCP's, the REST app's and delivery."""
 
-    def __init__(self, core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True) -> None:
+    def __init__(self, core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True,
+                 bind_host: str | None = None) -> None:
         from promptyoself.delivery.metrics import registry_for
 
+        if settings.letta_proxy and not http_token(settings):
+            raise ConfigError(PROXY_NEEDS_TOKEN)
         self.core = core
         self.settings = settings
         self.mcp_path = mcp_path.rstrip("/") or "/mcp"
-        self.mcp_app: ASGIApp = build_server(core).http_app(path=self.mcp_path)
+        self.mcp_app: ASGIApp = build_server(core).http_app(path=self.mcp_path,
+                                                            session_idle_timeout=settings.mcp_session_idle)
+        self.mcp_sessions = McpSessions(self.mcp_app, settings.mcp_max_sessions)
         # ---- REST mount point: promptyoself.faces.rest.build_rest_app(core) serves every other path ----
         self.rest_app: ASGIApp | None = _rest_app(core)
         self.registry = registry_for(core)
@@ -73,11 +96,21 @@ class ServiceApp:
         self.console: ASGIApp = build_console(core)  # its own sign-in: a browser sends no bearer header
         token = http_token(settings)
         self.guarded: ASGIApp = BearerAuth(self._routes, token) if token else self._routes
+        proxy = settings.letta_proxy
+
+        def any_content_type(path: str) -> bool:  # the console's forms (CSRF-checked) and Letta's uploads
+            return is_console_path(path) or (proxy and _passes_through(path))
+
+        self.guard = RequestGuard(self._dispatch, allowed_hosts=allowed_hosts(settings, bind_host),
+                                  max_body=settings.max_request_bytes, any_content_type=any_content_type)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        await self.guard(scope, receive, send)
+
+    async def _dispatch(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("path") == "/healthz":
             await self._healthz(send)
             return
@@ -94,7 +127,7 @@ class ServiceApp:
             body = await asyncio.to_thread(render, self.registry)
             await _send_bytes(send, 200, body, CONTENT_TYPE)
         elif path == self.mcp_path or path.startswith(self.mcp_path + "/"):
-            await self.mcp_app(scope, receive, send)
+            await self.mcp_sessions(scope, receive, send)
         elif self.rest_app is not None:
             await self.rest_app(scope, receive, send)
         elif scope["type"] == "http":
@@ -141,8 +174,9 @@ class ServiceApp:
         await send({"type": "lifespan.shutdown.complete"})
 
 
-def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True) -> ServiceApp:
-    return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery)
+def build_service_app(core: Core, settings: Settings, *, mcp_path: str = "/mcp", delivery: bool = True,
+                      bind_host: str | None = None) -> ServiceApp:
+    return ServiceApp(core, settings, mcp_path=mcp_path, delivery=delivery, bind_host=bind_host)
 
 
 def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path: str | None) -> None:
@@ -151,9 +185,13 @@ def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path
     use is refused before the service touches the worker lease."""
     import uvicorn
 
-    app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled)
-    level = settings.log_level.lower()
     host, port = sock.getsockname()[:2]
+    try:
+        app = build_service_app(core, settings, mcp_path=mcp_path or "/mcp", delivery=settings.executor_enabled,
+                                bind_host=host)
+    except ConfigError as exc:  # one line on stderr, exit code 2, as for any other refused configuration
+        raise SystemExit(exc.report()) from None
+    level = settings.log_level.lower()
     log.info("service on http://%s:%s: /mcp, /healthz, /metrics%s (bearer token %s), delivery %s",
              f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
              "required" if http_token(settings) else "not required",

@@ -95,3 +95,15 @@ def bearer_middleware(settings: Settings) -> list[Any]:
     from starlette.middleware import Middleware
 
     return [Middleware(BearerAuth, token=token)]
+
+
+def transport_middleware(settings: Settings, host: str | None = None) -> list[Any]:
+    """Starlette middleware for the ``--transport http|sse`` apps: the service's request guard (Host,
+    Origin, JSON writes, body size: ``promptyoself.faces.http_guard``), then the token when set."""
+    from starlette.middleware import Middleware
+
+    from promptyoself.faces.http_guard import RequestGuard, allowed_hosts
+
+    guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts(settings, host),
+                       max_body=settings.max_request_bytes)
+    return [guard, *bearer_middleware(settings)]

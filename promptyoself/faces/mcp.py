@@ -44,6 +44,8 @@ from promptyoself.core.results import (
     UploadResult,
 )
 from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError
+from promptyoself.faces import jsonrpc_repair
+from promptyoself.faces.jsonrpc_repair import MARK as INVALID_UNICODE
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,16 @@ def call_context(ctx: Context | None) -> CallContext:
     return CallContext(meta=meta or None, header_agent_id=header, scope_key=scope)
 
 
+def _request_meta(context: MiddlewareContext[Any]) -> dict[str, Any]:
+    """The request's ``_meta`` (the wire request's, which the middleware's own message does not carry)."""
+    try:
+        rc = context.fastmcp_context.request_context if context.fastmcp_context is not None else None
+        meta = rc.meta if rc is not None else None
+    except Exception:  # no request context
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 class ArgumentErrors(Middleware):
     """Calls that do not fit a tool get our JSON error shape, before the tool runs: an unknown tool
     (code ``not_found``, naming the tools), unknown or missing argument names (``invalid_argument``,
@@ -163,6 +175,10 @@ class ArgumentErrors(Middleware):
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
         name = str(context.message.name)
         args = context.message.arguments or {}
+        meta = _request_meta(context)
+        if meta.get(INVALID_UNICODE):  # faces.jsonrpc_repair named them
+            raise user_error(name, InvalidArgument(
+                f"{meta[INVALID_UNICODE]} is not valid Unicode text (it holds a lone surrogate code point)."))
         server = context.fastmcp_context.fastmcp if context.fastmcp_context is not None else None
         schema = self._schemas.get(name)
         if schema is None and server is not None:
@@ -326,6 +342,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP:
     kwargs: dict[str, Any] = {"instructions": INSTRUCTIONS, "version": __version__}
     if lifespan is not None:
         kwargs["lifespan"] = lifespan
+    jsonrpc_repair.install()  # a line with a lone surrogate gets an answer, not silence
     mcp = FastMCP("promptyoself", **kwargs)
     mcp.add_middleware(ArgumentErrors())
 

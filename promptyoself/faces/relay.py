@@ -23,6 +23,8 @@ import json
 import os
 import select
 import socket
+import stat
+import struct
 import sys
 
 try:  # the built-in module: hashlib would load OpenSSL (~5 ms)
@@ -111,12 +113,68 @@ def db_url_from(values: dict[str, str]) -> str:
 
 
 def _private_dir(path: str) -> bool:
-    """A real directory of this user that no one else may enter (what XDG asks of a runtime dir)."""
+    """A real directory (not a symlink) of this user that no one else may enter (what XDG asks of a
+    runtime dir)."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return os.path.isdir(path) and not os.path.islink(path) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def safe_ancestors(path: str) -> bool:
+    """No one but this user (or root) can rename, replace or add entries in ``path`` or above it:
+    ``path`` itself a real directory of ours that only we may write, each folder above it owned by
+    us or root and writable by others only with the sticky bit (``/tmp``)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    uid = os.getuid()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        return False
+    here = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    while True:
+        try:
+            st = os.stat(here)
+        except OSError:
+            return False
+        if st.st_uid not in (0, uid) or (st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX):
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here = parent
+
+
+def trusted_folder(folder: str) -> bool:
+    """Our relay folder can be trusted with credentials: private to this user (0700, ours, not a
+    symlink) inside a parent no one else can write to (so no one can swap it between a check and a
+    connect)."""
+    return _private_dir(folder) and safe_ancestors(os.path.dirname(folder))
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (``SO_PEERCRED`` on
+    Linux, ``LOCAL_PEERCRED`` on macOS and the BSDs), or None where the system cannot tell. Also
+    given asyncio's ``TransportSocket``, which has the same ``getsockopt``."""
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            return int(struct.unpack("3i", raw)[1])
+        local_peercred = getattr(socket, "LOCAL_PEERCRED", None)
+        if local_peercred is not None:  # struct xucred: u_int version, uid_t uid, short ngroups, ...
+            raw = sock.getsockopt(0, local_peercred, struct.calcsize("IIh16I"))
+            return int(struct.unpack_from("II", raw)[1])
+    except OSError:
+        return None
+    return None
+
+
+def peer_is_us(sock: socket.socket) -> bool:
+    """The other end runs as this user: a socket of someone else's never gets our settings, and the
+    service never serves another user's session."""
+    return peer_uid(sock) == os.getuid()
 
 
 def runtime_dir(*, create: bool = False) -> str:
@@ -163,7 +221,7 @@ def connect(values: dict[str, str], timeout: float = HANDSHAKE_TIMEOUT) -> socke
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         return None
     try:  # our settings (credentials included) go only to a socket of ours, in a folder of ours
-        if not _private_dir(os.path.dirname(path)) or os.lstat(path).st_uid != os.getuid():
+        if not trusted_folder(os.path.dirname(path)) or os.lstat(path).st_uid != os.getuid():
             return None
     except OSError:
         return None
@@ -171,6 +229,8 @@ def connect(values: dict[str, str], timeout: float = HANDSHAKE_TIMEOUT) -> socke
     try:
         sock.settimeout(timeout)
         sock.connect(path)
+        if not peer_is_us(sock):  # checked on the connection itself: a folder swapped after the check
+            raise OSError("the socket's listener is another user")
         # the database as resolved here (a relative path means this process's working directory)
         settings = {**values, "PROMPTYOSELF_DB": db_url}
         hello = {"promptyoself_relay": PROTOCOL, "db": db_url, "settings": settings, "pid": os.getpid()}

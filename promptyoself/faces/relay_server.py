@@ -30,7 +30,15 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.core.operations import Core
-from promptyoself.faces.relay import MAX_SOCKET_PATH, PROTOCOL, socket_path
+from promptyoself.faces.relay import (
+    MAX_SOCKET_PATH,
+    PROTOCOL,
+    peer_is_us,
+    peer_uid,
+    safe_ancestors,
+    socket_path,
+    trusted_folder,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,34 @@ SPARES = 2
 IDLE_APPS = 16
 MUST_MATCH = ("db_url", "letta_base_url", "letta_token", "letta_timeout")
 """Settings a relayed session must share with the service: it uses the service's store and Letta client."""
+
+
+def _own_folder(folder: str) -> bool:
+    """Make ``folder`` this user's private relay folder (created 0700, or an existing one of ours set
+    to 0700), never through a symlink and only inside a parent no one else can write to. False,
+    with the reason logged, when it is not ours to use."""
+    parent = os.path.dirname(folder)
+    if not safe_ancestors(parent):
+        log.warning("stdio relay off: %s is not a folder of this user that only it can write to", parent)
+        return False
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    try:  # O_NOFOLLOW: a symlink planted at the folder's path is refused, never chmod-ed through
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        log.warning("stdio relay off: %s is not a real folder", folder)
+        return False
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            log.warning("stdio relay off: %s belongs to another user", folder)
+            return False
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+    if not trusted_folder(folder):
+        log.warning("stdio relay off: %s is not a private folder of this user", folder)
+        return False
+    return True
 
 
 class _GivenSettings(Settings):
@@ -148,10 +184,7 @@ class RelayListener:
             log.warning("stdio relay off: the socket path %s is too long", path)
             return None
         folder = runtime_dir(create=True)
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
-        if os.lstat(folder).st_uid != os.getuid() or os.path.islink(folder):
-            log.warning("stdio relay off: %s is not a private folder of this user", folder)
+        if not _own_folder(folder):
             return None
         if os.path.lexists(path):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
@@ -306,6 +339,11 @@ class RelayListener:
         if task is not None:
             self._tasks.add(task)
         try:
+            sock = writer.get_extra_info("socket")
+            if sock is None or not peer_is_us(sock):  # another user's process: not a word to it
+                log.warning("stdio relay: refused a connection from user %s (this service runs as %s)",
+                            None if sock is None else peer_uid(sock), os.getuid())
+                return
             settings, reason = await self._handshake(reader)
             if settings is None:
                 log.info("stdio relay: refused a session (%s); it runs in its own process", reason)

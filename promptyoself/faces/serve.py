@@ -189,7 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
             with StdioSigintExits(lambda: _stop_for_exit(core)):
                 mcp.run("stdio", show_banner=False)
         else:
-            from promptyoself.faces.http_auth import bearer_middleware
+            from promptyoself.faces.http_auth import http_token, transport_middleware
 
             level = settings.log_level.lower()
             log.info(
@@ -198,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
                 _url_host(args.host),
                 args.port,
                 args.path or ("/mcp" if transport == "http" else "/sse"),
-                "required" if bearer_middleware(settings) else "not required",
+                "required" if http_token(settings) else "not required",
             )
             mcp.run(
                 transport,
@@ -206,7 +206,7 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 path=args.path,
                 show_banner=False,
-                middleware=bearer_middleware(settings),
+                middleware=transport_middleware(settings, args.host),  # Host/Origin, JSON writes, body size, token
                 # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
                 # default config would print access lines on stdout.
                 uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},

@@ -7,7 +7,10 @@ an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -15,7 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from promptyoself import __version__
-from promptyoself.config import redact_url
+from promptyoself.config import redact_credentials, redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
 
 log = logging.getLogger(__name__)
@@ -71,13 +74,15 @@ def _retry_after(resp: httpx.Response) -> float | None:
 
 
 def _detail(resp: httpx.Response) -> str:
+    """Letta's error text, cut to 200 characters after any echoed credential (``Bearer sk-...``, a
+    proxy that repeats our headers) is replaced: a cut must not leave half a key behind."""
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:200]
-    if isinstance(body, dict) and "detail" in body:
-        return str(body["detail"])[:200]
-    return str(body)[:200]
+        text = resp.text
+    else:
+        text = str(body["detail"]) if isinstance(body, dict) and "detail" in body else str(body)
+    return redact_credentials(text)[:200]
 
 
 def _seg(value: str) -> str:
@@ -152,6 +157,7 @@ class LettaClient:
             headers["Authorization"] = f"Bearer {token}"
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact_url(self.base_url)  # for messages: never the credentials in a URL
+        self.timeout = timeout
         self._http = httpx.Client(
             base_url=self.base_url,
             headers=headers,
@@ -169,9 +175,60 @@ class LettaClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _timed(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """``self._http.request`` within ``timeout`` in all (httpx's timeouts are per read: a server
+        that trickles a byte every few seconds would hold the request for ever). A watchdog shuts
+        the request's socket down at the deadline (the socket is known once connected, or, on a kept
+        connection, once the answer's head is in); the request then fails as ``httpx.ReadTimeout``."""
+        sockets: list[Any] = []
+        expired = threading.Event()
+        lock = threading.Lock()
+
+        def cut(sock: Any) -> None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        def watch(stream: Any) -> None:
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is None:
+                return
+            with lock:
+                sockets.append(sock)
+                late = expired.is_set()
+            if late:
+                cut(sock)
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+                watch(info.get("return_value"))
+
+        def fire() -> None:
+            with lock:
+                expired.set()
+                found = list(sockets)
+            for sock in found:
+                cut(sock)
+
+        timer = threading.Timer(self.timeout, fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            with self._http.stream(method, path, extensions={"trace": trace}, **kw) as resp:
+                watch(resp.extensions.get("network_stream"))
+                resp.read()
+            if expired.is_set():
+                raise httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
+            return resp
+        except httpx.TransportError:
+            if expired.is_set():
+                raise httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT") from None
+            raise
+        finally:
+            timer.cancel()
+
     def _request(self, method: str, path: str, *, agent_id: str | None = None, **kw: Any) -> httpx.Response:
         try:
-            resp = self._http.request(method, path, **kw)
+            resp = self._timed(method, path, **kw)
         except httpx.TimeoutException as exc:
             raise LettaUnavailable(
                 f"Letta at {self.shown_url} did not answer in time ({type(exc).__name__}). "
@@ -282,7 +339,7 @@ class LettaClient:
         try:
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
-            return self._http.post(path, json=body)
+            return self._timed("POST", path, json=body)
         except httpx.HTTPError as exc:
             # Only a failure to connect proves Letta never saw the request.
             doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
@@ -299,6 +356,11 @@ class LettaClient:
         (not in the history, but the agent has runs not yet started or still running, one of which
         may carry it: an async message shows only once its run starts). Runs are read first: when
         none is pending, every message accepted before that read is already in the history."""
+        return self.find_message_run(agent_id, otid)[0]
+
+    def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
+        """``find_message``'s answer and, when found, the Letta run that carried the message (its
+        ``run_id``; None where Letta does not say), so history can name the run."""
         runs = self._request("GET", "/v1/runs/", params={"agent_id": agent_id, "limit": CHECK_RUNS}).json()
         pending = isinstance(runs, list) and any(
             isinstance(r, dict) and r.get("status") in PENDING_RUN_STATUSES for r in runs
@@ -306,9 +368,11 @@ class LettaClient:
         msgs = self._request(
             "GET", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, params={"limit": CHECK_MESSAGES}
         ).json()
-        if isinstance(msgs, list) and any(isinstance(m, dict) and m.get("otid") == otid for m in msgs):
-            return "found"
-        return "pending" if pending else "absent"
+        for m in msgs if isinstance(msgs, list) else ():
+            if isinstance(m, dict) and m.get("otid") == otid:
+                run = m.get("run_id")
+                return "found", run if isinstance(run, str) and run else None
+        return ("pending" if pending else "absent"), None
 
     def create_tool(
         self, source_code: str, *, description: str | None = None, tags: list[str] | None = None

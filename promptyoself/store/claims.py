@@ -390,6 +390,52 @@ def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
         return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
 
 
+def resume_waiting(store: Store, now: datetime) -> int:
+    """Letta answers again after an outage: the occurrences waiting out a backoff after a transient
+    failure become due now. Not a 429 (its Retry-After stands), not a claimed one, and not one in doubt
+    (``in_doubt: ...``: its request may still be landing in Letta, so it keeps its settle time before
+    the next attempt asks Letta for it). Returns how many."""
+    with store.engine.begin() as conn:
+        stmt = (
+            update(_S)
+            .where(_S.c.state == "active", _S.c.attempt > 0, _S.c.claimed_by.is_(None), _S.c.due_at > now,
+                   _S.c.last_error.like("letta_unavailable%"), _S.c.last_error.not_like("%HTTP 429%"))
+            .values(due_at=now)
+        )
+        return int(conn.execute(stmt).rowcount)  # type: ignore[attr-defined]
+
+
+def recurring_ahead(store: Store, now: datetime, after_id: int, limit: int) -> list[tuple[Any, ...]]:
+    """A page (by id) of active, unclaimed recurring schedules whose next run is after ``now``:
+    ``(id, schedule_type, schedule_value, timezone, anchor, next_run)``."""
+    with store.engine.begin() as conn:
+        rows = conn.execute(
+            select(_S.c.id, _S.c.schedule_type, _S.c.schedule_value, _S.c.timezone, _S.c.anchor, _S.c.next_run)
+            .where(_S.c.state == "active", _S.c.schedule_type != "once", _S.c.claimed_by.is_(None),
+                   _S.c.next_run > now, _S.c.id > after_id)
+            .order_by(_S.c.id).limit(limit)
+        ).all()
+    return [tuple(r) for r in rows]
+
+
+def rearm(store: Store, changes: list[tuple[int, datetime, datetime, datetime | None]], now: datetime) -> int:
+    """Move each ``(id, old next_run, new next_run, new anchor or None)`` to its new slot, where the row
+    still holds the old one and no one has claimed it (the compare-and-set of a claim). Returns how
+    many moved."""
+    moved = 0
+    with store.engine.begin() as conn:
+        for sid, old, new, anchor in changes:
+            values: dict[str, Any] = {"next_run": new, "due_at": new, "updated_at": now}
+            if anchor is not None:
+                values["anchor"] = anchor
+            moved += int(conn.execute(
+                update(_S).where(_S.c.id == sid, _S.c.next_run == old, _S.c.claimed_by.is_(None),
+                                 _S.c.state == "active")
+                .values(**values)
+            ).rowcount)  # type: ignore[attr-defined]
+    return moved
+
+
 def lock_rows(conn: Any, ids: Collection[int], owners: Collection[str]) -> dict[int, dict[str, Any]]:
     """Inside a write transaction: the columns of the schedules ``ids``, write-locked until the caller
     commits (on SQLite a no-op UPDATE of those one of ``owners`` holds, which takes the database's

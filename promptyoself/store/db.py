@@ -7,6 +7,7 @@ time order); PostgreSQL keeps ``timestamptz``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -402,6 +403,32 @@ class Store:
             log.debug("opening the database failed", exc_info=True)  # the traceback only at DEBUG
             raise mapped from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.file = sqlite_file(url)
+        self._identity: tuple[int, int] | None = None
+        if self.file is not None:
+            st = os.stat(self.file)
+            self._identity = (st.st_dev, st.st_ino)
+            event.listen(self.engine, "begin", lambda _conn: self.check_file())
+            event.listen(self.engine, "do_connect", lambda *_args: self.check_file())
+
+    def check_file(self) -> None:
+        """A SQLite file deleted or replaced under this process: raise ``DatabaseUnavailable``, before
+        any transaction, so nothing is written where it would be lost (a deleted file's writes vanish
+        at exit; a new connection would make an empty database at the path) and health says so."""
+        if self.file is None or self._identity is None:
+            return
+        try:
+            st = os.stat(self.file)
+        except FileNotFoundError:
+            raise DatabaseUnavailable(
+                f"The database file {self.file} was deleted while this process had it open: nothing more is "
+                "written (it would be lost). Restore the file, or restart this process to start a new database."
+            ) from None
+        if (st.st_dev, st.st_ino) != self._identity:
+            raise DatabaseUnavailable(
+                f"The database file {self.file} was replaced by another file while this process had it open: "
+                "nothing more is written to the old one. Restart this process to use the file now at that path."
+            )
 
     @property
     def dialect(self) -> str:

@@ -7,10 +7,10 @@ buckets (for the Prometheus histogram), and the worker lease as a plain dict.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, func, select, text
 
 from promptyoself.store.db import Delivery, Schedule, Store
 from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, worker_pid
@@ -101,3 +101,51 @@ def claims_lost(store: Store) -> int:
         return int(s.execute(
             select(func.count()).select_from(Delivery).where(Delivery.error.like("%claim lost%"))
         ).scalar_one())
+
+
+@dataclass(frozen=True)
+class Waiting:
+    count: int
+    """Active schedules waiting out a retry's backoff (a send failed; due again within the hour)."""
+    oldest: datetime | None
+    """The intended time of the oldest of them."""
+
+
+def waiting(store: Store, now: datetime, horizon: timedelta = timedelta(hours=1)) -> Waiting:
+    """Occurrences waiting for a retry after a failed send. Read through the (state, due_at) index over
+    the next ``horizon`` only (a backoff is at most PROMPTYOSELF_RETRY_MAX), never a full scan."""
+    with store.session() as s:
+        count, oldest = s.execute(
+            select(func.count(), func.min(Schedule.next_run)).select_from(Schedule)
+            .where(Schedule.state == "active", Schedule.due_at > now, Schedule.due_at <= now + horizon,
+                   Schedule.attempt > 0)
+        ).one()
+    return Waiting(int(count), _aware(oldest))
+
+
+def recent_attempts(store: Store, limit: int = 50) -> list[tuple[str, datetime, str | None]]:
+    """The newest ``limit`` history rows (outcome, attempted_at, error), newest first: by primary key."""
+    with store.session() as s:
+        rows = s.execute(
+            select(Delivery.outcome, Delivery.attempted_at, Delivery.error).order_by(Delivery.id.desc()).limit(limit)
+        ).all()
+    return [(str(o), _aware(at) or datetime.min.replace(tzinfo=UTC), e) for o, at, e in rows]
+
+
+def write_probe(store: Store, wait_ms: int = 2000) -> None:
+    """Raise when this process cannot write to the database now: read-only (file, mount, PostgreSQL
+    standby or read-only transaction), locked by another writer for longer than ``wait_ms``, the
+    server gone. Writes one row and rolls it back (nothing changes)."""
+    if store.dialect == "sqlite":
+        with store.engine.connect() as conn:
+            raw: Any = conn.connection.dbapi_connection
+            raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+                raw.execute("UPDATE alembic_version SET version_num = version_num")
+            finally:
+                raw.rollback()
+                raw.execute("PRAGMA busy_timeout = 30000")
+        return
+    with store.engine.begin() as conn:  # an xid is a write: refused on a standby or read-only database
+        conn.execute(text("SELECT txid_current()"))

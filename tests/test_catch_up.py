@@ -223,7 +223,7 @@ def test_catch_up_is_checked_and_listed(core: Any, fake: FakeLetta) -> None:
 
 
 def test_catch_up_rows_and_rrule_advance_on_postgresql(pg_url: str, fake: FakeLetta) -> None:
-    """The same on PostgreSQL, whose claims and records go through psycopg directly (store/direct.py)."""
+    """The same on PostgreSQL, whose claims and records are batch statements (unnest)."""
     clock = Clock(T - timedelta(minutes=30))
     core = make_core(pg_url, fake, clock=clock)
     try:

@@ -164,20 +164,17 @@ def test_the_executor_fences_every_claim_it_queues(tmp_path: Path, fake: FakeLet
         c.close()
 
 
-def test_the_poster_asks_the_guard_last_and_writes_nothing_when_it_says_no(fake: FakeLetta) -> None:
-    from promptyoself.letta.http1 import KeepAlivePoster, NotSent
+def test_the_client_asks_the_guard_last_and_sends_nothing_when_it_says_no(fake: FakeLetta) -> None:
+    from promptyoself.letta.client import LettaClient, NotSent
 
-    poster = KeepAlivePoster(fake.url, {}, 2.0)
-    path = f"/v1/agents/{fake.agent_ids[0]}/messages/async"
-    body = b'{"messages":[{"role":"user","content":"x"}]}'
-    try:
-        assert poster.post(path, body, guard=lambda: True).status_code == 200  # a kept-alive connection now
+    agent = fake.agent_ids[0]
+    with LettaClient(fake.url) as client:
+        assert client.send_message(agent, "x", guard=lambda: True)["route"] == "async"
         with pytest.raises(NotSent):
-            poster.post(path, body, guard=lambda: False)
-        assert poster.post(path, body).status_code == 200  # nothing was written: the connection serves on
-    finally:
-        poster.close()
-    assert len(fake.received) == 2 and len(fake.requests) == 2
+            client.send_message(agent, "y", guard=lambda: False)
+        assert client.send_message(agent, "z")["route"] == "async"  # the client serves on
+    assert fake.received_texts() == ["x", "z"]
+    assert len(fake.requests) == 2  # the refused send never reached Letta
 
 
 def test_the_fence_is_asked_again_right_before_the_send(core: Any, fake: FakeLetta, clock: Clock) -> None:

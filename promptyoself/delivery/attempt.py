@@ -42,7 +42,7 @@ from promptyoself.errors import (
     LettaUnavailable,
     PromptYoSelfError,
 )
-from promptyoself.letta.http1 import NotSent
+from promptyoself.letta.client import NotSent
 from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims

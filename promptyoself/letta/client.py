@@ -20,9 +20,13 @@ import httpx
 from promptyoself import __version__
 from promptyoself.config import redact_credentials, redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
-from promptyoself.letta.http1 import KeepAlivePoster, NotSent, Reply, encode_json
 
 log = logging.getLogger(__name__)
+
+
+class NotSent(Exception):
+    """A send's guard said no right before its request was written: the server never saw it."""
+
 
 USER_AGENT = f"promptyoself/{__version__}"
 
@@ -36,10 +40,6 @@ PENDING_RUN_STATUSES = ("created", "running")
 CHECK_MESSAGES = 100
 """How many of the agent's newest messages ``find_message`` looks through."""
 CHECK_RUNS = 20
-
-Answer = httpx.Response | Reply
-"""An answer from Letta: through httpx, or through the send path's own poster (``http1``)."""
-
 
 def message_body(text: str, otid: str | None = None) -> dict[str, Any]:
     """The body of a message send (async and sync routes): one user message, with ``otid`` (our
@@ -63,7 +63,7 @@ def with_otid(payload: dict[str, Any], otid: str | None) -> dict[str, Any]:
     return body
 
 
-def _retry_after(resp: Answer) -> float | None:
+def _retry_after(resp: httpx.Response) -> float | None:
     raw = resp.headers.get("retry-after")
     if raw is None:
         return None
@@ -73,7 +73,7 @@ def _retry_after(resp: Answer) -> float | None:
         return None
 
 
-def _detail(resp: Answer) -> str:
+def _detail(resp: httpx.Response) -> str:
     """Letta's error text, cut to 200 characters after any echoed credential (``Bearer sk-...``, a
     proxy that repeats our headers) is replaced: a cut must not leave half a key behind."""
     try:
@@ -83,14 +83,6 @@ def _detail(resp: Answer) -> str:
     else:
         text = str(body["detail"]) if isinstance(body, dict) and "detail" in body else str(body)
     return redact_credentials(text)[:200]
-
-
-def _env_proxies() -> bool:
-    """True if the environment names an HTTP proxy (httpx would use it: such sends stay on httpx)."""
-    from urllib.request import getproxies
-
-    proxies = getproxies()
-    return bool(proxies.get("http") or proxies.get("all"))
 
 
 def _seg(value: str) -> str:
@@ -113,7 +105,7 @@ def _object(resp: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def raise_for_letta(resp: Answer, *, agent_id: str | None = None) -> None:
+def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> None:
     """Map a non-2xx Letta answer onto the error tree."""
     status = resp.status_code
     if status < 400:
@@ -139,7 +131,7 @@ def raise_for_letta(resp: Answer, *, agent_id: str | None = None) -> None:
     raise LettaUnavailable(f"Letta answered HTTP {status}: {_detail(resp)}", http_status=status)
 
 
-def _raise_for_send(resp: Answer, agent_id: str) -> None:
+def _raise_for_send(resp: httpx.Response, agent_id: str) -> None:
     """``raise_for_letta`` for a message send: a gateway's 502/504 leaves Letta's answer unknown."""
     try:
         raise_for_letta(resp, agent_id=agent_id)
@@ -173,19 +165,9 @@ class LettaClient:
             transport=transport,
             follow_redirects=False,
         )
-        # Message sends (the executor's hot path) skip httpx's layers where httpx would open a plain
-        # connection anyway: see promptyoself/letta/http1.py.
-        self._poster: KeepAlivePoster | None = None
-        if transport is None and self.base_url.startswith("http://") and not _env_proxies():
-            try:
-                self._poster = KeepAlivePoster(self.base_url, headers, timeout)
-            except ValueError:  # a URL or header it does not send as is: httpx encodes or rejects it
-                self._poster = None
 
     def close(self) -> None:
         self._http.close()
-        if self._poster is not None:
-            self._poster.close()
 
     def __enter__(self) -> LettaClient:
         return self
@@ -323,7 +305,7 @@ class LettaClient:
             run = resp.json()
             run_id = run.get("id") if isinstance(run, dict) else None
             return {"run_id": run_id, "route": "async"}
-        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, guard, via_poster=False)
+        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, guard)
         _raise_for_send(sync, agent_id)
         data = sync.json()
         run_id = None
@@ -335,7 +317,7 @@ class LettaClient:
 
     def _http_send(
         self, path: str, body: dict[str, Any], agent_id: str, guard: Callable[[], bool] | None = None
-    ) -> Answer | None:
+    ) -> httpx.Response | None:
         """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
         resp = self._post(path, body, agent_id, guard)
         if resp.status_code == 405:
@@ -351,14 +333,10 @@ class LettaClient:
         body: dict[str, Any],
         agent_id: str,
         guard: Callable[[], bool] | None = None,
-        *,
-        via_poster: bool = True,
-    ) -> Answer:
+    ) -> httpx.Response:
         """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
-        ``guard``: see ``send_message`` (through httpx it is asked just before the request starts)."""
+        ``guard``: see ``send_message`` (asked just before the request starts)."""
         try:
-            if via_poster and self._poster is not None:
-                return self._poster.post(path, encode_json(body), guard=guard)
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
             return self._timed("POST", path, json=body)

@@ -47,7 +47,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from promptyoself.config import redact_url
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
-from promptyoself.letta.http1 import NotSent
+from promptyoself.letta.client import NotSent
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
-from promptyoself.store.direct import Direct
 
 T = TypeVar("T")
 
@@ -96,35 +95,18 @@ def _unnest(name: str, *cols: tuple[str, Any]) -> Any:
 def _unnests(conn: Any) -> bool:
     """Whether the batch statements built on ``_unnest`` serve this connection: PostgreSQL through
     psycopg 3, which sends every array with its type. Other drivers (psycopg2) take the
-    statement-per-row forms that SQLite uses. Such a connection also runs the hot path's statements
-    on psycopg directly (``store/direct.py``)."""
+    statement-per-row forms that SQLite uses."""
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
-_directs: dict[int, Direct] = {}
-
-
-def _direct(stmt: Any) -> Direct:
-    """The ``Direct`` form of a module-level (or cached, so never collected) statement."""
-    found = _directs.get(id(stmt))
-    if found is None:
-        found = _directs[id(stmt)] = Direct(stmt)
-    return found
-
-
 def _rows(conn: Any, stmt: Any, params: dict[str, Any]) -> list[Any]:
-    """``stmt``'s result rows (attribute access by column name): on psycopg 3 directly."""
-    if _unnests(conn):
-        return _direct(stmt).rows(conn, params)
+    """``stmt``'s result rows (attribute access by column name)."""
     return list(conn.execute(stmt, params).all())
 
 
 def _write(conn: Any, stmt: Any, params: dict[str, Any]) -> None:
-    """Run a write whose count nobody reads: on psycopg 3 directly."""
-    if _unnests(conn):
-        _direct(stmt).run(conn, params)
-    else:
-        conn.execute(stmt, params)
+    """Run a write whose count nobody reads."""
+    conn.execute(stmt, params)
 
 
 _V = _unnest("v", ("sid", Integer()), ("slot", UTCDateTime()), ("agent", String()))

@@ -52,7 +52,7 @@ HEAD_REVISION = "0008"
 
 
 def refuse_naive(value: datetime) -> None:
-    """The store takes aware datetimes only (``UTCDateTime``, and ``direct.py``'s parameters)."""
+    """The store takes aware datetimes only (``UTCDateTime``)."""
     if value.tzinfo is None:
         raise ValueError("naive datetime given to the store; pass an aware datetime")
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -105,51 +106,54 @@ def _first_line(exc: BaseException) -> str:
     return redact_url(text[0])[:300] if text else type(exc).__name__
 
 
-def letta_probe(core: Checked) -> Reason | None:
-    """Is Letta reachable and does it accept our credentials? Cached per process."""
-    ttl = float(core.settings.health_letta_cache)
-    cached = getattr(core, "_letta_probe", None)
-    now = time.monotonic()
-    if cached is not None and now - cached[0] < ttl:
+def _cached(core: Checked, attr: str, probe: Callable[[], Reason | None]) -> Reason | None:
+    """``probe()``'s reason, asked at most once per ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process
+    (kept on the core as ``attr``), so health is cheap to poll."""
+    cached = getattr(core, attr, None)
+    if cached is not None and time.monotonic() - cached[0] < float(core.settings.health_letta_cache):
         return cached[1]
     with _probe_lock:
-        reason: Reason | None = None
+        reason = probe()
+        setattr(core, attr, (time.monotonic(), reason))
+    return reason
+
+
+def letta_probe(core: Checked) -> Reason | None:
+    """Is Letta reachable and does it accept our credentials? Cached per process."""
+
+    def probe() -> Reason | None:
         try:
             core.letta.list_agents(limit=1)
         except LettaAuth as exc:
-            reason = Reason(code="letta_auth", message=exc.message, fix=FIX_AUTH)
+            return Reason(code="letta_auth", message=exc.message, fix=FIX_AUTH)
         except PromptYoSelfError as exc:
-            reason = Reason(code="letta_unreachable", message=exc.message, fix=FIX_LETTA)
+            return Reason(code="letta_unreachable", message=exc.message, fix=FIX_LETTA)
         except Exception as exc:
-            reason = Reason(code="letta_unreachable", message=f"Letta probe failed: {_first_line(exc)}", fix=FIX_LETTA)
-        core._letta_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
-    return reason
+            return Reason(code="letta_unreachable", message=f"Letta probe failed: {_first_line(exc)}", fix=FIX_LETTA)
+        return None
+
+    return _cached(core, "_letta_probe", probe)
 
 
 def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
     """Is the Letta Code App Server up (``wanted``: active schedules that go to it)? Cached per process."""
-    url = core.settings.letta_code_url
-    if not url:
+    if not core.settings.letta_code_url:
         if not wanted:
             return None
         return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
                       message=f"{wanted} active schedule(s) go to Letta Code and LETTA_CODE_URL is not set.")
-    ttl = float(core.settings.health_letta_cache)
-    cached = getattr(core, "_letta_code_probe", None)
-    now = time.monotonic()
-    if cached is not None and now - cached[0] < ttl:
-        return cached[1]
-    with _probe_lock:
-        reason: Reason | None = None
+
+    def probe() -> Reason | None:
         try:
             core.target("letta-code").probe()
         except PromptYoSelfError as exc:
-            reason = Reason(code="letta_code_unreachable", message=exc.message, fix=FIX_LETTA_CODE)
+            return Reason(code="letta_code_unreachable", message=exc.message, fix=FIX_LETTA_CODE)
         except Exception as exc:
-            reason = Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
-                            message=f"Letta Code probe failed: {_first_line(exc)}")
-        core._letta_code_probe = (time.monotonic(), reason)  # type: ignore[attr-defined]
-    return reason
+            return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
+                          message=f"Letta Code probe failed: {_first_line(exc)}")
+        return None
+
+    return _cached(core, "_letta_code_probe", probe)
 
 
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:

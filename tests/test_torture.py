@@ -16,7 +16,8 @@ whose sender had lost its claim before recording, ``sent_lost_claim`` (docs/depl
 
 ``PROMPTYOSELF_TORTURE_SEED`` picks the run (prompts' due times, the faults, which process is
 stopped); ``PROMPTYOSELF_TORTURE_SCALE`` multiplies the size for longer local runs;
-``PROMPTYOSELF_TORTURE_REPORT`` names a file that gets one JSON line of figures per run.
+``PROMPTYOSELF_TORTURE_REPORT`` names a file that gets one JSON line of figures per run;
+``PROMPTYOSELF_TORTURE_LC_SEEDS`` (comma-separated) the seeds of the Letta Code run.
 """
 
 from __future__ import annotations
@@ -279,7 +280,9 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
 
 # ---- the same guarantee against the Letta Code App Server (issue 25) ------------------------------
 
-LC_SEEDS = [int(s) for s in os.environ.get("PROMPTYOSELF_TORTURE_LC_SEEDS", "3,11,29").split(",")]
+LC_SEEDS = [int(s) for s in os.environ.get("PROMPTYOSELF_TORTURE_LC_SEEDS", "3").split(",")]
+"""One seed in the suite (as the REST run's one ``PROMPTYOSELF_TORTURE_SEED``), to keep CI under 20 minutes;
+``PROMPTYOSELF_TORTURE_LC_SEEDS=3,11,29,...`` runs more (done before a delivery change lands)."""
 LC_ONCE = max(10, round(150 * SCALE))
 LC_RECURRING = max(1, round(4 * SCALE))
 LC_AGENTS = max(3, round(10 * SCALE))

@@ -200,6 +200,20 @@ def _swagger_dir() -> Any:
     return swagger_ui_bundle.swagger_ui_path
 
 
+class RestApp(FastAPI):
+    """FastAPI whose OpenAPI document declares the bearer scheme (PROMPTYOSELF_HTTP_TOKEN)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "PROMPTYOSELF_HTTP_TOKEN (when the service has one)."}}
+            schema["security"] = [{"bearer": []}]
+            self.openapi_schema = schema
+        return self.openapi_schema
+
+
 def _mount_docs(app: FastAPI) -> None:
     """``/docs`` (Swagger UI over ``/openapi.json``, its files served from here, not a CDN); ``/`` and
     ``/redoc`` lead there. These pages and ``/openapi.json`` are open without the bearer token (they
@@ -224,19 +238,6 @@ def _mount_docs(app: FastAPI) -> None:
     for path in ("/", "/redoc", "/docs/"):
         app.add_api_route(path, to_docs, methods=["GET"], include_in_schema=False)
 
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
-
-            schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
-            schema.setdefault("components", {})["securitySchemes"] = {
-                "bearer": {"type": "http", "scheme": "bearer",
-                           "description": "PROMPTYOSELF_HTTP_TOKEN (when the service has one)."}}
-            schema["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _mount_proxy(app: FastAPI, core: Core) -> None:
@@ -267,7 +268,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     ``letta_proxy`` (default: ``PROMPTYOSELF_LETTA_PROXY``) adds the pass-through to Letta for every
     other ``/v1/...`` route, so ``Letta(base_url=<this service>)`` serves the whole SDK."""
     api = LettaSchedules(core)
-    app = FastAPI(
+    app = RestApp(
         title="PromptYoSelf",
         summary="Scheduled prompts for Letta agents; Letta's scheduling API for self-hosted servers.",
         docs_url=None,

@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,11 +57,6 @@ class Delivering:
     by: By
     pid: int | None
     message: str
-
-    @property
-    def live(self) -> bool:
-        """True when something delivers (or is starting to); False for off, nothing active, failed."""
-        return self.by in ("this_process", "embedded", "worker", "started", "starting")
 
 
 OFF = Delivering("off", None, "PROMPTYOSELF_EXECUTOR_MODE is off: run `promptyoself worker` or the service "
@@ -145,16 +139,11 @@ def spawn(settings: Settings, token: str | None = None) -> int:
 
 # ---- before the MCP handshake: the standard library only --------------------------------------------
 
-launched_at: float | None = None
-"""``time.monotonic()`` of this process's ``at_launch`` spawn, if any."""
-
-
 def at_launch(settings: Settings) -> int | None:
     """A stdio server's first step in ``worker`` mode: spawn a worker when a schedule is active and
     no live worker holds the lease, asked of a SQLite file with ``sqlite3`` (~1 ms). Returns the
     worker's pid when one was started, else None (also for other databases: ``Starter.ensure`` at the
     first write, or the check after the handshake, covers them). Never raises."""
-    global launched_at
     try:
         if not settings.executor_enabled or settings.executor_mode != "worker":
             return None
@@ -162,7 +151,6 @@ def at_launch(settings: Settings) -> int | None:
         if db_file is None or quick_check(db_file, datetime.now(UTC)) is not True:
             return None
         pid = spawn(settings)  # no reservation (that needs the store): a second racing worker exits at once
-        launched_at = time.monotonic()
         log.info("started the delivery worker pid %d at start-up (log: %s)", pid, worker_log_path(settings))
         return pid
     except Exception:

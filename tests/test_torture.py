@@ -156,6 +156,22 @@ def report(figures: dict[str, Any]) -> None:
     sys.stderr.write(f"torture: {json.dumps(figures)}\n")
 
 
+def torture_env(db: Any, letta_url: str, *, max_attempts: int, **extra: str) -> dict[str, str]:
+    """The delivering processes' environment: fast loop, short lease, quick retries (both torture runs)."""
+    return child_env(
+        db, letta_url,
+        PROMPTYOSELF_MESSAGE_FORMAT="plain",
+        PROMPTYOSELF_WORKER_IDLE_EXIT="2",
+        PROMPTYOSELF_EXECUTOR_INTERVAL="0.25",
+        PROMPTYOSELF_LEASE_SECONDS=str(LEASE_S),
+        PROMPTYOSELF_LETTA_TIMEOUT=str(LETTA_TIMEOUT_S),
+        PROMPTYOSELF_RETRY_BASE="0.1",
+        PROMPTYOSELF_RETRY_MAX="1.0",
+        PROMPTYOSELF_MAX_ATTEMPTS=str(max_attempts),
+        **extra,
+    )
+
+
 def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None:
     db = any_db
     backend = "sqlite" if isinstance(db, Path) else "postgresql"
@@ -166,17 +182,7 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
                    visible_delay=0.3, seed=SEED) as fake:
         once, recurring = seed_prompts(db, fake)
         port = free_port()
-        env = child_env(
-            db, fake.url,
-            PROMPTYOSELF_MESSAGE_FORMAT="plain",
-            PROMPTYOSELF_WORKER_IDLE_EXIT="2",
-            PROMPTYOSELF_EXECUTOR_INTERVAL="0.25",
-            PROMPTYOSELF_LEASE_SECONDS=str(LEASE_S),
-            PROMPTYOSELF_LETTA_TIMEOUT=str(LETTA_TIMEOUT_S),
-            PROMPTYOSELF_RETRY_BASE="0.1",
-            PROMPTYOSELF_RETRY_MAX="1.0",
-            PROMPTYOSELF_MAX_ATTEMPTS="100",
-        )
+        env = torture_env(db, fake.url, max_attempts=100)
         py = [sys.executable, "-m", "promptyoself"]
         workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
         looper = Proc([*py, "execute", "--loop"], env)
@@ -325,19 +331,9 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
     with FakeLettaCode(tmp_path / f"lc-{seed}", agents=LC_AGENTS, fail_rate=FAIL_RATE, fail_modes=",".join(LC_FAULTS),
                        slow=LC_TURN_TIMEOUT_S + 0.5, seed=seed) as fake:
         once, recurring = seed_letta_code(db, fake.agent_ids)
-        env = child_env(
-            db, f"http://127.0.0.1:{free_port()}",  # no Letta REST server: nothing may go there
-            LETTA_CODE_URL=fake.url,
-            PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT=str(LC_TURN_TIMEOUT_S),
-            PROMPTYOSELF_MESSAGE_FORMAT="plain",
-            PROMPTYOSELF_WORKER_IDLE_EXIT="2",
-            PROMPTYOSELF_EXECUTOR_INTERVAL="0.25",
-            PROMPTYOSELF_LEASE_SECONDS=str(LEASE_S),
-            PROMPTYOSELF_LETTA_TIMEOUT=str(LETTA_TIMEOUT_S),
-            PROMPTYOSELF_RETRY_BASE="0.1",
-            PROMPTYOSELF_RETRY_MAX="1.0",
-            PROMPTYOSELF_MAX_ATTEMPTS="1000",
-        )
+        env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,  # no Letta REST server
+                          LETTA_CODE_URL=fake.url,
+                          PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT=str(LC_TURN_TIMEOUT_S))
         py = [sys.executable, "-m", "promptyoself"]
         workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
         looper = Proc([*py, "execute", "--loop"], env)

@@ -200,6 +200,14 @@ def _field(default: Any, env: str, accepts: str, **constraints: Any) -> Any:
     return Field(default, validation_alias=env, description=accepts, **constraints)
 
 
+def _is_url(text: str, schemes: str) -> bool:
+    """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
+    m = re.fullmatch(rf"(?i)({schemes})://([^/?#\s]+)(\S*)", text)
+    if m is None or _CONTROL.search(text):
+        return False
+    return bool(m.group(2).rpartition("@")[2].strip(":"))
+
+
 class Settings(BaseSettings):
     """Every knob PromptYoSelf reads, each parsed into its type when it loads. Field aliases are the
     environment variable names; each field's description is what the variable accepts."""
@@ -301,8 +309,7 @@ class Settings(BaseSettings):
     def _letta_url(cls, value: object) -> object:
         if isinstance(value, str):
             text = value.strip()
-            m = re.fullmatch(r"(?i)(https?)://([^/?#\s]+)(\S*)", text)
-            if not m or _CONTROL.search(text) or not m.group(2).rpartition("@")[2].strip(":"):
+            if not _is_url(text, "https?"):
                 raise ValueError("not an http(s) URL")
             return text
         return value
@@ -312,8 +319,7 @@ class Settings(BaseSettings):
     def _letta_code_url(cls, value: object) -> object:
         if isinstance(value, str):
             text = value.strip()
-            m = re.fullmatch(r"(?i)(wss?)://([^/?#\s]+)(\S*)", text)
-            if text and (not m or _CONTROL.search(text) or not m.group(2).rpartition("@")[2].strip(":")):
+            if text and not _is_url(text, "wss?"):
                 raise ValueError("not a ws(s) URL")
             return text or None
         return value

@@ -19,7 +19,8 @@ PromptYoSelf uses, as Letta Code 0.34.12 did on this machine (``../shared/letta-
 Faults for the torture test (``--fail-rate``, ``--fail-modes``): ``reject`` (``accepted: false``,
 nothing recorded), ``close`` (the server closes the socket right after ``input_accepted``; the turn
 runs), ``slow`` (the turn takes ``--slow`` seconds, longer than the client waits: it drops the
-socket, which blocks the conversation until a restart).
+socket, which blocks the conversation until a restart). ``FakeLettaCode.stall_model`` holds every turn
+in its wait for the model (``WAITING_FOR_API_RESPONSE``), as stopping the real harness's mock LLM does.
 
 A restart puts the input of every turn it cut (accepted, never finished) back in its conversation's
 queue, paused until the next input or ``resume_queue``; running it stores the message again, as
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -82,6 +85,9 @@ class Conversation:
     current_run: str = ""
     blocked_by: str | None = None
     listeners: set[ServerConnection] = field(default_factory=set)
+
+
+STALLED = "model-stalled"  # while this file is in the state folder, turns wait for the "model"
 
 
 class FakeAppServer:
@@ -206,9 +212,16 @@ class FakeAppServer:
             runs[run_id] = [cid for cid, _, _ in batch]
             for cid, text, _ in batch:
                 self._store(conv, cid, text, run_id)
-            await self._loop_status(conv, "PROCESSING_API_RESPONSE", [run_id])
+            # Letta Code says it waits for the model before the run's stream starts; a client that
+            # leaves in that wait blocks the conversation (observed 10 of 10), one that leaves once the
+            # stream runs does not (the fake blocks on either: its turn is that one wait)
+            await self._loop_status(conv, "SENDING_API_REQUEST", [])
+            await self._loop_status(conv, "WAITING_FOR_API_RESPONSE", [])
             slow = slow or any("MOCK_TOOL_CALL" in text for _, text, _ in batch)  # a tool call takes a while
             await asyncio.sleep(self.slow_s if slow else self.turn_s)
+            while (self.state / STALLED).exists():  # FakeLettaCode.stall_model: the model does not answer
+                await asyncio.sleep(0.02)
+            await self._loop_status(conv, "PROCESSING_API_RESPONSE", [run_id])
             reply = {"id": f"ui-msg-{self.next_msg}", "message_type": "assistant_message", "role": "assistant",
                      "agent_id": conv.agent_id, "conversation_id": conv.conversation_id,
                      "content": [{"type": "text", "text": "fake reply"}], "run_id": run_id, "date": _now()}
@@ -473,6 +486,16 @@ class FakeLettaCode:
         self.stop(sig)
         self.restarts += 1
         self.start()
+
+    @contextlib.contextmanager
+    def stall_model(self) -> Iterator[None]:
+        """Turns wait for the model until the block ends (the real harness stops its mock LLM)."""
+        flag = self.state / STALLED
+        flag.touch()
+        try:
+            yield
+        finally:
+            flag.unlink(missing_ok=True)
 
     @property
     def agent_ids(self) -> list[str]:

@@ -9,8 +9,11 @@ reused when it is there; else ``setup.sh`` makes one in the instance's home.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.procs import free_port
@@ -71,6 +74,17 @@ class Harness:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    @contextlib.contextmanager
+    def stall_model(self) -> Iterator[None]:
+        """The mock LLM stopped (SIGSTOP) for the block: a turn started in it waits for the model."""
+        pid = int((self.home / "run" / "mock_llm.pid").read_text().strip())
+        assert "mock_llm.py" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"), pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     @property
     def agent_id(self) -> str:

@@ -3,7 +3,7 @@ scenario, run against both, through our client (``promptyoself.letta.code``) and
 
 probe, agents, a send held until its turn finished, the message in the history with our otid, a
 duplicate ``client_message_id`` acknowledged as ``started`` and then nothing, a socket dropped
-mid-turn leaving the conversation blocked (accepted, not stored, finished with "already has an
+while the turn waits for the model leaving the conversation blocked (accepted, not stored, finished with "already has an
 active run"), a restart clearing the block while the ledger keeps the used-up id.
 """
 
@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,13 +36,14 @@ class Server:
     url: str
     agent_id: str
     restart: Callable[[], None]
+    stall_model: Callable[[], AbstractContextManager[None]]
 
 
 @pytest.fixture(params=["fake", "real"])
 def app_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     if request.param == "fake":
         with FakeLettaCode(tmp_path / "fake", turn=0.3, slow=4.0) as fake:
-            yield Server(fake.url, fake.agent_ids[0], fake.restart)
+            yield Server(fake.url, fake.agent_ids[0], fake.restart, fake.stall_model)
         return
     if harness_dir() is None:
         reason = "the Letta Code harness (../shared/letta-code) is absent"
@@ -51,13 +53,14 @@ def app_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
     harness.setup()
     harness.start()
     try:
-        yield Server(harness.url, harness.agent_id, harness.restart)
+        yield Server(harness.url, harness.agent_id, harness.restart, harness.stall_model)
     finally:
         harness.stop()
 
 
 def raw_input(url: str, agent: str, cid: str, text: str, *, watch: float, drop: bool = False) -> list[dict]:
-    """Send one input frame; the frames seen for ``watch`` seconds (or up to input_accepted if ``drop``)."""
+    """Send one input frame; the frames seen for ``watch`` seconds (or, if ``drop``, up to the one saying
+    the turn waits for the model, and then close the socket)."""
     frames: list[dict] = []
     rid = f"raw-{uuid.uuid4().hex[:8]}"
     with connect(url + "/ws", open_timeout=10) as ws:
@@ -72,7 +75,8 @@ def raw_input(url: str, agent: str, cid: str, text: str, *, watch: float, drop: 
             except TimeoutError:
                 break
             frames.append(msg)
-            if drop and msg.get("type") == "input_accepted":
+            if drop and msg.get("type") == "update_loop_status" and (
+                    msg.get("loop_status") or {}).get("status") == "WAITING_FOR_API_RESPONSE":
                 break
     return frames
 
@@ -138,29 +142,23 @@ def test_fake_and_real_agree(app_server: Server) -> None:
     assert not [f for f in frames if f.get("type") == "turn_finished"]
     assert sum(1 for m in client.messages(agent) if m.get("otid") == otid) == 1
 
-    # a socket dropped mid-turn blocks the conversation: later inputs are accepted, not stored. Letta
-    # Code does not block on every drop (it depends on where in the turn the socket goes), so drop
-    # until it does; the fake blocks on the first. 8 tries once went by without a block in a CI run
-    # (and a slow 4 s turn blocked no more often): up to 30 tries within 150 s.
-    blocked: LettaUnavailable | None = None
-    burned = ""
-    tries = 0
-    give_up = time.monotonic() + 150
-    while tries < 30 and time.monotonic() < give_up:
-        tries += 1
-        dropped = f"promptyoself-drop-{uuid.uuid4().hex[:8]}"
-        raw_input(app_server.url, agent, dropped, "dropped mid-turn", watch=10, drop=True)
-        settle = time.monotonic() + 15  # the dropped turn's end, as far as the conversation shows it
-        while client.pending(agent, None, dropped) and time.monotonic() < settle:
-            time.sleep(0.1)
-        burned = f"promptyoself-burned-{uuid.uuid4().hex[:8]}"
-        try:
-            client.send(agent, "while blocked", otid=burned)
-        except LettaUnavailable as exc:
-            blocked = exc
-            break
-    assert blocked is not None, "no dropped socket blocked the conversation"
-    sys.stderr.write(f"blocked after {tries} dropped socket(s)\n")
+    # a socket dropped while the turn waits for the model blocks the conversation: later inputs are
+    # accepted, not stored. Where the socket goes matters: with the mock LLM answering at once, a drop
+    # at input_accepted blocked Letta Code 3 times of 8 and one after the first stream_delta 0 of 6.
+    # So the model is held (the harness's mock LLM stopped) while the socket goes in that wait
+    # (update_loop_status WAITING_FOR_API_RESPONSE), and until a sync shows the server took the close.
+    dropped = f"promptyoself-drop-{uuid.uuid4().hex[:8]}"
+    with app_server.stall_model():
+        frames = raw_input(app_server.url, agent, dropped, "dropped mid-turn", watch=30, drop=True)
+        assert frames[-1]["loop_status"]["status"] == "WAITING_FOR_API_RESPONSE", frames
+        client.state(agent, None)
+    settle = time.monotonic() + 15  # the dropped turn's end, as far as the conversation shows it
+    while client.pending(agent, None, dropped) and time.monotonic() < settle:
+        time.sleep(0.1)
+    burned = f"promptyoself-burned-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(LettaUnavailable) as caught:
+        client.send(agent, "while blocked", otid=burned)
+    blocked = caught.value
     assert blocked.details.get("in_doubt") is True and blocked.details.get("busy") is True
     assert "already has an active run" in blocked.message
     assert client.find(agent, burned) == "absent"

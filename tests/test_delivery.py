@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.attempt import Claim, deliver, envelope
+from promptyoself.delivery.attempt import Claim, envelope
+from promptyoself.delivery.recorder import deliver
 from promptyoself.delivery.retry import backoff_delay
 from promptyoself.delivery.service import Executor, run_once_result, service_for, status_tool
 from promptyoself.store.claims import claim_due, release_claims
@@ -335,10 +336,11 @@ def test_auth_error_backs_off_and_shows_in_status_and_health(tmp_path: Path, clo
         assert status["auth_error"] and status["auth_error"].startswith("letta_auth:")
         assert "s3cret" not in str(status)
         assert core.health()["letta_auth_error"].startswith("letta_auth:")
-        # the loop pauses claiming while the auth backoff runs
+        # the executor reports the refusal (its loop pauses claiming while the auth backoff runs; a
+        # drain stops at it)
         ex = Executor(core)
-        ex._account(deliver(core, claim(core, "X")[0], "X"))
-        assert ex.auth_error and ex._auth_until > 0 and ex.info()["auth_error"]
+        [res] = ex.drain()
+        assert res.auth_error and ex.auth_error and ex.info()["auth_error"].startswith("letta_auth:")
         ex.close()
         fake.password = None  # credentials fixed
         clock.advance(1)

@@ -143,20 +143,17 @@ def test_a_sender_past_the_deadline_sends_nothing(core: Any, fake: FakeLetta, cl
 
 
 def test_the_executor_fences_every_claim_it_queues(tmp_path: Path, fake: FakeLetta) -> None:
-    """Through the executor: a claim whose keeper deadline has run out is released, not sent."""
-    from promptyoself.delivery.loop import Executor
-
+    """The executor's fence (its ``ClaimKeeper``, asked by every send): a claim whose keeper deadline
+    has run out is released, not sent."""
     c = make_core(tmp_path / "e.db", fake, lease_seconds=LEASE)
     try:
         sid = add_schedule(c.store, fake.agent_ids[0], "p", c.now() - timedelta(seconds=1))
-        ex = Executor(c, role="test")
         mono = Mono()
-        ex._keeper.mono = mono
-        [claim] = [Claim.from_row(r) for r in ex._claim_sync(c.now(), 1, (), ())]
-        ex._keeper._ids.add(claim.id)
-        ex._keeper._deadline[claim.id] = mono() + LEASE
+        fence = keeper(c, "test", mono)
+        [claim] = take(c, "test")
+        fence.add([claim.id], mono())
         mono.t += LEASE  # the process froze for a whole lease between claiming and sending
-        out = attempt(c, claim, ex.owner, may_send=ex._may_send(claim))
+        out = attempt(c, claim, "test", may_send=lambda: fence.may_send(claim.id))
         assert getattr(out, "outcome", None) == "released"
         assert fake.received == []
         assert get(c.store, sid).claimed_by is None  # given back: anyone may take it now
@@ -183,7 +180,7 @@ def test_the_fence_is_asked_again_right_before_the_send(core: Any, fake: FakeLet
     sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
     fake.fail_next(1, "drop")  # a reset: not recorded by Letta, but the outcome is unknown: in doubt
     first = attempt(core, take(core, "A")[0], "A")
-    from promptyoself.delivery.attempt import record_attempt
+    from promptyoself.delivery.recorder import record_attempt
 
     assert not isinstance(first, type(None)) and getattr(first, "kind", None) == "retry"
     record_attempt(core, first)  # type: ignore[arg-type]

@@ -83,7 +83,7 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     assert [s["id"] for s in mine["schedules"]] == [int(created.id)]
 
     time.sleep(max(0.0, at / 1000 - time.time()) + 0.05)
-    results = Executor(core).run_once()
+    results = Executor(core).drain()
     assert [r.outcome for r in results] == ["delivered"]
     sent = [m for m in fake_letta.received if m["agent_id"] == agent]
     assert len(sent) == 2  # two messages, one request

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from promptyoself.delivery.attempt import IN_DOUBT_PREFIX, Claim, deliver, otid_for
+from promptyoself.delivery.attempt import IN_DOUBT_PREFIX, Claim, otid_for
+from promptyoself.delivery.recorder import deliver
 from promptyoself.errors import LettaUnavailable
 from promptyoself.letta.client import IN_DOUBT, LettaClient
 from promptyoself.store.claims import claim_due

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from promptyoself.delivery.attempt import Claim
+from promptyoself.delivery import planner
 from promptyoself.delivery.loop import Executor
 from promptyoself.store.claims import ClaimReport, claim_due, release_claims
 from testkit.fake_letta import FakeLetta
@@ -64,20 +65,13 @@ def test_a_contended_executor_claims_again_promptly_not_after_its_interval(tmp_p
         core.close()
 
 
-def test_no_more_claims_than_the_senders_can_send_within_the_lease(tmp_path: Path, fake: FakeLetta) -> None:
-    core = make_core(tmp_path / "l.db", fake, lease_seconds=10.0, max_in_flight=2)
-    ex = Executor(core)
-    ex._ahead = 2 * ex.max_in_flight  # a backlog: the queue runs ahead of the senders
-    with ex._cv:
-        assert ex._hold_limit() == 6  # nothing sent yet: senders + run-ahead
-    ex._send_s = 2.0  # each send takes 2 s: in half the 10 s lease, 2 senders send 5 (2.5 each)
-    with ex._cv:
-        assert ex._hold_limit() == 5
-    ex._send_s = 20.0  # slower than the lease itself: still one per sender, never none
-    with ex._cv:
-        assert ex._hold_limit() == 2
-    ex.close()
-    core.close()
+def test_no_more_claims_than_the_senders_can_send_within_the_lease() -> None:
+    backlog = planner.Holding(max_in_flight=2, lease=10.0, ahead=4)  # the queue runs ahead of the senders
+    assert planner.hold_limit(backlog) == 6  # nothing sent yet: senders + run-ahead
+    # each send takes 2 s: in half the 10 s lease, 2 senders send 5 (2.5 each)
+    assert planner.hold_limit(replace(backlog, send_s=2.0)) == 5
+    # slower than the lease itself: still one per sender, never none
+    assert planner.hold_limit(replace(backlog, send_s=20.0)) == 2
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
@@ -104,34 +98,30 @@ def test_a_claim_reports_whether_more_was_due_than_it_asked_for(
         core.close()
 
 
-def test_a_backlog_shared_with_other_processes_stays_a_backlog(tmp_path: Path, fake: FakeLetta) -> None:
-    """How the executor reads a claim's outcome (``_took``): a short claim while more was due is still
-    a backlog (the recorder keeps claiming in its own transactions); one that found every due row
+def test_a_backlog_shared_with_other_processes_stays_a_backlog() -> None:
+    """How the planner reads a claim's answer (``after_claim``): a short claim while more was due is
+    still a backlog (the recorder keeps claiming in its own transactions); one that found every due row
     taken by others claims again only with the next recorded batch, not alone in a loop; with nothing
     under way it hands back to the loop's alarm."""
-    core = make_core(tmp_path / "b.db", fake, max_in_flight=4)
-    ex = Executor(core)
-    try:
-        claims = [_claim(i) for i in range(4)]
-        assert ex._took(claims, 4) and ex._ahead == 12 and not ex._missed  # all it asked for
-        ex._ready.clear()
-        assert ex._took(claims[:2], 4, more_due=True) and ex._ahead == 12  # short: others took the rest
-        ex._ready.clear()
-        assert not ex._took(claims[:2], 4) and ex._ahead == 0 and ex._drained  # short: nothing more due
-        ex._drained = False
-        ex._inflight[99] = claims[0]  # a send under way: its recording will claim again
-        assert ex._took([], 4, more_due=True) and ex._missed and ex._ahead == 12
-        with ex._cv:
-            assert ex._claim_count() == 0 and ex._claim_count(with_batch=True) > 0
-        ex._inflight.clear()
-        assert not ex._took([], 4, more_due=True) and ex._drained and not ex._missed  # nothing under way
-    finally:
-        ex.close()
-        core.close()
+    def took(got: int, *, more_due: bool = False, busy: bool = False) -> planner.AfterClaim:
+        return planner.after_claim(got, 4, more_due=more_due, busy=busy, max_in_flight=4)
+
+    assert took(4) == planner.AfterClaim(backlog=True, ahead=12, missed=False)  # all it asked for
+    assert took(2, more_due=True) == planner.AfterClaim(True, 12, False)  # short: others took the rest
+    assert took(2) == planner.AfterClaim(False, 0, False)  # short: nothing more due
+    # every row taken by others, a send under way: its recording claims again, nothing before that
+    missed = took(0, more_due=True, busy=True)
+    assert missed == planner.AfterClaim(True, 12, True)
+    held = planner.Holding(max_in_flight=4, lease=60.0, inflight=1, ahead=missed.ahead, missed=missed.missed)
+    assert planner.claim_count(held) == 0 and planner.claim_count(held, with_batch=True) == 15
+    assert took(0, more_due=True) == planner.AfterClaim(False, 0, False)  # nothing under way: the alarm
 
 
-def _claim(i: int) -> Claim:
-    at = _now()
-    return Claim(id=i + 1, agent_id=f"agent-{i}", prompt_text="p", schedule_type="once", schedule_value="x",
-                 timezone="UTC", next_run=at, due_at=at, anchor=None, attempt=0, repetition_count=0,
-                 max_repetitions=None)
+def test_the_planner_claims_in_batches_and_never_while_paused() -> None:
+    senders = planner.Holding(max_in_flight=4, lease=60.0)
+    assert planner.claim_count(senders) == 4  # out of a backlog: what the free senders take
+    assert planner.claim_count(replace(senders, inflight=3)) == 1
+    assert planner.claim_count(replace(senders, paused=True)) == 0  # claiming, drained, stopping, auth
+    backlog = replace(senders, ahead=12)
+    assert planner.claim_count(replace(backlog, inflight=4, ready=7)) == 0  # queue more than half full
+    assert planner.claim_count(replace(backlog, inflight=4, ready=6)) == 6  # half empty: refill

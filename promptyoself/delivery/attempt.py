@@ -6,11 +6,11 @@ Everything here is synchronous and runs in a worker thread of the executor. The 
 2. ``attempt`` builds the message envelope and sends it to Letta (async route, sync fallback), or,
    for a one-time prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing; it returns the
    ``Attempt`` to record.
-3. ``record_attempt`` / ``record_batch`` write, in ONE transaction that commits only while the claim
-   is still held, the history row for this attempt and the schedule's next state: advanced to its
-   next slot, retried later, failed, missed, paused, or completed. The claim is cleared in the same
+3. ``delivery.recorder`` writes, in ONE transaction that commits only while the claim is still held,
+   the history row for this attempt and the schedule's next state: advanced to its next slot,
+   retried later, failed, missed, paused, or completed. The claim is cleared in the same
    transaction. Several attempts (each on its own claim) may share that transaction: group commit.
-   ``deliver`` is 2 then 3.
+   ``recorder.deliver`` is 2 then 3.
 
 Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``, asked
 before the work and again by the client right before the request is written), every send carries the
@@ -25,11 +25,10 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from promptyoself import catchup, timing
 from promptyoself.delivery import budget
@@ -43,12 +42,9 @@ from promptyoself.errors import (
     PromptYoSelfError,
 )
 from promptyoself.letta.client import NotSent
-from promptyoself.logs import Redactor
-from promptyoself.store import LIVE_STATES
-from promptyoself.store.claims import DatabaseBusy, count_attempts_with_error, record_attempts, release_claims
+from promptyoself.store.claims import count_attempts_with_error, release_claims
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 SENT_ON_LOST_CLAIM = "sent_lost_claim"
 """History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
@@ -236,14 +232,6 @@ def error_text(exc: BaseException) -> str:
 # ---- the delivery ----------------------------------------------------------------------------
 
 
-def deliver(
-    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
-) -> Result:
-    """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
-    sent = attempt(core, claim, owner, stopping=stopping, may_send=may_send)
-    return sent if isinstance(sent, Result) else record_attempt(core, sent)
-
-
 def attempt(
     core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
 ) -> Attempt | Result:
@@ -347,8 +335,7 @@ def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
     ids = [c.id for c in claims if not c.taken_over]
     if ids:
-        with core.store.write_lock:
-            release_claims(core.store, owner, ids)
+        release_claims(core.store, owner, ids)
 
 
 def policy(core: Deps) -> RetryPolicy:
@@ -395,7 +382,7 @@ def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
 
 @dataclass
 class Attempt:
-    """One attempt on a claimed occurrence, made and waiting to be recorded (``record_attempt``)."""
+    """One attempt on a claimed occurrence, made and waiting to be recorded (``delivery.recorder``)."""
 
     claim: Claim
     owner: str
@@ -413,173 +400,3 @@ class Attempt:
     """A missed attempt's slot to continue from (a later due slot the catch-up rule sends)."""
     also_missed: tuple[datetime, ...] = ()
     """Later slots recorded as ``missed`` with this attempt (coalesced into it, or skipped)."""
-
-
-def record_attempt(core: Deps, item: Attempt) -> Result:
-    """Record one attempt (``deliver``'s path; the executor's recorder thread records its senders'
-    attempts in batches through ``record_batch``, the one way attempts are written)."""
-    with core.store.write_lock:
-        record_batch(core, [item])
-    if item.failure is not None:
-        raise item.failure
-    assert item.result is not None
-    return item.result
-
-
-def record_batch(core: Deps, batch: list[Attempt], then: Callable[[Any], T] | None = None) -> T | None:
-    """Record ``batch`` in one transaction (the caller holds the store's ``write_lock``); every
-    attempt gets its ``result`` or its ``failure``. ``then(conn)`` runs in the same transaction after
-    the writes (the executor's next claims); its answer is returned once committed, None if the
-    batch could not be recorded with it (the attempts are then recorded without it)."""
-    for tries in range(5):
-        try:
-            results, extra = _record_once(core, batch, then)
-        except DatabaseBusy as exc:  # e.g. SQLite busy beyond its timeout: try again, the claims are still ours
-            if tries == 4:
-                for item in batch:
-                    item.failure = exc
-                return None
-            log.warning("recording %d attempt(s): database busy, retrying", len(batch))
-            time.sleep(0.2 * (tries + 1))
-            continue
-        except Exception as exc:
-            if then is not None:  # maybe the claim's fault, not the attempts': record them alone
-                log.exception("claiming while recording failed; recording the attempts alone")
-                record_batch(core, batch)
-                return None
-            if len(batch) == 1:
-                batch[0].failure = exc
-                return None
-            for item in batch:  # one bad attempt must not cost the others theirs: one at a time
-                record_batch(core, [item])
-            return None
-        for item, res in zip(batch, results, strict=True):
-            item.result = res
-        return extra
-    return None
-
-
-def _record_once(
-    core: Deps, batch: list[Attempt], then: Callable[[Any], T] | None = None
-) -> tuple[list[Result], T | None]:
-    now = core.now()
-    results: list[Result] = []
-
-    def decide(rows: dict[int, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
-        """(Inside the store's transaction, once.) Each attempt's history row, and its schedule's
-        next state where the claim is still ours."""
-        history: list[dict[str, Any]] = []
-        changes: list[tuple[int, dict[str, Any]]] = []
-        for a in batch:
-            claim = a.claim
-            if a.error:  # history is served by `history`: no secret in it, ever (as in the logs)
-                a.error = Redactor(core.settings)(a.error)
-            outcome = "failed" if a.kind == "paused" else a.kind
-            lateness = round(max(0.0, (a.attempted_at - claim.next_run).total_seconds()), 3)
-            res = Result(claim.id, claim.agent_id, a.kind, attempt=a.attempt, error=a.error, run_id=a.run_id,
-                         route=a.route, lateness_s=lateness, auth_error=a.auth_error)
-            entry = {
-                "schedule_id": claim.id,
-                "agent_id": claim.agent_id,
-                "scheduled_for": claim.next_run,
-                "attempted_at": a.attempted_at,
-                "outcome": outcome,
-                "attempt": a.attempt,
-                "letta_run_id": a.run_id,
-                "error": a.error,
-                "lateness_s": lateness,
-            }
-            history.append(entry)
-            results.append(res)
-            row = rows.get(claim.id)
-            if row is None or row["claimed_by"] != a.owner or row["next_run"] != claim.next_run:
-                # Our claim ran out and someone else may hold the occurrence now: keep the truth in
-                # history, but leave the schedule to the current holder.
-                log.warning("schedule %s: claim lost before recording %s", claim.id, outcome)
-                lost = "claim lost before recording; schedule not advanced"
-                entry["error"] = f"{a.error}; {lost}" if a.error else lost
-                if a.kind == "delivered":
-                    # Letta has it, but the occurrence is someone else's now: that holder took over
-                    # an expired claim, so it asks Letta for the otid first and records the one
-                    # ``delivered`` row. This row is kept apart so counting ``delivered`` stays true.
-                    entry["outcome"] = res.outcome = SENT_ON_LOST_CLAIM
-                else:
-                    res.outcome = "lost"
-                continue
-            if a.also_missed and a.kind in ("delivered", "failed", "missed"):
-                history.extend(missed_rows(a, entry))
-            change = next_state(row, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay, skip_to=a.skip_to)
-            changes.append((claim.id, change))
-            row.update(change)  # a second attempt on this schedule in the batch sees the claim released
-            res.state = row["state"]
-            res.next_run = row["next_run"]
-            res.repetition_count = row["repetition_count"]
-            res.max_repetitions = row["max_repetitions"]
-            res.retry_in = a.delay if a.kind == "retry" else None
-        return history, changes
-
-    extra = record_attempts(core.store, {a.claim.id for a in batch}, {a.owner for a in batch}, decide, then)
-    return results, extra
-
-
-def missed_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """The history rows of the slots an attempt records as missed besides its own (``also_missed``)."""
-    note = a.error if a.kind == "missed" else (
-        f"missed: coalesced into the run due {timing.to_utc_iso(a.claim.next_run)} (catch_up={a.claim.catch_up})")
-    return [{**entry, "scheduled_for": slot, "outcome": "missed", "letta_run_id": None, "error": note, "attempt": 0,
-             "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_missed]
-
-
-def next_state(
-    row: dict[str, Any],
-    kind: str,
-    now: datetime,
-    attempted_at: datetime,
-    attempt: int,
-    error: str | None,
-    delay: float | None,
-    *,
-    skip_to: datetime | None = None,
-) -> dict[str, Any]:
-    """The columns of a schedule (``row``, locked by the caller) that change after an attempt.
-    ``skip_to``: a missed attempt continues at that (due) slot (the catch-up rule)."""
-    state = row["state"]
-    active = state == "active"
-    out: dict[str, Any] = {"claimed_by": None, "claim_until": None, "updated_at": now}
-    if kind == "retry":
-        out.update(attempt=attempt, last_error=error,
-                   due_at=now + timedelta(seconds=delay or 0) if active else None)
-        return out
-    if kind == "paused":  # the agent is gone (or its id is rejected): stop until someone looks
-        out.update(attempt=0, last_error=error, due_at=None, state="paused" if active else state)
-        return out
-    out["attempt"] = 0
-    count = row["repetition_count"] or 0
-    if kind == "delivered":
-        count += 1
-        out.update(repetition_count=count, last_run=attempted_at, last_error=None)
-    else:  # failed (attempts exhausted), missed (beyond the misfire grace) or over_budget (not sent)
-        out["last_error"] = error
-    live = state in LIVE_STATES
-    if row["schedule_type"] == "once":
-        out.update(next_run=None, due_at=None)
-        if live:
-            out["state"] = "failed" if kind == "failed" else "completed"
-        return out
-    if row["max_repetitions"] is not None and count >= row["max_repetitions"]:
-        out.update(next_run=None, due_at=None)
-        if live:
-            out["state"] = "completed"
-        return out
-    # Recurring: everything up to now is coalesced into this occurrence; continue at the next slot
-    # strictly after now (fixed rate for intervals: start + k*every). catch_up=all continues at the
-    # slot after this one instead (each missed slot is sent); a missed one may skip to a due slot.
-    slot = row["next_run"] or attempted_at
-    tz = timing.resolve_zone(row["timezone"], "UTC")
-    after = slot if row.get("catch_up") == "all" and kind != "missed" else max(now, slot)
-    nxt = skip_to or timing.next_run_after(row["schedule_type"], row["schedule_value"], tz, after=after,
-                                           anchor=row["anchor"])
-    out.update(next_run=nxt, due_at=nxt if active else None)
-    if nxt is None and live:  # an RRULE's COUNT or UNTIL is reached
-        out["state"] = "completed"
-    return out

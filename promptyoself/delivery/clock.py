@@ -53,8 +53,7 @@ def rearm_recurring(core: Deps, now: datetime) -> int:
             if fresh is not None and fresh < nxt:
                 changes.append((sid, nxt, fresh, new_anchor))
         if changes:
-            with core.store.write_lock:
-                moved += rearm(core.store, changes, now)
+            moved += rearm(core.store, changes, now)
         after = rows[-1][0]
 
 

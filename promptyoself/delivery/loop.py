@@ -18,21 +18,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.delivery.attempt import (
-    Attempt,
-    Claim,
-    Result,
-    attempt,
-    deliver,
-    error_text,
-    give_back,
-    policy,
-    record_batch,
-)
+from promptyoself.delivery import planner
+from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt, give_back, policy
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
+from promptyoself.delivery.recorder import record_batch
 from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
-from promptyoself.store.claims import ClaimReport, claim_due, claim_due_in, next_due, resume_waiting
+from promptyoself.store.claims import ClaimAsk, ClaimReport, claim_due, next_due, resume_waiting
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +36,13 @@ RECORD_DELAY = 0.04
 ``2 * max_in_flight``) to record together, unless the claim queue runs low first (about two sends'
 time: each transaction costs the worker and the database more than its rows do)."""
 ONCE_BUDGET = 120.0
-"""``execute`` (once) stops claiming after this many seconds."""
+"""``drain`` (``execute`` without ``--loop``) stops claiming after this many seconds."""
 BACKLOG_POLL = 0.05
 """When a claim came back short although something was due (other processes took the rows first),
 an executor with free send slots looks again after about this long (jittered), not after
 ``interval``: several workers on one database then share a backlog instead of the one that just
 finished winning every claim. Each claim that still finds nothing doubles the wait, up to 1 s or
 ``interval`` (a row whose agent another process holds for long is not polled for 20 times a second)."""
-LEASE_SHARE = 0.5
-"""An executor holds no more claims than its senders can send within this share of the lease, at
-the send time seen so far."""
-
-
 CLOCK_JUMP_SHOWN = 600.0
 """Seconds a jump of the wall clock back stays in ``info()`` (and so in health)."""
 
@@ -141,6 +128,9 @@ class Executor:
         self._probed = False  # a probe has resumed them once this outage: later, only a delivery does
         self._probe_at = 0.0
         self._clock = ClockWatch()
+        self._cutoff: datetime | None = None  # draining (``drain``): claim only what was due at this time
+        self._deadline: float | None = None  # draining: stop claiming at this monotonic time
+        self._results: list[Result] | None = None  # draining: what happened to each occurrence
         self.clock_jump: dict[str, Any] | None = None
         self._clock_jump_mono = 0.0
 
@@ -204,7 +194,7 @@ class Executor:
         self._loop = asyncio.get_running_loop()
         self._wake_event = asyncio.Event()
         self._done.clear()
-        if not self._listening:  # wake at once when this process adds or changes a schedule
+        if not self._listening and self._cutoff is None:  # wake when this process adds or changes a schedule
             self.core.on_change(self.wake)
             self._listening = True
         self.running = True
@@ -289,7 +279,7 @@ class Executor:
                 if await self._clock_went_back():
                     must_read = True
                 if must_read or time.monotonic() - read_at >= self.interval:
-                    earliest = await self._io(next_due, self.core.store, self.core.now(), self._busy_agents())
+                    earliest = await self._io(next_due, self.core.store, self._claim_now(), self._busy_agents())
                     read_at = time.monotonic()
                     must_read = False
                     with self._cv:
@@ -298,12 +288,14 @@ class Executor:
                     self.next_due = earliest
                     if earliest is None or earliest > self.core.now():
                         self._contended = False
+                if self._drained_all(earliest):
+                    break
                 auth_wait = self._auth_until - time.monotonic()
                 if auth_wait > 0 and self._ready:
                     await self._release_ready()  # the credentials are wrong: do not sit on claims
                 timeout = self.interval - (time.monotonic() - read_at)
                 if earliest is not None:
-                    wait_s = (earliest - self.core.now()).total_seconds()
+                    wait_s = (earliest - self._claim_now()).total_seconds()
                     if wait_s <= 0:
                         with self._cv:
                             want = self._claim_wanted()
@@ -386,24 +378,12 @@ class Executor:
         return bool(resumed)
 
     def _claim_count(self, with_batch: bool = False) -> int:
-        """(Under ``_cv``.) How many to claim now, 0 for none; ``with_batch``: in the transaction that
-        records a batch of attempts (after a claim that found every row taken, only there)."""
-        if self._claiming or self._drained or self._stop.is_set() or self._auth_until > time.monotonic():
-            return 0
-        if self._missed and not with_batch:
-            return 0
-        if len(self._ready) > self._ahead // 2:  # claim in batches, before the queue runs dry
-            return 0
-        return max(0, self._hold_limit() - len(self._inflight) - len(self._ready))
-
-    def _hold_limit(self) -> int:
-        """(Under ``_cv``.) Claims to hold at most (waiting plus being sent): the senders plus the
-        backlog's run-ahead, but never more than they can send within ``LEASE_SHARE`` of the lease."""
-        limit = self.max_in_flight + self._ahead
-        if self._send_s > 0:
-            limit = min(limit, max(self.max_in_flight, int(self.lease * LEASE_SHARE / self._send_s
-                                                           * self.max_in_flight)))
-        return limit
+        """(Under ``_cv``.) How many to claim now (``planner.claim_count``)."""
+        paused = (self._claiming or self._drained or self._stop.is_set() or self._auth_until > time.monotonic()
+                  or self._out_of_time())
+        return planner.claim_count(planner.Holding(
+            self.max_in_flight, self.lease, ready=len(self._ready), inflight=len(self._inflight),
+            ahead=self._ahead, send_s=self._send_s, paused=paused, missed=self._missed), with_batch=with_batch)
 
     def _has_room(self) -> bool:
         """A send slot is free, or will be soon, with no claim waiting for it."""
@@ -423,7 +403,9 @@ class Executor:
         claimed_at = self._keeper.mono()
         taken: set[int] = set()
         report = ClaimReport()
-        rows = self._claim_sync(self.core.now(), limit, self._busy_agents(), (), taken, report)
+        now = self._claim_now()
+        rows = claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
+                         exclude_agents=self._busy_agents(), taken_over=taken, report=report)
         claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
         if claims:
             self._keeper.add([c.id for c in claims], claimed_at)
@@ -436,17 +418,17 @@ class Executor:
         deliveries under way (the next claim then goes with their recording, not at once)."""
         with self._cv:
             busy = bool(self._inflight or self._recording or self._rec_queue)
-            full = len(claims) >= want or (more_due and (bool(claims) or busy))
-            self._missed = full and not claims
+            plan = planner.after_claim(len(claims), want, more_due=more_due, busy=busy,
+                                       max_in_flight=self.max_in_flight)
+            self._missed = plan.missed
             self._claiming = False
             self._ready.extend(claims)
-            ahead = 3 * self.max_in_flight if full else 0
-            if ahead != self._ahead:
+            if plan.ahead != self._ahead:
                 self._rec_cv.notify()  # the recorder's way of waiting depends on it
-            self._ahead = ahead
-            self._drained = not full
+            self._ahead = plan.ahead
+            self._drained = not plan.backlog
             self._cv.notify(len(claims))
-        return full
+        return plan.backlog
 
     async def _release_ready(self) -> None:
         """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials);
@@ -479,19 +461,6 @@ class Executor:
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args))
-
-    def _claim_sync(
-        self,
-        now: datetime,
-        limit: int,
-        busy: Collection[str],
-        handled: Collection[int],
-        taken_over: set[int] | None = None,
-        report: ClaimReport | None = None,
-    ) -> list[Any]:
-        with self.core.store.write_lock:
-            return claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
-                             exclude_agents=busy, exclude_ids=handled, taken_over=taken_over, report=report)
 
     # ---- the senders (threads) -----------------------------------------------------------------------
 
@@ -588,19 +557,14 @@ class Executor:
         """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
         recorded are free by then) and return the claims and whether more was due (``_claim_rows``)."""
         claimed_at = self._keeper.mono()
-        taken: set[int] = set()
-        report = ClaimReport()
-        now = self.core.now()
-        busy = self._busy_agents(recorded={a.claim.id for a in batch}) if claim else set()
-
-        def claim_next(conn: Any) -> list[Any]:
-            return claim_due_in(conn, self.owner, now, now + timedelta(seconds=self.lease), limit=claim,
-                                exclude_agents=busy, taken_over=taken, report=report)
-
-        rows: list[Any] | None = None
+        ask: ClaimAsk | None = None
+        if claim:
+            now = self._claim_now()
+            ask = ClaimAsk(self.owner, now, now + timedelta(seconds=self.lease), claim,
+                           frozenset(self._busy_agents(recorded={a.claim.id for a in batch})))
+        recorded = None
         try:
-            with self.core.store.write_lock:
-                rows = record_batch(self.core, batch, claim_next if claim else None)
+            recorded = record_batch(self.core, batch, ask)
         except Exception as exc:
             for a in batch:
                 a.failure = a.failure or exc
@@ -615,27 +579,23 @@ class Executor:
                 self._recording.pop(a.claim.id, None)
             if self._drained or not self._ahead or self._stop.is_set():
                 self._nudge()  # the agents just recorded may have more due
-        claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows or ()]
+        if recorded is None:
+            return [], False
+        claims = [Claim.from_row(r, taken_over=r.id in recorded.taken_over) for r in recorded.claimed]
         if claims:
             self._keeper.add([c.id for c in claims], claimed_at)
-        return claims, report.more_due and rows is not None
+        return claims, recorded.more_due
 
     def _may_send(self, claim: Claim) -> Callable[[], bool]:
         """The fence a sender passes right before its send: the claim is still ours, with time left."""
         return lambda: self._keeper.may_send(claim.id)
 
-    # ---- one delivery (worker thread) --------------------------------------------------------------
-
-    def _deliver_sync(self, claim: Claim) -> Result:
-        try:
-            res = deliver(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
-        finally:
-            self._keeper.discard(claim.id)
-        self._account(res)
-        return res
+    # ---- outcomes --------------------------------------------------------------------------------
 
     def _account(self, res: Result) -> None:
         with self._counts_lock:
+            if self._results is not None:
+                self._results.append(res)
             if res.outcome == "delivered":
                 self.delivered_total += 1
             elif res.outcome in ("failed", "paused"):
@@ -667,38 +627,37 @@ class Executor:
 
     # ---- once ------------------------------------------------------------------------------------
 
-    def run_once(self, *, budget: float = ONCE_BUDGET) -> list[Result]:
-        """Deliver everything due now, in rounds of at most one occurrence per agent; return what
-        happened to each. Failed attempts are scheduled for retry, not retried here."""
-        results: list[Result] = []
-        handled: set[int] = set()
-        deadline = time.monotonic() + budget
-        self.running = True
-        try:
-            while time.monotonic() < deadline and not self._stop.is_set():
-                now = self.core.now()
-                self.last_tick = self.core.now()
-                claimed_at = self._keeper.mono()
-                taken: set[int] = set()
-                rows = self._claim_sync(now, self.max_in_flight, (), handled, taken)
-                if not rows:
-                    break
-                claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
-                self._keeper.add([c.id for c in claims], claimed_at)
-                futures = [(c, self._pool.submit(self._deliver_sync, c)) for c in claims]
-                for claim, fut in futures:
-                    try:
-                        results.append(fut.result())
-                    except Exception as exc:
-                        log.exception("delivery of schedule %s failed", claim.id)
-                        results.append(Result(claim.id, claim.agent_id, "lost", error=error_text(exc)))
-                    handled.add(claim.id)
-                if any(r.auth_error for r in results):
-                    break  # the credentials are wrong for every agent: stop here, retries are scheduled
-        finally:
-            self._keeper.stop()
-            self.running = False
-        return results
+    def drain(self, *, budget: float = ONCE_BUDGET) -> list[Result]:
+        """The same loop, run until nothing that was due when it started is left (``execute``): every
+        occurrence due now is delivered, at most one at a time per agent; a failed attempt is scheduled
+        for retry (due after now), not retried here; recurring schedules continue at their next slot.
+        Stops claiming after ``budget`` seconds, or when Letta refuses the credentials. Returns what
+        happened to each occurrence. Runs in a thread of its own (callable from an event loop)."""
+        self._cutoff = self.core.now()
+        self._deadline = time.monotonic() + budget
+        self._results = []
+        thread = self.start_in_thread()
+        thread.join()
+        return list(self._results)
+
+    def _claim_now(self) -> datetime:
+        """The time claims are made at: now, or, while draining, the drain's start (what was due then)."""
+        now = self.core.now()
+        return min(now, self._cutoff) if self._cutoff is not None else now
+
+    def _out_of_time(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def _drained_all(self, earliest: datetime | None) -> bool:
+        """While draining: stop? Nothing due by the drain's start is claimable and nothing is under
+        way, or its budget is spent, or Letta refused the credentials."""
+        if self._cutoff is None:
+            return False
+        if self._out_of_time() or self._auth_streak:
+            return True
+        with self._cv:
+            idle = not (self._ready or self._inflight or self._recording or self._rec_queue or self._claiming)
+        return idle and (earliest is None or earliest > self._cutoff)
 
     # ---- reporting -------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ The loop itself is ``promptyoself.delivery.loop.Executor``: it sleeps until the 
 fixed poll), wakes at once when this process writes a schedule (``Core.on_change``) or finishes a
 delivery, re-reads the earliest due time at most every ``interval`` seconds to see other processes'
 writes, claims, delivers, records and advances. Blocking work runs in daemon threads, never on the
-event loop. ``Executor.run_once`` is the one-pass variant behind ``execute``.
+event loop. ``execute`` runs the same loop until nothing due at its start is left (``Executor.drain``).
 
 Who runs it (``PROMPTYOSELF_EXECUTOR_MODE``): the detached worker (``promptyoself.delivery.worker``), an
 asyncio task in the MCP server's lifespan (``embedded``), the ``execute --loop`` command, or
@@ -132,7 +132,7 @@ def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> ExecuteRe
 def run_once_result(core: Deps) -> ExecuteResult:
     ex = Executor(core, role="once")
     try:
-        results = ex.run_once()
+        results = ex.drain()
     finally:
         ex.close()
     # attempt.py's item() is still typed as a plain dict; it has ExecutedItem's keys

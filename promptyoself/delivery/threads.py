@@ -131,8 +131,7 @@ class ClaimKeeper:
             return
         started = self.mono()
         try:
-            with self.store.write_lock:
-                held = renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
+            held = renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
         except Exception:
             log.exception("renewing delivery claims failed; they stop being sent %.3gs before their lease "
                           "runs out", self.margin)

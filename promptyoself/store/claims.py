@@ -1,6 +1,8 @@
 """The delivery side's statements: claim due occurrences, renew and release claims, and record
 attempts (history rows plus the schedule's next state) in one transaction that commits only while
-the claim is held (docs/design.md §6).
+the claim is held (docs/design.md §6). Every verb here owns its transaction and takes the store's
+write lock itself; delivery hands in frozen values (``Outcome``, ``ClaimAsk``) and gets frozen
+answers (``Recorded``, claimed rows), and none of its code runs inside a transaction.
 
 Built once on the Core tables: the executor runs them for every delivery, and SQLAlchemy's ORM
 attribute machinery would cost more than the queries themselves.
@@ -8,10 +10,10 @@ attribute machinery would cost more than the queries themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import (
     Integer,
@@ -32,8 +34,6 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
-
-T = TypeVar("T")
 
 DatabaseBusy = OperationalError
 """What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
@@ -237,7 +237,7 @@ def claim_due(
     """
     if limit <= 0:
         return []
-    with store.engine.begin() as conn:
+    with store.write_lock, store.engine.begin() as conn:
         return claim_due_in(conn, owner, now, until, limit=limit, **options)
 
 
@@ -363,7 +363,7 @@ def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime
     if not ids:
         return set()
     wanted = list(ids)
-    with store.engine.begin() as conn:
+    with store.write_lock, store.engine.begin() as conn:
         conn.execute(update(_S).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner).values(claim_until=until))
         held = conn.execute(select(_S.c.id).where(_S.c.id.in_(wanted), _S.c.claimed_by == owner)).scalars()
         return {int(i) for i in held}
@@ -383,7 +383,7 @@ def release_claims(store: Store, owner: str, ids: Collection[int]) -> int:
     """Give back claims that were never acted on (no attempt was made), e.g. on shutdown."""
     if not ids:
         return 0
-    with store.engine.begin() as conn:
+    with store.write_lock, store.engine.begin() as conn:
         stmt = (
             update(_S).where(_S.c.id.in_(list(ids)), _S.c.claimed_by == owner).values(claimed_by=None, claim_until=None)
         )
@@ -395,7 +395,7 @@ def resume_waiting(store: Store, now: datetime) -> int:
     failure become due now. Not a 429 (its Retry-After stands), not a claimed one, and not one in doubt
     (``in_doubt: ...``: its request may still be landing in Letta, so it keeps its settle time before
     the next attempt asks Letta for it). Returns how many."""
-    with store.engine.begin() as conn:
+    with store.write_lock, store.engine.begin() as conn:
         stmt = (
             update(_S)
             .where(_S.c.state == "active", _S.c.attempt > 0, _S.c.claimed_by.is_(None), _S.c.due_at > now,
@@ -423,7 +423,7 @@ def rearm(store: Store, changes: list[tuple[int, datetime, datetime, datetime | 
     still holds the old one and no one has claimed it (the compare-and-set of a claim). Returns how
     many moved."""
     moved = 0
-    with store.engine.begin() as conn:
+    with store.write_lock, store.engine.begin() as conn:
         for sid, old, new, anchor in changes:
             values: dict[str, Any] = {"next_run": new, "due_at": new, "updated_at": now}
             if anchor is not None:
@@ -510,20 +510,80 @@ def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
     _write(conn, stmt, {k: vs[0] if k in same else vs for k, vs in columns.items()})
 
 
-Decide = Callable[[dict[int, dict[str, Any]]], tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any]]]]]
-"""Given the locked rows (``lock_rows``), the history rows to add and the schedule changes to write."""
+@dataclass(frozen=True)
+class Outcome:
+    """One attempt to record, decided by delivery (``delivery.recorder``): written only while ``owner``
+    still holds the claim on ``(schedule_id, slot)`` and the schedule still has the values of
+    ``basis`` (what delivery computed ``change`` from; an operator may have paused or edited it since)."""
+
+    schedule_id: int
+    owner: str
+    slot: datetime
+    basis: tuple[tuple[str, Any], ...]
+    history: tuple[dict[str, Any], ...]
+    """The history rows to add when the claim is still held."""
+    change: dict[str, Any]
+    """The schedule's columns to write then (its next state; the claim cleared)."""
+    lost_history: tuple[dict[str, Any], ...]
+    """The history rows to add instead when the claim was lost (someone else holds the occurrence)."""
 
 
-def record_attempts(
-    store: Store, ids: Collection[int], owners: Collection[str], decide: Decide,
-    then: Callable[[Any], T] | None = None,
-) -> T | None:
-    """One write transaction: lock the schedules ``ids`` that one of ``owners`` holds a claim on, let
-    ``decide`` turn their rows into history rows and changes (it compares each claim itself), write
-    both, run ``then(conn)`` if given (``claim_due_in``: the next claims in the same transaction) and
-    commit; return what ``then`` returned. Raises ``DatabaseBusy`` when the database stays busy."""
-    with store.engine.begin() as conn:
-        history, changes = decide(lock_rows(conn, ids, owners))
+@dataclass(frozen=True)
+class ClaimAsk:
+    """Claim up to ``limit`` more in the transaction that records (``claim_due``'s arguments)."""
+
+    owner: str
+    now: datetime
+    until: datetime
+    limit: int
+    exclude_agents: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record_outcomes`` did: per schedule id, ``written`` (history and next state), ``lost``
+    (history only: the claim is someone else's) or ``stale`` (nothing written: the schedule changed
+    since the claim; its current columns are in ``fresh``, to decide again on them); and the claims
+    it took (``ClaimAsk``), those taken over from an expired holder, and whether more was due."""
+
+    written: frozenset[int]
+    lost: frozenset[int]
+    fresh: dict[int, dict[str, Any]]
+    claimed: tuple[Any, ...] = ()
+    taken_over: frozenset[int] = frozenset()
+    more_due: bool = False
+
+
+def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+    """One write transaction (under the store's write lock): lock the schedules of ``outcomes``; for
+    each, if its owner still holds the claim and the schedule still has its ``basis``, add its
+    ``history`` and write its ``change``; if the claim is lost, add its ``lost_history`` alone; else
+    (stale) write nothing for it. With ``claim``, claim the next occurrences in the same transaction
+    (the agents just recorded are free in it). Raises ``DatabaseBusy`` when the database stays busy."""
+    written: set[int] = set()
+    lost: set[int] = set()
+    fresh: dict[int, dict[str, Any]] = {}
+    taken: set[int] = set()
+    report = ClaimReport()
+    with store.write_lock, store.engine.begin() as conn:
+        rows = lock_rows(conn, {o.schedule_id for o in outcomes}, {o.owner for o in outcomes})
+        history: list[dict[str, Any]] = []
+        changes: list[tuple[int, dict[str, Any]]] = []
+        for o in outcomes:
+            row = rows.get(o.schedule_id)
+            if row is None or row["claimed_by"] != o.owner or row["next_run"] != o.slot:
+                lost.add(o.schedule_id)
+                history.extend(o.lost_history)
+            elif any(row[col] != value for col, value in o.basis):
+                fresh[o.schedule_id] = dict(row)
+            else:
+                written.add(o.schedule_id)
+                history.extend(o.history)
+                changes.append((o.schedule_id, o.change))
         add_deliveries(conn, history)
         write_schedules(conn, changes)
-        return then(conn) if then is not None else None
+        claimed: list[Any] = []
+        if claim is not None:
+            claimed = claim_due_in(conn, claim.owner, claim.now, claim.until, limit=claim.limit,
+                                   exclude_agents=claim.exclude_agents, taken_over=taken, report=report)
+    return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)

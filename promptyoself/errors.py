@@ -94,6 +94,20 @@ class LettaAuth(PromptYoSelfError):
     code = "letta_auth"
 
 
+class StillPending(PromptYoSelfError):
+    """An occurrence in doubt is not in the agent's history yet, but the agent has runs not started
+    that may carry it: not sent, looked for again later."""
+
+    code = "still_pending"
+
+
+class NotSent(PromptYoSelfError):
+    """A send's guard (the claim's fence) said no right before its request was written: the server
+    never saw it, and the claim is given back."""
+
+    code = "not_sent"
+
+
 class DatabaseDriverMissing(PromptYoSelfError):
     """The database URL names a driver that is not installed (e.g. psycopg for PostgreSQL)."""
 

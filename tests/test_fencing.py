@@ -162,7 +162,8 @@ def test_the_executor_fences_every_claim_it_queues(tmp_path: Path, fake: FakeLet
 
 
 def test_the_client_asks_the_guard_last_and_sends_nothing_when_it_says_no(fake: FakeLetta) -> None:
-    from promptyoself.letta.client import LettaClient, NotSent
+    from promptyoself.errors import NotSent
+    from promptyoself.letta.client import LettaClient
 
     agent = fake.agent_ids[0]
     with LettaClient(fake.url) as client:

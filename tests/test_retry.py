@@ -8,8 +8,8 @@ import random
 import httpx
 import pytest
 
-from promptyoself.delivery.retry import MAX_RETRY_AFTER, RetryPolicy
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
+from promptyoself.delivery.retry import FENCED, MAX_RETRY_AFTER, Decision, RetryPolicy
+from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent, StillPending
 from promptyoself.letta.client import LettaClient
 
 AGENT = "agent-00000000-0000-4000-8000-000000000001"
@@ -32,18 +32,45 @@ def send_error(status: int, headers: dict[str, str] | None = None) -> BaseExcept
 @pytest.mark.parametrize(
     ("status", "kind", "cls"),
     [
-        (500, "transient", LettaUnavailable),
-        (503, "transient", LettaUnavailable),
-        (429, "transient", LettaUnavailable),
-        (401, "auth", LettaAuth),
-        (403, "auth", LettaAuth),
+        (500, "retry", LettaUnavailable),
+        (503, "retry", LettaUnavailable),
+        (429, "retry", LettaUnavailable),
+        (401, "retry", LettaAuth),
+        (403, "retry", LettaAuth),
         (422, "paused", InvalidArgument),
     ],
 )
 def test_client_errors_map_onto_the_policy(status: int, kind: str, cls: type[BaseException]) -> None:
     exc = send_error(status)
     assert isinstance(exc, cls)
-    assert RetryPolicy.kind(exc) == kind
+    decision = make().decide(exc, 1, late=0.0, in_doubt=False)
+    assert decision.kind == kind and decision.auth == (cls is LettaAuth)
+    assert decision.text.startswith(f"{exc.code}: ")  # type: ignore[attr-defined]
+    assert (decision.delay is not None) == (kind == "retry")
+
+
+def test_the_policy_decides_every_failure_of_a_send() -> None:
+    p = make(max_attempts=3)
+    assert p.decide(NotSent("fence"), 1, late=0.0, in_doubt=False) == Decision("released", text=FENCED)
+    # an unexpected error: retried, and in doubt (the request may have gone out)
+    bug = p.decide(RuntimeError("a bug"), 1, late=0.0, in_doubt=False)
+    assert bug.kind == "retry" and bug.text == "in_doubt: internal: RuntimeError: a bug"
+    # nothing sent, but an earlier attempt is in doubt: the next one asks first again
+    pending = p.decide(StillPending("runs pending"), 1, late=0.0, in_doubt=True)
+    assert pending.kind == "retry" and pending.text == "in_doubt: still_pending: runs pending"
+    # a reset after the request was written: in doubt, and no sooner than the settle time
+    settled = RetryPolicy(base=0.01, cap=0.01, settle=30.0)
+    reset = settled.decide(LettaUnavailable("reset", in_doubt=True), 1, late=0.0, in_doubt=False)
+    assert reset.kind == "retry" and reset.text.startswith("in_doubt: ") and reset.delay == 30.0
+    # transient failures give up at max_attempts (counting only those that count) or past the grace
+    down = LettaUnavailable("down")
+    assert p.decide(down, 3, late=0.0, in_doubt=False).kind == "failed"
+    assert p.decide(down, 3, late=0.0, in_doubt=False, counted_attempts=1).kind == "retry"
+    late = RetryPolicy(base=1.0, cap=1.0, grace=3600.0).decide(down, 1, late=3600.0, in_doubt=False)
+    assert late.kind == "failed" and "1h late, PROMPTYOSELF_MISFIRE_GRACE=1:00:00" in late.text
+    # credentials refused: never given up, whatever the count
+    refused = p.decide(LettaAuth("no"), 99, late=0.0, in_doubt=False)
+    assert (refused.kind, refused.text, refused.auth) == ("retry", "letta_auth: no", True) and refused.delay
 
 
 def test_unknown_agent_pauses() -> None:
@@ -55,8 +82,7 @@ def test_unknown_agent_pauses() -> None:
     )
     with pytest.raises(AgentNotFound) as info:
         client.send_message(AGENT, "hi")
-    assert RetryPolicy.kind(info.value) == "paused"
-    assert RetryPolicy.kind(RuntimeError("a bug")) == "transient"
+    assert make().decide(info.value, 1, late=0.0, in_doubt=False).kind == "paused"
 
 
 def test_backoff_doubles_with_jitter_in_the_upper_half_and_caps() -> None:

@@ -32,16 +32,9 @@ from typing import Any
 
 from promptyoself import catchup, timing
 from promptyoself.delivery import budget
-from promptyoself.delivery.retry import RetryPolicy
+from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
-from promptyoself.errors import (
-    AgentNotFound,
-    InvalidArgument,
-    LettaAuth,
-    LettaUnavailable,
-    PromptYoSelfError,
-)
-from promptyoself.letta.client import NotSent
+from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.claims import count_attempts_with_error, release_claims
 
 log = logging.getLogger(__name__)
@@ -53,9 +46,6 @@ LATE_AFTER = timedelta(seconds=60)
 MAX_COUNTED_SLOTS = 1000
 """Counting the cron slots a catch-up coalesces stops here ("1000+")."""
 AUTH_PREFIX = "letta_auth:"
-IN_DOUBT_PREFIX = "in_doubt: "
-"""Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
-next attempt on the occurrence asks Letta for its ``otid`` before sending."""
 
 _rng = random.Random()
 @dataclass(frozen=True)
@@ -223,12 +213,6 @@ def envelope(claim: Claim, now: datetime, message_format: str = "annotated") -> 
     return f"{header}\n{claim.prompt_text}"
 
 
-def error_text(exc: BaseException) -> str:
-    if isinstance(exc, PromptYoSelfError):
-        return f"{exc.code}: {exc.message}"
-    return f"internal: {type(exc).__name__}: {str(exc)[:300]}"
-
-
 # ---- the delivery ----------------------------------------------------------------------------
 
 
@@ -263,8 +247,8 @@ def attempt(
                 return Attempt(claim, owner, "delivered", now, number, run_id=found_run,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
             if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
-                msg = f"{IN_DOUBT_PREFIX}otid {otid} not in Letta yet but the agent has runs pending; not sent"
-                return _transient(core, claim, owner, now, number, msg, None)
+                msg = f"otid {otid} not in Letta yet but the agent has runs pending; not sent"
+                raise StillPending(msg)
             if missed is not None:  # it never arrived, and it is too late to send it now
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
@@ -278,24 +262,10 @@ def attempt(
         # above, and as late as the client can): a holder that stalled since gives the claim back.
         sent = target.send(claim.agent_id, text, otid=otid, conversation_id=claim.conversation_id,
                            payload=payload, guard=may_send, attempt=number)
-    except NotSent:
-        give_back(core, owner, [claim])
-        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
-    except (AgentNotFound, InvalidArgument) as exc:
-        return Attempt(claim, owner, "paused", now, number, error=error_text(exc))
-    except LettaAuth as exc:
-        delay = policy(core).delay(number)
-        error = (IN_DOUBT_PREFIX if claim.in_doubt else "") + error_text(exc)  # keep asking first
-        return Attempt(claim, owner, "retry", now, number, error=error, delay=delay, auth_error=True)
-    except LettaUnavailable as exc:
-        retry_after = exc.details.get("retry_after")
-        in_flight = bool(exc.details.get("in_doubt"))  # this request may still be inside Letta
-        doubt = in_flight or claim.in_doubt  # still unknown: keep asking first
-        error = (IN_DOUBT_PREFIX if doubt else "") + error_text(exc)
-        return _transient(core, claim, owner, now, number, error, retry_after, in_flight=in_flight)
-    except Exception as exc:  # a bug or an unexpected answer: retried like a transient failure (in doubt)
-        log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _transient(core, claim, owner, now, number, IN_DOUBT_PREFIX + error_text(exc), None, in_flight=True)
+    except Exception as exc:  # what it means, and what next, is the retry policy's decision
+        if not isinstance(exc, PromptYoSelfError):
+            log.exception("delivery of schedule %s failed unexpectedly", claim.id)
+        return _after_failure(core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"),
                    also_missed=plan.missed)
 
@@ -327,9 +297,6 @@ def missed_text(claim: Claim, plan: catchup.CatchUp, now: datetime, grace: timed
     return f"missed: {late} late ({why}); {count}{then}"
 
 
-FENCED = "claim lost or past its deadline; not sent"
-
-
 def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
     """Release claims on which nothing was sent, but not those taken over from an expired holder:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
@@ -345,27 +312,18 @@ def policy(core: Deps) -> RetryPolicy:
                        settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds())
 
 
-def _transient(
-    core: Deps,
-    claim: Claim,
-    owner: str,
-    now: datetime,
-    number: int,
-    error: str,
-    retry_after: Any,
-    *,
-    in_flight: bool = False,
-) -> Attempt:
+def _after_failure(core: Deps, claim: Claim, owner: str, now: datetime, number: int,
+                   exc: BaseException) -> Attempt | Result:
+    """A send failed: record what ``RetryPolicy.decide`` makes of it (or give the claim back)."""
     retry = policy(core)
     late = (now - claim.next_run).total_seconds()
-    if retry.gives_up(_transient_attempts(core, claim, number), late):
-        why = (f"PROMPTYOSELF_MAX_ATTEMPTS={retry.max_attempts}" if retry.remaining(late) > 0
-               else f"{timing.format_duration(now - claim.next_run)} late, PROMPTYOSELF_MISFIRE_GRACE="
-               f"{core.settings.misfire_grace}")
-        error = f"{error} (gave up after {number} attempts, {why})"
-        return Attempt(claim, owner, "failed", now, number, error=error)
-    delay = retry.delay(number, retry_after, in_flight=in_flight, late=late)
-    return Attempt(claim, owner, "retry", now, number, error=error, delay=delay)
+    counted = _transient_attempts(core, claim, number)
+    decision = retry.decide(exc, number, late=late, in_doubt=claim.in_doubt, counted_attempts=counted)
+    if decision.kind == "released":
+        give_back(core, owner, [claim])
+        return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=decision.text)
+    return Attempt(claim, owner, decision.kind, now, number, error=decision.text, delay=decision.delay,
+                   auth_error=decision.auth)
 
 
 def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:

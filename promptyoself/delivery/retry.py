@@ -7,16 +7,48 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from promptyoself.errors import (
     AgentNotFound,
     InvalidArgument,
     LettaAuth,
     LettaUnavailable,
+    NotSent,
+    PromptYoSelfError,
+    StillPending,
 )
+from promptyoself.timing import format_duration
 
 MAX_RETRY_AFTER = 86400.0
 """A server's Retry-After is honoured up to a day."""
+IN_DOUBT_PREFIX = "in_doubt: "
+"""Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
+next attempt on the occurrence asks Letta for its ``otid`` before sending."""
+FENCED = "claim lost or past its deadline; not sent"
+
+
+def error_text(exc: BaseException) -> str:
+    """An error as history and results show it: ``code: message`` (``internal: ...`` for a bug)."""
+    if isinstance(exc, PromptYoSelfError):
+        return f"{exc.code}: {exc.message}"
+    return f"internal: {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def _doubt(in_doubt: bool) -> str:
+    return IN_DOUBT_PREFIX if in_doubt else ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``RetryPolicy.decide``'s answer: ``kind`` (released | paused | retry | failed), the seconds
+    before the next attempt (``retry``), the error text to record, and whether it was an auth refusal
+    (every delivery then pauses)."""
+
+    kind: str
+    delay: float | None = None
+    text: str = ""
+    auth: bool = False
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -44,18 +76,41 @@ class RetryPolicy:
     settle: float = 0.0
     grace: float = float("inf")
 
-    @staticmethod
-    def kind(exc: BaseException) -> str:
-        """What a send's failure means: ``paused`` (the agent is gone or our request is rejected:
-        stop until someone looks), ``auth`` (wait for credentials, never give up), ``transient``
-        (retry with backoff, up to ``max_attempts``). Anything unexpected counts as transient."""
+    def decide(self, exc: BaseException, attempt: int, *, late: float, in_doubt: bool,
+               counted_attempts: int | None = None) -> Decision:
+        """What a failed send of attempt ``attempt`` means, for an occurrence ``late`` seconds past its
+        intended time (``in_doubt``: an earlier attempt may have reached the agent):
+
+        - ``released``: the claim's fence said no before the request was written (``NotSent``);
+        - ``paused``: the agent is gone or our request is rejected: stop until someone looks;
+        - ``retry`` after a backoff: credentials refused (never given up: they wait for a fix) or a
+          transient failure, a server's Retry-After honoured, at least ``settle`` when the request may
+          still be landing inside the target; an unexpected error counts as transient and in doubt;
+        - ``failed``: a transient failure past the deadline (``grace``) or ``max_attempts`` attempts
+          (``counted_attempts``: those that count, auth refusals left out; default ``attempt``).
+
+        The error text starts with ``IN_DOUBT_PREFIX`` while the outcome of some attempt is unknown, so
+        that the next attempt asks the target for the message before sending it again."""
+        if isinstance(exc, NotSent):
+            return Decision("released", text=FENCED)
+        text = error_text(exc)
         if isinstance(exc, AgentNotFound | InvalidArgument):
-            return "paused"
+            return Decision("paused", text=text)
         if isinstance(exc, LettaAuth):
-            return "auth"
+            return Decision("retry", delay=self.delay(attempt), text=_doubt(in_doubt) + text, auth=True)
+        retry_after: object = None
         if isinstance(exc, LettaUnavailable):
-            return "transient"
-        return "transient"
+            retry_after = exc.details.get("retry_after")
+            in_flight = bool(exc.details.get("in_doubt"))  # this request may still be inside the target
+        else:  # nothing sent (StillPending), or a bug or an unexpected answer: transient, in doubt
+            in_flight = not isinstance(exc, StillPending)
+        text = _doubt(in_flight or in_doubt) + text
+        if self.gives_up(attempt if counted_attempts is None else counted_attempts, late):
+            why = (f"PROMPTYOSELF_MAX_ATTEMPTS={self.max_attempts}" if self.remaining(late) > 0
+                   else f"{format_duration(timedelta(seconds=late))} late, PROMPTYOSELF_MISFIRE_GRACE="
+                   f"{timedelta(seconds=self.grace)}")
+            return Decision("failed", text=f"{text} (gave up after {attempt} attempts, {why})")
+        return Decision("retry", delay=self.delay(attempt, retry_after, in_flight=in_flight, late=late), text=text)
 
     def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False,
               late: float | None = None) -> float:

@@ -19,13 +19,9 @@ import httpx
 
 from promptyoself import __version__
 from promptyoself.config import redact_credentials, redact_url
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable
+from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent
 
 log = logging.getLogger(__name__)
-
-
-class NotSent(Exception):
-    """A send's guard said no right before its request was written: the server never saw it."""
 
 
 USER_AGENT = f"promptyoself/{__version__}"

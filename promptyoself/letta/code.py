@@ -46,8 +46,7 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from promptyoself.config import redact_url
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
-from promptyoself.letta.client import NotSent
+from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable, NotSent
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from promptyoself.delivery.attempt import (
     policy,
     record_batch,
 )
+from promptyoself.delivery.claim_keeper import ClaimKeeper, DaemonPool
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
-from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimReport, claim_due, claim_due_in, next_due, resume_waiting
 

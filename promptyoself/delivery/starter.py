@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from promptyoself.store.quick import hostname, quick_check
+from promptyoself.store.startup_check import hostname, quick_check
 
 if TYPE_CHECKING:
     from promptyoself.config import Settings

@@ -39,8 +39,8 @@ from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
 from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, release, worker_pid
-from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
 from promptyoself.store.records import LeaseRow
+from promptyoself.store.startup_check import LEASE_NAME, hostname, pid_alive
 
 if TYPE_CHECKING:
     from promptyoself.delivery.loop import Executor

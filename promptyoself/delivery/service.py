@@ -27,6 +27,7 @@ from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
 from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
+from promptyoself.signals import OnSignals
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
@@ -236,11 +237,10 @@ def server_lifespan(core: Deps) -> Callable[[Any], Any]:
         elif mode == "worker":  # schedules already waiting (a PostgreSQL store has no check before the handshake)
             ensure = threading.Thread(target=starter_for(core).ensure, name="promptyoself-ensure-delivery")
             ensure.start()
-        previous = _install_sigterm(svc)
         try:
-            yield {}
+            with _stop_on_sigterm(svc):
+                yield {}
         finally:
-            _restore_sigterm(previous)
             svc.request_stop()
             if task is not None:
                 done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
@@ -254,20 +254,12 @@ def server_lifespan(core: Deps) -> Callable[[Any], Any]:
     return lifespan
 
 
-_NO_HANDLER = object()
+def _stop_on_sigterm(svc: DeliveryService) -> OnSignals:
+    """Within the block, SIGTERM stops delivery gracefully, then ends the process by the signal as the
+    handler before it would (it is put back at the first SIGTERM)."""
 
-
-def _install_sigterm(svc: DeliveryService) -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return _NO_HANDLER
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-    except (ValueError, OSError):
-        return _NO_HANDLER
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        restore = previous if previous is not None else signal.SIG_DFL
-        signal.signal(signal.SIGTERM, restore)
+    def on_sigterm(signum: int) -> None:
+        handlers.restore()
         svc.request_stop()
 
         def finish() -> None:
@@ -278,14 +270,5 @@ def _install_sigterm(svc: DeliveryService) -> Any:
 
         threading.Thread(target=finish, name="promptyoself-sigterm", daemon=True).start()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    return previous
-
-
-def _restore_sigterm(previous: Any) -> None:
-    if previous is _NO_HANDLER or threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
+    handlers = OnSignals((signal.SIGTERM,), on_sigterm)
+    return handlers

@@ -25,16 +25,17 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__, timing
 from promptyoself.config import Settings
 from promptyoself.delivery.starter import TOKEN_ENV
 from promptyoself.deps import Deps
+from promptyoself.signals import OnSignals
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
@@ -250,29 +251,24 @@ def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     return {"status": "ok", "stopped": True, "pid": pid, "message": f"Stopped worker pid {pid}."}
 
 
-class StopOnSignals:
+class StopOnSignals(OnSignals):
     """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
     the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
     graceful stop, so that the command exits 130 as an interrupted command does."""
 
     def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.previous: dict[int, Any] = {}
+        super().__init__((signal.SIGTERM, signal.SIGINT), self._on_signal)
+        self.stop = callback
         self.interrupted = False
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGINT:
             self.interrupted = True
-        self.callback()
+        self.stop()
 
-    def __enter__(self) -> StopOnSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        super().__exit__(kind, exc, tb)
         if self.interrupted and kind is None:
             raise KeyboardInterrupt

@@ -134,11 +134,12 @@ def load(url: str, agents: list[str], count: int) -> datetime:
 
 
 def db_outcomes(url: str) -> dict[str, int]:
-    from promptyoself.store.db import Store, delivery_totals
+    from promptyoself.store.db import Store
+    from promptyoself.store.health import delivery_outcomes
 
     store = Store(url)
     try:
-        return delivery_totals(store)
+        return delivery_outcomes(store)
     finally:
         store.close()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "promptyoself"
 
-SHARED = {"root", "errors", "config", "logs", "deps", "cli", "__main__"}  # root: promptyoself/__init__.py
+SHARED = {"root", "errors", "config", "logs", "deps", "signals", "cli", "__main__"}  # root: promptyoself/__init__.py
 # room -> rooms it may import (besides itself and the shared leaves)
 ALLOWED: dict[str, set[str]] = {
     "faces": {"core", "delivery", "timing"},
@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "config": {"timing"},
     "logs": set(),
+    "signals": set(),
     "deps": {"store", "letta"},
     "root": set(),
     "cli": {"faces"},

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from promptyoself.delivery.attempt import Claim, attempt
-from promptyoself.delivery.threads import ClaimKeeper
+from promptyoself.delivery.claim_keeper import ClaimKeeper
 from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
@@ -101,7 +101,7 @@ def test_a_failed_renewal_lets_the_deadline_run_out(core: Any, fake: FakeLetta, 
     def broken(*_a: Any, **_k: Any) -> set[int]:
         raise RuntimeError("database down")
 
-    monkeypatch.setattr("promptyoself.delivery.threads.renew_claims", broken)
+    monkeypatch.setattr("promptyoself.delivery.claim_keeper.renew_claims", broken)
     mono.t += LEASE / 3
     k.renew_now()  # fails: logged, the deadline stays
     assert k.may_send(sid)  # still inside the lease the last good renewal gave

@@ -18,6 +18,7 @@ import pytest
 
 from promptyoself.delivery import starter, worker
 from promptyoself.delivery.service import service_for
+from promptyoself.store.lease import SPAWN_PREFIX
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, make_core, wait_until
 
@@ -75,7 +76,7 @@ def test_a_second_server_does_not_report_the_first_servers_pid(db: Path, fake: F
     pid (it used to name A's pid as the worker's)."""
     a = make_core(db, fake)
     b = make_core(db, fake, executor_autostart=True, executor_mode="worker")
-    ok, _ = worker.acquire(a, f"{worker.SPAWN_PREFIX}{worker.hostname()}:{os.getpid()}:abcd1234",
+    ok, _ = worker.acquire(a, f"{SPAWN_PREFIX}{worker.hostname()}:{os.getpid()}:abcd1234",
                            os.getpid(), starter.SPAWN_HOLD)
     assert ok
     add_schedule(b.store, fake.agent_ids[0], "later", datetime.now(UTC) + timedelta(hours=1))

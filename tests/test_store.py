@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime, due_summary
+from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime
+from promptyoself.store.health import backlog
 
 
 def test_open_creates_migrates_and_sets_wal(tmp_path: Path) -> None:
@@ -65,7 +66,8 @@ def test_datetimes_round_trip_aware_utc(tmp_path: Path) -> None:
     when = datetime(2026, 12, 25, 15, 0, tzinfo=UTC)
     with store.session() as s:
         s.add(_once(when))
-    assert due_summary(store, when) == (when, 1)  # the delivery side's earliest due time
+    bl = backlog(store, when)
+    assert (bl.next_due, bl.due) == (when, 1)  # the delivery side's earliest due time
     with store.session() as s:
         row = s.get(Schedule, 1)
         assert row is not None and row.next_run == when and row.next_run.tzinfo is not None

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from promptyoself.store import health as store_health
 from promptyoself.store import history, lease, schedules
 from promptyoself.store.db import Delivery, Schedule, Store, WorkerLease
 from promptyoself.store.records import DeliveryRow, LeaseRow, ListedSchedule, NewSchedule, ScheduleRow
@@ -129,7 +130,7 @@ def test_the_worker_takes_the_lease_on_the_deps_clock(tmp_path: Path) -> None:
         ok, _ = worker.acquire(core, "w", os.getpid(), 30)
         assert ok
         assert worker.heartbeat(core, "w", 30, None)
-        info = worker.lease_info(core)
+        info = store_health.lease(core.store, core.now())
         assert info is not None and info["heartbeat_at"] == "2026-06-01T12:00:00+00:00"
         assert info["heartbeat_age_s"] == 0.0 and info["alive"]
     finally:

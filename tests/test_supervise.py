@@ -117,7 +117,7 @@ def test_service_status_shows_the_worker_lease(home: Path, tmp_path: Path, capsy
     from promptyoself.core.operations import Core
     from promptyoself.deps import system_clock as utcnow
     from promptyoself.store.db import WorkerLease
-    from promptyoself.store.quick import hostname
+    from promptyoself.store.startup_check import hostname
 
     core = Core(load_settings())
     now = utcnow()

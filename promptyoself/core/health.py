@@ -219,7 +219,7 @@ def assess(core: Checked) -> HealthResult:
         if delivery is not None:
             out.update(delivery)
         elif lease is not None:
-            out["worker"] = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in lease.items()}
+            out["worker"] = {k: lease[k] for k in queries.LEASE_SUMMARY}
         live = _live_delivery(lease, delivery)
         out["delivery_live"] = live
         if bl.active and not live:  # as soon as something waits, not only once it is overdue

@@ -314,8 +314,6 @@ def unit_state(p: Plan) -> dict[str, Any]:
 
 def status(core: Deps, p: Plan) -> dict[str, Any]:
     """``service status``: the unit's state and the worker lease of the configured database."""
-    from datetime import datetime
-
     from promptyoself.store import health as queries
 
     out: dict[str, Any] = {"status": "success", "unit": unit_state(p)}
@@ -325,7 +323,7 @@ def status(core: Deps, p: Plan) -> dict[str, Any]:
         out["worker"] = None
         out["message"] = f"The database cannot be read: {str(exc).splitlines()[0][:200]}. Run `promptyoself health`."
         return out
-    out["worker"] = {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in lease.items()} if lease else None
+    out["worker"] = {k: lease[k] for k in queries.LEASE_SUMMARY} if lease else None
     unit = out["unit"]
     who = "no worker lease"
     if lease is not None:

@@ -1,5 +1,5 @@
 """The delivery loop itself: ``Executor`` (sleep until due, claim, deliver, record), with its
-sender threads and recorder thread. ``promptyoself.delivery.threads`` holds the thread pool and the claim
+sender threads and recorder thread. ``promptyoself.delivery.claim_keeper`` holds the thread pool and the claim
 keeper under it; ``promptyoself.delivery.service`` holds the entry points that run it."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 from promptyoself import timing
 from promptyoself.delivery import planner
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt, give_back, policy
+from promptyoself.delivery.claim_keeper import ClaimKeeper, DaemonPool
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.recorder import record_batch
-from promptyoself.delivery.threads import ClaimKeeper, DaemonPool
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport, claim_due, next_due, resume_waiting
 

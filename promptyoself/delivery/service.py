@@ -27,9 +27,11 @@ from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owner
 from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
+from promptyoself.signals import OnSignals
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
-from promptyoself.store.db import delivery_totals, due_summary, latest_delivery
+from promptyoself.store.db import latest_delivery
+from promptyoself.store.health import backlog, delivery_outcomes, lease
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +88,9 @@ class DeliveryService:
         return None
 
     def health_info(self) -> DeliveryHealth:
-        from promptyoself.delivery import worker
-
         return {
             "executor": self.executor.info() if self.executor is not None else None,
-            "worker": worker.lease_info(self.core),
+            "worker": lease(self.core.store, self.core.now()),
             "letta_auth_error": self.auth_error(),
         }
 
@@ -153,30 +153,29 @@ def run_once_result(core: Deps) -> ExecuteResult:
 
 def status_tool(core: Deps) -> ExecutorStatus:
     """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
-    from promptyoself.delivery import worker
-
     svc = service_for(core)
     ex = svc.executor
-    earliest, due_now = due_summary(core.store, core.now())
-    totals = delivery_totals(core.store)
-    lease = worker.lease_info(core)
-    lease_alive = bool(lease and lease.get("alive"))
-    info = (lease or {}).get("info") or {}
+    now = core.now()
+    bl = backlog(core.store, now)
+    totals = delivery_outcomes(core.store)
+    held = lease(core.store, now)
+    lease_alive = bool(held and held.get("alive"))
+    info = (held or {}).get("info") or {}
     last_tick = ex.last_tick if ex is not None else None
     return {
         "status": "ok",
         "running": bool((ex is not None and ex.running) or lease_alive),
         "interval": ex.interval if ex is not None else float(core.settings.executor_interval),
         "last_tick": _iso(last_tick) if last_tick else (info.get("last_tick") if lease_alive else None),
-        "next_due": _iso(earliest),
-        "due_now": due_now,
+        "next_due": _iso(bl.next_due),
+        "due_now": bl.due,
         "delivered_total": totals.get("delivered", 0),
         "failed_total": totals.get("failed", 0),
         "retry_total": totals.get("retry", 0),
         "missed_total": totals.get("missed", 0),
         "mode": effective_mode(core.settings),
         "executor": ex.info() if ex is not None else None,
-        "worker": lease,
+        "worker": held,
         "auth_error": svc.auth_error(),
     }
 
@@ -236,11 +235,10 @@ def server_lifespan(core: Deps) -> Callable[[Any], Any]:
         elif mode == "worker":  # schedules already waiting (a PostgreSQL store has no check before the handshake)
             ensure = threading.Thread(target=starter_for(core).ensure, name="promptyoself-ensure-delivery")
             ensure.start()
-        previous = _install_sigterm(svc)
         try:
-            yield {}
+            with _stop_on_sigterm(svc):
+                yield {}
         finally:
-            _restore_sigterm(previous)
             svc.request_stop()
             if task is not None:
                 done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
@@ -254,20 +252,12 @@ def server_lifespan(core: Deps) -> Callable[[Any], Any]:
     return lifespan
 
 
-_NO_HANDLER = object()
+def _stop_on_sigterm(svc: DeliveryService) -> OnSignals:
+    """Within the block, SIGTERM stops delivery gracefully, then ends the process by the signal as the
+    handler before it would (it is put back at the first SIGTERM)."""
 
-
-def _install_sigterm(svc: DeliveryService) -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return _NO_HANDLER
-    try:
-        previous = signal.getsignal(signal.SIGTERM)
-    except (ValueError, OSError):
-        return _NO_HANDLER
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        restore = previous if previous is not None else signal.SIG_DFL
-        signal.signal(signal.SIGTERM, restore)
+    def on_sigterm(signum: int) -> None:
+        handlers.restore()
         svc.request_stop()
 
         def finish() -> None:
@@ -278,14 +268,5 @@ def _install_sigterm(svc: DeliveryService) -> Any:
 
         threading.Thread(target=finish, name="promptyoself-sigterm", daemon=True).start()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    return previous
-
-
-def _restore_sigterm(previous: Any) -> None:
-    if previous is _NO_HANDLER or threading.current_thread() is not threading.main_thread():
-        return
-    try:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
+    handlers = OnSignals((signal.SIGTERM,), on_sigterm)
+    return handlers

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from promptyoself.store.quick import hostname, quick_check
+from promptyoself.store.startup_check import hostname, quick_check
 
 if TYPE_CHECKING:
     from promptyoself.config import Settings
@@ -217,7 +217,7 @@ class Starter:
         if not has_state(store, "active"):
             return Delivering("nothing_active", None, "Nothing is active: no delivery worker is needed.")
         # The reservation carries this process's pid (it lives while this process does) until the
-        # worker's is known: lease_info shows no pid meanwhile, never this process's.
+        # worker's is known: store.health.lease shows no pid meanwhile, never this process's.
         token = f"{store_lease.SPAWN_PREFIX}{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         ok, holder = store_lease.acquire(store, token, os.getpid(), SPAWN_HOLD, clock=core.clock)
         if not ok:

@@ -25,22 +25,24 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from promptyoself import __version__, timing
+from promptyoself import __version__
 from promptyoself.config import Settings
 from promptyoself.delivery.starter import TOKEN_ENV
 from promptyoself.deps import Deps
+from promptyoself.signals import OnSignals
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
-from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, release, worker_pid
-from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
+from promptyoself.store.health import lease
+from promptyoself.store.lease import lease_alive, read_lease, release, worker_pid
 from promptyoself.store.records import LeaseRow
+from promptyoself.store.startup_check import LEASE_NAME, hostname, pid_alive
 
 if TYPE_CHECKING:
     from promptyoself.delivery.loop import Executor
@@ -51,32 +53,6 @@ __all__ = ["LEASE_NAME", "hostname", "lease_alive", "read_lease", "release"]  # 
 
 STOP_WAIT = 15.0
 """Seconds ``worker --stop`` waits for the worker to exit."""
-
-
-def lease_info(core: Deps) -> dict[str, Any] | None:
-    """The lease as health, status and ``worker --status`` show it, or None when there is none.
-    ``starting`` is true until the spawned worker holds the lease itself; ``pid`` is the worker's,
-    or None while the server that starts it does not know it yet."""
-    row = read_lease(core.store)
-    if row is None:
-        return None
-    try:
-        info = json.loads(row.info) if row.info else {}
-    except ValueError:
-        info = {}
-    now = core.now()
-    return {
-        "pid": worker_pid(row),
-        "starting": row.owner.startswith(SPAWN_PREFIX),
-        "host": row.host,
-        "owner": row.owner,
-        "started_at": timing.to_utc_iso(row.started_at),
-        "heartbeat_at": timing.to_utc_iso(row.heartbeat_at),
-        "heartbeat_age_s": round((now - row.heartbeat_at).total_seconds(), 3),
-        "lease_until": timing.to_utc_iso(row.lease_until),
-        "alive": lease_alive(row, now),
-        "info": info,
-    }
 
 
 def acquire(
@@ -212,7 +188,7 @@ def _info(ex: Executor) -> str:
 
 
 def status_result(core: Deps) -> dict[str, Any]:
-    info = lease_info(core)
+    info = lease(core.store, core.now())
     if info is None:
         return {"status": "ok", "running": False, "worker": None, "message": "No worker lease in this database."}
     state = "alive" if info["alive"] else "not alive (lease expired or process gone)"
@@ -227,7 +203,7 @@ def status_result(core: Deps) -> dict[str, Any]:
 
 def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     """Send SIGTERM to the leased worker (same host only) and wait for it to exit."""
-    info = lease_info(core)
+    info = lease(core.store, core.now())
     if info is None or not info["alive"]:
         return {"status": "ok", "stopped": False, "worker": info, "message": "No live worker holds the lease."}
     if info["pid"] is None:  # a server is starting one: its reservation's pid is the server's own
@@ -250,29 +226,24 @@ def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     return {"status": "ok", "stopped": True, "pid": pid, "message": f"Stopped worker pid {pid}."}
 
 
-class StopOnSignals:
+class StopOnSignals(OnSignals):
     """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
     the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
     graceful stop, so that the command exits 130 as an interrupted command does."""
 
     def __init__(self, callback: Callable[[], None]) -> None:
-        self.callback = callback
-        self.previous: dict[int, Any] = {}
+        super().__init__((signal.SIGTERM, signal.SIGINT), self._on_signal)
+        self.stop = callback
         self.interrupted = False
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGINT:
             self.interrupted = True
-        self.callback()
+        self.stop()
 
-    def __enter__(self) -> StopOnSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        super().__exit__(kind, exc, tb)
         if self.interrupted and kind is None:
             raise KeyboardInterrupt

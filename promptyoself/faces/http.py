@@ -1,5 +1,5 @@
 """The service's one HTTP port (``promptyoself serve``): ``/mcp``, ``/healthz``, ``/metrics`` and the
-REST API, with delivery running in the same process (promptyoself.delivery.resident).
+REST API, with delivery running in the same process (promptyoself.delivery.in_service).
 
 * ``/mcp``: the MCP tools over streamable HTTP (FastMCP's app, mounted as is).
 * ``/healthz``: the health verdict as JSON; 200 when ``ok``, 503 when ``degraded`` or ``down``.
@@ -146,7 +146,7 @@ class ServiceApp:
             if rest_router is not None:
                 await stack.enter_async_context(rest_router.lifespan_context(self.rest_app))
             if self.delivery:
-                from promptyoself.delivery.resident import Resident
+                from promptyoself.delivery.in_service import Resident
 
                 await stack.enter_async_context(Resident(self.core).run())
             if self.settings.stdio_relay != "off":  # stdio servers for this database hand their sessions here

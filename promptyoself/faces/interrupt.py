@@ -11,8 +11,8 @@ Two kinds of blocks:
   three tracebacks). SIGINT runs ``cleanup`` (stop delivery within its grace, close the store) in a
   thread, flushes the logs and ends the process with ``os._exit(130)``. A second Ctrl-C ends it at once.
 
-Both only act in the main thread (signal handlers can be set nowhere else) and restore the previous
-handler on the way out.
+Both are ``promptyoself.signals.OnSignals``: they only act in the main thread (signal handlers can be
+set nowhere else) and restore the previous handler on the way out.
 """
 
 from __future__ import annotations
@@ -23,38 +23,24 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType, TracebackType
+
+from promptyoself.signals import OnSignals
 
 EXIT_INTERRUPTED = 130
 
 log = logging.getLogger(__name__)
 
 
-class SigintExits:
+class SigintExits(OnSignals):
     """Within the block, SIGINT raises ``KeyboardInterrupt`` and sets ``seen``."""
 
     def __init__(self) -> None:
+        super().__init__((signal.SIGINT,), self._on_sigint)
         self.seen = False
-        self._previous: object = None
-        self._installed = False
 
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
+    def _on_sigint(self, signum: int) -> None:
         self.seen = True
         raise KeyboardInterrupt
-
-    def __enter__(self) -> SigintExits:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._installed = True
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._installed:
-            previous = self._previous if self._previous is not None else signal.SIG_DFL  # None: not set from Python
-            signal.signal(signal.SIGINT, previous)  # type: ignore[arg-type]
-            self._installed = False
 
 
 class StdioSigintExits(SigintExits):
@@ -65,7 +51,7 @@ class StdioSigintExits(SigintExits):
         self.cleanup = cleanup
         self.grace = grace
 
-    def _handler(self, signum: int, frame: FrameType | None) -> None:
+    def _on_sigint(self, signum: int) -> None:
         if self.seen:  # a second Ctrl-C: do not wait for the clean-up
             _exit_now()
         self.seen = True

@@ -27,7 +27,6 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    bindparam,
     create_engine,
     event,
     exists,
@@ -464,25 +463,7 @@ class Store:
 
 SCHEDULES = cast(Table, Schedule.__table__)  # (typed as a FromClause by the ORM; it is the Table)
 DELIVERIES = cast(Table, Delivery.__table__)
-_S, _D = SCHEDULES, DELIVERIES
-_NOW = bindparam("now", type_=UTCDateTime())
-
-
-def delivery_totals(store: Store) -> dict[str, int]:
-    """How many history rows there are per outcome (delivered, retry, failed, missed)."""
-    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
-        rows = s.execute(select(_D.c.outcome, func.count()).group_by(_D.c.outcome)).all()
-    return {str(outcome): int(n) for outcome, n in rows}
-
-
-def due_summary(store: Store, now: datetime) -> tuple[datetime | None, int]:
-    """The earliest due time of any active schedule, and how many are due at ``now``."""
-    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
-        earliest = s.execute(select(func.min(_S.c.due_at)).where(_S.c.state == "active")).scalar_one_or_none()
-        due = s.execute(
-            select(func.count()).select_from(_S).where(_S.c.state == "active", _S.c.due_at <= _NOW), {"now": now}
-        ).scalar_one()
-    return earliest, int(due)
+_S = SCHEDULES
 
 
 def has_state(store: Store, state: str = "active") -> bool:

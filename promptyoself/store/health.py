@@ -6,6 +6,7 @@ buckets (for the Prometheus histogram), and the worker lease as a plain dict.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,17 +24,21 @@ class Backlog:
     """Active schedules whose ``due_at`` has passed (including those waiting for a retry)."""
     oldest_overdue: datetime | None
     """The intended time (``next_run``) of the oldest occurrence that is due and not delivered."""
+    next_due: datetime | None
+    """The earliest ``due_at`` of any active schedule (past or future)."""
 
 
 def backlog(store: Store, now: datetime) -> Backlog:
-    with store.session() as s:
-        active = s.execute(select(func.count()).select_from(Schedule).where(Schedule.state == "active")).scalar_one()
+    with store.session() as s:  # commits: a ROLLBACK drops psycopg's prepared statements
+        active, earliest = s.execute(
+            select(func.count(), func.min(Schedule.due_at)).select_from(Schedule).where(Schedule.state == "active")
+        ).one()
         due, oldest = s.execute(
             select(func.count(), func.min(func.coalesce(Schedule.next_run, Schedule.due_at)))
             .select_from(Schedule)
             .where(Schedule.state == "active", Schedule.due_at <= now)
         ).one()
-    return Backlog(int(active), int(due), _aware(oldest))
+    return Backlog(int(active), int(due), _aware(oldest), _aware(earliest))
 
 
 def by_target(store: Store, now: datetime) -> dict[str, tuple[int, int]]:
@@ -88,20 +93,37 @@ def letta_error_kinds(store: Store) -> dict[str, int]:
 
 
 def lease(store: Store, now: datetime) -> dict[str, Any] | None:
-    """The worker lease (pid, host, owner, heartbeat, lease_until, alive, starting) or None. ``pid`` is
-    the worker's, None while a server is still starting it (never that server's pid)."""
+    """The worker lease as health, status and ``worker --status`` show it (times as ISO 8601 in UTC),
+    or None when there is none. ``starting`` is true until the spawned worker holds the lease itself;
+    ``pid`` is the worker's, or None while the server that starts it does not know it yet (never that
+    server's pid). ``info`` is what the holder last wrote about its loop."""
     row = read_lease(store)
     if row is None:
         return None
+    try:
+        info = json.loads(row.info) if row.info else {}
+    except ValueError:
+        info = {}
     return {
         "pid": worker_pid(row),
         "starting": row.owner.startswith(SPAWN_PREFIX),
         "host": row.host,
         "owner": row.owner,
-        "heartbeat_at": row.heartbeat_at,
-        "lease_until": row.lease_until,
+        "started_at": _iso(row.started_at),
+        "heartbeat_at": _iso(row.heartbeat_at),
+        "heartbeat_age_s": round((now - row.heartbeat_at).total_seconds(), 3),
+        "lease_until": _iso(row.lease_until),
         "alive": lease_alive(row, now),
+        "info": info,
     }
+
+
+LEASE_SUMMARY = ("pid", "starting", "host", "owner", "heartbeat_at", "lease_until", "alive")
+"""The keys of ``lease`` that ``health`` (when the delivery side is not loaded) and ``service status`` show."""
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
 
 
 def claims_lost(store: Store) -> int:

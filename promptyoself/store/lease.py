@@ -15,8 +15,8 @@ from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 
 from promptyoself.store.db import Store, WorkerLease
-from promptyoself.store.quick import LEASE_NAME, hostname, pid_alive
 from promptyoself.store.records import LeaseRow, record_of
+from promptyoself.store.startup_check import LEASE_NAME, hostname, pid_alive
 
 SPAWN_PREFIX = "spawn:"
 """Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""

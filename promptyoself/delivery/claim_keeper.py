@@ -1,5 +1,6 @@
-"""The threads under the delivery loop: ``DaemonPool`` (blocking work off the event loop) and
-``ClaimKeeper`` (renews this executor's claims while it holds them)."""
+"""The claim keeper under the delivery loop: ``ClaimKeeper`` (renews this executor's claims while it
+holds them and fences a send whose claim may have run out) and ``DaemonPool`` (the blocking work off
+the event loop)."""
 
 from __future__ import annotations
 

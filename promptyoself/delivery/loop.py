@@ -1,11 +1,18 @@
-"""The delivery loop itself: ``Executor`` (sleep until due, claim, deliver, record), with its
-sender threads and recorder thread. ``promptyoself.delivery.claim_keeper`` holds the thread pool and the claim
-keeper under it; ``promptyoself.delivery.service`` holds the entry points that run it."""
+"""The delivery loop: ``Executor`` joins four parts, each a module of its own:
+
+- the claim planner (``delivery.planner``, pure): how many to claim, what a claim's answer means;
+- the holdings (``delivery.holdings``): the claims held and where each is, under one lock;
+- the sender pool (``delivery.senders``): threads that send the claims held, behind their fence;
+- the recorder (``delivery.recorder``): a thread that records attempts in batches, claiming ahead
+  during a backlog, through one store verb.
+
+The loop itself sleeps until the earliest due time, claims, and watches the things around delivery:
+an outage of Letta, refused credentials, a wall clock that jumps back. ``delivery.claim_keeper``
+renews the claims held; ``delivery.service`` holds the entry points that run the loop."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import random
@@ -13,16 +20,17 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.delivery import planner
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt, give_back, policy
 from promptyoself.delivery.claim_keeper import ClaimKeeper, DaemonPool
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
-from promptyoself.delivery.recorder import record_batch
+from promptyoself.delivery.holdings import Holdings
+from promptyoself.delivery.recorder import Recorder, record_batch
+from promptyoself.delivery.senders import SenderPool
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport, claim_due, next_due, resume_waiting
 
@@ -31,10 +39,6 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE = 2.0
 """Seconds a stopping executor waits for in-flight sends before it lets them go (their claims
 then expire after the lease and another process retries)."""
-RECORD_DELAY = 0.04
-"""During a backlog, the recorder waits up to this long for a batch of attempts (up to
-``2 * max_in_flight``) to record together, unless the claim queue runs low first (about two sends'
-time: each transaction costs the worker and the database more than its rows do)."""
 ONCE_BUDGET = 120.0
 """``drain`` (``execute`` without ``--loop``) stops claiming after this many seconds."""
 BACKLOG_POLL = 0.05
@@ -61,12 +65,10 @@ class Executor:
 
     The loop (``run``, a coroutine) decides when to claim: it sleeps until the earliest due time,
     wakes on a local write (``wake``), re-reads at least every ``interval``, and claims due
-    occurrences in batches into the ``_ready`` queue. ``max_in_flight`` sender threads take claims
-    from that queue, send, hand the attempt to the recorder thread and take the next one, without a
-    round trip through the event loop per delivery. The recorder commits attempts in batches and,
-    while claims come back full (a backlog), refills the queue before it runs dry; once a claim
-    comes back short, the loop takes over again and is nudged each time an attempt is recorded
-    (the agent it freed may have more due)."""
+    occurrences in batches into the holdings. ``max_in_flight`` senders take them, send, and hand the
+    attempts to the recorder, which commits them in batches and, while claims come back full (a
+    backlog), refills the holdings before they run dry; once a claim comes back short, the loop takes
+    over again and is nudged each time an attempt is recorded (the agent it freed may have more due)."""
 
     def __init__(
         self, core: Deps, *, interval: float | None = None, role: str = "executor", owner: str | None = None
@@ -85,28 +87,13 @@ class Executor:
         self._done.set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_event: asyncio.Event | None = None
-        # Claims this executor holds: _ready (waiting for a sender), _inflight (being sent: at most
-        # max_in_flight) and _recording (sent, waiting for the recorder's commit). All guarded by
-        # _lock; the senders wait on _cv, the recorder on _rec_cv.
-        self._lock = threading.RLock()
-        self._cv = threading.Condition(self._lock)
-        self._rec_cv = threading.Condition(self._lock)
-        self._ready: collections.deque[Claim] = collections.deque()
-        self._inflight: dict[int, Claim] = {}
-        self._recording: dict[int, Claim] = {}
-        self._rec_batch = max(1, 2 * self.max_in_flight)
-        self._rec_queue: list[Attempt] = []
-        self._senders: list[threading.Thread] = []
-        self._recorder_thread: threading.Thread | None = None
-        self._senders_exit = False
-        self._ahead = 0  # claims to hold beyond the free senders: 3 * max_in_flight during a backlog
-        self._drained = False  # the last claim came back short: claim again only after news
-        self._missed = False  # a backlog's last claim found its rows taken by others: next with a batch
-        self._claiming = False  # a claim is running (the loop's or the recorder's)
+        self.holdings = Holdings(self.max_in_flight, self.lease, may_claim=self._may_claim,
+                                 may_send=self._may_take)
+        self.senders = SenderPool(self.holdings, self.max_in_flight, send=self._send, released=self._released)
+        self.recorder = Recorder(self.holdings, record=self._record, claim=self._claim_rows, nudge=self._nudge)
         self._nudged = False  # a nudge is pending: no need to send another
         self._reread = False  # set by wake(): re-read the earliest due time
         self._contended = False  # the last claim came back short while rows were due: poll the backlog
-        self._send_s = 0.0  # moving average of one send's duration (0: none yet)
         self._poll_s = BACKLOG_POLL / 2  # the contended executor's next look: doubled per empty claim
         self._counts_lock = threading.Lock()
         self.running = False
@@ -182,10 +169,7 @@ class Executor:
     def close(self) -> None:
         self._keeper.stop()
         self._pool.shutdown(wait=False)
-        with self._cv:
-            self._senders_exit = True
-            self._cv.notify_all()
-            self._rec_cv.notify_all()
+        self.holdings.close()
 
     # ---- the loop --------------------------------------------------------------------------------
 
@@ -199,7 +183,9 @@ class Executor:
             self._listening = True
         self.running = True
         self.started_at = self.core.now()
-        self._start_senders()
+        self.holdings.open()
+        self.senders.start()
+        self.recorder.start()
         await self._io(self._warm_up)
         log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
                  self.max_in_flight)
@@ -212,15 +198,12 @@ class Executor:
             except Exception:
                 log.exception("releasing unsent claims failed; they expire after the lease")
             deadline = time.monotonic() + SHUTDOWN_GRACE
-            while (self._inflight or self._recording) and time.monotonic() < deadline:
+            while self.holdings.under_way() and time.monotonic() < deadline:
                 await self._sleep(min(0.05, deadline - time.monotonic()))
-            if self._inflight or self._recording:
+            if self.holdings.under_way():
                 log.warning("%d deliveries still in flight at shutdown; their claims expire after "
-                            "the lease and another process retries", len(self._inflight) + len(self._recording))
-            with self._cv:
-                self._senders_exit = True
-                self._cv.notify_all()
-                self._rec_cv.notify_all()
+                            "the lease and another process retries", self.holdings.under_way())
+            self.holdings.close()
             self._keeper.stop()
             self.running = False
             self._wake_event = None
@@ -235,33 +218,13 @@ class Executor:
         except Exception:  # the first send reports what is wrong
             log.debug("opening the Letta client failed; the first send will retry", exc_info=True)
 
-    def _start_senders(self) -> None:
-        with self._cv:
-            self._senders_exit = False
-            self._senders = [t for t in self._senders if t.is_alive()]
-            for i in range(len(self._senders), self.max_in_flight):
-                t = threading.Thread(target=self._sender, name=f"promptyoself-send-{i}", daemon=True)
-                t.start()
-                self._senders.append(t)
-            if self._recorder_thread is None or not self._recorder_thread.is_alive():
-                self._recorder_thread = threading.Thread(target=self._recorder, name="promptyoself-record",
-                                                         daemon=True)
-                self._recorder_thread.start()
-
-    def _busy_agents(self, recorded: Collection[int] = ()) -> set[str]:
-        """Agents this executor is sending to or has claims for (``recorded``: claims being recorded
-        in the transaction that asks, whose agents are free in it)."""
-        with self._cv:
-            return ({c.agent_id for c in self._inflight.values()} | {c.agent_id for c in self._ready}
-                    | {c.agent_id for sid, c in self._recording.items() if sid not in recorded})
-
     async def _loop_body(self) -> None:
         """While claims come back full (a backlog), claims run ahead, up to ``3 * max_in_flight``
         more than the senders can take, in batches (the recorder thread refills the queue), so a
         sender that finishes starts its next send at once and one claim query serves several
         deliveries; the loop then neither re-reads the earliest due time nor claims after every
         delivery. A claim that came back short while more was due (other processes took the rest)
-        keeps the backlog (``_took``). When a claim comes back short otherwise, nothing more is due
+        keeps the backlog (``planner.after_claim``). When a claim comes back short otherwise, nothing more is due
         for a free agent now: the loop goes back to sleeping until the earliest due time, re-reading
         it when a delivery has been recorded (its agent may have more due), on a local write
         (``wake``), and at least every ``interval``."""
@@ -279,11 +242,11 @@ class Executor:
                 if await self._clock_went_back():
                     must_read = True
                 if must_read or time.monotonic() - read_at >= self.interval:
-                    earliest = await self._io(next_due, self.core.store, self._claim_now(), self._busy_agents())
+                    earliest = await self._io(next_due, self.core.store, self._claim_now(),
+                                              self.holdings.busy_agents())
                     read_at = time.monotonic()
                     must_read = False
-                    with self._cv:
-                        self._drained = self._missed = False
+                    self.holdings.news()
                     self.last_tick = self.core.now()
                     self.next_due = earliest
                     if earliest is None or earliest > self.core.now():
@@ -291,21 +254,20 @@ class Executor:
                 if self._drained_all(earliest):
                     break
                 auth_wait = self._auth_until - time.monotonic()
-                if auth_wait > 0 and self._ready:
+                if auth_wait > 0:
                     await self._release_ready()  # the credentials are wrong: do not sit on claims
                 timeout = self.interval - (time.monotonic() - read_at)
                 if earliest is not None:
                     wait_s = (earliest - self._claim_now()).total_seconds()
                     if wait_s <= 0:
-                        with self._cv:
-                            want = self._claim_wanted()
+                        want = self.holdings.claim_wanted()
                         if want > 0:
                             claims: list[Claim] = []
                             more = False
                             try:
                                 claims, more = await self._io(self._claim_rows, want)
                             finally:
-                                full = self._took(claims, want, more)
+                                full = self.holdings.took(claims, want, more)
                             must_read = not full and bool(claims)  # find the next alarm at once
                             # due rows, yet none (or too few) for us: other processes took them
                             self._contended = not full
@@ -320,10 +282,10 @@ class Executor:
                     timeout = min(timeout, auth_wait)
                 if self._outage and not self._probed:
                     timeout = min(timeout, self._probe_at - time.monotonic())
-                poll = self._contended and auth_wait <= 0 and self._has_room()
+                poll = self._contended and auth_wait <= 0 and self.holdings.has_room()
                 if poll:  # a backlog others share: look again soon, not after `interval`
                     timeout = min(timeout, self._poll_s * random.uniform(0.5, 1.5))
-                if await self._sleep(max(timeout, 0.0)) and not self._ahead:
+                if await self._sleep(max(timeout, 0.0)) and not self.holdings.backlog():
                     must_read = True  # a delivery ended: its agent's next occurrence may be due
                 elif poll:
                     must_read = True
@@ -377,26 +339,6 @@ class Executor:
             log.info("Letta answers again: %d prompt(s) waiting after the outage are due now", resumed)
         return bool(resumed)
 
-    def _claim_count(self, with_batch: bool = False) -> int:
-        """(Under ``_cv``.) How many to claim now (``planner.claim_count``)."""
-        paused = (self._claiming or self._drained or self._stop.is_set() or self._auth_until > time.monotonic()
-                  or self._out_of_time())
-        return planner.claim_count(planner.Holding(
-            self.max_in_flight, self.lease, ready=len(self._ready), inflight=len(self._inflight),
-            ahead=self._ahead, send_s=self._send_s, paused=paused, missed=self._missed), with_batch=with_batch)
-
-    def _has_room(self) -> bool:
-        """A send slot is free, or will be soon, with no claim waiting for it."""
-        with self._cv:
-            return len(self._inflight) + len(self._ready) < self.max_in_flight
-
-    def _claim_wanted(self, with_batch: bool = False) -> int:
-        """(Under ``_cv``.) ``_claim_count``; a positive answer reserves the claim for the caller."""
-        want = self._claim_count(with_batch)
-        if want:
-            self._claiming = True
-        return want
-
     def _claim_rows(self, limit: int) -> tuple[list[Claim], bool]:
         """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed;
         also whether more was due than asked for (``ClaimReport.more_due``)."""
@@ -405,37 +347,16 @@ class Executor:
         report = ClaimReport()
         now = self._claim_now()
         rows = claim_due(self.core.store, self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
-                         exclude_agents=self._busy_agents(), taken_over=taken, report=report)
+                         exclude_agents=self.holdings.busy_agents(), taken_over=taken, report=report)
         claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
         if claims:
             self._keeper.add([c.id for c in claims], claimed_at)
         return claims, report.more_due
 
-    def _took(self, claims: list[Claim], want: int, more_due: bool = False) -> bool:
-        """Queue what a claim got for the senders; True while there is a backlog: it got all it asked
-        for, or more was due than it asked for (``more_due``: the rows it missed went to other
-        processes claiming at the same moment, and the next claim finds others) and it got some or has
-        deliveries under way (the next claim then goes with their recording, not at once)."""
-        with self._cv:
-            busy = bool(self._inflight or self._recording or self._rec_queue)
-            plan = planner.after_claim(len(claims), want, more_due=more_due, busy=busy,
-                                       max_in_flight=self.max_in_flight)
-            self._missed = plan.missed
-            self._claiming = False
-            self._ready.extend(claims)
-            if plan.ahead != self._ahead:
-                self._rec_cv.notify()  # the recorder's way of waiting depends on it
-            self._ahead = plan.ahead
-            self._drained = not plan.backlog
-            self._cv.notify(len(claims))
-        return plan.backlog
-
     async def _release_ready(self) -> None:
         """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials);
         ``give_back`` leaves those taken over from an expired holder to run out."""
-        with self._cv:
-            claims = list(self._ready)
-            self._ready.clear()
+        claims = self.holdings.take_ready()
         if not claims:
             return
         for claim in claims:
@@ -462,98 +383,26 @@ class Executor:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args))
 
-    # ---- the senders (threads) -----------------------------------------------------------------------
+    # ---- what the senders and the recorder call ----------------------------------------------------
 
-    def _sender(self) -> None:
-        """Take a claim from ``_ready``, send, hand the attempt to the recorder, repeat. Nothing is
-        taken while stopping (those claims are released) or while Letta refuses the credentials."""
-        cv = self._cv
-        while True:
-            with cv:
-                while not self._senders_exit and (
-                    not self._ready or self._stop.is_set() or self._auth_until > time.monotonic()
-                ):
-                    cv.wait(0.5 if self._ready else None)
-                if self._senders_exit:
-                    return
-                claim = self._ready.popleft()
-                self._inflight[claim.id] = claim
-                if self._ahead and len(self._ready) <= self._ahead // 2:
-                    self._rec_cv.notify()  # a backlog and the queue runs low: the recorder refills it
-            sent: Attempt | Result | None = None
-            began = time.monotonic()
-            try:
-                sent = attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
-            except Exception:
-                log.exception("delivery of schedule %s failed", claim.id)
-            took = time.monotonic() - began
-            self._send_s = took if not self._send_s else 0.9 * self._send_s + 0.1 * took
-            try:
-                self._hand_over(claim, sent)
-            except Exception:  # never let the thread die
-                log.exception("delivery of schedule %s: handing over the attempt failed", claim.id)
+    def _may_claim(self) -> bool:
+        return not self._stop.is_set() and self._auth_until <= time.monotonic() and not self._out_of_time()
 
-    def _hand_over(self, claim: Claim, sent: Attempt | Result | None) -> None:
-        with self._cv:
-            self._inflight.pop(claim.id, None)
-            if isinstance(sent, Attempt):
-                self._recording[claim.id] = claim
-                self._rec_queue.append(sent)
-                # During a backlog the recorder wakes for a few attempts at a time (or after
-                # RECORD_DELAY); otherwise at once, since the loop waits for the agent to be free.
-                if len(self._rec_queue) >= self._rec_batch or self._drained or not self._ahead:
-                    self._rec_cv.notify()
-            else:  # released unsent (stopping, or fenced off): the loop may claim again
-                self._nudge()
-        if not isinstance(sent, Attempt):  # released unsent, or a bug: its claim expires
-            self._keeper.discard(claim.id)
-            if sent is not None:
-                self._account(sent)
+    def _may_take(self) -> bool:
+        """A sender may take a claim: not stopping (those are released), credentials not refused."""
+        return not self._stop.is_set() and self._auth_until <= time.monotonic()
 
-    def _recorder(self) -> None:
-        """The senders' database thread. During a backlog it refills ``_ready`` when the queue runs
-        low (so no sender waits for a claim query before its send). And it records what the senders
-        sent, in batches: everything that finished while the previous batch was being committed goes
-        into one transaction (each attempt still conditional on its own claim). A sender does not
-        wait for this; its agent stays claimed until it is done."""
-        cv = self._rec_cv
-        while True:
-            try:
-                with cv:
-                    while not self._rec_queue and not self._senders_exit and not self._refill_due():
-                        # (sends under way will hand over attempts: look again now and then, in case
-                        # one came without a wake-up)
-                        cv.wait(0.1 if self._inflight or self._ahead else None)
-                    want = self._claim_wanted(bool(self._rec_queue)) if self._ahead else 0
-                    if not want and not self._rec_queue:
-                        if self._senders_exit:
-                            return
-                        continue
-                    if not want and len(self._rec_queue) < self._rec_batch and self._ahead and not self._drained:
-                        cv.wait(RECORD_DELAY)  # a backlog: let a few more finish first
-                        want = self._claim_wanted(True) if self._ahead else 0
-                    batch, self._rec_queue = self._rec_queue, []
-                if want:
-                    got: list[Claim] = []
-                    more = False
-                    try:  # with attempts to record: one transaction records them and claims
-                        got, more = self._record(batch, claim=want) if batch else self._claim_rows(want)
-                    except Exception:
-                        log.exception("claiming due prompts failed; the loop retries")
-                    finally:
-                        if not self._took(got, want, more):
-                            self._nudge()  # the backlog is done: back to the loop's alarm
-                elif batch:
-                    self._record(batch)
-            except Exception:  # never let the thread die: the claims it records would be stuck
-                log.exception("delivery recorder error")
-                time.sleep(0.1)
+    def _send(self, claim: Claim) -> Attempt | Result:
+        return attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
 
-    def _refill_due(self) -> bool:
-        """(Under ``_cv``.) A backlog's queue has run low and no claim is running."""
-        return bool(self._ahead) and self._claim_count() > 0
+    def _released(self, claim: Claim, res: Result | None) -> None:
+        """Released unsent (stopping, or fenced off), or a bug: the claim expires; the loop may claim again."""
+        self._nudge()
+        self._keeper.discard(claim.id)
+        if res is not None:
+            self._account(res)
 
-    def _record(self, batch: list[Attempt], *, claim: int = 0) -> tuple[list[Claim], bool]:
+    def _record(self, batch: list[Attempt], claim: int = 0) -> tuple[list[Claim], bool]:
         """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
         recorded are free by then) and return the claims and whether more was due (``_claim_rows``)."""
         claimed_at = self._keeper.mono()
@@ -561,7 +410,7 @@ class Executor:
         if claim:
             now = self._claim_now()
             ask = ClaimAsk(self.owner, now, now + timedelta(seconds=self.lease), claim,
-                           frozenset(self._busy_agents(recorded={a.claim.id for a in batch})))
+                           frozenset(self.holdings.busy_agents(recorded={a.claim.id for a in batch})))
         recorded = None
         try:
             recorded = record_batch(self.core, batch, ask)
@@ -574,11 +423,9 @@ class Executor:
                 self._account(a.result)
             else:  # the claim stays until its lease runs out; then the occurrence is retried
                 log.error("recording the attempt on schedule %s failed: %s", a.claim.id, a.failure)
-        with self._cv:
-            for a in batch:
-                self._recording.pop(a.claim.id, None)
-            if self._drained or not self._ahead or self._stop.is_set():
-                self._nudge()  # the agents just recorded may have more due
+        self.holdings.recorded(batch)
+        if self.holdings.drained() or self._stop.is_set():
+            self._nudge()  # the agents just recorded may have more due
         if recorded is None:
             return [], False
         claims = [Claim.from_row(r, taken_over=r.id in recorded.taken_over) for r in recorded.claimed]
@@ -655,9 +502,7 @@ class Executor:
             return False
         if self._out_of_time() or self._auth_streak:
             return True
-        with self._cv:
-            idle = not (self._ready or self._inflight or self._recording or self._rec_queue or self._claiming)
-        return idle and (earliest is None or earliest > self._cutoff)
+        return self.holdings.idle() and (earliest is None or earliest > self._cutoff)
 
     # ---- reporting -------------------------------------------------------------------------------
 
@@ -672,7 +517,7 @@ class Executor:
                 "started_at": _iso(self.started_at),
                 "last_tick": _iso(self.last_tick),
                 "next_due": _iso(self.next_due),
-                "in_flight": len(self._inflight),
+                "in_flight": self.holdings.in_flight(),
                 "delivered": self.delivered_total,
                 "failed": self.failed_total,
                 "retried": self.retry_total,

@@ -8,6 +8,7 @@ next state is decided again on those (``record_batch``)."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.delivery.attempt import SENT_ON_LOST_CLAIM, Attempt, Claim, Result, attempt
+from promptyoself.delivery.holdings import Holdings
 from promptyoself.deps import Deps
 from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
@@ -247,3 +249,50 @@ def deliver(
     """Deliver one claimed occurrence and record the outcome. Never raises for Letta errors."""
     sent = attempt(core, claim, owner, stopping=stopping, may_send=may_send)
     return sent if isinstance(sent, Result) else record_attempt(core, sent)
+
+
+class Recorder:
+    """The senders' database thread. During a backlog it refills the executor's queue when it runs
+    low (so no sender waits for a claim query before its send). And it records what the senders sent,
+    in batches: everything that finished while the previous batch was being committed goes into one
+    transaction (each attempt still conditional on its own claim), with the next claims when a
+    backlog wants them. A sender does not wait for this; its agent stays claimed until it is done.
+
+    ``record(batch, want)`` records (claiming up to ``want`` with it) and returns the claims and
+    whether more was due; ``claim(want)`` claims alone; ``nudge()`` hands back to the loop's alarm."""
+
+    def __init__(self, holdings: Holdings, *, record: Callable[[list[Attempt], int], tuple[list[Claim], bool]],
+                 claim: Callable[[int], tuple[list[Claim], bool]], nudge: Callable[[], None]) -> None:
+        self.holdings = holdings
+        self._record = record
+        self._claim = claim
+        self._nudge = nudge
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="promptyoself-record", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                work = self.holdings.next_batch()
+                if work is None:
+                    return
+                batch, want = work
+                if not want:
+                    self._record(batch, 0)
+                    continue
+                got: list[Claim] = []
+                more = False
+                try:  # with attempts to record: one transaction records them and claims
+                    got, more = self._record(batch, want) if batch else self._claim(want)
+                except Exception:
+                    log.exception("claiming due prompts failed; the loop retries")
+                finally:
+                    if not self.holdings.took(got, want, more):
+                        self._nudge()  # the backlog is done: back to the loop's alarm
+            except Exception:  # never let the thread die: the claims it records would be stuck
+                log.exception("delivery recorder error")
+                time.sleep(0.1)

@@ -39,9 +39,10 @@ def test_next_state_is_pure_on_the_basis() -> None:
     assert gone["state"] == "paused" and gone["due_at"] is None
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[Any]:
-    c = make_core(tmp_path / "r.db", clock=lambda: T0 + timedelta(seconds=1))
+@pytest.fixture(params=["sqlite", "postgresql"])
+def core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    db = request.getfixturevalue("pg_url") if request.param == "postgresql" else tmp_path / "r.db"
+    c = make_core(db, clock=lambda: T0 + timedelta(seconds=1))
     yield c
     c.close()
 

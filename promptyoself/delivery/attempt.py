@@ -36,6 +36,7 @@ from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.claims import count_attempts_with_error, release_claims
+from promptyoself.store.records import ScheduleRow, column_names
 
 log = logging.getLogger(__name__)
 
@@ -49,61 +50,28 @@ AUTH_PREFIX = "letta_auth:"
 
 _rng = random.Random()
 @dataclass(frozen=True)
-class Claim:
-    """A snapshot of a claimed schedule: what the delivery needs, without a live session."""
+class Claim(ScheduleRow):
+    """A claimed schedule, as the claim saw it (``store.records.ScheduleRow``: every column, so a new
+    column needs nothing here), and what the claim knows besides."""
 
-    id: int
-    agent_id: str
-    prompt_text: str
-    schedule_type: str
-    schedule_value: str
-    timezone: str
-    next_run: datetime
-    due_at: datetime | None
-    anchor: datetime | None
-    attempt: int
-    repetition_count: int
-    max_repetitions: int | None
+    next_run: datetime  # a claimed occurrence always has its slot
     in_doubt: bool = False
     """An earlier attempt on this occurrence may have reached Letta: check before sending."""
-    letta_payload: str | None = None  # JSON body of a Letta scheduling-API schedule (sent as is)
-    max_per_day: int | None = None  # the schedule's own daily budget (delivery/budget.py)
     taken_over: bool = False
     """Claimed from a holder whose claim ran out unrecorded. The expired claim is then the only mark
     that the occurrence is in doubt, so such a claim is never given back unsent: it is left to run
     out, and whoever claims it next sees the same mark (``give_back``)."""
-    target: str = "letta"  # letta | letta-code: which ``DeliveryTarget`` gets it (``Deps.target``)
-    conversation_id: str | None = None
-    catch_up: str = "latest"  # the missed-run policy: skip | latest | all (catchup.py)
 
     @classmethod
     def from_row(cls, row: Any, *, taken_over: bool = False) -> Claim:
         """From a claimed schedule row (``store.claim_due``) or a ``Schedule``. ``taken_over``: the
         claim was taken from a holder whose lease ran out (it may have sent)."""
         assert row.next_run is not None
-        attempt = row.attempt or 0
-        last_error = getattr(row, "last_error", None) or ""
-        return cls(
-            id=row.id,
-            agent_id=row.agent_id,
-            prompt_text=row.prompt_text,
-            schedule_type=row.schedule_type,
-            schedule_value=row.schedule_value,
-            timezone=row.timezone,
-            next_run=row.next_run,
-            due_at=row.due_at,
-            anchor=row.anchor,
-            attempt=attempt,
-            repetition_count=row.repetition_count or 0,
-            max_repetitions=row.max_repetitions,
-            in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
-            letta_payload=getattr(row, "letta_payload", None),
-            max_per_day=getattr(row, "max_per_day", None),
-            taken_over=taken_over,
-            target=getattr(row, "target", None) or "letta",
-            conversation_id=getattr(row, "conversation_id", None),
-            catch_up=getattr(row, "catch_up", None) or "latest",
-        )
+        values = {name: getattr(row, name) for name in column_names(ScheduleRow)}
+        attempt = values["attempt"] or 0
+        last_error = values["last_error"] or ""
+        return cls(**values, in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
+                   taken_over=taken_over)
 
 
 @dataclass

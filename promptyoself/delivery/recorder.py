@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from promptyoself.deps import Deps
 from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import ClaimAsk, DatabaseBusy, Outcome, Recorded, record_outcomes
+from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,9 @@ class Basis:
                    claim.next_run, claim.repetition_count, claim.max_repetitions, claim.catch_up)
 
     @classmethod
-    def of_row(cls, row: Mapping[str, Any]) -> Basis:
-        return cls(row["state"], row["schedule_type"], row["schedule_value"], row["timezone"], row["anchor"],
-                   row["next_run"], row["repetition_count"], row["max_repetitions"], row["catch_up"])
+    def of_row(cls, row: ScheduleRow) -> Basis:
+        return cls(row.state, row.schedule_type, row.schedule_value, row.timezone, row.anchor, row.next_run,
+                   row.repetition_count, row.max_repetitions, row.catch_up)
 
     def pairs(self) -> tuple[tuple[str, Any], ...]:
         return tuple(self.__dict__.items())

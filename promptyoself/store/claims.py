@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
+from promptyoself.store.records import ScheduleRow, column_names, record_of
 
 DatabaseBusy = OperationalError
 """What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
@@ -214,7 +215,7 @@ class ClaimOptions(TypedDict, total=False):
 
 def claim_due(
     store: Store, owner: str, now: datetime, until: datetime, *, limit: int, **options: Unpack[ClaimOptions]
-) -> list[Any]:
+) -> list[ScheduleRow]:
     """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
 
     ``taken_over``, when given, receives the ids whose previous claim had run out without being
@@ -232,8 +233,8 @@ def claim_due(
     The compare-and-sets of one call go to the database as one batch: on PostgreSQL one ``UPDATE ...
     FROM unnest(...) RETURNING`` (``executemany`` there pipelines one statement per row, which cost
     more CPU in psycopg than the rest of the claim); on SQLite an ``executemany``, with the rows they
-    took read back by owner and ``until``. Returns the claimed schedule rows (column access
-    by name, like a ``Schedule``; ``_asdict()``), oldest due first.
+    took read back by owner and ``until``. Returns the claimed schedules (frozen ``ScheduleRow``
+    records), oldest due first.
     """
     if limit <= 0:
         return []
@@ -252,7 +253,7 @@ def claim_due_in(
     exclude_ids: Collection[int] = (),
     taken_over: set[int] | None = None,
     report: ClaimReport | None = None,
-) -> list[Any]:
+) -> list[ScheduleRow]:
     """``claim_due`` inside the caller's write transaction (e.g. the one that records a batch of
     attempts, so one transaction both frees agents and takes their next occurrences)."""
     if limit <= 0:
@@ -287,7 +288,7 @@ def claim_due_in(
     if not batched:
         claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
     order = {sid: i for i, sid in enumerate(tried)}
-    return sorted(claimed, key=lambda row: order[row.id])
+    return [record_of(ScheduleRow, row) for row in sorted(claimed, key=lambda row: order[row.id])]
 
 
 def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
@@ -548,8 +549,8 @@ class Recorded:
 
     written: frozenset[int]
     lost: frozenset[int]
-    fresh: dict[int, dict[str, Any]]
-    claimed: tuple[Any, ...] = ()
+    fresh: dict[int, ScheduleRow]
+    claimed: tuple[ScheduleRow, ...] = ()
     taken_over: frozenset[int] = frozenset()
     more_due: bool = False
 
@@ -562,7 +563,7 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
     (the agents just recorded are free in it). Raises ``DatabaseBusy`` when the database stays busy."""
     written: set[int] = set()
     lost: set[int] = set()
-    fresh: dict[int, dict[str, Any]] = {}
+    fresh: dict[int, ScheduleRow] = {}
     taken: set[int] = set()
     report = ClaimReport()
     with store.write_lock, store.engine.begin() as conn:
@@ -575,14 +576,14 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
                 lost.add(o.schedule_id)
                 history.extend(o.lost_history)
             elif any(row[col] != value for col, value in o.basis):
-                fresh[o.schedule_id] = dict(row)
+                fresh[o.schedule_id] = ScheduleRow(**{name: row[name] for name in column_names(ScheduleRow)})
             else:
                 written.add(o.schedule_id)
                 history.extend(o.history)
                 changes.append((o.schedule_id, o.change))
         add_deliveries(conn, history)
         write_schedules(conn, changes)
-        claimed: list[Any] = []
+        claimed: list[ScheduleRow] = []
         if claim is not None:
             claimed = claim_due_in(conn, claim.owner, claim.now, claim.until, limit=claim.limit,
                                    exclude_agents=claim.exclude_agents, taken_over=taken, report=report)

@@ -89,7 +89,7 @@ class DeliveryHealth(TypedDict):
 
 class DeliveryView(Protocol):
     """What the core may ask of the delivery side of its process (implemented by
-    ``promptyoself.delivery.service.DeliveryService``, which registers itself as ``Deps.delivery``)."""
+    ``promptyoself.delivery.entry_points.DeliveryService``, which registers itself as ``Deps.delivery``)."""
 
     def health_info(self) -> DeliveryHealth: ...
 

@@ -16,8 +16,8 @@ from fastmcp import Client
 from sqlalchemy import event
 
 from promptyoself.delivery.attempt import Claim
+from promptyoself.delivery.entry_points import Executor, server_lifespan, service_for
 from promptyoself.delivery.recorder import deliver
-from promptyoself.delivery.service import Executor, server_lifespan, service_for
 from promptyoself.faces.mcp import build_server
 from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta

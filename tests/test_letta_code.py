@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 
 from promptyoself.core import letta_code
 from promptyoself.core.health import assess
-from promptyoself.delivery.service import run_once_result
+from promptyoself.delivery.entry_points import run_once_result
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
 from promptyoself.letta.code import LettaCodeClient, endpoints, message_id_for
 from promptyoself.store.db import Schedule

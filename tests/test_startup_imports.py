@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
-         "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.delivery.worker",
+         "promptyoself.store.db", "promptyoself.delivery.entry_points", "promptyoself.delivery.worker",
          "promptyoself.delivery.attempt", "promptyoself.delivery.loop", "promptyoself.letta.client")
 
 PROBE = """

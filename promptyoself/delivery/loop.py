@@ -8,7 +8,7 @@
 
 The loop itself sleeps until the earliest due time, claims, and watches the things around delivery:
 an outage of Letta, refused credentials, a wall clock that jumps back. ``delivery.claim_keeper``
-renews the claims held; ``delivery.service`` holds the entry points that run the loop."""
+renews the claims held; ``delivery.entry_points`` holds the entry points that run the loop."""
 
 from __future__ import annotations
 

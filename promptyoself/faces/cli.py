@@ -334,7 +334,7 @@ def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    from promptyoself.delivery import service as executor
+    from promptyoself.delivery import entry_points as executor
 
     return dict(executor.execute_cli(core, loop=a.loop, interval=a.interval))
 
@@ -347,7 +347,7 @@ def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
         return {"status": "success" if found.by != "failed" else "error", "delivering": found.by,
                 "pid": found.pid, "message": found.message,
                 **({"code": "internal", "error": found.message} if found.by == "failed" else {})}
-    from promptyoself.delivery import service as executor
+    from promptyoself.delivery import entry_points as executor
 
     return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
 

@@ -584,7 +584,7 @@ def promptyoself_execute(
 ) -> ExecuteResult:
     """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
     # Imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need.
-    from promptyoself.delivery import service
+    from promptyoself.delivery import entry_points as service
 
     return service.execute_tool(core, loop=loop, interval=interval)
 
@@ -592,7 +592,7 @@ def promptyoself_execute(
 @tool(read_only=True)
 def promptyoself_executor_status(*, core: TheCore) -> ExecutorStatus:
     """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
-    from promptyoself.delivery import service  # on first call, as in promptyoself_execute
+    from promptyoself.delivery import entry_points as service  # on first call, as in promptyoself_execute
 
     return service.status_tool(core)
 

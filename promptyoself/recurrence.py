@@ -445,10 +445,27 @@ def upcoming(
     if next_run is None:
         return []
     limit = count if remaining is None else max(0, min(count, remaining))
+    return list(_upcoming(schedule_type, value, tz, next_run, anchor, limit))
+
+
+@functools.lru_cache(maxsize=4096)
+def _upcoming(schedule_type: str, value: str, tz: ZoneInfo, next_run: datetime, anchor: datetime | None,
+              limit: int) -> tuple[datetime, ...]:
+    """``upcoming``, remembered: a pure function of its arguments, and ``list`` shows the same schedules'
+    next runs again and again (a cron rule's five runs cost ~0.5 ms to compute)."""
     if schedule_type == "rrule" and anchor is not None:
         later = timing.rrule_instants(value, tz, anchor=anchor, after=next_run)
-        return list(itertools.islice(itertools.chain([next_run], later), limit))
+        return tuple(itertools.islice(itertools.chain([next_run], later), limit))
     out: list[datetime] = []
+    if schedule_type == "cron":  # one croniter for all of them (``next_run_after`` parses per call)
+        try:
+            for slot in itertools.chain([next_run], timing.cron_instants(value, tz, next_run)):
+                if len(out) >= limit:
+                    break
+                out.append(slot)
+        except PromptYoSelfError:
+            pass
+        return tuple(out)
     at: datetime | None = next_run
     try:
         while at is not None and len(out) < limit:
@@ -456,5 +473,5 @@ def upcoming(
             at = timing.next_run_after(schedule_type, value, tz, after=at, anchor=anchor or next_run)
     except PromptYoSelfError:
         pass
-    return out
+    return tuple(out)
 

@@ -26,6 +26,7 @@ import difflib
 import functools
 import re
 import unicodedata
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -40,6 +41,7 @@ from promptyoself.errors import (
 __all__ = [
     "MAX_INTERVAL",
     "MAX_RULE_CHARS",
+    "cron_instants",
     "describe_cron",
     "ensure_aware",
     "format_duration",
@@ -405,21 +407,31 @@ def next_cron(expr: str, tz: ZoneInfo, after: datetime) -> datetime:
     ``after`` yields the next firing, and slots that land on the same instant
     (inside a gap) count once. Naive ``after`` is taken as UTC.
     """
+    return next(cron_instants(expr, tz, after))
+
+
+def cron_instants(expr: str, tz: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """Every firing strictly after ``after``, in order, as ``next_cron`` finds each: one croniter walks
+    the wall-clock slots (a rule is parsed once, not once per firing: ``upcoming`` lists several)."""
     fields = _cron_fields(normalize_cron(expr))
-    after_utc = ensure_aware(after)
-    start_wall = after_utc.astimezone(tz).replace(tzinfo=None, fold=0)
+    last = ensure_aware(after)
+    start_wall = last.astimezone(tz).replace(tzinfo=None, fold=0)
     cr = _croniter()
     try:
         it = cr.croniter(fields, start_wall)
-        for _ in range(_MAX_CRON_STEPS):
-            instant = local_to_utc(it.get_next(datetime), tz)
-            if instant > after_utc:
-                return instant
+        while True:
+            for _ in range(_MAX_CRON_STEPS):
+                instant = local_to_utc(it.get_next(datetime), tz)
+                if instant > last:
+                    break
+            else:
+                raise InvalidCron(f"Cron rule {expr!r}: no firing found after {last}.")
+            last = instant
+            yield instant
     except cr.CroniterBadDateError:
-        raise InvalidCron(f"Cron rule {expr!r} never fires after {to_utc_iso(after_utc)}.") from None
+        raise InvalidCron(f"Cron rule {expr!r} never fires after {to_utc_iso(last)}.") from None
     except OverflowError:
         raise InvalidCron(f"Cron rule {expr!r} has no firing before 9999.") from None
-    raise InvalidCron(f"Cron rule {expr!r}: no firing found after {after_utc}.")
 
 
 # ---------------------------------------------------------------------------

@@ -666,3 +666,24 @@ def test_ensure_aware() -> None:
 )
 def test_format_duration(td: timedelta, text: str) -> None:
     assert format_duration(td) == text
+
+
+@pytest.mark.parametrize("expr", ["30 2 * * *", "0 9 * * MON-FRI", "*/20 1-3 * * *", "0 0 29 2 *", "15 3 * 3,10 SUN"])
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC"])
+def test_cron_instants_walks_the_same_firings_as_next_cron_chained(expr: str, zone: str) -> None:
+    """``cron_instants`` (one croniter, what ``upcoming`` lists) gives, across DST changes, exactly the
+    firings that ``next_cron`` gives called again after each one."""
+    import itertools
+    from zoneinfo import ZoneInfo
+
+    from promptyoself import timing
+
+    tz = ZoneInfo(zone)
+    for start in (datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 10, 23, tzinfo=UTC),
+                  datetime(2026, 4, 3, 12, tzinfo=UTC)):
+        walked = list(itertools.islice(timing.cron_instants(expr, tz, start), 12))
+        chained, at = [], start
+        for _ in range(12):
+            at = timing.next_cron(expr, tz, at)
+            chained.append(at)
+        assert walked == chained

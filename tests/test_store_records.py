@@ -65,22 +65,25 @@ def test_insert_get_and_the_idempotency_key(store: Store) -> None:
     assert schedules.get(store, 10_000) is None
 
 
-def test_update_writes_what_the_change_returns_in_one_transaction(store: Store) -> None:
+def test_replace_writes_the_change_only_while_the_row_is_as_it_was_read(store: Store) -> None:
     row = schedules.insert(store, new())
     later = T0 + timedelta(hours=1)
-    after = schedules.update(store, row.id, lambda r: dataclasses.replace(r, state="paused", due_at=None,
-                                                                           updated_at=later))
-    assert after is not None and (after.state, after.due_at, after.updated_at) == ("paused", None, later)
+    after = dataclasses.replace(row, state="paused", due_at=None, updated_at=later)
+    assert schedules.replace(store, row, after)
     assert schedules.get(store, row.id) == after
     assert schedules.count_live(store, "agent-1") == 1  # paused still counts
-
-    def refuse(r: ScheduleRow) -> ScheduleRow:
-        raise ValueError("no")
-
-    with pytest.raises(ValueError):
-        schedules.update(store, row.id, refuse)
+    # decided on a row that changed since: nothing written, the caller reads again
+    assert not schedules.replace(store, row, dataclasses.replace(row, state="cancelled"))
     assert schedules.get(store, row.id) == after
-    assert schedules.update(store, 10_000, lambda r: r) is None
+    # a delivery's claim coming and going does not count as a change
+    claimed = dataclasses.replace(after, claimed_by="worker:x", claim_until=later)
+    assert schedules.replace(store, after, claimed)
+    resumed = dataclasses.replace(after, state="active", due_at=later)
+    assert schedules.replace(store, after, resumed)
+    got = schedules.get(store, row.id)
+    assert got is not None and (got.state, got.claimed_by) == ("active", "worker:x")
+    gone = dataclasses.replace(row, id=10_000)
+    assert not schedules.replace(store, gone, dataclasses.replace(gone, state="paused"))
 
 
 def test_history_by_schedule_agent_or_all_newest_first(store: Store) -> None:

@@ -44,6 +44,7 @@ from promptyoself.core.results import (
 )
 from promptyoself.deps import Deps, Wiring
 from promptyoself.errors import (
+    DatabaseUnavailable,
     IdempotencyConflict,
     IntervalTooShort,
     InvalidArgument,
@@ -59,6 +60,8 @@ if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the M
 log = logging.getLogger(__name__)
 
 DEDUPLICATED = "Already scheduled with this idempotency_key."
+CHANGE_TRIES = 5
+"""Times a pause, resume, cancel or operator action decides again on a schedule that changed under it."""
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -354,13 +357,20 @@ class Core(Deps, AdminOperations, OperatorOperations):
         )
 
     def _change(self, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
-        """Apply ``change`` to the schedule in one transaction (NotFound when there is none)."""
+        """Apply ``change`` (it may raise to refuse) to the schedule as it is now, and write the result
+        if the schedule did not change meanwhile; else decide again on the new row (a delivery may
+        have recorded an attempt on it). NotFound when there is none."""
         from promptyoself.store import schedules
 
-        row = schedules.update(self.store, schedule_id, change)
-        if row is None:
-            raise self._not_found(schedule_id)
-        return row
+        for _ in range(CHANGE_TRIES):
+            row = schedules.get(self.store, schedule_id)
+            if row is None:
+                raise self._not_found(schedule_id)
+            after = change(row)
+            if schedules.replace(self.store, row, after):
+                return after
+        raise DatabaseUnavailable(f"Schedule {schedule_id} kept changing while it was being changed "
+                                  f"({CHANGE_TRIES} tries); try again.")
 
     def history(
         self,

@@ -1,12 +1,11 @@
 """The statements behind the core's schedule operations: insert (with the idempotency key's
-uniqueness), look up by id or key, count an agent's live schedules, change one row in a transaction,
+uniqueness), look up by id or key, count an agent's live schedules, change one row (a compare-and-set),
 and the page of Letta scheduling-API schedules. Records in and out (``store.records``); the
 decisions (what a cancel, pause or resume changes) stay in the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict
 
 from sqlalchemy import select
@@ -67,21 +66,31 @@ def insert(store: Store, new: NewSchedule, *, max_live: int | None = None) -> Sc
     return record_of(ScheduleRow, row)
 
 
-def update(store: Store, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow | None:
-    """Change one schedule in one transaction: ``change`` gets the row as it is and returns it as it
-    should be (``dataclasses.replace``); the columns that differ are written. ``change`` may raise to
-    leave the row as it was. Returns the row as written, or ``None`` when there is no such schedule."""
-    with store.session() as s:
-        row = s.get(Schedule, schedule_id)
+CLAIM_COLUMNS = frozenset({"claimed_by", "claim_until"})
+"""A delivery's claim on a schedule, which it renews on its own: a change decided on a row does not
+depend on them."""
+
+
+def replace(store: Store, before: ScheduleRow, after: ScheduleRow) -> bool:
+    """Write the columns in which ``after`` differs from ``before``, in one transaction of its own and only
+    if the schedule still has ``before``'s values (its claim's columns aside): a compare-and-set, so that
+    the caller decides on a row outside any transaction. False when the schedule changed meanwhile (or is
+    gone): read it again and decide again."""
+    changed = {name: getattr(after, name) for name in column_names(ScheduleRow)
+               if name != "id" and getattr(after, name) != getattr(before, name)}
+    if not changed:
+        return True
+    with store.write_lock, store.session() as s:
+        row = s.get(Schedule, before.id, with_for_update=True)  # PostgreSQL: FOR UPDATE
         if row is None:
-            return None
-        before = record_of(ScheduleRow, row)
-        after = change(before)
-        for name in column_names(ScheduleRow):
-            value = getattr(after, name)
-            if name != "id" and value != getattr(before, name):
-                setattr(row, name, value)
-        return after
+            return False
+        now = record_of(ScheduleRow, row)
+        if any(getattr(now, name) != getattr(before, name) for name in column_names(ScheduleRow)
+               if name not in CLAIM_COLUMNS):
+            return False
+        for name, value in changed.items():
+            setattr(row, name, value)
+    return True
 
 
 def letta_page(store: Store, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:

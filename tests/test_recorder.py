@@ -57,8 +57,8 @@ def test_the_store_writes_a_frozen_outcome_only_while_the_claim_is_held(core: An
     sid = add_schedule(core.store, "agent-1", "p", T0)
     claim = _claim(core, "A")
     sent = Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1")
-    outcome = outcome_of(sent, Basis.of_claim(claim), core.now())
-    stranger = outcome_of(Attempt(claim, "B", "delivered", core.now(), 1), Basis.of_claim(claim), core.now())
+    outcome = outcome_of(sent, Basis.of_row(claim), core.now())
+    stranger = outcome_of(Attempt(claim, "B", "delivered", core.now(), 1), Basis.of_row(claim), core.now())
     lost = record_outcomes(core.store, [stranger])  # B never held it: history says so, the row stays A's
     assert lost.lost == {sid} and not lost.written and get(core.store, sid).claimed_by == "A"
     assert [(h.outcome, h.error) for h in history(core.store, sid)] == [
@@ -77,7 +77,7 @@ def test_a_schedule_paused_under_its_claim_is_decided_again_on_its_current_colum
     claim = _claim(core, "A")
     core.pause(sid)
     sent = Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1")
-    stale = record_outcomes(core.store, [outcome_of(sent, Basis.of_claim(claim), core.now())])
+    stale = record_outcomes(core.store, [outcome_of(sent, Basis.of_row(claim), core.now())])
     assert stale.fresh.keys() == {sid} and not stale.written and history(core.store, sid) == []
     result = record_attempt(core, Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1"))
     assert (result.outcome, result.state, result.repetition_count) == ("delivered", "paused", 1)

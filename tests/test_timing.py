@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
-from itertools import pairwise
+from itertools import islice, pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,6 +21,7 @@ from promptyoself.errors import (
 from promptyoself.phrases import ensure_future, parse_time
 from promptyoself.timing import (
     MAX_RULE_CHARS,
+    cron_instants,
     describe_cron,
     ensure_aware,
     format_duration,
@@ -673,17 +674,12 @@ def test_format_duration(td: timedelta, text: str) -> None:
 def test_cron_instants_walks_the_same_firings_as_next_cron_chained(expr: str, zone: str) -> None:
     """``cron_instants`` (one croniter, what ``upcoming`` lists) gives, across DST changes, exactly the
     firings that ``next_cron`` gives called again after each one."""
-    import itertools
-    from zoneinfo import ZoneInfo
-
-    from promptyoself import timing
-
     tz = ZoneInfo(zone)
     for start in (datetime(2026, 3, 27, tzinfo=UTC), datetime(2026, 10, 23, tzinfo=UTC),
                   datetime(2026, 4, 3, 12, tzinfo=UTC)):
-        walked = list(itertools.islice(timing.cron_instants(expr, tz, start), 12))
+        walked = list(islice(cron_instants(expr, tz, start), 12))
         chained, at = [], start
         for _ in range(12):
-            at = timing.next_cron(expr, tz, at)
+            at = next_cron(expr, tz, at)
             chained.append(at)
         assert walked == chained

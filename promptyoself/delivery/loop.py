@@ -385,12 +385,13 @@ class Executor:
 
     # ---- what the senders and the recorder call ----------------------------------------------------
 
-    def _may_claim(self) -> bool:
-        return not self._stop.is_set() and self._auth_until <= time.monotonic() and not self._out_of_time()
-
     def _may_take(self) -> bool:
         """A sender may take a claim: not stopping (those are released), credentials not refused."""
         return not self._stop.is_set() and self._auth_until <= time.monotonic()
+
+    def _may_claim(self) -> bool:
+        """A claim may be made: a sender could take it, and a drain's budget is not spent."""
+        return self._may_take() and not self._out_of_time()
 
     def _send(self, claim: Claim) -> Attempt | Result:
         return attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))

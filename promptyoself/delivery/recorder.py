@@ -48,12 +48,8 @@ class Basis:
     catch_up: str
 
     @classmethod
-    def of_claim(cls, claim: Claim) -> Basis:
-        return cls("active", claim.schedule_type, claim.schedule_value, claim.timezone, claim.anchor,
-                   claim.next_run, claim.repetition_count, claim.max_repetitions, claim.catch_up)
-
-    @classmethod
     def of_row(cls, row: ScheduleRow) -> Basis:
+        """From a schedule's columns: a ``Claim`` (what the claim saw) or the store's fresh row."""
         return cls(row.state, row.schedule_type, row.schedule_value, row.timezone, row.anchor, row.next_run,
                    row.repetition_count, row.max_repetitions, row.catch_up)
 
@@ -187,7 +183,7 @@ def record_batch(core: Deps, batch: list[Attempt], claim: ClaimAsk | None = None
     for a in batch:  # history is served by `history`: no secret in it, ever (as in the logs)
         if a.error:
             a.error = redact(a.error)
-    todo = {a.claim.id: (a, outcome_of(a, Basis.of_claim(a.claim), now)) for a in batch}
+    todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now)) for a in batch}
     claimed: Recorded | None = None
     busy = stale = 0
     while todo:

@@ -1173,6 +1173,7 @@ class FakeLetta:
         return self._stopping.wait(seconds)
 
     def _post_message(self, agent_id: str, raw: bytes, *, route: str) -> _Reply:
+        arrived = time.time()
         bad = self._check_agent(agent_id)
         if bad is not None:
             return bad
@@ -1192,8 +1193,8 @@ class FakeLetta:
             if self._held() or self._sleep(latency):
                 return _Reply(0, drop=True)
             if failure is not None:
-                return self._apply_failure(failure, agent_id, timeout_sleep, messages, route)
-            return self._record(agent_id, messages, route)
+                return self._apply_failure(failure, agent_id, timeout_sleep, messages, route, arrived)
+            return self._record(agent_id, messages, route, arrived)
         finally:
             with self._lock:
                 in_flight = self._in_flight[agent_id] - 1
@@ -1210,19 +1211,22 @@ class FakeLetta:
         timeout_sleep: float,
         messages: list[dict[str, Any]] | None = None,
         route: str = "async",
+        arrived: float | None = None,
     ) -> _Reply:
         with self._lock:
             self._failure_counts[failure.mode] += 1
         if failure.mode in ("accepted_timeout", "accepted_drop"):
-            self._record(agent_id, messages or [], route)  # Letta has it; the answer never arrives
+            self._record(agent_id, messages or [], route, arrived)  # Letta has it; the answer never arrives
             if failure.mode == "accepted_timeout":
                 self._sleep(timeout_sleep)
             return _Reply(0, drop=True)
         if failure.mode == "429r":  # too many requests, come back after 0.3 s
             failure = _Failure("429", 0.3)
         if failure.mode == "slow":  # a good answer, but slower than a client's timeout of <= timeout_sleep
-            self._sleep(timeout_sleep)
-            return self._record(agent_id, messages or [], route)
+            # counted from the request's arrival, so that the time the fake took to get to it counts
+            start = time.time() if arrived is None else arrived
+            self._sleep(max(0.0, start + timeout_sleep - time.time()))
+            return self._record(agent_id, messages or [], route, arrived)
         if failure.mode == "timeout":
             self._sleep(timeout_sleep)
             return _Reply(0, drop=True)
@@ -1242,7 +1246,7 @@ class FakeLetta:
         return reply
 
     def _record(
-        self, agent_id: str, messages: list[dict[str, Any]], route: str
+        self, agent_id: str, messages: list[dict[str, Any]], route: str, arrived: float | None = None
     ) -> _Reply:
         now = time.time()
         iso = _now_iso()
@@ -1259,6 +1263,7 @@ class FakeLetta:
                         "text": msg["text"],
                         "route": route,
                         "at": now,
+                        "arrived": now if arrived is None else arrived,
                         "role": msg["role"],
                         "run_id": run_id,
                         "otid": msg["otid"],

@@ -50,7 +50,7 @@ from promptyoself.store.db import Schedule
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import Proc, add_many, child_env, history, kill_all, make_core, wait_until
 from tests.procs import free_port
-from tests.test_torture import active_count, explain, holds_claims
+from tests.test_torture import LETTA_TIMEOUT_S, SLOW_S, active_count, explain, holds_claims
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -60,7 +60,6 @@ SPREAD_S = 6.0
 LEASE_S = 3.0
 FAULTS = ("500", "503", "429r", "drop", "slow", "accepted_timeout", "accepted_drop")
 FAIL_RATE = 0.1
-SLOW_S = 1.5
 ROLE_LIMIT = 60
 RECOVERY_BUDGET_S = 150.0
 OTID = re.compile(r"^promptyoself-(\d+)-(\d+)$")
@@ -136,7 +135,7 @@ class Run:
             PROMPTYOSELF_WORKER_IDLE_EXIT="120",
             PROMPTYOSELF_EXECUTOR_INTERVAL="0.25",
             PROMPTYOSELF_LEASE_SECONDS=str(LEASE_S),
-            PROMPTYOSELF_LETTA_TIMEOUT="1.0",
+            PROMPTYOSELF_LETTA_TIMEOUT=str(LETTA_TIMEOUT_S),
             PROMPTYOSELF_RETRY_BASE="0.1",
             PROMPTYOSELF_RETRY_MAX="1.0",
             PROMPTYOSELF_HEALTH_LETTA_CACHE="0",

@@ -66,8 +66,13 @@ SPREAD_S = 8.0 * max(1.0, SCALE)
 """The one-time prompts fall due over this many seconds (the burst the faults land in)."""
 LEASE_S = 3.0
 LETTA_TIMEOUT_S = 1.0
-SLOW_S = 1.5
-"""How long the fake's slow and accepted-then-timeout answers take (longer than the client waits)."""
+SLOW_S = LETTA_TIMEOUT_S + 0.2
+"""How long the fake's slow and accepted-then-timeout answers take from their arrival: longer than
+the client waits, and well before the next attempt asks Letta for the message (it waits at least
+``PROMPTYOSELF_LETTA_TIMEOUT`` after the client gave up). A Letta that records a message more than
+twice the client's timeout after it was sent is a window the product does not close
+(docs/deployment.md, "The windows that remain"): at 1.5 s, 0.5 s short of it, a CI run on a loaded
+machine saw the fake record a slow answer after the next attempt had looked, and Letta got two copies."""
 STOP_S = 1.7 * LEASE_S
 FAIL_RATE = 0.2
 FAULTS = ("500", "503", "429r", "drop", "slow", "accepted_timeout", "accepted_drop")
@@ -142,7 +147,8 @@ def explain(otids: list[str], received: list[dict[str, Any]], rows: list[Any], t
     lines = []
     for otid in otids:
         sid = int(otid.split("-")[1])
-        copies = [f"{m['at'] - t0:.3f}s run={m['run_id']}" for m in received if m["otid"] == otid]
+        copies = [f"{m['at'] - t0:.3f}s (arrived {m['arrived'] - t0:.3f}s) run={m['run_id']}"
+                  for m in received if m["otid"] == otid]
         lines.append(f"{otid}: Letta got {copies}")
         lines += [f"    #{r.attempt} {r.outcome} at {r.attempted_at.timestamp() - t0:.3f}s: {r.error}"
                   for r in rows if r.schedule_id == sid]

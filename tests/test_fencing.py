@@ -175,6 +175,33 @@ def test_the_client_asks_the_guard_last_and_sends_nothing_when_it_says_no(fake: 
     assert len(fake.requests) == 2  # the refused send never reached Letta
 
 
+def test_the_client_asks_the_guard_again_once_connected_right_before_the_write(fake: FakeLetta) -> None:
+    """Between the first question and the write come the connection pool and a TCP connect: a
+    process frozen there (a SIGSTOP in the torture test, twice in twelve runs) wrote its request
+    seconds later, after its claim had run out and a successor had sent the occurrence. The guard
+    is asked again in httpcore's ``send_request_headers``, with the socket ready and nothing
+    written; saying no there sends nothing, and the client serves on."""
+    from promptyoself.errors import NotSent
+    from promptyoself.letta.client import LettaClient
+
+    agent = fake.agent_ids[0]
+    asked: list[int] = []
+
+    def stalls_after_first_ask() -> bool:
+        asked.append(len(asked))
+        return len(asked) == 1
+
+    with LettaClient(fake.url) as client:
+        with pytest.raises(NotSent):
+            client.send_message(agent, "frozen", guard=stalls_after_first_ask)
+        assert asked == [0, 1]
+        assert fake.requests == [] and fake.received == []
+        asked.clear()
+        assert client.send_message(agent, "x", guard=lambda: asked.append(0) is None)["route"] == "async"
+        assert len(asked) == 2  # before the request, and once the connection was ready
+    assert fake.received_texts() == ["x"]
+
+
 def test_the_fence_is_asked_again_right_before_the_send(core: Any, fake: FakeLetta, clock: Clock) -> None:
     """A holder that stalls after the first fence (here: during the look-up in Letta that an in-doubt
     occurrence needs) must not send when it resumes: the fence is asked again just before the write."""

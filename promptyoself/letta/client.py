@@ -171,11 +171,19 @@ class LettaClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _timed(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _timed(self, method: str, path: str, *, guard: Callable[[], bool] | None = None,
+               **kw: Any) -> httpx.Response:
         """``self._http.request`` within ``timeout`` in all (httpx's timeouts are per read: a server
         that trickles a byte every few seconds would hold the request for ever). A watchdog shuts
         the request's socket down at the deadline (the socket is known once connected, or, on a kept
-        connection, once the answer's head is in); the request then fails as ``httpx.ReadTimeout``."""
+        connection, once the answer's head is in); the request then fails as ``httpx.ReadTimeout``.
+
+        ``guard`` is asked when the connection is ready and the request's head is about to be
+        written (httpcore's ``send_request_headers`` trace, microseconds before the socket write; a
+        pool retry on a fresh connection asks again); when it says no, ``NotSent`` is raised and no
+        byte of the request was written. Asked any earlier, the pool, a connect or a TLS handshake
+        could come between the question and the write, and a process frozen there would write its
+        request after its claim had run out."""
         sockets: list[Any] = []
         expired = threading.Event()
         lock = threading.Lock()
@@ -197,6 +205,8 @@ class LettaClient:
         def trace(event: str, info: dict[str, Any]) -> None:
             if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
                 watch(info.get("return_value"))
+            elif event == "http11.send_request_headers.started" and guard is not None and not guard():
+                raise NotSent("the send's guard refused it before the request was written")
 
         def fire() -> None:
             with lock:
@@ -331,11 +341,12 @@ class LettaClient:
         guard: Callable[[], bool] | None = None,
     ) -> httpx.Response:
         """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
-        ``guard``: see ``send_message`` (asked just before the request starts)."""
+        ``guard``: see ``send_message`` (asked before the request starts, and again right before
+        its first byte is written: ``_timed``)."""
         try:
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
-            return self._timed("POST", path, json=body)
+            return self._timed("POST", path, guard=guard, json=body)
         except httpx.HTTPError as exc:
             # Only a failure to connect proves Letta never saw the request.
             doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)

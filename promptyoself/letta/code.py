@@ -364,12 +364,13 @@ class LettaCodeClient:
                  "payload": {"kind": "create_message",
                              "messages": [{"role": "user", "content": text, "client_message_id": cid}]}}
         self.drop_replays(agent_id, conversation_id)
+        data = json.dumps(frame)  # before the guard: nothing but the write after it
         with self._socket() as ws:
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the frame was written")
             written = False
             try:
-                ws.send(json.dumps(frame))
+                ws.send(data)
                 written = True
                 return self._await_turn(ws, rid, cid, runtime)
             except TimeoutError:

@@ -90,6 +90,13 @@ class LettaUnavailable(PromptYoSelfError):
     code = "letta_unavailable"
 
 
+WRITTEN_AFTER = "written_after"
+"""``LettaUnavailable.details[WRITTEN_AFTER]``: for a request that may still be inside the target, the
+seconds from its start until its first byte was written. The client's timeout counts from the start
+(a connect included), so the target had that much less of it: the next attempt waits that much longer
+(``RetryPolicy.decide``)."""
+
+
 class LettaAuth(PromptYoSelfError):
     code = "letta_auth"
 

@@ -306,6 +306,31 @@ def test_an_auth_error_keeps_the_occurrence_in_doubt(core: Any, fake: FakeLetta,
     assert deliver(core, again, "A").outcome == "delivered" and len(fake.received) == 1
 
 
+def test_the_settle_time_counts_from_the_write(fake: FakeLetta) -> None:
+    """The client's timeout runs from the request's start, a connect included; a request written late
+    in it (here the guard, asked with the connection ready, takes 0.3 s) gave Letta that much less
+    time. The error says how late it was written, and the retry waits that much longer."""
+    from promptyoself.delivery.retry import RetryPolicy
+    from promptyoself.errors import WRITTEN_AFTER
+
+    asked: list[int] = []
+
+    def slow_to_write() -> bool:
+        asked.append(1)
+        if len(asked) == 2:  # the second question, with the connection ready
+            time.sleep(0.3)
+        return True
+
+    fake.fail_next(1, "slow")  # answered (and recorded) after the client's timeout
+    with LettaClient(fake.url, timeout=0.6) as client, pytest.raises(LettaUnavailable) as info:
+        client.send_message(fake.agent_ids[0], "p", otid="o-1", guard=slow_to_write)
+    err = info.value
+    assert err.details[IN_DOUBT] is True
+    assert 0.3 <= err.details[WRITTEN_AFTER] < 0.6
+    decision = RetryPolicy(base=0.01, cap=0.01, settle=0.6).decide(err, 1, late=0.0, in_doubt=False)
+    assert decision.delay == pytest.approx(0.6 + err.details[WRITTEN_AFTER])
+
+
 def test_an_answer_lost_in_flight_waits_at_least_the_client_timeout(core: Any, fake: FakeLetta) -> None:
     """A request Letta was still working on when the client gave up must land before the next attempt
     asks for it: that retry waits at least PROMPTYOSELF_LETTA_TIMEOUT (a 503 only its backoff)."""

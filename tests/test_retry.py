@@ -62,6 +62,12 @@ def test_the_policy_decides_every_failure_of_a_send() -> None:
     settled = RetryPolicy(base=0.01, cap=0.01, settle=30.0)
     reset = settled.decide(LettaUnavailable("reset", in_doubt=True), 1, late=0.0, in_doubt=False)
     assert reset.kind == "retry" and reset.text.startswith("in_doubt: ") and reset.delay == 30.0
+    # ... counted from the write: a request written 2.5 s after it started (a slow connect) waits 2.5 s more
+    slow_connect = LettaUnavailable("timeout", in_doubt=True, written_after=2.5)
+    assert settled.decide(slow_connect, 1, late=0.0, in_doubt=False).delay == 32.5
+    for nonsense in (True, -1.0, "2"):  # only a positive number counts
+        odd = LettaUnavailable("timeout", in_doubt=True, written_after=nonsense)
+        assert settled.decide(odd, 1, late=0.0, in_doubt=False).delay == 30.0
     # transient failures give up at max_attempts (counting only those that count) or past the grace
     down = LettaUnavailable("down")
     assert p.decide(down, 3, late=0.0, in_doubt=False).kind == "failed"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from promptyoself.errors import (
+    WRITTEN_AFTER,
     AgentNotFound,
     InvalidArgument,
     LettaAuth,
@@ -99,9 +100,13 @@ class RetryPolicy:
         if isinstance(exc, LettaAuth):
             return Decision("retry", delay=self.delay(attempt), text=_doubt(in_doubt) + text, auth=True)
         retry_after: object = None
+        written_after = 0.0
         if isinstance(exc, LettaUnavailable):
             retry_after = exc.details.get("retry_after")
             in_flight = bool(exc.details.get("in_doubt"))  # this request may still be inside the target
+            late_write = exc.details.get(WRITTEN_AFTER)
+            if isinstance(late_write, int | float) and not isinstance(late_write, bool) and late_write > 0:
+                written_after = float(late_write)
         else:  # nothing sent (StillPending), or a bug or an unexpected answer: transient, in doubt
             in_flight = not isinstance(exc, StillPending)
         text = _doubt(in_flight or in_doubt) + text
@@ -110,12 +115,15 @@ class RetryPolicy:
                    else f"{format_duration(timedelta(seconds=late))} late, PROMPTYOSELF_MISFIRE_GRACE="
                    f"{timedelta(seconds=self.grace)}")
             return Decision("failed", text=f"{text} (gave up after {attempt} attempts, {why})")
-        return Decision("retry", delay=self.delay(attempt, retry_after, in_flight=in_flight, late=late), text=text)
+        return Decision("retry", delay=self.delay(attempt, retry_after, in_flight=in_flight, late=late,
+                                                  written_after=written_after), text=text)
 
     def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False,
-              late: float | None = None) -> float:
+              late: float | None = None, written_after: float = 0.0) -> float:
         """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer;
-        at least ``settle`` when the request may still be in flight inside Letta (``in_flight``). With
+        at least ``settle`` when the request may still be in flight inside Letta (``in_flight``), plus
+        ``written_after``, the seconds the request waited for its write (a slow connect) within the
+        client's timeout. With
         ``late`` (seconds since the occurrence's intended time), never past the deadline: the last
         try comes just before ``grace`` (``remaining``), not a backoff step after it."""
         delay = backoff_delay(attempt, self.base, self.cap, self.rng)
@@ -123,8 +131,8 @@ class RetryPolicy:
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
         if late is not None:
             delay = max(min(delay, self.remaining(late)), 0.0)
-        if in_flight:
-            delay = max(delay, self.settle)
+        if in_flight:  # the settle time counts from the write: the client's timeout ran from before it
+            delay = max(delay, self.settle + written_after)
         return delay
 
     def gives_up(self, counted_attempts: int, late: float = 0.0) -> bool:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +20,7 @@ import httpx
 
 from promptyoself import __version__
 from promptyoself.config import redact_credentials, redact_url
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent
+from promptyoself.errors import WRITTEN_AFTER, AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ class LettaClient:
         self.close()
 
     def _timed(self, method: str, path: str, *, guard: Callable[[], bool] | None = None,
-               **kw: Any) -> httpx.Response:
+               marks: dict[str, float] | None = None, **kw: Any) -> httpx.Response:
         """``self._http.request`` within ``timeout`` in all (httpx's timeouts are per read: a server
         that trickles a byte every few seconds would hold the request for ever). A watchdog shuts
         the request's socket down at the deadline (the socket is known once connected, or, on a kept
@@ -183,7 +184,8 @@ class LettaClient:
         pool retry on a fresh connection asks again); when it says no, ``NotSent`` is raised and no
         byte of the request was written. Asked any earlier, the pool, a connect or a TLS handshake
         could come between the question and the write, and a process frozen there would write its
-        request after its claim had run out."""
+        request after its claim had run out. ``marks[WRITTEN_AFTER]`` is set then: the seconds from
+        the start until the request's head was written."""
         sockets: list[Any] = []
         expired = threading.Event()
         lock = threading.Lock()
@@ -205,8 +207,11 @@ class LettaClient:
         def trace(event: str, info: dict[str, Any]) -> None:
             if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
                 watch(info.get("return_value"))
-            elif event == "http11.send_request_headers.started" and guard is not None and not guard():
-                raise NotSent("the send's guard refused it before the request was written")
+            elif event == "http11.send_request_headers.started":
+                if guard is not None and not guard():
+                    raise NotSent("the send's guard refused it before the request was written")
+                if marks is not None:
+                    marks[WRITTEN_AFTER] = time.monotonic() - started
 
         def fire() -> None:
             with lock:
@@ -217,6 +222,7 @@ class LettaClient:
 
         timer = threading.Timer(self.timeout, fire)
         timer.daemon = True
+        started = time.monotonic()
         timer.start()
         try:
             with self._http.stream(method, path, extensions={"trace": trace}, **kw) as resp:
@@ -343,10 +349,11 @@ class LettaClient:
         """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
         ``guard``: see ``send_message`` (asked before the request starts, and again right before
         its first byte is written: ``_timed``)."""
+        marks: dict[str, float] = {}
         try:
             if guard is not None and not guard():
                 raise NotSent("the send's guard refused it before the request was written")
-            return self._timed("POST", path, guard=guard, json=body)
+            return self._timed("POST", path, guard=guard, marks=marks, json=body)
         except httpx.HTTPError as exc:
             # Only a failure to connect proves Letta never saw the request.
             doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
@@ -356,6 +363,8 @@ class LettaClient:
                 err = LettaUnavailable(f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}).",
                                        transient=True)
             err.details[IN_DOUBT] = doubt
+            if doubt and WRITTEN_AFTER in marks:
+                err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
             raise err from None
 
     def find_message(self, agent_id: str, otid: str) -> str:

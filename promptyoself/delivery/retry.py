@@ -123,9 +123,8 @@ class RetryPolicy:
         """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer;
         at least ``settle`` when the request may still be in flight inside Letta (``in_flight``), plus
         ``written_after``, the seconds the request waited for its write (a slow connect) within the
-        client's timeout. With
-        ``late`` (seconds since the occurrence's intended time), never past the deadline: the last
-        try comes just before ``grace`` (``remaining``), not a backoff step after it."""
+        client's timeout. With ``late`` (seconds since the occurrence's intended time), never past the
+        deadline: the last try comes just before ``grace`` (``remaining``), not a backoff step after it."""
         delay = backoff_delay(attempt, self.base, self.cap, self.rng)
         if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and retry_after > 0:
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))

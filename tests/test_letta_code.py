@@ -6,6 +6,7 @@ second send, blocked conversations retried, never dropped), health, and ``letta-
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -198,3 +199,35 @@ def test_install_and_uninstall_the_skill_and_mcp_entry(core: Any, tmp_path: Path
     assert json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"] == []
     with pytest.raises(Exception, match="no entry"):
         letta_code.install(core.settings, "agent-local-nobody", str(home))
+
+
+def test_the_rest_api_schedules_for_a_letta_code_agent_and_it_arrives(tmp_path: Path, lc: FakeLettaCode) -> None:
+    """From an empty database with nothing else running: ``serve``, one ``POST /api/schedules/time``
+    naming the target and a conversation, and the prompt reaches that conversation on the App Server,
+    once (LETTA_BASE_URL points nowhere: nothing may go there). A target the API does not know is a 422."""
+    import httpx
+
+    from tests.helpers_delivery import child_env, wait_until
+    from tests.test_every_start_delivers import Server
+
+    db = tmp_path / "new.db"
+    port = free_port()
+    env = child_env(db, NOWHERE, LETTA_CODE_URL=lc.url, PROMPTYOSELF_MESSAGE_FORMAT="plain")
+    server = Server([sys.executable, "-m", "promptyoself", "serve", "--port", str(port)], env, port,
+                    tmp_path / "service.log")
+    agent = lc.agent_ids[0]
+    try:
+        server.wait_port()
+        url = f"http://127.0.0.1:{port}/api/schedules/time"
+        body = {"prompt": "to the side conversation", "time": "in 2s", "agent_id": agent,
+                "target": "letta-code", "conversation_id": "conv-side"}
+        reply = httpx.post(url, json=body, timeout=60)
+        assert reply.status_code == 200, reply.text
+        wait_until(lambda: lc.received(), timeout=40)
+        time.sleep(0.5)  # a second copy would come right behind the first
+        got = [(m["agent_id"], m["conversation_id"], m["content"][0]["text"]) for m in lc.received()]
+        assert got == [(agent, "conv-side", "to the side conversation")]
+        wrong = httpx.post(url, json={**body, "target": "letta-cloud"}, timeout=60)
+        assert wrong.status_code == 422 and "target" in wrong.json()["error"], wrong.text
+    finally:
+        server.stop()

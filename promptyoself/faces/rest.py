@@ -162,6 +162,11 @@ class _Common(BaseModel):
     catch_up: Literal["skip", "latest", "all"] | None = Field(
         None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
     max_per_day: int | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
+    target: Literal["letta", "letta-code"] | None = Field(
+        None, description="Where it is delivered: 'letta' (the Letta REST API) or 'letta-code' (the Letta Code "
+        "App Server, LETTA_CODE_URL). Default: letta-code for agent-local-... agents, else letta.")
+    conversation_id: str | None = Field(
+        None, description="letta-code only: the agent's conversation (default 'default').")
 
 
 class TimeRequest(_Common):
@@ -320,20 +325,23 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def schedule_time(req: TimeRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_time, req.prompt, req.time, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(req: CronRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_cron, req.prompt, req.cron, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(req: EveryRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
                           max_repetitions=req.max_repetitions, agent_id=req.agent_id, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, ctx=_context(x_agent_id))
+                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(

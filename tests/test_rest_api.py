@@ -56,6 +56,10 @@ def test_errors_map_to_http_statuses(client: TestClient, fake_letta: Any) -> Non
     assert bad_cron.status_code == 400
     assert client.delete("/api/schedules/424242").status_code == 404
     assert client.post("/api/schedules/time", json={"time": "in 5m"}).status_code == 422  # no prompt
+    # a misspelt field is refused, naming it, rather than dropped (the schedule would use the default)
+    typo = client.post("/api/schedules/time", json={"prompt": "x", "time": "in 5m", "agent_id": agent,
+                                                     "time_zone": "Europe/Berlin"})
+    assert typo.status_code == 422 and "time_zone" in typo.json()["error"], typo.text
     unknown = client.post("/api/schedules/time", json={"prompt": "x", "time": "in 5m",
                                                         "agent_id": "agent-00000000-0000-4000-8000-000000000000"})
     assert unknown.status_code == 404 and unknown.json()["code"] == "agent_not_found"

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -154,6 +154,8 @@ def _context(x_agent_id: str | None) -> CallContext | None:
 
 
 class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 422 naming it, not silently dropped
+
     prompt: str = Field(description="The text the agent receives.")
     agent_id: str | None = Field(None, description="Letta agent id; default: the configured/only agent.")
     timezone: str | None = Field(None, description="IANA zone, e.g. 'Europe/Berlin'; default PROMPTYOSELF_TIMEZONE.")

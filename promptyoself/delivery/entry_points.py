@@ -28,10 +28,10 @@ from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, _iso, make_owne
 from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
 from promptyoself.signals import OnSignals
-
-__all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 from promptyoself.store.db import latest_delivery
 from promptyoself.store.health import backlog, delivery_outcomes, lease
+
+__all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 
 log = logging.getLogger(__name__)
 

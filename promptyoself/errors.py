@@ -146,3 +146,17 @@ ERROR_CODES: tuple[str, ...] = (
     "database_unavailable",
     "internal",
 )
+
+
+class TargetGone(PromptYoSelfError):
+    """The receiver says the destination is gone for good (a webhook's 410, a Claude Code session that
+    no longer exists): the schedule is paused with the reason."""
+
+    code = "target_gone"
+
+
+class TargetRejected(PromptYoSelfError):
+    """The receiver refused this occurrence for good (a webhook's other 4xx): the occurrence fails with
+    the status in history and a recurring schedule moves on."""
+
+    code = "target_rejected"

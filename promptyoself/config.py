@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -224,6 +227,15 @@ class Settings(BaseSettings):
         "(empty = none; agent-local-... agents then cannot be reached)")
     letta_code_turn_timeout: Seconds = _field(900.0, "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT", ACCEPTS_SECONDS,
                                               gt=0, allow_inf_nan=False)
+    # Claude Code sessions (target claude-code, docs/claude-code.md): the CLI run for each delivery.
+    claude_bin: str | None = _field(None, "PROMPTYOSELF_CLAUDE_BIN",
+                                    "a path to the claude executable, or a command name looked up in PATH "
+                                    "(empty = claude from PATH)")
+    claude_args: str | None = _field(None, "PROMPTYOSELF_CLAUDE_ARGS",
+                                     "extra claude arguments as a shell would split them, e.g. "
+                                     "--allowedTools Bash (empty = none: no tool is pre-approved)")
+    claude_timeout: Seconds = _field(600.0, "PROMPTYOSELF_CLAUDE_TIMEOUT", ACCEPTS_SECONDS, gt=0,
+                                     allow_inf_nan=False)
 
     # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
     db: str | None = Field(
@@ -360,6 +372,36 @@ class Settings(BaseSettings):
             raise ValueError("control characters")
         return value
 
+    @field_validator("claude_bin", mode="before")
+    @classmethod
+    def _claude_bin(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if _CONTROL.search(text):
+            raise ValueError("not a path")
+        return text or None
+
+    @field_validator("claude_args", mode="before")
+    @classmethod
+    def _claude_args(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        import shlex
+
+        text = value.strip()
+        if _CONTROL.search(text):
+            raise ValueError("control characters")
+        shlex.split(text)  # unbalanced quotes: ValueError
+        return text or None
+
+    @property
+    def claude_extra_args(self) -> list[str]:
+        """``PROMPTYOSELF_CLAUDE_ARGS`` split as a shell would (the operator's permission flags)."""
+        import shlex
+
+        return shlex.split(self.claude_args) if self.claude_args else []
+
     @field_validator("default_agent_id", "letta_agent_id", "letta_default_agent_id", mode="before")
     @classmethod
     def _agent_id(cls, value: object) -> object:
@@ -432,6 +474,7 @@ def load_settings(**overrides: object) -> Settings:
     try:
         values: dict[str, Any] = dict(overrides)  # each checked by its field's validator
         settings = Settings(_env_file=env_file(), **values)  # type: ignore[call-arg]
+        webhook_endpoints()  # a malformed endpoint stops every entry point as a bad setting does
         if settings.http_token is None and "http_token" not in overrides:
             stored = read_token_file(token_file(settings.db_url))
             if stored:
@@ -439,6 +482,69 @@ def load_settings(**overrides: object) -> Settings:
         return settings
     except ValidationError as exc:
         raise ConfigError(describe_settings_error(exc)) from exc
+
+
+# ---- webhook endpoints (target webhook, docs/webhooks.md) --------------------------------------------
+_WEBHOOK_VAR = re.compile(r"PROMPTYOSELF_WEBHOOK(?:_(?P<name>[A-Z0-9_]+?))?_(?P<kind>URL|SECRET)")
+_WHSEC = re.compile(r"whsec_[A-Za-z0-9+/]+={0,2}")
+MAX_WEBHOOK_ENDPOINTS = 100
+DEFAULT_ENDPOINT = "default"
+
+
+@dataclass(frozen=True)
+class WebhookEndpoint:
+    """An endpoint the operator configured: ``name`` (``default`` for ``PROMPTYOSELF_WEBHOOK_URL``),
+    its URL and one or two ``whsec_`` secrets (two while one is rotated: both sign every request)."""
+
+    name: str
+    url: str
+    secrets: tuple[str, ...] = dc_field(repr=False)
+
+    @property
+    def variables(self) -> tuple[str, str]:
+        """The environment variables that configure it (for messages)."""
+        infix = "" if self.name == DEFAULT_ENDPOINT else f"_{self.name.upper()}"
+        return f"PROMPTYOSELF_WEBHOOK{infix}_URL", f"PROMPTYOSELF_WEBHOOK{infix}_SECRET"
+
+
+def webhook_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, WebhookEndpoint]:
+    """The webhook endpoints configured in ``environ`` (default: the environment over the ``.env``
+    file). ``ConfigError`` naming the variable when a URL or a secret is malformed or one lacks the
+    other; never the value (a secret)."""
+    if environ is None:
+        merged: dict[str, str] = {}
+        path = env_file()
+        if path and Path(path).is_file():
+            from dotenv import dotenv_values
+
+            merged.update({k.upper(): v for k, v in dotenv_values(path).items() if v is not None})
+        merged.update({k.upper(): v for k, v in os.environ.items()})
+        environ = merged
+    found: dict[str, dict[str, tuple[str, str]]] = {}
+    for key, value in environ.items():
+        m = _WEBHOOK_VAR.fullmatch(key.upper())
+        if m is None or not value.strip():
+            continue
+        name = (m.group("name") or DEFAULT_ENDPOINT).lower()
+        found.setdefault(name, {})[m.group("kind")] = (key, value.strip())
+    if len(found) > MAX_WEBHOOK_ENDPOINTS:
+        raise ConfigError(f"invalid configuration: more than {MAX_WEBHOOK_ENDPOINTS} webhook endpoints")
+    out: dict[str, WebhookEndpoint] = {}
+    for name, parts in sorted(found.items()):
+        infix = "" if name == DEFAULT_ENDPOINT else f"_{name.upper()}"
+        url_var, secret_var = f"PROMPTYOSELF_WEBHOOK{infix}_URL", f"PROMPTYOSELF_WEBHOOK{infix}_SECRET"
+        if "URL" not in parts or "SECRET" not in parts:
+            have, lack = (url_var, secret_var) if "URL" in parts else (secret_var, url_var)
+            raise ConfigError(f"invalid configuration: {have} is set but {lack} is not (an endpoint needs both)")
+        url = parts["URL"][1]
+        if not _is_url(url, "https?") or len(url) > 2000:
+            raise ConfigError(f"invalid configuration: {url_var}: expected an http:// or https:// URL with a host")
+        secrets = tuple(parts["SECRET"][1].split())
+        if not 1 <= len(secrets) <= 2 or not all(_WHSEC.fullmatch(x) and len(x) <= 200 for x in secrets):
+            raise ConfigError(f"invalid configuration: {secret_var}: expected whsec_ followed by base64, "
+                              "or two such secrets separated by a space while one is rotated")
+        out[name] = WebhookEndpoint(name, url, secrets)
+    return out
 
 
 def token_file(db_url: str) -> Path:

@@ -71,6 +71,13 @@ class Found:
     state: LookupState
     run_id: str | None = None
 
+    @classmethod
+    def of(cls, state: str, run_id: str | None = None) -> Found:
+        """From a client's answer (``"found"`` | ``"absent"`` | ``"pending"``); anything else is a bug."""
+        if state not in ("found", "absent", "pending"):
+            raise ValueError(f"a look-up answers found, absent or pending, not {state!r}")
+        return cls(state, run_id)  # type: ignore[arg-type]
+
 
 @runtime_checkable
 class DeliveryTarget(Protocol):

@@ -1,0 +1,59 @@
+"""The Letta Code App Server as a delivery target (``target = "letta-code"``), through
+``promptyoself.letta.code.LettaCodeClient`` (one WebSocket per call; a send holds its socket until the
+message's turn has finished).
+
+The occurrence's id travels as ``client_message_id`` (``otid~N`` on a re-send, N the attempt: see
+``letta.code``); ``lookup`` reads the conversation's queue and loop, then its messages. The fence is
+asked with the socket open, right before the input frame is written. No ``LETTA_CODE_URL``: every call
+raises ``LettaUnavailable`` (transient: a schedule waiting for it is retried, never dropped).
+"""
+
+from __future__ import annotations
+
+from promptyoself.config import Settings
+from promptyoself.errors import LettaUnavailable
+from promptyoself.letta.code import LettaCodeClient
+from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.blocking import BlockingCalls
+
+NOT_CONFIGURED = "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500)."
+
+
+class LettaCodeTarget:
+    name = "letta-code"
+
+    def __init__(self, settings: Settings, *, client: LettaCodeClient | None = None) -> None:
+        url = settings.letta_code_url
+        self.client = client or (LettaCodeClient(url, timeout=settings.letta_timeout,
+                                                 turn_timeout=settings.letta_code_turn_timeout) if url else None)
+        self._calls = BlockingCalls(settings.max_in_flight + 2, "promptyoself-letta-code")
+
+    def _client(self) -> LettaCodeClient:
+        if self.client is None:
+            raise LettaUnavailable(NOT_CONFIGURED)
+        return self.client
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        client = self._client()
+        sent = await self._calls.run(client.send, occ.agent_id, occ.text, otid=occ.occurrence_id,
+                                     conversation_id=occ.conversation_id, guard=fence, attempt=occ.attempt)
+        details: dict[str, object] = {k: sent[k] for k in ("client_message_id", "disposition") if k in sent}
+        return Sent(route=str(sent.get("route") or "ws"), run_id=sent.get("run_id"), details=details)
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        client = self._client()
+        state, run_id = await self._calls.run(client.find_run, occ.agent_id, occ.occurrence_id, occ.conversation_id)
+        return Found.of(state, run_id)
+
+    async def probe(self) -> None:
+        await self._calls.run(self._client().probe)
+
+    def readiness(self) -> str:
+        if self.client is None:
+            return "Letta Code App Server: LETTA_CODE_URL not set"
+        return f"Letta Code App Server at {self.client.shown_url}"
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        self._calls.close()

@@ -79,6 +79,12 @@ class IntervalTooShort(QuotaExceeded):
     """An interval under ``PROMPTYOSELF_MIN_INTERVAL`` (same code; the REST API answers 422)."""
 
 
+class BadNumber(InvalidArgument):
+    """A number of the wrong kind: NaN or Infinity, a boolean where a number is meant, a fraction
+    where an integer is (same code as any bad argument; the REST API answers 422, as FastAPI does for
+    any value that does not fit its type)."""
+
+
 class IdempotencyConflict(PromptYoSelfError):
     """An idempotency key reused with other arguments: the key names the first request, which is
     not what this one asks for (a retry sends the same arguments)."""

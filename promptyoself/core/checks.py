@@ -3,10 +3,19 @@ message says what to send instead. Pure functions, no I/O."""
 
 from __future__ import annotations
 
+import math
 import re
+from typing import Annotated
+
+from pydantic import Strict
 
 from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
-from promptyoself.errors import InvalidArgument, InvalidTime, PromptTooLong
+from promptyoself.errors import BadNumber, InvalidArgument, InvalidTime, PromptTooLong
+
+Whole = Annotated[int, Strict()]
+"""An integer argument as the faces' pydantic types take it (the MCP tools' and the REST API's): an
+integer and nothing else. pydantic's lax ``int`` takes ``true`` as 1 (``promptyoself_cancel
+{"schedule_id": true}`` cancelled schedule 1), ``1.0`` and ``"1"``; NaN and Infinity it refuses either way."""
 
 MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
@@ -35,9 +44,25 @@ def parse_schedule_id(value: object) -> int:
 
 
 def check_limit(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if isinstance(value, bool | float):  # true is not 1; NaN, Infinity and 2.5 are not integers
+        raise BadNumber(f"{name} must be an integer from {low} to {high}, got {value!r}.")
+    if not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgument(f"{name} must be an integer from {low} to {high}, got {value!r}.")
     return value
+
+
+def check_finite(value: object, where: str) -> None:
+    """No NaN or Infinity anywhere in a JSON value (Python's ``json`` reads both; they are not JSON
+    numbers, nothing downstream can send them, and a stored one breaks every read of its row)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadNumber(f"{where} is {value!r}: NaN and Infinity are not numbers JSON can carry.")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_finite(item, f"{where}[{i}]")
 
 
 def check_text(name: str, value: object, max_chars: int) -> str | None:

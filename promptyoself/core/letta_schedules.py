@@ -13,7 +13,8 @@ Shapes (the SDK's types are the contract):
 - list ``?after=<id>&limit=<n>`` -> ``{"has_next_page", "scheduled_messages": [ScheduledMessage]}``
 - retrieve -> ``ScheduledMessage`` ``{"id", "agent_id", "message", "next_scheduled_time", "schedule"}``
 - delete -> ``{"success": true}``
-Errors: ``InvalidArgument`` (400: a past ``scheduled_at``, a bad body), ``NotFound`` (404).
+Errors: ``InvalidArgument`` (400: a past ``scheduled_at``, a bad body), ``BadNumber`` (422: NaN or
+Infinity anywhere in the body, a boolean or a fraction where an integer is meant), ``NotFound`` (404).
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.core.checks import check_unicode, parse_schedule_id
+from promptyoself.core.checks import check_finite, check_limit, check_unicode, parse_schedule_id
 from promptyoself.core.results import (
     LettaScheduleCreated,
     LettaScheduleDeleted,
     LettaScheduledMessage,
     LettaSchedulePage,
 )
-from promptyoself.errors import InvalidArgument, InvalidCron, NotFound, PromptTooLong
+from promptyoself.errors import BadNumber, InvalidArgument, InvalidCron, NotFound, PromptTooLong
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ RETURN_TYPES = (
 )
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
+MAX_STEPS = 10_000
+"""The largest ``max_steps`` accepted (Letta's default is 50 steps per message)."""
 
 
 def _part(part: object, where: str) -> dict[str, Any]:
@@ -104,7 +107,9 @@ def _message(msg: object, i: int) -> dict[str, Any]:
 
 
 def check_payload(body: dict[str, Any]) -> dict[str, Any]:
-    """The payload passed on to Letta at delivery, validated (400 on anything Letta would refuse)."""
+    """The payload passed on to Letta at delivery, validated (400 on anything Letta would refuse; 422
+    for NaN, Infinity or a boolean where a number is meant, anywhere in the body)."""
+    check_finite(body, "body")  # anywhere: a stored NaN breaks every read of its row and every send
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidArgument("messages must be a non-empty list of messages.")
@@ -121,9 +126,9 @@ def check_payload(body: dict[str, Any]) -> dict[str, Any]:
         payload["include_return_message_types"] = list(types)
     steps = body.get("max_steps")
     if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, (int, float)) or steps < 1:
-            raise InvalidArgument("max_steps must be a positive number.")
-        payload["max_steps"] = int(steps) if float(steps).is_integer() else steps
+        if isinstance(steps, float) and steps.is_integer():
+            steps = int(steps)  # 5.0: JavaScript clients send whole numbers so
+        payload["max_steps"] = check_limit("max_steps", steps, 1, MAX_STEPS)
     return payload
 
 
@@ -205,7 +210,9 @@ class LettaSchedules:
         utc = ZoneInfo("UTC")
         if kind == "one-time":
             at = sched.get("scheduled_at")
-            if isinstance(at, bool) or not isinstance(at, (int, float)):
+            if isinstance(at, bool):
+                raise BadNumber("schedule.scheduled_at must be a number (unix milliseconds), got a boolean.")
+            if not isinstance(at, (int, float)):
                 raise InvalidArgument("schedule.scheduled_at must be a number (unix milliseconds).")
             try:
                 when = datetime.fromtimestamp(at / 1000, tz=UTC)
@@ -227,7 +234,7 @@ class LettaSchedules:
             raise InvalidArgument("schedule.type must be 'one-time' or 'recurring'.")
         text = summary_text(payload, core.settings.max_prompt_chars)
         plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message,
-                    letta_payload=json.dumps(payload, separators=(",", ":")))
+                    letta_payload=json.dumps(payload, separators=(",", ":"), allow_nan=False))
         created = core._create(text, plan, {"agent_id": agent_id}, now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself.config import ConfigError
-from promptyoself.core.checks import MAX_LIMIT, MAX_MAX_REPETITIONS
+from promptyoself.core.checks import MAX_LIMIT, MAX_MAX_REPETITIONS, MAX_PER_DAY
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces import tables
 from promptyoself.faces.cli_errors import cli_error
@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation-id", help="letta-code: the agent's conversation (default: default)")
     p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
-    p.add_argument("--max-per-day", type=int, help="deliver at most N a day; more are recorded over_budget")
+    p.add_argument("--max-per-day", type=whole_number(1, MAX_PER_DAY),
+                   help="deliver at most N a day; more are recorded over_budget")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")

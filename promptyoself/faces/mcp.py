@@ -44,6 +44,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from promptyoself import __version__
 from promptyoself.core.agents import CallContext
+from promptyoself.core.checks import Whole
 from promptyoself.core.operations import Core
 from promptyoself.core.results import (
     AgentsResult,
@@ -400,7 +401,7 @@ IdempotencyKey = Annotated[
     Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
 ]
 MaxPerDay = Annotated[
-    int | None,
+    Whole | None,
     Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
 ]
 Target = Annotated[
@@ -411,7 +412,7 @@ Target = Annotated[
 ConversationId = Annotated[
     str | None, Field(description="letta-code only: the agent's conversation (default 'default').")
 ]
-ScheduleId = Annotated[int | str, Field(description="A schedule id from promptyoself_list.")]
+ScheduleId = Annotated[Whole | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
     str,
     Field(
@@ -435,12 +436,12 @@ CatchUp = Annotated[
           "PROMPTYOSELF_MISFIRE_GRACE; 'skip' none; 'all' each one (at most 10). Missed ones show in history."),
 ]
 Every = Annotated[
-    str | int,
+    str | Whole,
     Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer); "
           "at least PROMPTYOSELF_MIN_INTERVAL (default 10s)."),
 ]
 StartAt = Annotated[str | None, Field(description="First run (same formats as `time`); default now + every.")]
-MaxRepetitions = Annotated[int | None, Field(description="Stop after this many deliveries (>= 1).")]
+MaxRepetitions = Annotated[Whole | None, Field(description="Stop after this many deliveries (>= 1).")]
 NewDefaultAgent = Annotated[str | None, Field(description="Agent id; null clears it.")]
 
 
@@ -528,8 +529,8 @@ def promptyoself_list(
     include_cancelled: Annotated[
         bool, Field(description="Also list cancelled, completed and failed schedules.")
     ] = False,
-    limit: Annotated[int, Field(description="Page size, 1-500.")] = 50,
-    offset: Annotated[int, Field(description="Rows to skip.")] = 0,
+    limit: Annotated[Whole, Field(description="Page size, 1-500.")] = 50,
+    offset: Annotated[Whole, Field(description="Rows to skip.")] = 0,
     *,
     core: TheCore,
     call: TheCall,
@@ -560,9 +561,9 @@ def promptyoself_resume(schedule_id: ScheduleId, *, core: TheCore) -> StateResul
 
 @tool(read_only=True)
 def promptyoself_history(
-    schedule_id: Annotated[int | str | None, Field(description="Only this schedule's deliveries.")] = None,
+    schedule_id: Annotated[Whole | str | None, Field(description="Only this schedule's deliveries.")] = None,
     agent_id: AgentId = None,
-    limit: Annotated[int, Field(description="Rows, newest first, 1-500.")] = 20,
+    limit: Annotated[Whole, Field(description="Rows, newest first, 1-500.")] = 20,
     *,
     core: TheCore,
     call: TheCall,

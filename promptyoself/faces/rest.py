@@ -40,10 +40,12 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from promptyoself.core import native_tools
 from promptyoself.core.agents import CallContext
+from promptyoself.core.checks import Whole
 from promptyoself.core.letta_schedules import LettaSchedules
 from promptyoself.errors import (
     AgentNotFound,
     AgentRequired,
+    BadNumber,
     DatabaseDriverMissing,
     DatabaseUnavailable,
     IdempotencyConflict,
@@ -69,6 +71,7 @@ _STATUS: list[tuple[type[PromptYoSelfError], int]] = [  # the first that matches
     (AgentNotFound, 404),
     (PromptTooLong, 413),
     (IntervalTooShort, 422),
+    (BadNumber, 422),  # NaN, Infinity, true for a number: as FastAPI answers a value that does not fit
     (InvalidArgument, 400),
     (AgentRequired, 400),
     (IdempotencyConflict, 409),
@@ -163,7 +166,7 @@ class _Common(BaseModel):
     skip_validation: bool = Field(False, description="Do not check the agent exists on Letta.")
     catch_up: Literal["skip", "latest", "all"] | None = Field(
         None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
-    max_per_day: int | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
+    max_per_day: Whole | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
     target: Literal["letta", "letta-code"] | None = Field(
         None, description="Where it is delivered: 'letta' (the Letta REST API) or 'letta-code' (the Letta Code "
         "App Server, LETTA_CODE_URL). Default: letta-code for agent-local-... agents, else letta.")
@@ -184,7 +187,7 @@ class CronRequest(_Common):
 class EveryRequest(_Common):
     every: str = Field(description="Interval: '30s', '5m', '1h30m', 'PT15M' or seconds.")
     start_at: str | None = Field(None, description="First run (ISO 8601 or 'in 10m'); default now + every.")
-    max_repetitions: int | None = Field(None, description="Stop after this many deliveries.")
+    max_repetitions: Whole | None = Field(None, description="Stop after this many deliveries.")
 
 
 AGENT_HEADER: Any = Header(None, alias="X-Agent-Id",

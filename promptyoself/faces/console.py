@@ -6,11 +6,17 @@ face it parses a request, makes one call into the core (in the thread pool) and 
 Access (docs/console.md):
 
 * With ``PROMPTYOSELF_HTTP_TOKEN`` set, every page and action needs a session: the sign-in form takes
-  the token and sets a cookie (HttpOnly, SameSite=Strict, 12 hours) holding a signed session id, never
-  the token. ``Authorization: Bearer <token>`` also works (scripts). Without a token the service is
-  open on loopback like its other routes, and the console issues a session cookie on the first page.
-* Every form that changes something carries a CSRF token bound to the session (an HMAC of its id), and
-  a POST whose ``Origin`` names another host is refused.
+  the token and sets a cookie (HttpOnly, SameSite=Strict, 12 hours) holding the session id signed
+  with itsdangerous (a key derived from the token), never the token. The session itself lives in the
+  database (promptyoself/core/console_sessions.py): signing out ends it in every process and across
+  restarts, and "Sign out everywhere" ends every session. ``Authorization: Bearer <token>`` also
+  works (scripts). Failed sign-ins count against the service's shared limit of wrong guesses per
+  client (``http_auth.GuessLimiter``). Without a token the service is open on loopback like its
+  other routes, and the console issues a session cookie on the first page (signed with a key of this
+  process, not stored).
+* Every form that changes something carries a CSRF token bound to the session (its itsdangerous
+  signature under a salt of its own), and a POST whose ``Origin`` names another host is refused.
+* Links back (``back``, ``next``) are only same-site paths (``local_path``).
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode
 from zoneinfo import ZoneInfo
 
+from itsdangerous import BadSignature, Signer, URLSafeTimedSerializer
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,10 +40,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from promptyoself.core.console_sessions import ConsoleSessions
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import STATES
 from promptyoself.errors import PromptYoSelfError
-from promptyoself.faces.http_auth import http_token
+from promptyoself.faces.http_auth import GuessLimiter, client_address, http_token
 
 log = logging.getLogger(__name__)
 
@@ -88,24 +95,40 @@ def _loopback_host(host: str) -> bool:
     return name in ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
-def _local(target: str | None, default: str = "/") -> str:
-    """``target`` if it is a path on this site (no scheme, no host, no ``//``), else ``default``."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+def local_path(target: str | None, default: str = "/") -> str:
+    """``target`` if it is a path of this site, else ``default``: exactly one leading ``/``, no ``\\``
+    anywhere, and no control or white-space character, looked at as sent and percent-decoded (up to
+    three times), since browsers drop a tab or a newline and read ``/%09/evil.example`` as
+    ``//evil.example``. Bounded: longer than 2,000 characters is refused too."""
+    if not target or len(target) > 2000:
         return default
-    return target
+    seen = target
+    for _ in range(4):
+        if not seen.startswith("/") or seen.startswith("//") or "\\" in seen:
+            return default
+        if any(ch.isspace() or ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in seen):
+            return default
+        decoded = unquote(seen)
+        if decoded == seen:
+            return target
+        seen = decoded
+    return default
 
 
 class Console:
     """The console's ASGI app over one ``Core``."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, limiter: GuessLimiter | None = None) -> None:
         self.core = core
         self.token = http_token(core.settings)
-        # Sessions are signed with a key derived from the token (they survive a restart and end when the
-        # token changes); without a token, with a key of this process.
+        self.limiter = limiter or GuessLimiter()
+        # Cookies are signed with a key derived from the token (every process serving the database reads
+        # them; they end when the token changes); without a token, with a key of this process.
         self.key = (hmac.new(self.token.encode(), b"promptyoself-console-session", hashlib.sha256).digest()
                     if self.token else secrets.token_bytes(32))
-        self.revoked: dict[str, float] = {}  # signed-out sessions (id -> when it would expire anyway)
+        self.cookies = URLSafeTimedSerializer(self.key, salt="promptyoself-console-session")
+        self.csrf_signer = Signer(self.key, salt="promptyoself-console-csrf")
+        self.sessions = ConsoleSessions(core, timedelta(seconds=SESSION_SECONDS))
         self.env = Environment(loader=PackageLoader("promptyoself.faces", "templates/console"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
         self.env.filters["when"] = when
@@ -115,6 +138,7 @@ class Console:
             Route("/console/login", self.login_form, methods=["GET"]),
             Route("/console/login", self.login, methods=["POST"]),
             Route("/console/logout", self._guard(self.logout), methods=["POST"]),
+            Route("/console/logout-all", self._guard(self.logout_all), methods=["POST"]),
             Route("/console/agents", self._guard(self.agents)),
             Route("/console/agents/{agent_id:path}", self._guard(self.agent)),
             Route("/console/schedules/{sid:int}", self._guard(self.schedule)),
@@ -129,33 +153,54 @@ class Console:
 
     # ---- sessions and CSRF ------------------------------------------------------------------
 
-    def _sign(self, text: str) -> str:
-        return hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
-
     def new_session(self) -> str:
-        body = f"{int(time.time())}.{secrets.token_urlsafe(18)}"
-        return f"{body}.{self._sign(body)}"
+        """A signed cookie for a new session: recorded in the database when a token guards the console
+        (sign-out then holds everywhere); without a token, only signed (any local user may open one)."""
+        session_id = self.sessions.open() if self.token else secrets.token_urlsafe(18)
+        return self.cookies.dumps(session_id)
 
-    def session_id(self, cookie: str | None) -> str | None:
-        """The session's id when ``cookie`` is one this console signed and it has not expired."""
-        if not cookie or cookie.count(".") != 2:
-            return None
-        issued, nonce, sig = cookie.split(".")
-        if not hmac.compare_digest(sig, self._sign(f"{issued}.{nonce}")):
+    def _signed_id(self, cookie: str | None) -> str | None:
+        """The session id in ``cookie`` when this console signed it less than 12 hours ago."""
+        if not cookie or len(cookie) > 500:
             return None
         try:
-            age = time.time() - int(issued)
-        except ValueError:
+            value = self.cookies.loads(cookie, max_age=SESSION_SECONDS)
+        except BadSignature:  # SignatureExpired is one
             return None
-        return nonce if 0 <= age < SESSION_SECONDS and nonce not in self.revoked else None
+        return value if isinstance(value, str) and value else None
+
+    async def session_id(self, cookie: str | None) -> str | None:
+        """The session's id when ``cookie`` is one this console signed, it has not expired and (with a
+        token) it has not been signed out of (the database says, whichever process opened it)."""
+        session = self._signed_id(cookie)
+        if session is None or self.token is None:
+            return session
+        return session if await run_in_threadpool(self.sessions.alive, session) else None
 
     def csrf_for(self, session: str) -> str:
-        return self._sign(f"csrf.{session}")[:40]
+        return self.csrf_signer.get_signature(session).decode()
+
+    def csrf_ok(self, session: str | None, given: str) -> bool:
+        return bool(session and given and len(given) < 200
+                    and self.csrf_signer.verify_signature(session.encode(), given.encode()))
 
     def _bearer_ok(self, request: Request) -> bool:
+        """A bearer token that is the service's (a wrong one counts as a guess); raises ``_Throttled``
+        when this client has made too many wrong guesses to have another looked at now."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        return bool(self.token and scheme.lower() == "bearer" and given.strip()
-                    and hmac.compare_digest(given.strip().encode(), self.token.encode()))
+        if not (self.token and scheme.lower() == "bearer" and given.strip()):
+            return False
+        return self._check_token(request, given.strip())
+
+    def _check_token(self, request: Request, given: str) -> bool:
+        assert self.token is not None
+        client = client_address(request.scope)
+        if not self.limiter.take(client):
+            raise _Throttled(self.limiter.wait_s(client))
+        if hmac.compare_digest(given.encode(), self.token.encode()):
+            self.limiter.give_back(client)
+            return True
+        return False
 
     def _cookie(self, response: Response, request: Request, value: str) -> None:
         response.set_cookie(SESSION_COOKIE, value, max_age=SESSION_SECONDS, path="/", httponly=True,
@@ -171,8 +216,13 @@ class Console:
                 # pointed at 127.0.0.1 (DNS rebinding) cannot read it, CSRF tokens included
                 return self._refuse(request, 403, "Without PROMPTYOSELF_HTTP_TOKEN the console answers only at "
                                     "127.0.0.1, localhost or [::1].")
-            session = self.session_id(request.cookies.get(SESSION_COOKIE))
-            bearer = self._bearer_ok(request)
+            try:
+                session = await self.session_id(request.cookies.get(SESSION_COOKIE))
+                bearer = session is None and self._bearer_ok(request)
+            except _Throttled as exc:
+                return self._throttled(request, exc.wait)
+            except PromptYoSelfError as exc:
+                return self._refuse(request, 503, f"Cannot check the session: {exc.message}")
             fresh: str | None = None
             if session is None and not bearer:
                 if self.token:
@@ -183,7 +233,7 @@ class Console:
                 if request.method != "GET":  # open console: the session comes with the first page
                     return self._refuse(request, 403, "This form has expired; reload the page.")
                 fresh = self.new_session()
-                session = self.session_id(fresh)
+                session = self._signed_id(fresh)
             request.state.session = session
             if request.method == "POST" and not bearer:
                 origin = request.headers.get("origin")
@@ -193,8 +243,7 @@ class Console:
                 form = await self._form(request)
                 if form is None:
                     return self._refuse(request, 413, "The form is too large.")
-                given = form.get("csrf", "")
-                if not session or not hmac.compare_digest(given.encode(), self.csrf_for(session).encode()):
+                if not self.csrf_ok(session, form.get("csrf", "")):
                     return self._refuse(request, 403, "Missing or wrong CSRF token: reload the page and try again.")
             response = await handler(request)
             if fresh is not None:
@@ -221,6 +270,11 @@ class Console:
 
     def _refuse(self, request: Request, status: int, message: str) -> Response:
         return self.page(request, "error.html", {"message": message}, status=status)
+
+    def _throttled(self, request: Request, wait: int) -> Response:
+        response = self._refuse(request, 429, "Too many wrong tokens from this address; wait a second and try again.")
+        response.headers["retry-after"] = str(wait)
+        return response
 
     # ---- rendering --------------------------------------------------------------------------
 
@@ -320,14 +374,14 @@ class Console:
             view = await run_in_threadpool(self.core.console_schedule, request.path_params["sid"])
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
-        context.update(view=view, back=_local(request.query_params.get("back")))
+        context.update(view=view, back=local_path(request.query_params.get("back")))
         return self.page(request, "confirm_cancel.html", context)
 
     async def act(self, request: Request) -> Response:
         action = request.path_params["action"]
         sid = request.path_params["sid"]
         form = await self._form(request) or {}
-        back = _local(form.get("back"))
+        back = local_path(form.get("back"))
         if action not in ACTIONS:
             return self._refuse(request, 404, f"No action {action!r}.")
         if action == "cancel" and form.get("confirm") != "yes":
@@ -349,8 +403,12 @@ class Console:
     # ---- signing in and out -----------------------------------------------------------------
 
     async def login_form(self, request: Request, error: str | None = None, status: int = 200) -> Response:
-        target = _local(request.query_params.get("next"))
-        if self.token is None or self.session_id(request.cookies.get(SESSION_COOKIE)):
+        target = local_path(request.query_params.get("next"))
+        try:
+            signed_in = await self.session_id(request.cookies.get(SESSION_COOKIE))
+        except PromptYoSelfError as exc:
+            return self._refuse(request, 503, f"Cannot check the session: {exc.message}")
+        if self.token is None or signed_in:
             return RedirectResponse(target, status_code=303)
         return self.page(request, "login.html", {"next": target, "error": error}, status=status)
 
@@ -358,30 +416,52 @@ class Console:
         form = await self._form(request)
         if form is None:
             return self._refuse(request, 413, "The form is too large.")
-        target = _local(form.get("next"))
+        target = local_path(form.get("next"))
         if self.token is None:
             return RedirectResponse(target, status_code=303)
-        given = form.get("token", "").strip().encode()
-        if not given or not hmac.compare_digest(given, self.token.encode()):
-            log.warning("console: a sign-in with a wrong token from %s",
-                        request.client.host if request.client else "?")
+        given = form.get("token", "").strip()
+        try:
+            right = bool(given) and self._check_token(request, given)
+        except _Throttled as exc:
+            return self._throttled(request, exc.wait)
+        if not right:
+            log.warning("console: a sign-in with a wrong token from %s", client_address(request.scope))
             await asyncio.sleep(FAILED_SIGN_IN_DELAY)  # guessing the token costs time
             return self.page(request, "login.html", {"next": target, "error": "That is not the service's token."},
                              status=401)
+        try:
+            cookie = await run_in_threadpool(self.new_session)
+        except PromptYoSelfError as exc:
+            return self._refuse(request, 503, f"Cannot open a session: {exc.message}")
         response = RedirectResponse(target, status_code=303)
-        self._cookie(response, request, self.new_session())
+        self._cookie(response, request, cookie)
         return response
 
     async def logout(self, request: Request) -> Response:
+        """End this browser's session: its row goes, so the cookie (and its CSRF token) stop working in
+        every process serving the database, and after a restart."""
         session = getattr(request.state, "session", None)
-        now = time.time()
-        self.revoked = {k: t for k, t in self.revoked.items() if t > now}
-        if session:  # the cookie stops working here too, not only in this browser
-            self.revoked[session] = now + SESSION_SECONDS
+        if session and self.token:
+            await run_in_threadpool(self.sessions.close, session)
         response = RedirectResponse("/console/login" if self.token else "/", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
 
+    async def logout_all(self, request: Request) -> Response:
+        """End every console session (a cookie left on another machine, a shared browser)."""
+        ended = await run_in_threadpool(self.sessions.close_all) if self.token else 0
+        log.info("console: signed out of every session (%d)", ended)
+        response = self._redirect(request, "/console/login" if self.token else "/",
+                                  f"Signed out of {ended} console session{'s' if ended != 1 else ''}.")
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
 
-def build_console(core: Core) -> Console:
-    return Console(core)
+
+class _Throttled(Exception):
+    def __init__(self, wait: int) -> None:
+        super().__init__(wait)
+        self.wait = wait
+
+
+def build_console(core: Core, limiter: GuessLimiter | None = None) -> Console:
+    return Console(core, limiter)

@@ -31,7 +31,7 @@ from typing import Any
 
 from promptyoself.config import ConfigError, Settings
 from promptyoself.core.operations import Core
-from promptyoself.faces.http_auth import BearerAuth, http_token
+from promptyoself.faces.http_auth import BearerAuth, GuessLimiter, http_token
 from promptyoself.faces.http_guard import McpSessions, RequestGuard, allowed_hosts
 from promptyoself.faces.mcp import build_server
 
@@ -93,9 +93,11 @@ class ServiceApp:
         from promptyoself.faces.console import build_console, is_console_path
 
         self.is_console_path = is_console_path
-        self.console: ASGIApp = build_console(core)  # its own sign-in: a browser sends no bearer header
+        # wrong tokens count against one limit per client, whichever face they are tried on
+        self.guesses = GuessLimiter()
+        self.console: ASGIApp = build_console(core, self.guesses)  # its own sign-in: a browser sends no bearer header
         token = http_token(settings)
-        self.guarded: ASGIApp = BearerAuth(self._routes, token) if token else self._routes
+        self.guarded: ASGIApp = BearerAuth(self._routes, token, self.guesses) if token else self._routes
         proxy = settings.letta_proxy
 
         def any_content_type(path: str) -> bool:  # the console's forms (CSRF-checked) and Letta's uploads

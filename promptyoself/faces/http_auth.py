@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from promptyoself.config import Settings
@@ -25,6 +28,64 @@ UNAUTHORIZED_BODY = json.dumps(
 PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
 """Read without the token: the REST API's description and its docs page (Swagger UI, whose files are
 under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""
+
+
+GUESSES_PER_SECOND = 5.0
+"""Failed credential checks a client (one IP address) may make per second, across every face of the
+service and however many requests it sends at once (issue 29 item 13)."""
+MAX_TRACKED_CLIENTS = 10_000
+
+
+class GuessLimiter:
+    """A token bucket per client address for credential checks: each check takes one token and a
+    check that succeeds gives it back, so only failed ones count: at most ``rate`` a second (burst
+    ``rate``). A client with an empty bucket is refused before its credential is looked at, so
+    parallel requests cannot test more guesses than that. One limiter is shared by the REST routes,
+    MCP over HTTP and the console's sign-in (``ServiceApp``). ``clock``: monotonic seconds."""
+
+    def __init__(self, rate: float = GUESSES_PER_SECOND, clock: Callable[[], float] = time.monotonic,
+                 max_clients: int = MAX_TRACKED_CLIENTS) -> None:
+        self.rate = rate
+        self.clock = clock
+        self.max_clients = max_clients
+        self.buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, at)
+
+    def take(self, client: str) -> bool:
+        """Take a token for one credential check; False (check nothing) when the client has none left."""
+        now = self.clock()
+        tokens, at = self.buckets.pop(client, (self.rate, now))
+        tokens = min(self.rate, tokens + max(now - at, 0.0) * self.rate)
+        allowed = tokens >= 1.0
+        self.buckets[client] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self.buckets) > self.max_clients:  # the least recently seen go first
+            self.buckets.popitem(last=False)
+        return allowed
+
+    def give_back(self, client: str) -> None:
+        """The check succeeded: it costs nothing."""
+        found = self.buckets.get(client)
+        if found is not None:
+            self.buckets[client] = (min(self.rate, found[0] + 1.0), found[1])
+
+    def wait_s(self, client: str) -> int:
+        """Whole seconds until the client's next check is allowed (for ``Retry-After``)."""
+        tokens, _ = self.buckets.get(client, (self.rate, 0.0))
+        return max(1, int((1.0 - tokens) / self.rate + 0.999))
+
+
+def client_address(scope: Mapping[str, Any]) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "?"
+
+
+THROTTLED_BODY = json.dumps(
+    {
+        "status": "error",
+        "error": "Too many failed attempts with a wrong token from this address; wait a second and try again.",
+        "code": "rate_limited",
+        "retry_after_s": 1,
+    }
+).encode()
 
 
 def is_public(scope: dict[str, Any]) -> bool:
@@ -49,9 +110,10 @@ class BearerAuth:
     Lifespan events pass through; websocket connections (FastMCP serves none here) are refused.
     """
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, token: str, limiter: GuessLimiter | None = None) -> None:
         self.app = app
         self.expected = token.encode()
+        self.limiter = limiter or GuessLimiter()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
@@ -59,7 +121,19 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         given = _presented_token(scope.get("headers") or [])
+        client = client_address(scope)
+        if given and not self.limiter.take(client):  # refused before the guess is looked at
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            await send({"type": "http.response.start", "status": 429,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"retry-after", str(self.limiter.wait_s(client)).encode()),
+                                    (b"content-length", str(len(THROTTLED_BODY)).encode())]})
+            await send({"type": "http.response.body", "body": THROTTLED_BODY})
+            return
         if given and hmac.compare_digest(given, self.expected):
+            self.limiter.give_back(client)
             await self.app(scope, receive, send)
             return
         if kind == "websocket":

@@ -46,7 +46,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0010"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -162,6 +162,19 @@ class WorkerLease(Base):
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     lease_until: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
     info: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ConsoleSession(Base):
+    """A signed-in console session (0010): the SHA-256 of its id and its expiry
+    (promptyoself/store/console_sessions.py)."""
+
+    __tablename__ = "console_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+    __table_args__ = (Index("ix_console_sessions_expires", "expires_at"),)
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -1,9 +1,17 @@
-"""Shared fixtures: a real SQLite file per test, a core bound to it, a fake Letta on 127.0.0.1."""
+"""Shared fixtures: a real SQLite file per test, a core bound to it, a fake Letta on 127.0.0.1.
+
+Two tiers. ``pytest -m "not slow"`` is the fast tier a developer runs while working: pure and
+in-process (FastMCP's in-memory ``Client``, Starlette's ``TestClient``, SQLite files in tmp_path).
+A test that starts a process or a real server (FakeLetta is a real HTTP server; uvicorn, a worker,
+a stdio server, a harness, Chromium) or sleeps is marked ``slow`` (``pytestmark = pytest.mark.slow``
+for a module, ``@pytest.mark.slow`` for one test). The guard below keeps the fast tier honest: a test
+not marked slow fails when it (or a fixture it sets up) spawns a process or listens on a socket.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,118 @@ FIXED_NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 
 # Variables a developer's shell might have set that would change what the tests see.
 _ISOLATE = [k for k in os.environ if k.startswith("PROMPTYOSELF_") or k.startswith("LETTA_")]
+
+
+# ---- the fast tier's guard -------------------------------------------------------------------------
+
+
+_REPO = str(Path(__file__).resolve().parent.parent)
+
+
+def _caller() -> str:
+    """The innermost frame of this repository's code (not a library's) on the stack."""
+    import traceback
+
+    frames = [f for f in traceback.extract_stack()[:-2] if f.filename.startswith(_REPO + os.sep)]
+    frames = [f for f in frames if ".venv" not in f.filename] or frames
+    f = frames[-1] if frames else traceback.extract_stack()[-3]
+    return f"{os.path.relpath(f.filename, _REPO)}:{f.lineno}"
+
+
+class _Guard:
+    """Patches the ways a test can start a process or a server; each call is recorded (and refused)
+    while ``active``. Installed once for the session; active only around the set-up, call and
+    tear-down of a test not marked slow."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.seen: list[str] = []
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def _patch(self, owner: Any, name: str, what: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+        guard = self
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            if guard.active:
+                guard.seen.append(f"{what} (at {_caller()})")
+                raise RuntimeError(
+                    f"fast-tier test tried to {what}: mark it @pytest.mark.slow (tests/conftest.py)"
+                )
+            return original(*args, **kwargs)
+
+        setattr(owner, name, refused)
+        self._undo.append((owner, name, original))
+
+    def install(self) -> None:
+        import multiprocessing.process
+        import socket
+        import subprocess
+
+        # asyncio.create_subprocess_exec/shell end in subprocess.Popen, so the one patch covers them.
+        self._patch(subprocess.Popen, "_execute_child", "start a subprocess")
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+            self._patch(os, name, f"call os.{name}")
+        self._patch(multiprocessing.process.BaseProcess, "start", "start a multiprocessing process")
+        self._patch(socket.socket, "listen", "listen on a socket (a real server)")
+
+    def uninstall(self) -> None:
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+
+_GUARD = _Guard()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # croniter runs `file -b <python>` (platform.architecture()) when first imported: import it here,
+    # before the guard, so a fast test that happens to import it first is not refused for it.
+    import croniter  # noqa: F401
+
+    _GUARD.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _GUARD.uninstall()
+
+
+def _guarded(item: pytest.Item, phase: str) -> Generator[None, None, None]:
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    _GUARD.active, _GUARD.seen = True, []
+    try:
+        yield
+    except BaseException:
+        if not _GUARD.seen:
+            raise
+    finally:
+        _GUARD.active = False
+    if _GUARD.seen:  # also when the code under test caught the refusal
+        pytest.fail(
+            f"{item.nodeid} is in the fast tier but during {phase} tried to "
+            f"{', '.join(sorted(set(_GUARD.seen)))}; mark it slow (pytestmark = pytest.mark.slow, "
+            "or @pytest.mark.slow), or keep it in process",
+            pytrace=False,
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _guarded(item, "set-up"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _guarded(item, "the test"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _guarded(item, "tear-down"))
 
 
 @pytest.fixture(autouse=True)

@@ -110,6 +110,7 @@ async def test_list_uses_inference_and_lists_all_only_when_nothing_is_inferable(
         assert (await c.call_tool("promptyoself_list", {})).structured_content["total"] == 2
 
 
+@pytest.mark.slow
 async def test_validation_gets_one_agent_not_a_page(db_path: Path) -> None:
     with FakeLetta(agents=3) as fake:
         core = Core(make_settings(db_path, letta_base_url=fake.url))
@@ -120,6 +121,7 @@ async def test_validation_gets_one_agent_not_a_page(db_path: Path) -> None:
         core.close()
 
 
+@pytest.mark.slow
 async def test_single_agent_fallback_against_letta(db_path: Path) -> None:
     with FakeLetta(agents=1) as fake:
         core = Core(make_settings(db_path, letta_base_url=fake.url, use_single_agent_fallback=True))

@@ -63,6 +63,7 @@ async def client(core: Core) -> Any:
         yield c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("tool", "args", "code"), CASES, ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(CASES)])
 async def test_bad_input_is_a_clean_error(
     client: Client[Any], db_path: Path, tool: str, args: dict[str, Any], code: str

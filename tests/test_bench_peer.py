@@ -18,6 +18,8 @@ from bench import peer
 from tests.pg import base_url, require_pg
 from tests.test_bench_delivery import _children
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

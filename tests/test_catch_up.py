@@ -118,6 +118,7 @@ def outcomes(core: Any, sid: int) -> list[tuple[str, datetime]]:
     return [(d.outcome, d.scheduled_for) for d in history(core.store, sid)]
 
 
+@pytest.mark.slow
 def test_latest_delivers_one_run_and_records_the_coalesced_ones_missed(core: Any, fake: FakeLetta,
                                                                        clock: Clock) -> None:
     sid = hourly_schedule(core, fake, None)
@@ -132,6 +133,7 @@ def test_latest_delivers_one_run_and_records_the_coalesced_ones_missed(core: Any
     assert missed[0].lateness_s == 3 * 3600 + 600 - 3600
 
 
+@pytest.mark.slow
 def test_latest_beyond_the_grace_sends_nothing_and_lists_why(tmp_path: Path, fake: FakeLetta, clock: Clock) -> None:
     core = make_core(tmp_path / "g.db", fake, clock=clock, misfire_grace="30m")
     try:
@@ -150,6 +152,7 @@ def test_latest_beyond_the_grace_sends_nothing_and_lists_why(tmp_path: Path, fak
         core.close()
 
 
+@pytest.mark.slow
 def test_skip_drops_late_runs_and_sends_an_on_time_one(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = hourly_schedule(core, fake, "skip")
     clock.set(T + 2 * HOUR + timedelta(seconds=20))  # the 11:00Z run is 20 s late: on time
@@ -164,6 +167,7 @@ def test_skip_drops_late_runs_and_sends_an_on_time_one(core: Any, fake: FakeLett
     assert len(fake.received) == 1 and get(core.store, sid).next_run == T + 5 * HOUR
 
 
+@pytest.mark.slow
 def test_all_delivers_every_missed_run_in_order_each_its_own(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = hourly_schedule(core, fake, "all")
     clock.set(T + 3 * HOUR + timedelta(minutes=10))
@@ -176,6 +180,7 @@ def test_all_delivers_every_missed_run_in_order_each_its_own(core: Any, fake: Fa
     assert all("coalesced" not in m["text"] for m in fake.received)
 
 
+@pytest.mark.slow
 def test_all_is_capped_and_the_older_runs_are_missed(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = hourly_schedule(core, fake, "all")
     clock.set(T + 14 * HOUR + timedelta(minutes=10))  # 15 runs due
@@ -185,6 +190,7 @@ def test_all_is_capped_and_the_older_runs_are_missed(core: Any, fake: FakeLetta,
     assert got == [("missed", T + k * HOUR) for k in range(5)] + [("delivered", T + k * HOUR) for k in range(5, 15)]
 
 
+@pytest.mark.slow
 def test_missed_runs_are_counted_in_metrics(core: Any, fake: FakeLetta, clock: Clock) -> None:
     hourly_schedule(core, fake, "skip")
     clock.set(T + 2 * HOUR + timedelta(minutes=5))
@@ -193,6 +199,7 @@ def test_missed_runs_are_counted_in_metrics(core: Any, fake: FakeLetta, clock: C
     assert 'promptyoself_deliveries_total{outcome="missed"} 3.0' in text
 
 
+@pytest.mark.slow
 def test_a_one_time_prompt_with_skip_is_missed_two_minutes_late(core: Any, fake: FakeLetta, clock: Clock) -> None:
     made = core.schedule_time("once", "in 5m", agent_id=fake.agent_ids[0], catch_up="skip", skip_validation=True)
     clock.advance(minutes=7)
@@ -201,6 +208,7 @@ def test_a_one_time_prompt_with_skip_is_missed_two_minutes_late(core: Any, fake:
     assert get(core.store, int(made["id"])).state == "completed"
 
 
+@pytest.mark.slow
 def test_a_count_rule_completes_through_delivery(core: Any, fake: FakeLetta, clock: Clock) -> None:
     made = core.schedule_cron("twice", "FREQ=HOURLY;BYMINUTE=0;COUNT=2", agent_id=fake.agent_ids[0],
                               skip_validation=True)
@@ -214,6 +222,7 @@ def test_a_count_rule_completes_through_delivery(core: Any, fake: FakeLetta, clo
     assert (state.state, state.next_run, state.repetition_count) == ("completed", None, 2)
 
 
+@pytest.mark.slow
 def test_catch_up_is_checked_and_listed(core: Any, fake: FakeLetta) -> None:
     with pytest.raises(InvalidArgument, match="catch_up must be 'skip'"):
         core.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="sometimes", skip_validation=True)
@@ -222,6 +231,7 @@ def test_catch_up_is_checked_and_listed(core: Any, fake: FakeLetta) -> None:
     assert row["catch_up"] == "all" and row["description"] == "Every 1h" and len(row["upcoming"]) == 5
 
 
+@pytest.mark.slow
 def test_catch_up_rows_and_rrule_advance_on_postgresql(pg_url: str, fake: FakeLetta) -> None:
     """The same on PostgreSQL, whose claims and records are batch statements (unnest)."""
     clock = Clock(T - timedelta(minutes=30))

@@ -86,6 +86,7 @@ def test_sdk_inherits_only_safe_variables() -> None:
     assert set(mcp_stdio.get_default_environment()) <= SDK_INHERITED
 
 
+@pytest.mark.slow
 async def test_claude_desktop_entry(tmp_path: Path) -> None:
     from testkit.fake_letta import FakeLetta
 
@@ -142,6 +143,7 @@ async def test_claude_desktop_entry(tmp_path: Path) -> None:
     assert "Traceback" not in errlog.read_text()
 
 
+@pytest.mark.slow
 async def test_letta_stdio_registration(tmp_path: Path) -> None:
     """Launch as Letta would: a new process per operation, Letta's cwd, a bare environment."""
     import os

@@ -91,6 +91,7 @@ def test_failed_letta_test_exits_1(capsys: pytest.CaptureFixture[str], db_path: 
     core.close()
 
 
+@pytest.mark.slow
 def test_letta_test_succeeds_against_the_fake(capsys: pytest.CaptureFixture[str], letta_core: Core) -> None:
     code, out, _ = run(capsys, letta_core, "test")
     assert code == 0 and json.loads(out)["agent_count"] == 2
@@ -115,6 +116,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], core: Core, arg
     assert err
 
 
+@pytest.mark.slow
 def test_module_entry_point_as_a_subprocess(tmp_path: Path) -> None:
     env = {**os.environ, "PROMPTYOSELF_DB": str(tmp_path / "p.db"), "PROMPTYOSELF_ENV_FILE": str(tmp_path / "x")}
     ok = subprocess.run(
@@ -133,6 +135,7 @@ def test_module_entry_point_as_a_subprocess(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stdout == ""
 
 
+@pytest.mark.slow
 def test_bad_configuration_is_a_usage_error(tmp_path: Path) -> None:
     env = {**os.environ, "PROMPTYOSELF_DB": str(tmp_path / "p.db"), "PROMPTYOSELF_ENV_FILE": str(tmp_path / "x"),
            "PROMPTYOSELF_MAX_IN_FLIGHT": "lots"}

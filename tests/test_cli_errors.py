@@ -91,6 +91,7 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("code", "which", "argv"), CASES, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(CASES)])
 def test_core_errors_in_cli_words(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str],
                                   monkeypatch: pytest.MonkeyPatch, code: str, which: str,
@@ -128,6 +129,7 @@ def test_an_idempotency_key_reused_with_other_arguments(capsys: pytest.CaptureFi
     assert_cli_words(body, err)
 
 
+@pytest.mark.slow
 def test_letta_errors_in_cli_words(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                    letta_core: Core, db_path: Path) -> None:
     from testkit.fake_letta import FakeLetta
@@ -145,6 +147,7 @@ def test_letta_errors_in_cli_words(capsys: pytest.CaptureFixture[str], monkeypat
     assert_cli_words(body, err)
 
 
+@pytest.mark.slow
 def test_database_errors_in_cli_words(tmp_path: Path) -> None:
     regular = tmp_path / "a-file"
     regular.write_text("not a folder")

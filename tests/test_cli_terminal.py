@@ -21,6 +21,8 @@ import pytest
 
 from tests.procs import read_all
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "promptyoself"]
 AGENT_A = "agent-11111111-2222-3333-4444-000000000001"

@@ -225,6 +225,7 @@ ENTRY_POINTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ENTRY_POINTS))
 def test_every_entry_point_exits_2_with_the_line(name: str, tmp_path: Path) -> None:
     proc = subprocess.run([PYTHON, *ENTRY_POINTS[name]], env=bad_env(tmp_path), cwd=tmp_path,
@@ -235,6 +236,7 @@ def test_every_entry_point_exits_2_with_the_line(name: str, tmp_path: Path) -> N
     assert not (tmp_path / "p.db").exists(), "nothing should run before the settings are checked"
 
 
+@pytest.mark.slow
 def test_a_bad_timezone_stops_the_stdio_server(tmp_path: Path) -> None:
     env = bad_env(tmp_path, PROMPTYOSELF_TIMEZONE="Mars/Base")
     del env["PROMPTYOSELF_MISFIRE_GRACE"]
@@ -244,6 +246,7 @@ def test_a_bad_timezone_stops_the_stdio_server(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [the_line("PROMPTYOSELF_TIMEZONE")]
 
 
+@pytest.mark.slow
 def test_the_spawned_worker_fails_fast_and_logs_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The detached worker the server starts reads the same environment: with a bad value it exits at
     once and its log (its stderr) holds the line."""

@@ -161,6 +161,7 @@ def test_actions_change_the_schedule_through_the_core(guarded: tuple[Core, TestC
     assert client.post("/console/schedules/1/explode", data={"csrf": csrf}).status_code == 404
 
 
+@pytest.mark.slow
 def test_pages_show_rule_runs_history_health_counters_and_guardrails(db_path: Path) -> None:
     core, client = make(db_path, TOKEN, approval_below="1h", max_deliveries_per_agent_per_day=7)
     try:

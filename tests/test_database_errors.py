@@ -89,6 +89,7 @@ def run_cli(db: str, *args: str, pre: str = "") -> subprocess.CompletedProcess[s
                           cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_exits_1_with_the_code_and_a_one_line_message_for_each_case(tmp_path: Path) -> None:
     for name, db in all_cases(tmp_path).items():
         proc = run_cli(db, "list", "--agent-id", "agent-1")  # piped: the error is JSON on stdout
@@ -98,6 +99,7 @@ def test_cli_exits_1_with_the_code_and_a_one_line_message_for_each_case(tmp_path
         assert "Traceback" not in proc.stderr, (name, proc.stderr)
 
 
+@pytest.mark.slow
 def test_driver_missing_names_the_install_command(tmp_path: Path) -> None:
     url = PG or "postgresql+psycopg://postgres@127.0.0.1:5432/test"
     block = "import sys; sys.modules['psycopg'] = None; "  # as if the extra were not installed
@@ -119,6 +121,7 @@ def test_driver_missing_is_its_own_error_type() -> None:
 # ---- issue 24 point 5: each case in its own words, for SQLite and PostgreSQL --------------------
 
 
+@pytest.mark.slow
 def test_sqlite_cases_are_worded_for_their_case_and_not_a_database_is_not_internal(tmp_path: Path) -> None:
     regular = tmp_path / "a-file"
     regular.write_text("not a folder")
@@ -178,6 +181,7 @@ def _open_as_nobody(url: str) -> tuple[str, str]:
     return got
 
 
+@pytest.mark.slow
 def test_read_only_folders_and_files_say_so() -> None:
     import shutil
     import tempfile

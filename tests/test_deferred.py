@@ -20,6 +20,8 @@ from promptyoself.faces.mcp import build_server
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import make_core
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 
 @pytest.fixture
 def fake() -> Iterator[FakeLetta]:

@@ -19,6 +19,8 @@ from promptyoself.store.claims import claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 LEASE = 5.0
 
 

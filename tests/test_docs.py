@@ -332,6 +332,7 @@ def _sandbox(tmp: Path, db: Path, letta: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_every_command_block_of_readme_and_letta_doc_is_run_or_says_why_not(db: Path, tmp_path: Path) -> None:
     from testkit.fake_letta import FakeLetta
     from tests.conftest import LETTA_URL
@@ -370,6 +371,7 @@ def test_every_command_block_of_readme_and_letta_doc_is_run_or_says_why_not(db: 
     assert any(r.startswith("export LETTA_BASE_URL") for r in ran), ran
 
 
+@pytest.mark.slow
 def test_the_letta_doc_sdk_example_runs_against_the_service(db: Path, tmp_path: Path) -> None:
     """docs/letta.md's Python block with the real letta-client SDK against `promptyoself serve`: the
     list example returns the schedule just made (an earlier version listed the page after it: empty)."""

@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.procs import bare_env
+
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "promptyoself_mcp_server.py"

@@ -23,6 +23,8 @@ from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, get, history, make_core, wait_until
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 
 @pytest.fixture
 def fake() -> Iterator[FakeLetta]:

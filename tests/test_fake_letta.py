@@ -43,12 +43,14 @@ def client(fake: FakeLetta) -> Iterator[httpx.Client]:
 # -- shape of the API -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_health(client: httpx.Client) -> None:
     r = client.get("/v1/health/")
     assert r.status_code == 200
     assert r.json() == {"version": LETTA_VERSION, "status": "ok"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "path"),
     [
@@ -67,6 +69,7 @@ def test_missing_slash_redirects(
     assert (method, path, 307) in fake.requests
 
 
+@pytest.mark.slow
 def test_item_route_with_slash_redirects(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[0]
     r = client.get(f"/v1/agents/{aid}/")
@@ -74,6 +77,7 @@ def test_item_route_with_slash_redirects(fake: FakeLetta, client: httpx.Client) 
     assert r.headers["location"] == f"{fake.url}/v1/agents/{aid}"
 
 
+@pytest.mark.slow
 def test_redirect_can_be_followed(fake: FakeLetta) -> None:
     with httpx.Client(base_url=fake.url, follow_redirects=True) as c:
         r = c.get("/v1/agents", params={"order": "asc"})
@@ -81,6 +85,7 @@ def test_redirect_can_be_followed(fake: FakeLetta) -> None:
     assert [a["id"] for a in r.json()] == fake.agent_ids
 
 
+@pytest.mark.slow
 def test_agent_lookup(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[1]
     r = client.get(f"/v1/agents/{aid}")
@@ -105,6 +110,7 @@ def test_agent_lookup(fake: FakeLetta, client: httpx.Client) -> None:
     assert fake.received == []
 
 
+@pytest.mark.slow
 def test_ids_have_letta_shape(fake: FakeLetta, client: httpx.Client) -> None:
     for aid in fake.agent_ids:
         assert aid.startswith("agent-")
@@ -115,6 +121,7 @@ def test_ids_have_letta_shape(fake: FakeLetta, client: httpx.Client) -> None:
     uuid.UUID(run["id"].removeprefix("run-"))
 
 
+@pytest.mark.slow
 def test_list_agents_paging_and_count(fake: FakeLetta, client: httpx.Client) -> None:
     ids = fake.agent_ids
     page1 = client.get("/v1/agents/", params={"limit": 2, "order": "asc"}).json()
@@ -135,6 +142,7 @@ def test_list_agents_paging_and_count(fake: FakeLetta, client: httpx.Client) -> 
     assert client.get("/v1/agents/count").json() == 3
 
 
+@pytest.mark.slow
 def test_agents_from_names_and_fixed_ids() -> None:
     fixed = f"agent-{uuid.uuid4()}"
     with FakeLetta(agents=["alice", fixed]) as f, httpx.Client(base_url=f.url) as c:
@@ -142,6 +150,7 @@ def test_agents_from_names_and_fixed_ids() -> None:
         assert c.get(f"/v1/agents/{f.agent_ids[0]}").json()["name"] == "alice"
 
 
+@pytest.mark.slow
 def test_auth() -> None:
     with FakeLetta(agents=1, password="s3cret") as f, httpx.Client(base_url=f.url) as c:
         aid = f.agent_ids[0]
@@ -164,6 +173,7 @@ def test_auth() -> None:
 # -- messages ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_async_message_and_run(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[0]
     r = client.post(f"/v1/agents/{aid}/messages/async", json=_msg("hello"))
@@ -191,6 +201,7 @@ def test_async_message_and_run(fake: FakeLetta, client: httpx.Client) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_content_parts_and_messages_listing(
     fake: FakeLetta, client: httpx.Client
 ) -> None:
@@ -204,6 +215,7 @@ def test_content_parts_and_messages_listing(
     assert [m["content"] for m in listed] == ["m1", "m2"]
 
 
+@pytest.mark.slow
 def test_invalid_message_bodies(fake: FakeLetta, client: httpx.Client) -> None:
     url = f"/v1/agents/{fake.agent_ids[0]}/messages/async"
     assert client.post(url, json={"messages": []}).status_code == 422
@@ -214,6 +226,7 @@ def test_invalid_message_bodies(fake: FakeLetta, client: httpx.Client) -> None:
     assert fake.received == []
 
 
+@pytest.mark.slow
 def test_sync_message(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[2]
     r = client.post(f"/v1/agents/{aid}/messages", json=_msg("sync hi"))
@@ -226,6 +239,7 @@ def test_sync_message(fake: FakeLetta, client: httpx.Client) -> None:
     assert fake.count_by_text() == {"sync hi": 1}
 
 
+@pytest.mark.slow
 def test_async_route_missing_falls_back() -> None:
     with FakeLetta(agents=1, async_route=False) as f, httpx.Client(base_url=f.url) as c:
         aid = f.agent_ids[0]
@@ -239,6 +253,7 @@ def test_async_route_missing_falls_back() -> None:
 # -- failure injection ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fail_next_429_retry_after(fake: FakeLetta, client: httpx.Client) -> None:
     url = f"/v1/agents/{fake.agent_ids[0]}/messages/async"
     fake.fail_next(2, status=429, retry_after=3)
@@ -251,6 +266,7 @@ def test_fail_next_429_retry_after(fake: FakeLetta, client: httpx.Client) -> Non
     assert fake.received_texts() == ["x"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [500, 401, 403, 404])
 def test_fail_next_statuses(fake: FakeLetta, client: httpx.Client, status: int) -> None:
     url = f"/v1/agents/{fake.agent_ids[0]}/messages"
@@ -272,6 +288,7 @@ def _statuses_with_seed(seed: int, n: int = 40) -> tuple[list[int], list[str]]:
         return statuses, f.received_texts()
 
 
+@pytest.mark.slow
 def test_fail_rate_is_deterministic() -> None:
     a, texts_a = _statuses_with_seed(7)
     b, texts_b = _statuses_with_seed(7)
@@ -285,6 +302,7 @@ def test_fail_rate_is_deterministic() -> None:
     assert texts_a == [f"m{i}" for i, s in enumerate(a) if s == 200]
 
 
+@pytest.mark.slow
 def test_reset_reseeds_and_clears(fake: FakeLetta, client: httpx.Client) -> None:
     fake.fail_rate = 0.5
     url = f"/v1/agents/{fake.agent_ids[0]}/messages"
@@ -296,6 +314,7 @@ def test_reset_reseeds_and_clears(fake: FakeLetta, client: httpx.Client) -> None
     assert first == second
 
 
+@pytest.mark.slow
 def test_timeout_and_drop_modes_do_not_record() -> None:
     with FakeLetta(agents=1, timeout_sleep=0.3) as f:
         url = f"{f.url}/v1/agents/{f.agent_ids[0]}/messages/async"
@@ -314,6 +333,7 @@ def test_timeout_and_drop_modes_do_not_record() -> None:
         assert sorted(s for _, _, s in f.requests) == [0, 0, 0, 200]
 
 
+@pytest.mark.slow
 def test_stop_does_not_wait_for_sleeping_handlers() -> None:
     f = FakeLetta(agents=1, timeout_sleep=30).start()
     f.fail_next(1, status="timeout")
@@ -342,6 +362,7 @@ def test_stop_does_not_wait_for_sleeping_handlers() -> None:
 # -- concurrency ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_max_concurrent_per_agent() -> None:
     with FakeLetta(agents=2, latency=0.3) as f:
         a, b = f.agent_ids
@@ -365,6 +386,7 @@ def test_max_concurrent_per_agent() -> None:
         assert sorted(f.received_texts()) == ["q1", "q2"]
 
 
+@pytest.mark.slow
 def test_latency_applies_to_message_routes(
     fake: FakeLetta, client: httpx.Client
 ) -> None:
@@ -377,6 +399,7 @@ def test_latency_applies_to_message_routes(
 # -- tools --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tools(fake: FakeLetta, client: httpx.Client) -> None:
     source = 'def send_later(prompt: str, at: str = "") -> str:\n    """Doc."""\n'
     r = client.post("/v1/tools/", json={"source_code": source, "tags": ["pys"]})
@@ -401,6 +424,7 @@ def test_tools(fake: FakeLetta, client: httpx.Client) -> None:
 # -- control routes and subprocess mode -------------------------------------------
 
 
+@pytest.mark.slow
 def test_control_routes(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[0]
     client.post(f"/v1/agents/{aid}/messages/async", json=_msg("s"))
@@ -435,6 +459,7 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_subprocess_mode(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
@@ -538,6 +563,7 @@ def _raw_exchange(url: str, data: bytes) -> bytes:
     return b"".join(chunks)
 
 
+@pytest.mark.slow
 def test_wire_answers(fake: FakeLetta) -> None:
     aid = fake.agent_ids[0]
     body = json.dumps(_msg("raw")).encode()

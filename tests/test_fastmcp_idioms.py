@@ -49,6 +49,7 @@ async def live_tools(core: Core) -> list[dict[str, Any]]:
         return [t.model_dump(mode="json", by_alias=True) for t in await client.list_tools()]
 
 
+@pytest.mark.slow
 async def test_fastmcp_inspect_lists_the_tools_without_a_database_or_letta(
     tmp_path: Path, core: Core, letta_listener: socket.socket
 ) -> None:

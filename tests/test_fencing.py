@@ -17,6 +17,8 @@ from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 LEASE = 30.0
 
 

@@ -56,6 +56,7 @@ def test_schedules_per_hour_are_limited_with_a_code_the_agent_can_read(db_path: 
         core.close()
 
 
+@pytest.mark.slow
 def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, clock: Clock, fake: FakeLetta) -> None:
     core = make_core(db_path, fake, clock=clock, approval_below="1h")
     agent = fake.agent_ids[0]
@@ -96,10 +97,12 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
         core.close()
 
 
+@pytest.mark.slow
 def test_agent_daily_budget_holds_back_and_then_says_so(db_path: Path, clock: Clock, fake: FakeLetta) -> None:
     budget_day(str(db_path), clock, fake)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_agent_daily_budget_on_postgres(pg_url: str, clock: Clock, fake: FakeLetta) -> None:
     budget_day(pg_url, clock, fake)
@@ -138,6 +141,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         core.close()
 
 
+@pytest.mark.slow
 def test_schedule_max_per_day(db_path: Path, clock: Clock, fake: FakeLetta) -> None:
     core = make_core(db_path, fake, clock=clock)
     agent = fake.agent_ids[0]
@@ -156,6 +160,7 @@ def test_schedule_max_per_day(db_path: Path, clock: Clock, fake: FakeLetta) -> N
         core.close()
 
 
+@pytest.mark.slow
 def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Clock, fake: FakeLetta) -> None:
     core = make_core(db_path, fake, clock=clock)
     agent = fake.agent_ids[0]
@@ -266,6 +271,7 @@ def test_first_id_of_the_day_by_binary_search(db_path: Path) -> None:
         core.close()
 
 
+@pytest.mark.slow
 def test_terminal_shows_the_guardrails_in_one_line(db_path: Path, clock: Clock) -> None:
     from promptyoself.faces.tables import render
 

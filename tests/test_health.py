@@ -17,6 +17,8 @@ from testkit.fake_letta import FakeLetta
 from tests.conftest import FIXED_NOW, make_settings
 from tests.helpers_delivery import add_schedule
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 
 def codes(h: dict[str, Any]) -> list[str]:
     return [r["code"] for r in h["reasons"]]

@@ -30,6 +30,7 @@ def _clean(text: str, *secrets: str) -> bool:
     return not any(piece in text for secret in secrets for piece in _pieces(secret))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [422, 400, 409, 500, 401])
 def test_a_letta_that_echoes_our_headers_leaves_no_key_in_history(tmp_path: Path, status: int) -> None:
     with FakeLetta(agents=1, password=None) as fake:
@@ -54,6 +55,7 @@ def test_a_letta_that_echoes_our_headers_leaves_no_key_in_history(tmp_path: Path
             core.close()
 
 
+@pytest.mark.slow
 def test_the_server_password_is_redacted_too(tmp_path: Path) -> None:
     with FakeLetta(agents=1) as fake:
         fake.echo_headers = True

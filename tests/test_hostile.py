@@ -39,6 +39,8 @@ from promptyoself.faces import cli
 from promptyoself.faces.mcp import build_server
 from promptyoself.store.db import Delivery
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 # Values a leak would show. They are configured everywhere a secret can be configured.
 SECRETS = {
     "LETTA_API_KEY": "sk-HOSTILE-api-key-7f3a9c51",

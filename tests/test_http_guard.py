@@ -27,6 +27,8 @@ from promptyoself.faces.http import ServiceApp
 from tests.conftest import make_settings
 from tests.procs import free_port
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 AGENT = "agent-11111111-2222-3333-4444-555555555555"
 JSON = {"content-type": "application/json"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

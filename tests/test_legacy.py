@@ -351,6 +351,7 @@ def test_legacy_datetimes(raw, expected):
     assert parse_legacy_datetime(raw, "next_run") == expected
 
 
+@pytest.mark.slow
 def test_cli_subprocess_then_idempotent_in_process(tmp_path, legacy_db, capsys):
     """``python -m promptyoself import-legacy PATH`` as a user runs it, then once more in-process."""
     db = tmp_path / "via-cli.db"

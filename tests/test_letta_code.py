@@ -70,6 +70,7 @@ def test_a_server_that_is_down_is_transient_and_never_in_doubt() -> None:
         assert err.value.details.get("in_doubt") is False and "LETTA_CODE_URL" in err.value.message
 
 
+@pytest.mark.slow
 def test_a_busy_conversation_queues_and_both_sends_end_with_their_turn(lc: FakeLettaCode) -> None:
     client = LettaCodeClient(lc.url, timeout=5, turn_timeout=20)
     agent = lc.agent_ids[0]
@@ -91,6 +92,7 @@ def test_a_busy_conversation_queues_and_both_sends_end_with_their_turn(lc: FakeL
     assert {client.find(agent, o) for o in answers} == {"found"}
 
 
+@pytest.mark.slow
 def test_a_local_agent_goes_to_letta_code_and_is_checked_there_not_at_letta_base_url(
         core: Any, lc: FakeLettaCode) -> None:
     agent = lc.agent_ids[1]
@@ -116,6 +118,7 @@ def test_without_letta_code_url_a_local_agent_is_not_sent_to_letta_cloud(tmp_pat
         c.close()
 
 
+@pytest.mark.slow
 def test_delivery_sends_over_the_websocket_and_records_the_run_and_message_id(core: Any, lc: FakeLettaCode) -> None:
     sid = code_schedule(core, lc.agent_ids[0], "deliver me")
     done = run_once_result(core)["executed"]
@@ -126,6 +129,7 @@ def test_delivery_sends_over_the_websocket_and_records_the_run_and_message_id(co
     assert [(m["otid"], m["content"][0]["text"]) for m in lc.received()] == [(otid, "deliver me")]
 
 
+@pytest.mark.slow
 def test_an_attempt_in_doubt_that_arrived_is_not_sent_again(core: Any, lc: FakeLettaCode) -> None:
     sid = code_schedule(core, lc.agent_ids[0], "once only")
     row = get(core.store, sid)
@@ -138,6 +142,7 @@ def test_an_attempt_in_doubt_that_arrived_is_not_sent_again(core: Any, lc: FakeL
     assert len(lc.received()) == 1
 
 
+@pytest.mark.slow
 def test_a_blocked_conversation_is_retried_not_dropped_and_delivered_after_a_restart(
         core: Any, lc: FakeLettaCode) -> None:
     agent = lc.agent_ids[0]
@@ -164,6 +169,7 @@ def test_a_blocked_conversation_is_retried_not_dropped_and_delivered_after_a_res
     assert len(mine) == 1 and mine[0]["otid"].endswith("~2")  # the plain otid was used up by the block
 
 
+@pytest.mark.slow
 def test_health_covers_the_letta_code_target(core: Any, lc: FakeLettaCode) -> None:
     code_schedule(core, lc.agent_ids[0], "later", due=datetime.now(UTC) + timedelta(hours=1))
     h = assess(core)
@@ -176,6 +182,7 @@ def test_health_covers_the_letta_code_target(core: Any, lc: FakeLettaCode) -> No
     assert "letta_code_unreachable" in [r["code"] for r in h["reasons"]]
 
 
+@pytest.mark.slow
 def test_install_and_uninstall_the_skill_and_mcp_entry(core: Any, tmp_path: Path) -> None:
     home = tmp_path / "dot-letta"
     home.mkdir()
@@ -201,6 +208,7 @@ def test_install_and_uninstall_the_skill_and_mcp_entry(core: Any, tmp_path: Path
         letta_code.install(core.settings, "agent-local-nobody", str(home))
 
 
+@pytest.mark.slow
 def test_the_rest_api_schedules_for_a_letta_code_agent_and_it_arrives(tmp_path: Path, lc: FakeLettaCode) -> None:
     """From an empty database with nothing else running: ``serve``, one ``POST /api/schedules/time``
     naming the target and a conversation, and the prompt reaches that conversation on the App Server,

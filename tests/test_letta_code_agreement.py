@@ -30,6 +30,8 @@ from testkit.fake_letta_code import FakeLettaCode
 from tests.helpers_delivery import wait_until
 from tests.letta_code_harness import Harness, harness_dir
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 
 @dataclass
 class Server:

@@ -19,6 +19,8 @@ from promptyoself.core.operations import Core
 from promptyoself.faces.rest import build_rest_app
 from tests.conftest import make_settings
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 TOKEN = "proxy-token"
 
 

@@ -23,6 +23,8 @@ from promptyoself.delivery.loop import Executor
 from promptyoself.faces.rest import build_rest_app
 from tests.conftest import make_settings
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 TOKEN = "s3cret-token"
 
 

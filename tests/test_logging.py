@@ -79,6 +79,7 @@ class RawStdio:
         self._buf = b""
 
 
+@pytest.mark.slow
 def test_stdio_server_stdout_is_only_json_rpc_and_logs_go_to_stderr(tmp_path: Path) -> None:
     log_file = tmp_path / "logs" / "server.log"
     env = server_env(

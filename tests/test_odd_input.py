@@ -84,6 +84,7 @@ def _call(name: str, arguments: str, rid: int) -> str:
             f'"arguments":{arguments}}}}}')
 
 
+@pytest.mark.slow
 def test_raw_json_rpc_with_a_lone_surrogate_gets_an_answer(stdio: Stdio, tmp_path: Path) -> None:
     cases = [
         _call("promptyoself_schedule_time", f'{{"prompt":"hi \\ud83d there","time":"in 5m","agent_id":"{AGENT}",'

@@ -63,6 +63,7 @@ def gets(fake: FakeLetta) -> int:
 # ---- the key ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_otid_is_per_occurrence(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = add_schedule(core.store, fake.agent_ids[0], "p", T0, schedule_type="interval", value="1h")
     first = take(core)
@@ -76,6 +77,7 @@ def test_otid_is_per_occurrence(core: Any, fake: FakeLetta, clock: Clock) -> Non
     assert [m["otid"] for m in fake.received] == [otid_for(first), otid_for(second)]
 
 
+@pytest.mark.slow
 def test_the_happy_path_costs_no_extra_request(core: Any, fake: FakeLetta) -> None:
     add_schedule(core.store, fake.agent_ids[0], "p", T0)
     assert deliver(core, take(core), "A").outcome == "delivered"
@@ -85,6 +87,7 @@ def test_the_happy_path_costs_no_extra_request(core: Any, fake: FakeLetta) -> No
 # ---- outcome unknown -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["accepted_timeout", "accepted_drop"])
 def test_accepted_then_lost_answer_is_not_sent_again(core: Any, fake: FakeLetta, clock: Clock, mode: str) -> None:
     sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
@@ -103,6 +106,7 @@ def test_accepted_then_lost_answer_is_not_sent_again(core: Any, fake: FakeLetta,
     assert history(core.store, sid)[-1].letta_run_id == fake.received[0]["run_id"] is not None
 
 
+@pytest.mark.slow
 def test_a_message_not_yet_visible_waits_for_its_run(core: Any, fake: FakeLetta, clock: Clock) -> None:
     """Letta shows an async message only once its run starts: while the agent has a run queued,
     the check neither sends nor gives up."""
@@ -121,6 +125,7 @@ def test_a_message_not_yet_visible_waits_for_its_run(core: Any, fake: FakeLetta,
     assert [h.outcome for h in history(core.store, sid)] == ["retry", "retry", "delivered"]
 
 
+@pytest.mark.slow
 def test_a_request_that_never_arrived_is_sent_after_the_check(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
     fake.fail_next(1, "timeout")  # Letta did NOT record it (the fake never records a plain timeout)
@@ -132,6 +137,7 @@ def test_a_request_that_never_arrived_is_sent_after_the_check(core: Any, fake: F
     assert [h.outcome for h in history(core.store, sid)] == ["retry", "delivered"]
 
 
+@pytest.mark.slow
 def test_a_plain_server_error_is_retried_without_a_check(core: Any, fake: FakeLetta, clock: Clock) -> None:
     add_schedule(core.store, fake.agent_ids[0], "p", T0)
     fake.fail_next(1, 503)
@@ -265,6 +271,7 @@ def test_real_letta_one_occurrence_sent_twice_arrives_once(letta_env: tuple[Any,
 # ---- in doubt past the misfire grace, auth errors, the settle time --------------------------------
 
 
+@pytest.mark.slow
 def test_in_doubt_past_the_grace_asks_letta_and_records_delivered(core: Any, fake: FakeLetta, clock: Clock) -> None:
     """A one-time prompt whose answer was lost and whose next attempt comes after the misfire grace:
     Letta has it, so it is ``delivered`` (not ``missed``), and it is not sent again."""
@@ -278,6 +285,7 @@ def test_in_doubt_past_the_grace_asks_letta_and_records_delivered(core: Any, fak
     assert [h.outcome for h in history(core.store, sid)] == ["retry", "delivered"]
 
 
+@pytest.mark.slow
 def test_in_doubt_past_the_grace_and_not_in_letta_is_missed(core: Any, fake: FakeLetta, clock: Clock) -> None:
     sid = add_schedule(core.store, fake.agent_ids[0], "p", T0)
     fake.fail_next(1, "drop")  # a reset: in doubt, but Letta never got it
@@ -289,6 +297,7 @@ def test_in_doubt_past_the_grace_and_not_in_letta_is_missed(core: Any, fake: Fak
     assert get(core.store, sid).state == "completed"
 
 
+@pytest.mark.slow
 def test_an_auth_error_keeps_the_occurrence_in_doubt(core: Any, fake: FakeLetta, clock: Clock) -> None:
     add_schedule(core.store, fake.agent_ids[0], "p", T0)
     fake.configure(visible_delay=0.5)
@@ -306,6 +315,7 @@ def test_an_auth_error_keeps_the_occurrence_in_doubt(core: Any, fake: FakeLetta,
     assert deliver(core, again, "A").outcome == "delivered" and len(fake.received) == 1
 
 
+@pytest.mark.slow
 def test_the_settle_time_counts_from_the_write(fake: FakeLetta) -> None:
     """The client's timeout runs from the request's start, a connect included; a request written late
     in it (here the guard, asked with the connection ready, takes 0.3 s) gave Letta that much less
@@ -331,6 +341,7 @@ def test_the_settle_time_counts_from_the_write(fake: FakeLetta) -> None:
     assert decision.delay == pytest.approx(0.6 + err.details[WRITTEN_AFTER])
 
 
+@pytest.mark.slow
 def test_an_answer_lost_in_flight_waits_at_least_the_client_timeout(core: Any, fake: FakeLetta) -> None:
     """A request Letta was still working on when the client gave up must land before the next attempt
     asks for it: that retry waits at least PROMPTYOSELF_LETTA_TIMEOUT (a 503 only its backoff)."""

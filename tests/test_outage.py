@@ -66,6 +66,7 @@ def test_the_policy_retries_until_the_grace_not_a_count() -> None:
     assert counted.gives_up(3, late=1.0) and not counted.gives_up(2, late=1.0)
 
 
+@pytest.mark.slow
 def test_an_outage_longer_than_ten_attempts_loses_nothing(tmp_path: Path, loops: list[Running]) -> None:
     """The red team's case: 10 attempts used up during an outage, the one-time prompt failed for good.
     Here Letta refuses every send for ~25 attempts' worth of backoff, then recovers: delivered once."""
@@ -88,6 +89,7 @@ def test_an_outage_longer_than_ten_attempts_loses_nothing(tmp_path: Path, loops:
         core.close()
 
 
+@pytest.mark.slow
 def test_waiting_prompts_resume_when_letta_answers_again(tmp_path: Path, loops: list[Running]) -> None:
     """Letta goes away; the prompt's next try is 15-30 s off. Letta comes back: the loop's probe sees
     it and the prompt goes at once, not after its backoff. Health counted it while it waited."""
@@ -164,6 +166,7 @@ def test_a_deleted_or_replaced_database_file_stops_writes(tmp_path: Path, how: s
 # ---- the clock -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_clock_jump_back_re_arms_recurring_schedules(tmp_path: Path, loops: list[Running]) -> None:
     """The clock goes back 2 hours: an every-30m schedule would be silent for 2 hours; it is re-armed
     to the first slot after the current time, and health says the clock jumped."""

@@ -59,6 +59,7 @@ def sanctum_commands(help_text: str) -> list[str]:
     return commands
 
 
+@pytest.mark.slow
 def test_help_as_a_file(tmp_path):
     proc = run_plugin(["--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -71,6 +72,7 @@ def test_help_as_a_file(tmp_path):
     assert "schedule" in expected and "import-legacy" in expected
 
 
+@pytest.mark.slow
 def test_command_help_as_a_file(tmp_path):
     proc = run_plugin(["schedule", "--help"], tmp_path)
     assert proc.returncode == 0
@@ -78,6 +80,7 @@ def test_command_help_as_a_file(tmp_path):
         assert flag in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_command_as_a_plugin_host_runs_it(tmp_path):
     proc = run_plugin(
         ["schedule", "--prompt", "Plugin-made reminder", "--time", "in 5m", "--agent-id", AGENT,
@@ -96,6 +99,7 @@ def test_a_command_as_a_plugin_host_runs_it(tmp_path):
     assert (tmp_path / "plugin.db").is_file()  # PROMPTYOSELF_DB, not the working directory's file
 
 
+@pytest.mark.slow
 def test_a_failing_command_exits_1_with_a_json_error(tmp_path):
     proc = run_plugin(["cancel", "424242"], tmp_path)
     assert proc.returncode == 1
@@ -105,6 +109,7 @@ def test_a_failing_command_exits_1_with_a_json_error(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["schedule", "--prompt", "x"], ["no-such-command"], ["list", "--limit", "many"]])
 def test_usage_errors_exit_2_with_nothing_on_stdout(tmp_path, args):
     proc = run_plugin(args, tmp_path)

@@ -199,6 +199,7 @@ def test_with_schema_keeps_other_options() -> None:
 # ---- tools --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_schedule_tools_list_paging_and_state_changes(client: Client, fake_letta: Any) -> None:
     agent = unique_agent(fake_letta)
     t = await call(client, "promptyoself_schedule_time", prompt="once", time="in 5m", agent_id=agent)
@@ -243,6 +244,7 @@ async def test_schedule_tools_list_paging_and_state_changes(client: Client, fake
     assert err["code"] == "agent_not_found"
 
 
+@pytest.mark.slow
 async def test_history_on_pg(client: Client, pg_core: Core, fake_letta: Any) -> None:
     agent = unique_agent(fake_letta)
     made = await call(client, "promptyoself_schedule_time", prompt="h", time="in 5m", agent_id=agent)
@@ -265,6 +267,7 @@ async def test_history_on_pg(client: Client, pg_core: Core, fake_letta: Any) -> 
     assert err["code"] == "not_found"
 
 
+@pytest.mark.slow
 async def test_idempotency_key_dedups_on_pg(client: Client, fake_letta: Any) -> None:
     agent = unique_agent(fake_letta)
     args = {"prompt": "standup", "cron": "0 9 * * *", "agent_id": agent, "idempotency_key": "k-1"}
@@ -282,6 +285,7 @@ async def test_idempotency_key_dedups_on_pg(client: Client, fake_letta: Any) -> 
     assert listed["total"] == 4
 
 
+@pytest.mark.slow
 def test_concurrent_idempotent_calls_from_threads_make_one_row(pg_core: Core, fake_letta: Any) -> None:
     agent = unique_agent(fake_letta)
     n = 8
@@ -301,6 +305,7 @@ def test_concurrent_idempotent_calls_from_threads_make_one_row(pg_core: Core, fa
     assert len(rows) == 1 and rows[0].idempotency_key == "retry-me"
 
 
+@pytest.mark.slow
 async def test_concurrent_idempotent_tool_calls_make_one_row(client: Client, fake_letta: Any) -> None:
     import asyncio
 
@@ -315,6 +320,7 @@ async def test_concurrent_idempotent_tool_calls_make_one_row(client: Client, fak
     assert (await call(client, "promptyoself_list", agent_id=agent))["total"] == 1
 
 
+@pytest.mark.slow
 async def test_quota_counts_live_schedules_on_pg(store_url: str, fake_letta: Any) -> None:
     core = Core(pg_settings(store_url, letta_base_url=fake_letta.url, max_active_per_agent=2))
     try:
@@ -330,6 +336,7 @@ async def test_quota_counts_live_schedules_on_pg(store_url: str, fake_letta: Any
         core.close()
 
 
+@pytest.mark.slow
 async def test_letta_and_agent_tools_with_pg_core(client: Client, fake_letta: Any) -> None:
     assert (await call(client, "promptyoself_test"))["status"] == "success"
     agents = await call(client, "promptyoself_agents")
@@ -347,6 +354,7 @@ async def test_letta_and_agent_tools_with_pg_core(client: Client, fake_letta: An
     assert (await call(client, "promptyoself_get_scoped_default_agent"))["agent_id"] == agent
 
 
+@pytest.mark.slow
 async def test_health_on_pg_shows_the_url_without_password(pg_core: Core, fake_letta: Any) -> None:
     async with Client(build_server(pg_core)) as c:
         health = await call(c, "health")
@@ -378,6 +386,7 @@ def test_health_masks_a_password_in_the_pg_url(store_url: str) -> None:
         core.close()
 
 
+@pytest.mark.slow
 async def test_execute_and_executor_status_on_pg(client: Client, pg_core: Core, fake_letta: Any) -> None:
     """The delivery tools on PG (claims use FOR UPDATE SKIP LOCKED there); the multi-process delivery
     tests on PostgreSQL live with the delivery tests."""

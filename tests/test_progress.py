@@ -16,6 +16,8 @@ from argparse import Namespace
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from bench.run import Section, run_sections
 from promptyoself.core import legacy
 from promptyoself.core.operations import Core
@@ -57,6 +59,7 @@ def test_the_core_reports_progress_through_a_plain_callable(core: Core, tmp_path
     assert [d for d, _ in calls] == list(range(121))
 
 
+@pytest.mark.slow
 def test_import_legacy_draws_a_bar_on_a_terminal_stderr_and_keeps_stdout_json(tmp_path: Path) -> None:
     old = many_rows(tmp_path / "old.db")
     master, slave = pty.openpty()
@@ -73,6 +76,7 @@ def test_import_legacy_draws_a_bar_on_a_terminal_stderr_and_keeps_stdout_json(tm
     assert json.loads(out)["imported"] == ROWS  # stdout: the one JSON result, no bar in it
 
 
+@pytest.mark.slow
 def test_import_legacy_piped_draws_nothing(tmp_path: Path) -> None:
     old = many_rows(tmp_path / "old.db")
     proc = subprocess.run([sys.executable, "-m", "promptyoself", "import-legacy", str(old)], capture_output=True,

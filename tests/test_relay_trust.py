@@ -98,6 +98,7 @@ def test_a_folder_of_ours_inside_a_private_parent_is_trusted(tmp_runtime: Path) 
     assert stat.S_IMODE(folder.lstat().st_mode) == 0o700 and trusted_folder(str(folder))
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_runtime_folder_another_user_made_is_refused_by_both_sides(
     tmp_runtime: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -152,6 +153,7 @@ def test_nothing_is_chmod_ed_through_a_symlink(tmp_runtime: Path, tmp_path: Path
     assert connect(_values(tmp_path / "relay.db"), timeout=2) is None
 
 
+@pytest.mark.slow
 @needs_root
 def test_the_relay_checks_who_listens_after_connecting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The race the red team won (2 of 40): the folder checks pass, then another user's listener is
@@ -199,6 +201,7 @@ CONNECT_AS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @needs_root
 def test_the_service_serves_no_other_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Even with its folder and socket opened to everyone (a careless chmod), a connection from another
@@ -226,6 +229,7 @@ def test_the_service_serves_no_other_user(tmp_path: Path, monkeypatch: pytest.Mo
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_relay_still_reaches_a_service_of_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runtime = Path(tempfile.mkdtemp(prefix="pys-tr-"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))

@@ -25,6 +25,7 @@ def client(db_path: Path, fake_letta: Any) -> Iterator[TestClient]:
     core.close()
 
 
+@pytest.mark.slow
 def test_every_tool_operation_over_rest(client: TestClient, fake_letta: Any) -> None:
     agent = fake_letta.agent_ids[0]
     t = client.post("/api/schedules/time", json={"prompt": "once", "time": "2099-01-02T03:04:05",
@@ -48,6 +49,7 @@ def test_every_tool_operation_over_rest(client: TestClient, fake_letta: Any) -> 
     assert h.status_code == 200 and h.json()["deliveries"] == []
 
 
+@pytest.mark.slow
 def test_errors_map_to_http_statuses(client: TestClient, fake_letta: Any) -> None:
     agent = fake_letta.agent_ids[0]
     past = client.post("/api/schedules/time", json={"prompt": "x", "time": "2000-01-01T00:00:00Z", "agent_id": agent})
@@ -65,6 +67,7 @@ def test_errors_map_to_http_statuses(client: TestClient, fake_letta: Any) -> Non
     assert unknown.status_code == 404 and unknown.json()["code"] == "agent_not_found"
 
 
+@pytest.mark.slow
 def test_openapi_document_lists_routes(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     paths = doc["paths"]
@@ -75,6 +78,7 @@ def test_openapi_document_lists_routes(client: TestClient) -> None:
     assert "TimeRequest" in doc["components"]["schemas"]
 
 
+@pytest.mark.slow
 def test_every_route_needs_the_token(client: TestClient) -> None:
     for method, path in [("GET", "/api/schedules"), ("POST", "/api/schedules/time"),
                          ("DELETE", "/api/schedules/1"), ("GET", "/api/history"), ("GET", "/nope")]:
@@ -91,6 +95,7 @@ def assert_error_shape(response: Any, status: int, code: str) -> dict[str, Any]:
     return dict(body)
 
 
+@pytest.mark.slow
 def test_one_error_shape_with_fitting_statuses_and_rest_words(db_path: Path, fake_letta: Any) -> None:
     core = Core(make_settings(db_path, letta_base_url=fake_letta.url, http_token=TOKEN, max_prompt_chars=50,
                               max_active_per_agent=1))
@@ -141,6 +146,7 @@ def test_every_mcp_next_step_has_rest_words() -> None:
     assert not any("promptyoself_" in words for words in rest.NEXT_STEPS.values())
 
 
+@pytest.mark.slow
 def test_the_x_agent_id_header_is_the_agent_when_the_body_names_none(client: TestClient, fake_letta: Any) -> None:
     first, second = fake_letta.agent_ids[0], fake_letta.agent_ids[1]
     made = client.post("/api/schedules/cron", json={"prompt": "hi", "cron": "0 9 * * *"},
@@ -157,6 +163,7 @@ def test_the_x_agent_id_header_is_the_agent_when_the_body_names_none(client: Tes
     assert made.json()["agent_id"] == first
 
 
+@pytest.mark.slow
 def test_docs_page_works_offline_and_without_the_token(client: TestClient) -> None:
     import re
 
@@ -178,6 +185,7 @@ def test_docs_page_works_offline_and_without_the_token(client: TestClient) -> No
     assert client.post("/docs", headers=bare).status_code == 401  # only reading is open
 
 
+@pytest.mark.slow
 def test_an_idempotent_retry_is_the_same_schedule_and_other_arguments_conflict(client: TestClient,
                                                                               fake_letta: Any) -> None:
     agent = fake_letta.agent_ids[0]

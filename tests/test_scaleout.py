@@ -31,6 +31,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@pytest.mark.slow
 def test_a_contended_executor_claims_again_promptly_not_after_its_interval(tmp_path: Path, fake: FakeLetta) -> None:
     """Agent X has two due occurrences; another process holds a claim on the first. Our executor
     (re-reading only every 30 s) sees the second due but cannot claim it (its agent is busy
@@ -74,6 +75,7 @@ def test_no_more_claims_than_the_senders_can_send_within_the_lease() -> None:
     assert planner.hold_limit(replace(backlog, send_s=20.0)) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_a_claim_reports_whether_more_was_due_than_it_asked_for(
     tmp_path: Path, fake: FakeLetta, backend: str, request: pytest.FixtureRequest

@@ -104,6 +104,7 @@ async def _call_everything(core: Core, agent: str) -> tuple[str, dict[str, Any]]
     return "\n".join(out), codes
 
 
+@pytest.mark.slow
 async def test_tool_calls_never_leak(secret_env: Path, fake_letta_refusing: Any,
                                      caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,6 +159,7 @@ async def test_tool_calls_never_leak(secret_env: Path, fake_letta_refusing: Any,
     assert out == ""
 
 
+@pytest.mark.slow
 async def test_secret_inside_an_exception_is_redacted(secret_env: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Defence in depth: even if a library puts a secret into an exception, handlers redact it."""
@@ -182,6 +184,7 @@ async def test_secret_inside_an_exception_is_redacted(secret_env: Path, monkeypa
         assert_clean(text, where)
 
 
+@pytest.mark.slow
 def test_cli_never_leaks(secret_env: Path, fake_letta_refusing: Any, capsys: pytest.CaptureFixture[str]) -> None:
     agent = fake_letta_refusing.agent_ids[0]
     runs = [
@@ -207,6 +210,7 @@ def test_cli_never_leaks(secret_env: Path, fake_letta_refusing: Any, capsys: pyt
     assert_clean(secret_env.read_text(encoding="utf-8"), "log file")
 
 
+@pytest.mark.slow
 def test_cli_subprocess_never_leaks(secret_env: Path, tmp_path: Path) -> None:
     import os
 

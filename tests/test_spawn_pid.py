@@ -22,6 +22,8 @@ from promptyoself.store.lease import SPAWN_PREFIX
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, make_core, wait_until
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 
 def test_health_right_after_a_spawn_never_shows_the_servers_pid(
     db: Path, fake: FakeLetta, monkeypatch: pytest.MonkeyPatch

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
          "promptyoself.store.db", "promptyoself.delivery.entry_points", "promptyoself.delivery.worker",

@@ -156,6 +156,7 @@ def test_state_changes_deletes_and_updates_that_change_no_state(store: Store) ->
     assert check(store) == expected
 
 
+@pytest.mark.slow
 def test_core_operations_claims_and_delivery(url: str) -> None:
     clock = Clock()
     with FakeLetta(agents=3) as fake:

@@ -130,6 +130,7 @@ def test_service_status_shows_the_worker_lease(home: Path, tmp_path: Path, capsy
     assert f"service pid {os.getpid()}" in status["message"]
 
 
+@pytest.mark.slow
 def test_the_cli_help_lists_service(capsys: pytest.CaptureFixture[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "promptyoself", "service", "--help"], capture_output=True,
                           text=True, timeout=60)
@@ -192,6 +193,7 @@ def test_dockerfile_runs_the_service() -> None:
     assert "HEALTHCHECK" in text and "/healthz" in text and "USER " in text
 
 
+@pytest.mark.slow
 def test_the_units_pass_systemd_analyze_and_keep_tmp_private(home: Path, tmp_path: Path) -> None:
     import shutil
     import subprocess

@@ -51,6 +51,7 @@ async def call(client: Client[Any], tool: str, args: dict[str, Any]) -> dict[str
     return dict(result.structured_content)
 
 
+@pytest.mark.slow
 async def test_mcp_natural_time_with_its_zone(client: Client[Any], fake: FakeLetta) -> None:
     r = await call(client, "promptyoself_schedule_time", {
         "prompt": "p", "time": "tomorrow at 9am europe/berlin", "agent_id": fake.agent_ids[0]})
@@ -61,6 +62,7 @@ async def test_mcp_natural_time_with_its_zone(client: Client[Any], fake: FakeLet
     assert r["catch_up"] == "latest"
 
 
+@pytest.mark.slow
 async def test_mcp_rules_in_words_and_rrule(client: Client[Any], fake: FakeLetta) -> None:
     r = await call(client, "promptyoself_schedule_cron", {
         "prompt": "standup", "cron": "every weekday at 9", "timezone": "Europe/Berlin",
@@ -77,6 +79,7 @@ async def test_mcp_rules_in_words_and_rrule(client: Client[Any], fake: FakeLetta
     assert all(len(s["upcoming"]) >= 3 and s["catch_up"] for s in listed["schedules"])
 
 
+@pytest.mark.slow
 async def test_mcp_errors_name_what_to_write(client: Client[Any], fake: FakeLetta) -> None:
     agent = fake.agent_ids[0]
     r = await call(client, "promptyoself_schedule_time", {"prompt": "p", "time": "friday", "agent_id": agent})
@@ -115,6 +118,7 @@ def test_terminal_times_carry_the_zone() -> None:
     assert tables.show_time("2026-12-25T08:00:00+00:00", tables.ZoneInfo("UTC")) == "2026-12-25 08:00:00 +00:00 UTC"
 
 
+@pytest.mark.slow
 def test_rest_takes_catch_up_and_words_and_letta_api_is_unchanged(tcore: Core, fake: FakeLetta) -> None:
     agent = fake.agent_ids[0]
     with TestClient(build_rest_app(tcore), headers={"Authorization": "Bearer t"}) as c:
@@ -136,6 +140,7 @@ def test_rest_takes_catch_up_and_words_and_letta_api_is_unchanged(tcore: Core, f
         assert datetime.fromisoformat(listed["scheduled_messages"][0]["next_scheduled_time"])
 
 
+@pytest.mark.slow
 def test_a_zone_in_start_at_is_the_interval_schedules_zone(tcore: Core, fake: FakeLetta) -> None:
     r = tcore.schedule_every("p", "1d", start_at="tomorrow 9am Europe/Berlin", agent_id=fake.agent_ids[0],
                              skip_validation=True)

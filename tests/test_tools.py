@@ -17,6 +17,8 @@ from promptyoself.faces.mcp import build_server
 from testkit.fake_letta import FakeLetta
 from tests.conftest import FIXED_NOW, make_settings
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartbeat"}
 
 # docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).

@@ -15,6 +15,8 @@ import pytest
 from promptyoself.errors import LettaUnavailable
 from promptyoself.letta.client import LettaClient
 
+pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
+
 AGENT = "agent-11111111-2222-3333-4444-555555555555"
 TIMEOUT = 1.5
 

@@ -124,6 +124,7 @@ def in_memory_tools(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
 # ---- the same tools over both transports -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_same_tools_as_in_memory(served: Served, in_memory_tools: set[str]) -> None:
     async with served.client() as c:
         names = {t.name for t in await c.list_tools()}
@@ -131,6 +132,7 @@ async def test_same_tools_as_in_memory(served: Served, in_memory_tools: set[str]
     assert "promptyoself_schedule_time" in names and "health" in names
 
 
+@pytest.mark.slow
 async def test_schedule_and_list(served: Served) -> None:
     async with served.client() as c:
         made = await c.call_tool(
@@ -144,6 +146,7 @@ async def test_schedule_and_list(served: Served) -> None:
     assert made.structured_content["id"] in ids
 
 
+@pytest.mark.slow
 async def test_errors_are_tool_errors(served: Served) -> None:
     async with served.client() as c:
         result = await c.call_tool(
@@ -156,6 +159,7 @@ async def test_errors_are_tool_errors(served: Served) -> None:
     assert body["status"] == "error" and body["code"] == "invalid_time"
 
 
+@pytest.mark.slow
 async def test_x_agent_id_header_is_used(served: Served) -> None:
     async with served.client(headers={"X-Agent-Id": AGENT_HDR}) as c:
         made = await c.call_tool(
@@ -178,6 +182,7 @@ async def test_x_agent_id_header_is_used(served: Served) -> None:
     assert rows and {r["agent_id"] for r in rows} == {AGENT_HDR}
 
 
+@pytest.mark.slow
 async def test_without_header_no_agent(served: Served) -> None:
     async with served.client() as c:
         result = await c.call_tool(
@@ -188,6 +193,7 @@ async def test_without_header_no_agent(served: Served) -> None:
     assert json.loads(result.content[0].text)["code"] == "agent_required"
 
 
+@pytest.mark.slow
 def test_default_bind_is_loopback(served: Served) -> None:
     addr = _listen_address(served.port)
     if addr is None:
@@ -196,6 +202,7 @@ def test_default_bind_is_loopback(served: Served) -> None:
     assert "Uvicorn running on http://127.0.0.1:" in served.proc.stderr()
 
 
+@pytest.mark.slow
 def test_nothing_on_stdout(served: Served) -> None:
     """Even over HTTP, logs (uvicorn's included) go to stderr, never stdout."""
     proc = served.proc.proc
@@ -211,6 +218,7 @@ def test_nothing_on_stdout(served: Served) -> None:
 # ---- binding rules ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_exposed_bind_refused_without_flag_or_token(tmp_path: Path) -> None:
     """0.0.0.0 without --allow-external, and with it but without a token: exit 2, reason on stderr."""
     port = free_port()
@@ -277,6 +285,7 @@ INIT = {
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "auth",
     [None, "Bearer wrong-token", f"Basic {TOKEN}", f"Bearer {TOKEN}x", "Bearer", f"{TOKEN}"],
@@ -292,6 +301,7 @@ def test_http_needs_the_bearer_token(exposed_http: Served, auth: str | None) -> 
     assert TOKEN not in resp.text
 
 
+@pytest.mark.slow
 def test_exposed_server_binds_all_interfaces(exposed_http: Served) -> None:
     addr = _listen_address(exposed_http.port)
     if addr is None:
@@ -299,6 +309,7 @@ def test_exposed_server_binds_all_interfaces(exposed_http: Served) -> None:
     assert addr == "0.0.0.0"
 
 
+@pytest.mark.slow
 async def test_http_with_token_works(exposed_http: Served, in_memory_tools: set[str]) -> None:
     resp = httpx.post(exposed_http.url, json=INIT, headers={**ACCEPT, "Authorization": f"bearer {TOKEN}"},
                       timeout=10)
@@ -310,6 +321,7 @@ async def test_http_with_token_works(exposed_http: Served, in_memory_tools: set[
         assert made.structured_content["agent_id"] == AGENT_HDR
 
 
+@pytest.mark.slow
 async def test_wrong_token_client_fails(exposed_http: Served) -> None:
     from mcp.shared.exceptions import MCPError
 
@@ -319,6 +331,7 @@ async def test_wrong_token_client_fails(exposed_http: Served) -> None:
             await c.list_tools()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/sse", "/messages/?session_id=0123456789abcdef0123456789abcdef"])
 def test_sse_routes_need_the_token(token_sse: Served, path: str) -> None:
     url = f"http://127.0.0.1:{token_sse.port}{path}"
@@ -332,6 +345,7 @@ def test_sse_routes_need_the_token(token_sse: Served, path: str) -> None:
         assert resp.status_code == 401
 
 
+@pytest.mark.slow
 async def test_sse_with_token_works(token_sse: Served) -> None:
     async with token_sse.client(headers={"X-Agent-Id": AGENT_HDR}) as c:
         made = await c.call_tool("promptyoself_schedule_time",
@@ -341,11 +355,13 @@ async def test_sse_with_token_works(token_sse: Served) -> None:
     assert listed.structured_content["count"] == 1
 
 
+@pytest.mark.slow
 def test_token_never_logged(exposed_http: Served, token_sse: Served) -> None:
     for served in (exposed_http, token_sse):
         assert TOKEN not in served.proc.stderr()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["http", "sse"])
 def test_the_mcp_only_servers_refuse_a_foreign_host_or_origin(
     kind: str, http_server: Served, sse_server: Served

@@ -26,17 +26,19 @@ import json
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import catchup, timing
 from promptyoself.delivery import budget
+from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.claims import count_attempts_with_error, release_claims
 from promptyoself.store.records import ScheduleRow, column_names
+from promptyoself.targets.base import Occurrence
 
 log = logging.getLogger(__name__)
 
@@ -184,19 +186,43 @@ def envelope(claim: Claim, now: datetime, message_format: str = "annotated") -> 
 # ---- the delivery ----------------------------------------------------------------------------
 
 
+def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
+    """The occurrence as its target sees it (``targets.base.Occurrence``): the otid as its id, the
+    envelope as its text, a scheduling-API schedule's stored body as ``options["payload"]``."""
+    options: dict[str, Any] = {}
+    if claim.letta_payload:
+        options["payload"] = json.loads(claim.letta_payload)
+    return Occurrence(schedule_id=claim.id, occurrence_id=otid_for(claim), agent_id=claim.agent_id, text=text,
+                      prompt=claim.prompt_text, due=claim.next_run, attempt=number,
+                      conversation_id=claim.conversation_id, options=options)
+
+
 def attempt(
-    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None,
+    targets: Targets | None = None,
 ) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
     (stopping before the send, or the fence ``may_send`` says the claim is lost or about to run
-    out: the claim is released, nothing is sent). Never raises for Letta errors."""
+    out: the claim is released, nothing is sent). Never raises for a target's errors. ``targets``:
+    the executor's (``delivery.bridge``); without, the attempt opens its own and closes them after."""
+    if targets is not None:
+        return _attempt(core, claim, owner, stopping, may_send, targets)
+    own = Targets(core.settings)
+    try:
+        return _attempt(core, claim, owner, stopping, may_send, own)
+    finally:
+        own.close()
+
+
+def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
+             targets: Targets) -> Attempt | Result:
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
     plan, missed = catch_up_plan(claim, now, settings.misfire_grace), None
     if plan.deliver != claim.next_run:  # the claimed slot is missed (catch_up): record, maybe skip ahead
         missed = missed_text(claim, plan, now, settings.misfire_grace)
-        if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask Letta first (below)
+        if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask the target first (below)
             return Attempt(claim, owner, "missed", now, number, error=missed, skip_to=plan.deliver,
                            also_missed=plan.missed[1:])
     if stopping is not None and stopping.is_set():
@@ -205,16 +231,16 @@ def attempt(
     if may_send is not None and not may_send():
         give_back(core, owner, [claim])  # a no-op when someone else holds it now
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
-    text = envelope(claim, now, settings.message_format)
-    otid = otid_for(claim)
+    occ = occurrence_of(claim, envelope(claim, now, settings.message_format), number)
+    otid = occ.occurrence_id
     try:
-        target = core.target(claim.target)
-        if claim.in_doubt:  # an earlier attempt may have reached Letta: ask before sending again
-            seen, found_run = target.find_run(claim.agent_id, otid, claim.conversation_id)
-            if seen == "found":  # history names the run that carried it (when Letta says)
-                return Attempt(claim, owner, "delivered", now, number, run_id=found_run,
+        target = targets.get(claim.target)
+        if claim.in_doubt:  # an earlier attempt may have reached the agent: ask before sending again
+            found = targets.call(target.lookup(occ))
+            if found.state == "found":  # history names the run that carried it (when the target says)
+                return Attempt(claim, owner, "delivered", now, number, run_id=found.run_id,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
-            if seen == "pending":  # the agent has runs not started yet: one may carry it; look later
+            if found.state == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"otid {otid} not in Letta yet but the agent has runs pending; not sent"
                 raise StillPending(msg)
             if missed is not None:  # it never arrived, and it is too late to send it now
@@ -224,18 +250,21 @@ def attempt(
         verdict = budget.check(core, claim, now)  # the daily budgets: over them, record, do not send
         if verdict.over is not None:
             return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
-        text = budget.announce(text, verdict)
-        payload = json.loads(claim.letta_payload) if claim.letta_payload else None
-        # The claim's fence is asked again right before the request is written (after the look-up
-        # above, and as late as the client can): a holder that stalled since gives the claim back.
-        sent = target.send(claim.agent_id, text, otid=otid, conversation_id=claim.conversation_id,
-                           payload=payload, guard=may_send, attempt=number)
+        occ = replace(occ, text=budget.announce(occ.text, verdict))
+        # The claim's fence is asked again by the target right before the request is written (after
+        # the look-up above, and as late as it can): a holder that stalled since gives the claim back.
+        sent = targets.call(target.send(occ, may_send or _open))
     except Exception as exc:  # what it means, and what next, is the retry policy's decision
         if not isinstance(exc, PromptYoSelfError):
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return _after_failure(core, claim, owner, now, number, exc)
-    return Attempt(claim, owner, "delivered", now, number, run_id=sent.get("run_id"), route=sent.get("route"),
+    return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed)
+
+
+def _open() -> bool:
+    """The fence of an attempt made without one (tests, a one-off): always open."""
+    return True
 
 
 def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:

@@ -1,18 +1,14 @@
-"""The claim keeper under the delivery loop: ``ClaimKeeper`` (renews this executor's claims while it
-holds them and fences a send whose claim may have run out) and ``DaemonPool`` (the blocking work off
-the event loop)."""
+"""The claim keeper under the delivery loop: ``ClaimKeeper`` renews this executor's claims while it
+holds them and fences a send whose claim may have run out."""
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Executor as _FuturesExecutor
-from concurrent.futures import Future
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from promptyoself.store.claims import renew_claims
 
@@ -20,57 +16,6 @@ if TYPE_CHECKING:
     from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
-
-
-class DaemonPool(_FuturesExecutor):
-    """A fixed pool of daemon threads. Unlike ``ThreadPoolExecutor`` it never delays interpreter exit
-    (a send stuck in a timeout must not keep a stopping server alive)."""
-
-    def __init__(self, size: int, name: str) -> None:
-        self._size = max(1, size)
-        self._name = name
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("pool is shut down")
-            if not self._threads:
-                for i in range(self._size):
-                    t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
-                    t.start()
-                    self._threads.append(t)
-        fut: Future[Any] = Future()
-        self._queue.put((fut, fn, args, kwargs))
-        return fut
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fut, fn, args, kwargs = item
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                fut.set_exception(exc)
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        if wait:
-            for t in threads:
-                t.join()
 
 
 class ClaimKeeper:

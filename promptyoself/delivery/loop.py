@@ -26,13 +26,15 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt, give_back, policy
-from promptyoself.delivery.claim_keeper import ClaimKeeper, DaemonPool
+from promptyoself.delivery.bridge import Targets
+from promptyoself.delivery.claim_keeper import ClaimKeeper
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import Recorder, record_batch
 from promptyoself.delivery.senders import SenderPool
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport, claim_due, next_due, resume_waiting
+from promptyoself.targets.blocking import DaemonPool
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,7 @@ class Executor:
         self.max_in_flight = int(s.max_in_flight)
         self._pool = DaemonPool(self.max_in_flight + 2, f"promptyoself-{role}")
         self._keeper = ClaimKeeper(core.store, self.owner, self.lease, core.now)
+        self.targets = Targets(s)  # the targets it sends to, on its event loop (set by ``run``)
         self._stop = threading.Event()
         self._done = threading.Event()
         self._done.set()
@@ -176,6 +179,7 @@ class Executor:
     async def run(self) -> None:
         """Deliver until ``request_stop``. Safe to run as a task in any event loop."""
         self._loop = asyncio.get_running_loop()
+        self.targets.loop = self._loop
         self._wake_event = asyncio.Event()
         self._done.clear()
         if not self._listening and self._cutoff is None:  # wake when this process adds or changes a schedule
@@ -205,18 +209,19 @@ class Executor:
                             "the lease and another process retries", self.holdings.under_way())
             self.holdings.close()
             self._keeper.stop()
+            await self.targets.aclose()
             self.running = False
             self._wake_event = None
             self._done.set()
             log.info("delivery loop %s stopped", self.owner)
 
     def _warm_up(self) -> None:
-        """Open the Letta client (it imports httpx) before anything is due, not in the first send:
-        when a burst falls due, every worker would otherwise spend its first ~0.1 s importing."""
+        """Open the default target (its client imports httpx) before anything is due, not in the first
+        send: when a burst falls due, every worker would otherwise spend its first ~0.1 s importing."""
         try:
-            _ = self.core.letta
+            self.targets.get(None)
         except Exception:  # the first send reports what is wrong
-            log.debug("opening the Letta client failed; the first send will retry", exc_info=True)
+            log.debug("opening the default target failed; the first send will retry", exc_info=True)
 
     async def _loop_body(self) -> None:
         """While claims come back full (a backlog), claims run ahead, up to ``3 * max_in_flight``
@@ -312,22 +317,13 @@ class Executor:
         settings = self.core.settings
         return max(0.05, min(15.0, float(settings.retry_max), 5 * float(settings.executor_interval)))
 
-    def _probe(self) -> None:
-        """Letta answers: its REST API, or else the Letta Code App Server when one is configured."""
-        try:
-            self.core.letta.list_agents(limit=1)
-        except Exception:
-            if not self.core.settings.letta_code_url:
-                raise
-            self.core.target("letta-code").probe()
-
     async def _after_outage(self) -> bool:
         """During an outage, ask Letta every few seconds whether it answers again; once it does (or a
         delivery succeeded), the prompts waiting out a backoff are due now. True when some were."""
         if self._outage and not self._probed and time.monotonic() >= self._probe_at:
             self._probe_at = time.monotonic() + self._probe_every()
             try:
-                await self._io(self._probe)
+                await self.targets.probe()  # a target this executor sends to answers again
             except Exception:
                 return False
             self._probed = self._resume = True
@@ -394,7 +390,8 @@ class Executor:
         return self._may_take() and not self._out_of_time()
 
     def _send(self, claim: Claim) -> Attempt | Result:
-        return attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim))
+        return attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim),
+                       targets=self.targets)
 
     def _released(self, claim: Claim, res: Result | None) -> None:
         """Released unsent (stopping, or fenced off), or a bug: the claim expires; the loop may claim again."""

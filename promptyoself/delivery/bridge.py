@@ -1,0 +1,95 @@
+"""The targets one executor talks to (issue 30 point 1). The engine names no target: a schedule's
+``target`` column is looked up in ``promptyoself.targets.registry``, and the target is reached only
+through ``DeliveryTarget`` (send behind the claim's fence, look-up, probe).
+
+A target's coroutines run on the executor's event loop (a target may hold clients bound to it: the
+webhook target's ``httpx.AsyncClient``); a sender thread hands them over (``call``) and waits. Called
+without an executor (``attempt`` on its own: tests, a one-off), each call runs in a loop of its own,
+and the targets are closed after the attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from promptyoself.config import Settings
+from promptyoself.errors import LettaUnavailable, NotSent
+from promptyoself.targets import registry
+from promptyoself.targets.base import DeliveryTarget
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class Targets:
+    def __init__(self, settings: Settings, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.settings = settings
+        self.loop = loop
+        self._held: dict[str, DeliveryTarget] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str | None) -> DeliveryTarget:
+        """The target ``name`` (the default one for None), built from the registry on first use."""
+        key = name or registry.DEFAULT
+        with self._lock:
+            found = self._held.get(key)
+            if found is None:
+                found = self._held[key] = registry.create(key, self.settings)
+        return found
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a target's coroutine (from a sender thread) and return its answer. A loop that has
+        stopped before the call: ``NotSent`` (nothing was written). A loop that stopped during it: the
+        answer is lost, so a send is in doubt (the next attempt looks it up first)."""
+        loop = self.loop
+        if loop is None:
+            return asyncio.run(coro)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            raise NotSent("the delivery loop has stopped") from None
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise LettaUnavailable("the delivery loop stopped during the call; a send may have arrived",
+                                   transient=True, in_doubt=True) from None
+
+    def held(self) -> list[DeliveryTarget]:
+        with self._lock:
+            return list(self._held.values())
+
+    async def probe(self) -> None:
+        """Does a target answer? Those this executor has used (the default one if none), in turn; the
+        first that answers ends it. Raises the last one's error when none does."""
+        targets = self.held() or [self.get(None)]
+        error: BaseException | None = None
+        for target in targets:
+            try:
+                await target.probe()
+            except Exception as exc:
+                error = exc
+            else:
+                return
+        assert error is not None
+        raise error
+
+    async def aclose(self) -> None:
+        """Close every target held; the next ``get`` builds a new one."""
+        with self._lock:
+            targets, self._held = list(self._held.values()), {}
+        for target in targets:
+            try:
+                await target.aclose()
+            except Exception:
+                log.exception("closing the %s target failed", target.name)
+
+    def close(self) -> None:
+        """``aclose`` from outside any event loop (after an ``attempt`` made on its own)."""
+        if self._held:
+            asyncio.run(self.aclose())

@@ -291,6 +291,7 @@ class Settings(BaseSettings):
     log_backups: int = _field(3, "PROMPTYOSELF_LOG_BACKUPS", "a whole number from 1 to 100", ge=1, le=100)
 
     http_token: SecretStr | None = _field(None, "PROMPTYOSELF_HTTP_TOKEN", ACCEPTS_SECRET)
+    agent_token: SecretStr | None = _field(None, "PROMPTYOSELF_AGENT_TOKEN", ACCEPTS_SECRET)
     letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
     allowed_hosts: str | None = _field(None, "PROMPTYOSELF_ALLOWED_HOSTS",
                                 "host names separated by commas, or * for any (empty = loopback names only)")
@@ -364,7 +365,7 @@ class Settings(BaseSettings):
         names = frozenset(n for n in (self.allowed_hosts or "").split(",") if n)
         return None if "*" in names else names
 
-    @field_validator("letta_api_key", "letta_server_password", "http_token", mode="before")
+    @field_validator("letta_api_key", "letta_server_password", "http_token", "agent_token", mode="before")
     @classmethod
     def _secret(cls, value: object) -> object:
         text = value.get_secret_value() if isinstance(value, SecretStr) else value

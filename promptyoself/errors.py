@@ -57,6 +57,18 @@ class NotFound(PromptYoSelfError):
     code = "not_found"
 
 
+class Forbidden(PromptYoSelfError):
+    """An agent token asked for what only the operator (or another agent) may do: HTTP 403."""
+
+    code = "forbidden"
+
+
+class Unauthorized(PromptYoSelfError):
+    """A credential that is unknown or revoked: HTTP 401."""
+
+    code = "unauthorized"
+
+
 class QuotaExceeded(PromptYoSelfError):
     """A limit of PromptYoSelf's own: an agent's live schedules (``PROMPTYOSELF_MAX_ACTIVE_PER_AGENT``)."""
 

@@ -95,7 +95,7 @@ def settings_secrets(settings: Settings) -> list[str]:
     """Every secret the settings hold: keys, passwords, the HTTP token, passwords inside URLs."""
     found = [
         s.get_secret_value()
-        for s in (settings.letta_api_key, settings.letta_server_password, settings.http_token)
+        for s in (settings.letta_api_key, settings.letta_server_password, settings.http_token, settings.agent_token)
         if s is not None and s.get_secret_value()
     ]
     stripped = [s.strip() for s in found if s.strip() != s]

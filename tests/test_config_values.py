@@ -74,6 +74,7 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_LOG_MAX_BYTES": ("1023", "4096", 4096),
     "PROMPTYOSELF_LOG_BACKUPS": ("101", "100", 100),
     "PROMPTYOSELF_HTTP_TOKEN": ("tok\x7fen", "t0ken", _secret("t0ken")),
+    "PROMPTYOSELF_AGENT_TOKEN": ("pys_agent_\x7f", "pys_agent_t0ken", _secret("pys_agent_t0ken")),
     "PROMPTYOSELF_LETTA_PROXY": ("proxy", "off", False),
     "PROMPTYOSELF_ALLOWED_HOSTS": ("a b", "Promptyoself, [::1]", "promptyoself,[::1]"),
     "PROMPTYOSELF_MAX_REQUEST_BYTES": ("1000", "65536", 65536),

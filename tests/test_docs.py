@@ -357,7 +357,7 @@ def test_every_command_block_of_readme_and_letta_doc_is_run_or_says_why_not(db: 
             out = _run_block(block, _sandbox(tmp_path, db, letta), tmp_path, agent, letta)
             ran.append(first)
             if "install-tools" in block and letta == fake.url:  # the native tools block did its work
-                assert "Installed 5 tools on 1 agent(s)." in out, out[-2000:]
+                assert "Installed 5 tools on 1 agent(s)" in out, out[-2000:]
                 assert {t["name"] for t in fake._agents[agent]["tools"]} >= {"schedule_prompt_at"}
             if first.startswith(REAL_LETTA_ONLY):
                 server = json.loads(out[out.index("{"):out.rindex("}") + 1])

@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -162,35 +163,43 @@ def test_the_tool_source_names_no_token() -> None:
     assert all("import httpx" not in s for s in native_tools.tool_sources().values())
 
 
-def test_install_then_rotate_gives_the_agents_the_services_token(db: Path, fake: FakeLetta) -> None:
+def test_install_gives_each_agent_its_own_token_and_rotation_replaces_it(db: Path, fake: FakeLetta) -> None:
+    """install-tools puts an agent token (never the operator's) in the agent's tool environment; the
+    operator token can be rotated without touching the agents; `token rotate --agent-id` replaces an
+    agent's token in its tools and the old one is refused at once (issue 29 item 10)."""
     env = child_env(db, fake.url)
-    agent = fake.agent_ids[0]
+    agent, other = fake.agent_ids[0], "agent-99999999-0000-0000-0000-000000000009"
     assert cli(env, "token", "rotate").returncode == 0
-    token = read_token_file(token_file(f"sqlite:///{db.resolve()}"))
+    operator = read_token_file(token_file(f"sqlite:///{db.resolve()}"))
     svc = Service(db, env)
     try:
         proc = cli(env, "letta", "install-tools", "--agent-id", agent, "--service-url", svc.url)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         tool_env = {e["key"]: e["value"] for e in fake._agents[agent]["tool_exec_environment_variables"]}
-        assert tool_env == {"PROMPTYOSELF_SERVICE_URL": svc.url, "PROMPTYOSELF_SERVICE_TOKEN": token}
+        assert tool_env["PROMPTYOSELF_SERVICE_URL"] == svc.url
+        token = tool_env["PROMPTYOSELF_SERVICE_TOKEN"]
+        assert token.startswith("pys_agent_") and token != operator
         assert {t["name"] for t in fake._agents[agent]["tools"]} == set(native_tools.TOOLS)
         made = json.loads(tool("schedule_prompt_every", tool_env, agent)("water the plants", "1h"))
         assert made["agent_id"] == agent
+        with pytest.raises(RuntimeError, match="forbidden"):  # the sandbox says it is another agent: refused
+            tool("schedule_prompt_every", tool_env, other)("not mine", "1h")
+        assert svc.get("/metrics", headers={"Authorization": f"Bearer {token}"}).status_code == 403
     finally:
         svc.stop()
+    assert cli(env, "token", "rotate").returncode == 0  # a new operator token: the agent keeps working
     rotated = cli(env, "token", "rotate", "--agent-id", agent, "--service-url", svc.url)
     assert rotated.returncode == 0, rotated.stdout + rotated.stderr
-    new = read_token_file(token_file(f"sqlite:///{db.resolve()}"))
-    assert new != token and "Restart the service" in json.loads(rotated.stdout)["message"]
     tool_env = {e["key"]: e["value"] for e in fake._agents[agent]["tool_exec_environment_variables"]}
-    assert tool_env["PROMPTYOSELF_SERVICE_TOKEN"] == new
-    svc = Service(db, env)  # restarted: the agents' new token works
+    new = tool_env["PROMPTYOSELF_SERVICE_TOKEN"]
+    assert new.startswith("pys_agent_") and new != token
+    svc = Service(db, env)  # restarted with the new operator token
     try:
         moved = {**tool_env, "PROMPTYOSELF_SERVICE_URL": svc.url}  # a new free port for the restarted service
         listed = json.loads(tool("list_my_scheduled_prompts", moved, agent)())
-        with pytest.raises(RuntimeError, match="unauthorized"):  # the old token is refused now
-            tool("list_my_scheduled_prompts", {**moved, "PROMPTYOSELF_SERVICE_TOKEN": token or ""}, agent)()
         assert [s["id"] for s in listed["schedules"]] == [made["id"]]
+        with pytest.raises(RuntimeError, match="unauthorized"):  # the rotated-away token is refused now
+            tool("list_my_scheduled_prompts", {**moved, "PROMPTYOSELF_SERVICE_TOKEN": token}, agent)()
     finally:
         svc.stop()
 
@@ -203,3 +212,26 @@ def test_the_tools_rewording_follows_the_rest_texts() -> None:
                         "GET /api/schedules?include_cancelled=true lists the ids.",
                         "GET /api/schedules lists the ids."):
         assert route_words in source and route_words in " ".join(rest.NEXT_STEPS.values()), route_words
+
+
+def test_token_show_says_what_the_running_service_uses(db: Path, fake: FakeLetta) -> None:
+    """Issue 32 point 5: `token show` in a shell without the token said "runs without one" while the
+    service ran with one from its environment; now it says what the service uses, or that it cannot know."""
+    env = child_env(db, fake.url)
+    alone = json.loads(cli(env, "token", "show").stdout)
+    assert alone["service"] == {"known": False} and "cannot be known" in alone["message"]
+    svc = Service(db, {**env, "PROMPTYOSELF_HTTP_TOKEN": TOKEN})
+    try:
+        for _ in range(100):  # until the service holds the worker lease (it takes it over from a worker)
+            shown = json.loads(cli(env, "token", "show").stdout)
+            if shown["service"]["known"]:
+                break
+            time.sleep(0.2)
+        assert shown["source"] == "none" and shown["service"]["known"] is True
+        assert shown["service"]["source"] == "environment" and shown["service"]["same_as_here"] is False
+        assert "runs from its environment, NOT this shell's token" in shown["message"]
+        assert TOKEN not in cli(env, "token", "show").stdout
+        same = json.loads(cli({**env, "PROMPTYOSELF_HTTP_TOKEN": TOKEN}, "token", "show").stdout)
+        assert same["service"]["same_as_here"] is True and "the same token as this shell" in same["message"]
+    finally:
+        svc.stop()

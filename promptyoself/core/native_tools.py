@@ -1,9 +1,12 @@
 """Native Letta tools: small Python tools uploaded to Letta that call PromptYoSelf's REST API.
 
 Letta runs them in its tool sandbox with ``LETTA_AGENT_ID`` set to the calling agent, plus the
-agent's ``tool_exec_environment_variables``: ``install`` sets ``PROMPTYOSELF_SERVICE_URL`` and (when
-``PROMPTYOSELF_HTTP_TOKEN`` is set) ``PROMPTYOSELF_SERVICE_TOKEN`` there, so the token never appears in
-tool source. Works with a stock Letta (no stdio MCP, no HTTP MCP address rules).
+agent's ``tool_exec_environment_variables``: ``install`` sets ``PROMPTYOSELF_SERVICE_URL`` and
+``PROMPTYOSELF_SERVICE_TOKEN`` there, so the token never appears in tool source. That token is the
+agent's own agent token (``promptyoself.core.agent_tokens``), minted afresh by each install: it acts
+for that agent only, never as the operator's ``PROMPTYOSELF_HTTP_TOKEN`` (an agent cannot approve its
+own schedules or touch another agent's). Works with a stock Letta (no stdio MCP, no HTTP MCP address
+rules).
 """
 
 from __future__ import annotations
@@ -212,15 +215,14 @@ def install(
     token = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else ""
     if check:
         check_service(service_url, token)
+    from promptyoself.core import agent_tokens
+
     agents = _agents(core, agent_ids, all_agents)
     tools = {name: tools_api.upsert_tool(core.letta, src, tags=[TAG]) for name, src in tool_sources().items()}
     for agent in agents:
         env = tools_api.tool_env(core.letta, agent)
         env[URL_VAR] = service_url.rstrip("/")
-        if token:
-            env[TOKEN_VAR] = token
-        else:
-            env.pop(TOKEN_VAR, None)
+        env[TOKEN_VAR] = agent_tokens.mint(core, agent, rotate=True)["token"]  # its own; the earlier ones revoked
         tools_api.set_tool_env(core.letta, agent, env)
         for tool in tools.values():
             tools_api.attach_tool(core.letta, agent, str(tool["id"]))
@@ -229,7 +231,8 @@ def install(
         "tools": {name: t.get("id") for name, t in tools.items()},
         "agents": agents,
         "service_url": service_url.rstrip("/"),
-        "message": f"Installed {len(tools)} tools on {len(agents)} agent(s).",
+        "message": f"Installed {len(tools)} tools on {len(agents)} agent(s), each with its own agent token "
+                   "(its own schedules only; `promptyoself token list` shows them).",
     }
 
 
@@ -249,6 +252,10 @@ def uninstall(core: Core, *, agent_ids: list[str] | None, all_agents: bool) -> N
             env.pop(URL_VAR, None)
             env.pop(TOKEN_VAR, None)
             tools_api.set_tool_env(core.letta, agent, env)
+    from promptyoself.store import agent_tokens as stored
+
+    for agent in agents:  # the tools are gone: so is their credential
+        stored.revoke(core.store, core.now(), agent_id=agent)
     if all_agents:
         for tool_id in ids:
             tools_api.delete_tool(core.letta, tool_id)
@@ -278,8 +285,32 @@ def _token_source(core: Core) -> str:
     return "file" if stored == core.settings.http_token.get_secret_value().strip() else "environment"
 
 
+def service_token(core: Core) -> dict[str, object]:
+    """What the running service (the holder of the worker lease, when it is ``promptyoself serve``)
+    recorded of its operator token when it started: its source and a short fingerprint. ``known``
+    is false when no live service holds the lease (stopped, or a detached worker delivers)."""
+    import hashlib
+    import json
+
+    from promptyoself.store.lease import lease_alive, read_lease
+
+    row = read_lease(core.store)
+    try:
+        info = json.loads(row.info or "{}") if row is not None else {}
+    except ValueError:
+        info = {}
+    token = info.get("token") if isinstance(info, dict) and info.get("role") == "service" else None
+    if row is None or not lease_alive(row, core.now()) or not isinstance(token, dict):
+        return {"known": False}
+    mine = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else ""
+    fingerprint = token.get("sha256")
+    same = (fingerprint is None and not mine) or (
+        bool(mine) and fingerprint == hashlib.sha256(mine.encode()).hexdigest()[:12])
+    return {"known": True, "pid": row.pid, "source": token.get("source"), "same_as_here": same}
+
+
 def show_token(core: Core) -> TokenResult:
-    """The service's token for this database, and where it comes from."""
+    """The operator token for this database, where it comes from, and what the running service uses."""
     from promptyoself.config import token_file
 
     source = _token_source(core)
@@ -287,15 +318,25 @@ def show_token(core: Core) -> TokenResult:
     token = core.settings.http_token.get_secret_value().strip() if core.settings.http_token else None
     words = {"environment": "PROMPTYOSELF_HTTP_TOKEN (environment or .env); it wins over the token file.",
              "file": f"the token file {path}.",
-             "none": "nowhere: the service runs without one (loopback only); `promptyoself token rotate` makes one."}
-    return {"status": "success", "token_file": path, "source": source, "token": token,
-            "message": f"The token comes from {words[source]}"}
+             "none": "nowhere: neither PROMPTYOSELF_HTTP_TOKEN nor the token file is set here; "
+                     "`promptyoself token rotate` makes one."}
+    service = service_token(core)
+    if not service["known"]:
+        running = (" Whether the running service uses it cannot be known from here: no running `promptyoself "
+                   "serve` holds the worker lease of this database (it reads its token when it starts).")
+    else:
+        where = {"environment": "from its environment", "file": "from the token file",
+                 "none": "without a token (loopback only)"}.get(str(service["source"]), "")
+        running = (f" The running service (pid {service['pid']}) runs {where}, "
+                   + ("the same token as this shell." if service["same_as_here"]
+                      else "NOT this shell's token: use the service's environment, or restart it."))
+    return {"status": "success", "token_file": path, "source": source, "token": token, "service": service,
+            "message": f"This shell's operator token comes from {words[source]}{running}"}
 
 
-def rotate_token(core: Core, *, agent_ids: list[str] | None, all_agents: bool, service_url: str | None,
-                 check: bool = True) -> TokenResult:
-    """Write a new random token to the token file (0600) and, for the agents named, install the tools
-    again with it. The running service reads the token when it starts: restart it."""
+def rotate_token(core: Core) -> TokenResult:
+    """Write a new random operator token to the token file (0600). The running service reads the token
+    when it starts: restart it. Agents keep working: they hold agent tokens, not this one."""
     import os
     import secrets
 
@@ -316,15 +357,26 @@ def rotate_token(core: Core, *, agent_ids: list[str] | None, all_agents: bool, s
     from pydantic import SecretStr
 
     core.settings = core.settings.model_copy(update={"http_token": SecretStr(token)})
-    installed: NativeToolsInstalled | None = None
     restart = "Restart the service (`systemctl --user restart promptyoself`, or stop and start `promptyoself serve`)"
-    if agent_ids or all_agents:
-        installed = install(core, agent_ids=agent_ids, all_agents=all_agents,
-                            service_url=service_url or "http://127.0.0.1:8000", check=False)
-        message = (f"Wrote a new token to {path} and gave it to {len(installed['agents'])} agent(s). {restart} "
-                   "so that it accepts the new token.")
-    else:
-        message = (f"Wrote a new token to {path}. {restart}, then give it to the agents: `promptyoself letta "
-                   "install-tools --agent-id ID` (or run `token rotate --agent-id ID` next time).")
     return {"status": "success", "token_file": str(path), "source": "file", "rotated": True,
-            "installed": installed, "message": message}
+            "message": f"Wrote a new operator token to {path}. {restart} so that it accepts the new token. "
+                       "Agents hold their own agent tokens and keep working; `promptyoself token rotate "
+                       "--agent-id ID` rotates one of those."}
+
+
+def rotate_agent_tokens(core: Core, agent_ids: list[str], service_url: str | None) -> dict[str, object]:
+    """A new agent token for each agent, its earlier ones revoked at once. With ``service_url`` the
+    agents' native tools on Letta get the new token (``install``); else the tokens are printed once."""
+    from promptyoself.core import agent_tokens
+
+    if service_url:
+        installed = install(core, agent_ids=agent_ids, all_agents=False, service_url=service_url, check=False)
+        return {"status": "success", "rotated": True, "agents": installed["agents"],
+                "message": f"Rotated the agent token of {len(installed['agents'])} agent(s) and gave it to their "
+                           "native tools on Letta; the earlier tokens are refused from now on."}
+    minted = [agent_tokens.mint(core, agent, rotate=True) for agent in dict.fromkeys(agent_ids)]
+    return {"status": "success", "rotated": True, "tokens": [
+        {"agent_id": m["agent_id"], "id": m["id"], "token": m["token"]} for m in minted],
+        "message": f"Rotated the agent token of {len(minted)} agent(s); the earlier tokens are refused from now "
+                   "on. Each new token is shown once: give it to its agent (PROMPTYOSELF_AGENT_TOKEN, or "
+                   "--service-url to hand it to the agent's native tools on Letta)."}

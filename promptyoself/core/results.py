@@ -242,6 +242,7 @@ class TokenResult(TypedDict, total=False):
     token: str | None
     rotated: bool
     installed: NativeToolsInstalled | None
+    service: dict[str, object]  # what the running service uses (token show)
     message: str
 
 

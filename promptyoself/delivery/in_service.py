@@ -31,6 +31,20 @@ log = logging.getLogger(__name__)
 ROLE = "service"
 
 
+def token_print(settings: Any) -> dict[str, str | None]:
+    """What ``promptyoself token show`` may know of the service's operator token: where it came from
+    and the first 12 hex digits of its SHA-256 (never the token)."""
+    import hashlib
+
+    from promptyoself.config import read_token_file, token_file
+
+    secret = settings.http_token.get_secret_value().strip() if settings.http_token is not None else ""
+    if not secret:
+        return {"source": "none", "sha256": None}
+    source = "file" if read_token_file(token_file(settings.db_url)) == secret else "environment"
+    return {"source": source, "sha256": hashlib.sha256(secret.encode()).hexdigest()[:12]}
+
+
 class Resident:
     """``async with Resident(core).run():`` delivers until the block ends."""
 
@@ -39,10 +53,11 @@ class Resident:
         self.owner = make_owner(ROLE)
         self.holds_lease = False
         self.executor: Executor | None = None
+        self.token = token_print(core.settings)  # read once: the service reads its token when it starts
 
     def _info(self) -> str:
         ex = self.executor
-        data: dict[str, Any] = {"role": ROLE, "version": __version__}
+        data: dict[str, Any] = {"role": ROLE, "version": __version__, "token": self.token}
         if ex is not None:
             info = ex.info()
             for k in ("last_tick", "next_due", "in_flight", "delivered", "failed", "retried", "missed",

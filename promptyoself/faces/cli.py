@@ -198,17 +198,27 @@ def build_parser() -> argparse.ArgumentParser:
                             help="do not check the service URL first (when only Letta's sandbox reaches it)")
         _add_json(lp)
 
-    p = sub.add_parser("token", help="the service's bearer token: show, or rotate (and re-install the tools)")
+    p = sub.add_parser("token", help="the operator token (show, rotate) and agent tokens (mint, list, revoke, rotate)")
     tsub = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
-    tp = tsub.add_parser("show", help="the token and where it comes from (environment or token file)")
+    tp = tsub.add_parser("show", help="the operator token, where it comes from, and what the running service uses")
     _add_json(tp)
-    tp = tsub.add_parser("rotate", help="write a new token to the token file; give it to the agents named")
-    who = tp.add_mutually_exclusive_group()
-    who.add_argument("--agent-id", action="append", dest="agent_ids",
-                     help="agent to re-install the tools on (repeatable)")
-    who.add_argument("--all-agents", action="store_true", help="re-install the tools on every agent")
-    tp.add_argument("--service-url", default="http://127.0.0.1:8000",
-                    help="with --agent-id/--all-agents: the service URL for the tools (default http://127.0.0.1:8000)")
+    tp = tsub.add_parser("rotate", help="a new operator token in the token file; with --agent-id, new agent tokens")
+    tp.add_argument("--agent-id", action="append", dest="agent_ids",
+                    help="rotate this agent's token instead (repeatable); its earlier tokens are revoked")
+    tp.add_argument("--service-url", default=None,
+                    help="with --agent-id: also give the new token to the agent's native tools on Letta")
+    _add_json(tp)
+    tp = tsub.add_parser("mint", help="a new agent token (that agent's own schedules only), shown once")
+    tp.add_argument("--agent-id", required=True, help="the agent it acts for")
+    _add_json(tp)
+    tp = tsub.add_parser("list", help="agent tokens (never the tokens themselves: their first characters)")
+    tp.add_argument("--agent-id", help="only this agent's")
+    tp.add_argument("--include-revoked", action="store_true", help="also revoked ones")
+    _add_json(tp)
+    tp = tsub.add_parser("revoke", help="revoke an agent's tokens (or one by --id): refused from now on")
+    who = tp.add_mutually_exclusive_group(required=True)
+    who.add_argument("--agent-id", help="every live token of this agent")
+    who.add_argument("--id", type=whole_number(1, 2**31), help="one token, by the id `token list` shows")
     _add_json(tp)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
@@ -389,12 +399,22 @@ def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    from promptyoself.core import native_tools
+    from promptyoself.core import agent_tokens, native_tools
 
-    if a.token_command == "show":
+    command = a.token_command
+    if command == "show":
         return dict(native_tools.show_token(core))
-    return dict(native_tools.rotate_token(core, agent_ids=a.agent_ids, all_agents=a.all_agents,
-                                          service_url=a.service_url))
+    if command == "rotate":
+        if a.agent_ids:
+            return native_tools.rotate_agent_tokens(core, a.agent_ids, a.service_url)
+        if a.service_url:
+            raise UsageError("--service-url goes with --agent-id (it hands the new agent token to the agent's tools)")
+        return dict(native_tools.rotate_token(core))
+    if command == "mint":
+        return agent_tokens.mint(core, a.agent_id)
+    if command == "list":
+        return agent_tokens.listing(core, a.agent_id, include_revoked=a.include_revoked)
+    return agent_tokens.revoke(core, agent_id=a.agent_id, token_id=a.id)
 
 
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -430,6 +450,35 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
 }
 
 
+AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "health"})
+"""What a CLI started with ``PROMPTYOSELF_AGENT_TOKEN`` may run (for the token's agent only)."""
+
+
+def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
+    """With ``PROMPTYOSELF_AGENT_TOKEN`` set, the command acts for that token's agent only: another
+    agent named, or an operator command (approve, reject, token, policy, ...), is ``forbidden``;
+    another agent's schedule id is ``not_found``; a revoked token is ``unauthorized``."""
+    secret = getattr(core.settings, "agent_token", None)
+    token = secret.get_secret_value().strip() if secret is not None else ""
+    if not token:
+        return
+    from promptyoself.core import agent_tokens
+    from promptyoself.errors import Unauthorized
+
+    agent = agent_tokens.resolve(core, token)
+    if agent is None:
+        raise Unauthorized("PROMPTYOSELF_AGENT_TOKEN is not a live agent token (revoked or unknown): ask the "
+                           "operator for a new one (`promptyoself token rotate --agent-id ID`).")
+    if args.command not in AGENT_COMMANDS:
+        agent_tokens.operator_only(agent, f"`promptyoself {args.command}`")
+    if hasattr(args, "agent_id"):
+        args.agent_id = agent_tokens.own_agent(agent, args.agent_id)
+    if args.command in ("cancel", "pause", "resume"):
+        agent_tokens.own_schedule(core, agent, args.id)
+    if args.command == "history" and args.schedule_id:
+        agent_tokens.own_schedule(core, agent, args.schedule_id)
+
+
 def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
     """Run one command. ``core`` may be passed in by tests; otherwise it is built from settings."""
     parser = build_parser()
@@ -459,6 +508,8 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
                 from promptyoself.delivery.starter import starter_for
 
                 starter_for(core)
+        if core is not None:
+            scope_to_agent(core, args)
         result = COMMANDS[args.command](core, args)
     except ConfigError as exc:  # bad configuration (env or .env): one line on stderr, nothing on stdout, exit 2
         return exc.report()

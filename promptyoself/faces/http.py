@@ -31,7 +31,14 @@ from typing import Any
 
 from promptyoself.config import ConfigError, Settings
 from promptyoself.core.operations import Core
-from promptyoself.faces.http_auth import BearerAuth, GuessLimiter, http_token
+from promptyoself.faces.http_auth import (
+    BearerAuth,
+    GuessLimiter,
+    agent_resolver,
+    caller_agent,
+    forbidden_body,
+    http_token,
+)
 from promptyoself.faces.http_guard import McpSessions, RequestGuard, allowed_hosts
 from promptyoself.faces.mcp import build_server
 
@@ -96,8 +103,9 @@ class ServiceApp:
         # wrong tokens count against one limit per client, whichever face they are tried on
         self.guesses = GuessLimiter()
         self.console: ASGIApp = build_console(core, self.guesses)  # its own sign-in: a browser sends no bearer header
-        token = http_token(settings)
-        self.guarded: ASGIApp = BearerAuth(self._routes, token, self.guesses) if token else self._routes
+        # The operator token, or an agent token bound to its agent (promptyoself.core.agent_tokens).
+        self.guarded: ASGIApp = BearerAuth(self._routes, http_token(settings), self.guesses,
+                                           agent_token=agent_resolver(core))
         proxy = settings.letta_proxy
 
         def any_content_type(path: str) -> bool:  # the console's forms (CSRF-checked) and Letta's uploads
@@ -123,7 +131,10 @@ class ServiceApp:
 
     async def _routes(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = str(scope.get("path", ""))
-        if path == "/metrics" and scope["type"] == "http":
+        if path == "/metrics" and scope["type"] == "http" and caller_agent(scope) is not None:
+            await _send_bytes(send, 403, forbidden_body("/metrics needs the operator token (PROMPTYOSELF_HTTP_TOKEN), "
+                                                        "not an agent token."), "application/json")
+        elif path == "/metrics" and scope["type"] == "http":
             from promptyoself.delivery.metrics import CONTENT_TYPE, render
 
             body = await asyncio.to_thread(render, self.registry)

@@ -6,6 +6,7 @@ A pure ASGI middleware, so it wraps FastMCP's Starlette app the same way for str
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -104,25 +105,66 @@ def _presented_token(headers: list[tuple[bytes, bytes]]) -> bytes:
     return b""
 
 
+AGENT_KEY = "promptyoself.agent"
+"""The ASGI scope key naming the agent an agent token acts for (absent: the operator)."""
+
+PASSED_KEY = "promptyoself.authenticated"
+"""Set on the scope once a request's bearer was checked (scope keys come from the server, never the client)."""
+FORBIDDEN_CODE = "forbidden"
+
+
+def caller_agent(scope: Any) -> str | None:
+    """The agent the request's agent token acts for, or ``None`` for the operator (``scope`` is an ASGI
+    scope or anything with one, such as a Starlette request)."""
+    raw = getattr(scope, "scope", scope)
+    value = raw.get(AGENT_KEY) if isinstance(raw, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def forbidden_body(message: str) -> bytes:
+    return json.dumps({"status": "error", "error": message, "code": FORBIDDEN_CODE}).encode()
+
+
+async def send_json(send: Any, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class BearerAuth:
-    """Every HTTP request must carry ``Authorization: Bearer <token>``; anything else gets 401.
+    """Every HTTP request must carry ``Authorization: Bearer <token>``: the operator token, or a live
+    agent token (``pys_agent_...``) when ``agent_token`` can resolve one to its agent; anything else
+    gets 401. A request with an agent token carries its agent in the scope (``caller_agent``), and
+    each face limits it to that agent's own schedules.
+
+    With no operator token (``token`` ``None``: loopback only) a request without a bearer acts as the
+    operator, as before; an agent token presented there is still bound to its agent, and an unknown
+    or revoked one is still refused.
 
     Lifespan events pass through; websocket connections (FastMCP serves none here) are refused.
     """
 
-    def __init__(self, app: Any, token: str, limiter: GuessLimiter | None = None) -> None:
+    def __init__(self, app: Any, token: str | None, limiter: GuessLimiter | None = None,
+                 agent_token: Callable[[str], str | None] | None = None) -> None:
         self.app = app
-        self.expected = token.encode()
+        self.expected = token.encode() if token else None
         self.limiter = limiter or GuessLimiter()
+        self.agent_token = agent_token
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope.get("type")
         if kind == "lifespan" or (kind == "http" and is_public(scope)):
             await self.app(scope, receive, send)
             return
+        if scope.get(PASSED_KEY):  # an outer BearerAuth (the service's) already checked this request
+            await self.app(scope, receive, send)
+            return
         given = _presented_token(scope.get("headers") or [])
         client = client_address(scope)
-        if given and not self.limiter.take(client):  # refused before the guess is looked at
+        agent_form = given.startswith(b"pys_agent_")
+        checked = agent_form or self.expected is not None  # with no operator token, other bearers are not guesses
+        if given and checked and not self.limiter.take(client):  # refused before the guess is looked at
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
                 return
@@ -132,8 +174,20 @@ class BearerAuth:
                                     (b"content-length", str(len(THROTTLED_BODY)).encode())]})
             await send({"type": "http.response.body", "body": THROTTLED_BODY})
             return
-        if given and hmac.compare_digest(given, self.expected):
-            self.limiter.give_back(client)
+        if agent_form:  # never compared with the operator token, never taken as it
+            agent = None
+            if self.agent_token is not None and len(given) <= 200:
+                agent = await asyncio.to_thread(self.agent_token, given.decode("ascii", "replace"))
+            if agent is not None:
+                self.limiter.give_back(client)
+                scope[AGENT_KEY] = agent
+                scope[PASSED_KEY] = True
+                await self.app(scope, receive, send)
+                return
+        elif self.expected is None or (given and hmac.compare_digest(given, self.expected)):
+            if given and self.expected is not None:
+                self.limiter.give_back(client)
+            scope[PASSED_KEY] = True
             await self.app(scope, receive, send)
             return
         if kind == "websocket":
@@ -161,23 +215,33 @@ def http_token(settings: Settings) -> str | None:
     return token or None
 
 
-def bearer_middleware(settings: Settings) -> list[Any]:
-    """Starlette middleware list enforcing the token, or ``[]`` when no token is configured."""
+def agent_resolver(core: Any) -> Callable[[str], str | None]:
+    """``BearerAuth``'s look-up of an agent token in ``core``'s database (``core.agent_tokens.resolve``)."""
+    from promptyoself.core.agent_tokens import resolve
+
+    return lambda token: resolve(core, token)
+
+
+def bearer_middleware(settings: Settings, agent_token: Callable[[str], str | None] | None = None) -> list[Any]:
+    """Starlette middleware list enforcing the token (and resolving agent tokens with ``agent_token``),
+    or ``[]`` when there is neither an operator token nor a way to resolve agent tokens."""
     token = http_token(settings)
-    if token is None:
+    if token is None and agent_token is None:
         return []
     from starlette.middleware import Middleware
 
-    return [Middleware(BearerAuth, token=token)]
+    return [Middleware(BearerAuth, token=token, agent_token=agent_token)]
 
 
-def transport_middleware(settings: Settings, host: str | None = None) -> list[Any]:
+def transport_middleware(settings: Settings, host: str | None = None,
+                         agent_token: Callable[[str], str | None] | None = None) -> list[Any]:
     """Starlette middleware for the ``--transport http|sse`` apps: the service's request guard (Host,
-    Origin, JSON writes, body size: ``promptyoself.faces.http_guard``), then the token when set."""
+    Origin, JSON writes, body size: ``promptyoself.faces.http_guard``), then the token when set (and
+    agent tokens, resolved with ``agent_token``)."""
     from starlette.middleware import Middleware
 
     from promptyoself.faces.http_guard import RequestGuard, allowed_hosts
 
     guard = Middleware(RequestGuard, allowed_hosts=allowed_hosts(settings, host),
                        max_body=settings.max_request_bytes)
-    return [guard, *bearer_middleware(settings)]
+    return [guard, *bearer_middleware(settings, agent_token)]

@@ -336,10 +336,18 @@ async def _close_default_core(server: FastMCP[Any]) -> AsyncIterator[dict[str, A
             core.close()
 
 
+def _agent_scope() -> Middleware:
+    """What an agent token may do (``promptyoself.faces.mcp_scope``), inside ``ToolCalls``."""
+    from promptyoself.faces.mcp_scope import AgentScope
+
+    return AgentScope(core_of, user_error)
+
+
 jsonrpc_repair.install()  # a line with a lone surrogate gets an answer, not silence
 mcp: FastMCP[Any] = FastMCP("promptyoself", instructions=INSTRUCTIONS, version=__version__,
                             lifespan=_close_default_core)
 mcp.add_middleware(ToolCalls())
+mcp.add_middleware(_agent_scope())
 TOOLS: list[Tool] = []
 """The tools of ``mcp``, in order; ``build_server`` serves the same ones."""
 
@@ -376,6 +384,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:
         kwargs["lifespan"] = lifespan
     server: FastMCP[Any] = FastMCP("promptyoself", **kwargs)
     server.add_middleware(ToolCalls())
+    server.add_middleware(_agent_scope())
     for made in TOOLS:
         server.add_tool(made)
     _CORES[server] = core

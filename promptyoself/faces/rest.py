@@ -38,7 +38,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
-from promptyoself.core import native_tools
+from promptyoself.core import agent_tokens, native_tools
 from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import Whole
 from promptyoself.core.letta_schedules import LettaSchedules
@@ -48,6 +48,7 @@ from promptyoself.errors import (
     BadNumber,
     DatabaseDriverMissing,
     DatabaseUnavailable,
+    Forbidden,
     IdempotencyConflict,
     IntervalTooShort,
     InvalidArgument,
@@ -58,8 +59,9 @@ from promptyoself.errors import (
     PromptYoSelfError,
     QuotaExceeded,
     RateLimited,
+    Unauthorized,
 )
-from promptyoself.faces.http_auth import bearer_middleware
+from promptyoself.faces.http_auth import agent_resolver, bearer_middleware, caller_agent
 
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
@@ -68,6 +70,8 @@ log = logging.getLogger(__name__)
 
 _STATUS: list[tuple[type[PromptYoSelfError], int]] = [  # the first that matches (subclasses first)
     (NotFound, 404),
+    (Forbidden, 403),
+    (Unauthorized, 401),
     (AgentNotFound, 404),
     (PromptTooLong, 413),
     (IntervalTooShort, 422),
@@ -259,7 +263,11 @@ def _mount_proxy(app: FastAPI, core: Core) -> None:
 
     proxy = letta_passthrough(core.settings)
 
-    async def forward(request: Request) -> StreamingResponse:
+    async def forward(request: Request) -> Response:
+        if caller_agent(request) is not None:  # the pass-through uses Letta with the operator's credentials
+            return error_response(Forbidden("The Letta pass-through needs the operator token "
+                                            "(PROMPTYOSELF_HTTP_TOKEN); an agent token may use only "
+                                            "/v1/agents/<its agent>/schedule and /api/schedules."))
         status, headers, body, close = await proxy.forward(
             request.method, request.url.path, request.url.query.encode(), request.headers.raw, request.stream()
         )
@@ -283,16 +291,24 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         summary="Scheduled prompts for Letta agents; Letta's scheduling API for self-hosted servers.",
         docs_url=None,
         redoc_url=None,
-        middleware=bearer_middleware(core.settings),
+        middleware=bearer_middleware(core.settings, agent_resolver(core)),
     )
 
     app.add_exception_handler(RequestValidationError, _validation_response)
     app.add_exception_handler(StarletteHTTPException, _http_response)
     _mount_docs(app)
 
-    async def call(fn: Any, *args: Any, **kw: Any) -> JSONResponse:
+    async def call(fn: Any, *args: Any, check: Any = None, **kw: Any) -> JSONResponse:
+        """``fn(*args, **kw)`` in the thread pool, after ``check()`` (what an agent token may do: it
+        raises Forbidden/NotFound before anything is stored)."""
+
+        def run() -> Any:
+            if check is not None:
+                check()
+            return fn(*args, **kw)
+
         try:
-            return JSONResponse(await run_in_threadpool(fn, *args, **kw))
+            return JSONResponse(await run_in_threadpool(run))
         except PromptYoSelfError as exc:
             return error_response(exc)
         except Exception:  # a bug: the details in the log only
@@ -300,10 +316,35 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
             return JSONResponse(error_body("Internal error; the service log has the details. GET /healthz to "
                                            "check the service.", "internal"), 500)
 
+    def as_caller(request: Request, named: str | None, header: str | None) -> tuple[Any, Any]:
+        """The agent a route acts for (the token's agent for an agent token), and the check that an
+        agent token names no other agent in the body, the query or ``X-Agent-Id`` (403)."""
+        who = caller_agent(request)
+
+        def check() -> None:
+            agent_tokens.own_agent(who, named)
+            agent_tokens.own_agent(who, header)
+
+        return (named if who is None else who), check
+
+    def mine(request: Request, agent_id: str) -> Any:
+        """An agent token may use the Letta routes of its own agent only (403 otherwise)."""
+        who = caller_agent(request)
+        return lambda: agent_tokens.own_agent(who, agent_id)
+
+    def own(request: Request, schedule_id: int) -> Any:
+        """An agent token may touch its own agent's schedules only (404 for another agent's)."""
+        who = caller_agent(request)
+        return lambda: agent_tokens.own_schedule(core, who, schedule_id)
+
     # ---- Letta's scheduling API -----------------------------------------------------------------
 
     @app.post("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="Schedule a message (Letta API)")
     async def letta_create(agent_id: str, request: Request) -> JSONResponse:
+        who = caller_agent(request)
+        if who is not None and who != agent_id:
+            return error_response(Forbidden(f"This agent token acts for {who} only; it cannot act for "
+                                            f"{agent_id[:100]}."))
         try:
             body = json.loads(await request.body() or b"null")
         except ValueError:
@@ -311,72 +352,91 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         return await call(api.create, agent_id, body)
 
     @app.get("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="List scheduled messages (Letta API)")
-    async def letta_list(agent_id: str, after: str | None = None, limit: str | None = None) -> JSONResponse:
-        return await call(api.list, agent_id, after=after, limit=limit)
+    async def letta_list(request: Request, agent_id: str, after: str | None = None,
+                         limit: str | None = None) -> JSONResponse:
+        return await call(api.list, agent_id, after=after, limit=limit, check=mine(request, agent_id))
 
     @app.get("/v1/agents/{agent_id}/schedule/{scheduled_message_id}", tags=["letta"],
              summary="Retrieve a scheduled message (Letta API)")
-    async def letta_retrieve(agent_id: str, scheduled_message_id: str) -> JSONResponse:
-        return await call(api.retrieve, agent_id, scheduled_message_id)
+    async def letta_retrieve(request: Request, agent_id: str, scheduled_message_id: str) -> JSONResponse:
+        return await call(api.retrieve, agent_id, scheduled_message_id, check=mine(request, agent_id))
 
     @app.delete("/v1/agents/{agent_id}/schedule/{scheduled_message_id}", tags=["letta"],
                 summary="Delete a scheduled message (Letta API)")
-    async def letta_delete(agent_id: str, scheduled_message_id: str) -> JSONResponse:
-        return await call(api.delete, agent_id, scheduled_message_id)
+    async def letta_delete(request: Request, agent_id: str, scheduled_message_id: str) -> JSONResponse:
+        return await call(api.delete, agent_id, scheduled_message_id, check=mine(request, agent_id))
 
     # ---- PromptYoSelf's own routes (the MCP tools) --------------------------------------------------
 
     @app.post("/api/schedules/time", tags=["schedules"], summary="Schedule a one-time prompt")
-    async def schedule_time(req: TimeRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
-        return await call(core.schedule_time, req.prompt, req.time, agent_id=req.agent_id, timezone=req.timezone,
+    async def schedule_time(request: Request, req: TimeRequest,
+                            x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
+        agent, check = as_caller(request, req.agent_id, x_agent_id)
+        return await call(core.schedule_time, req.prompt, req.time, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
-    async def schedule_cron(req: CronRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
-        return await call(core.schedule_cron, req.prompt, req.cron, agent_id=req.agent_id, timezone=req.timezone,
+    async def schedule_cron(request: Request, req: CronRequest,
+                            x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
+        agent, check = as_caller(request, req.agent_id, x_agent_id)
+        return await call(core.schedule_cron, req.prompt, req.cron, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
-    async def schedule_every(req: EveryRequest, x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
+    async def schedule_every(request: Request, req: EveryRequest,
+                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
+        agent, check = as_caller(request, req.agent_id, x_agent_id)
         return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
-                          max_repetitions=req.max_repetitions, agent_id=req.agent_id, timezone=req.timezone,
+                          max_repetitions=req.max_repetitions, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id))
+                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(
+        request: Request,
         agent_id: str | None = None,
         include_cancelled: bool = False,
         limit: int = Query(50, ge=1),
         offset: int = Query(0, ge=0),
         x_agent_id: str | None = AGENT_HEADER,
     ) -> JSONResponse:
-        return await call(core.list_schedules, agent_id=agent_id, include_cancelled=include_cancelled,
-                          limit=limit, offset=offset, ctx=_context(x_agent_id))
+        agent, check = as_caller(request, agent_id, x_agent_id)
+        return await call(core.list_schedules, agent_id=agent, include_cancelled=include_cancelled,
+                          limit=limit, offset=offset, ctx=_context(x_agent_id), check=check)
 
     @app.get("/api/history", tags=["schedules"], summary="Delivery history")
-    async def history(schedule_id: int | None = None, agent_id: str | None = None,
+    async def history(request: Request, schedule_id: int | None = None, agent_id: str | None = None,
                       limit: int = Query(20, ge=1), x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
-        return await call(core.history, schedule_id=schedule_id, agent_id=agent_id, limit=limit,
-                          ctx=_context(x_agent_id))
+        agent, named = as_caller(request, agent_id, x_agent_id)
+        by_id = own(request, schedule_id) if schedule_id is not None else None
+
+        def check() -> None:
+            named()
+            if by_id is not None:
+                by_id()
+
+        return await call(core.history, schedule_id=schedule_id, agent_id=agent, limit=limit,
+                          ctx=_context(x_agent_id), check=check)
 
     @app.post("/api/schedules/{schedule_id}/pause", tags=["schedules"], summary="Pause a schedule")
-    async def pause(schedule_id: int) -> JSONResponse:
-        return await call(core.pause, schedule_id)
+    async def pause(request: Request, schedule_id: int) -> JSONResponse:
+        return await call(core.pause, schedule_id, check=own(request, schedule_id))
 
     @app.post("/api/schedules/{schedule_id}/resume", tags=["schedules"], summary="Resume a paused schedule")
-    async def resume(schedule_id: int) -> JSONResponse:
-        return await call(core.resume, schedule_id)
+    async def resume(request: Request, schedule_id: int) -> JSONResponse:
+        return await call(core.resume, schedule_id, check=own(request, schedule_id))
 
     @app.delete("/api/schedules/{schedule_id}", tags=["schedules"], summary="Cancel a schedule")
-    async def cancel(schedule_id: int, agent_id: str | None = None) -> JSONResponse:
-        """Cancel; with ``agent_id`` only that agent's schedule (404 otherwise: the native tools use this)."""
-        return await call(native_tools.cancel_own, core, schedule_id, agent_id)
+    async def cancel(request: Request, schedule_id: int, agent_id: str | None = None) -> JSONResponse:
+        """Cancel; with ``agent_id`` (or an agent token) only that agent's schedule (404 otherwise)."""
+        who = caller_agent(request)
+        return await call(native_tools.cancel_own, core, schedule_id, who or agent_id,
+                          check=lambda: agent_tokens.own_agent(who, agent_id))
 
     if core.settings.letta_proxy if letta_proxy is None else letta_proxy:
         _mount_proxy(app, core)

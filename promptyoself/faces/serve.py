@@ -189,7 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
             with StdioSigintExits(lambda: _stop_for_exit(core)):
                 mcp.run("stdio", show_banner=False)
         else:
-            from promptyoself.faces.http_auth import http_token, transport_middleware
+            from promptyoself.faces.http_auth import agent_resolver, http_token, transport_middleware
 
             level = settings.log_level.lower()
             log.info(
@@ -207,7 +207,8 @@ def _serve(args: argparse.Namespace) -> int:
                 port=args.port,
                 path=args.path,
                 show_banner=False,
-                middleware=transport_middleware(settings, args.host),  # Host/Origin, JSON writes, body size, token
+                # Host/Origin, JSON writes, body size, the token (and agent tokens)
+                middleware=transport_middleware(settings, args.host, agent_resolver(core)),
                 # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
                 # default config would print access lines on stdout.
                 uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},

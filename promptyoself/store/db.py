@@ -46,7 +46,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from promptyoself.letta.code import LettaCodeClient
     from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class Wiring(TypedDict, total=False):
     letta: LettaClient | None
     letta_code: LettaCodeClient | None
     clock: Clock | None
+    deliveries: DeliveryStore | None
 
 
 class Deps:
@@ -121,6 +123,7 @@ class Deps:
         self._store = wiring.get("store")
         self._letta = wiring.get("letta")
         self._letta_code = wiring.get("letta_code")
+        self._deliveries = wiring.get("deliveries")
         self._targets: dict[str, DeliveryTarget] = {}
         self._lock = threading.Lock()
         self.clock: Clock = wiring.get("clock") or system_clock
@@ -140,6 +143,16 @@ class Deps:
 
                     self._store = Store(self.settings.db_url)
         return self._store
+
+    @property
+    def deliveries(self) -> DeliveryStore:
+        """The verbs delivery uses (``store.delivery_store``): the database's, unless a caller handed in
+        another implementation (``store.memory.MemoryDeliveryStore`` in the engine's fast tests)."""
+        if self._deliveries is None:
+            from promptyoself.store.delivery_store import SqlDeliveryStore
+
+            self._deliveries = SqlDeliveryStore(self.store)
+        return self._deliveries
 
     @property
     def letta(self) -> LettaClient:

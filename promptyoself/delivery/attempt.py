@@ -36,7 +36,6 @@ from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import PromptYoSelfError, StillPending
-from promptyoself.store.claims import count_attempts_with_error, release_claims
 from promptyoself.store.records import ScheduleRow, column_names
 from promptyoself.targets.base import Occurrence
 
@@ -299,7 +298,7 @@ def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
     ids = [c.id for c in claims if not c.taken_over]
     if ids:
-        release_claims(core.store, owner, ids)
+        core.deliveries.release(owner, ids)
 
 
 def policy(core: Deps) -> RetryPolicy:
@@ -328,7 +327,7 @@ def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
     wait for the credentials to be fixed, however long that takes)."""
     if core.settings.max_attempts is None or attempt < core.settings.max_attempts:
         return attempt
-    return attempt - sum(count_attempts_with_error(core.store, claim.id, claim.next_run, prefix)
+    return attempt - sum(core.deliveries.count_attempts_with_error(claim.id, claim.next_run, prefix)
                          for prefix in (AUTH_PREFIX, IN_DOUBT_PREFIX + AUTH_PREFIX))
 
 

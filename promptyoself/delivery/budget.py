@@ -19,7 +19,6 @@ from typing import Protocol
 
 from promptyoself import timing
 from promptyoself.deps import Deps
-from promptyoself.store.operator import recent
 
 OVER_BUDGET = "over_budget"
 
@@ -53,14 +52,14 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     if not agent_cap and not own_cap:
         return Verdict(None, 0)
     since = timing.day_start(now, settings.timezone)
-    agent = recent(core.store, since, agent_cap or 1, agent_id=claim.agent_id)
+    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id)
     if agent_cap and agent.delivered_today >= agent_cap:
         return Verdict(
             f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {agent.delivered_today} delivered "
             f"today (PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY={agent_cap}); not sent. The budget resets at "
             f"midnight {settings.timezone.key}.", agent.over_budget_unannounced)
     if own_cap:
-        mine = recent(core.store, since, own_cap, schedule_id=claim.id)
+        mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id)
         if mine.delivered_today >= own_cap:
             return Verdict(
                 f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {mine.delivered_today} "

@@ -10,12 +10,18 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from promptyoself.store.claims import renew_claims
+from promptyoself.store.db import Store
+from promptyoself.store.delivery_store import SqlDeliveryStore
 
 if TYPE_CHECKING:
-    from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
 
 log = logging.getLogger(__name__)
+
+
+def renew_claims(store: DeliveryStore, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+    """One renewal (``DeliveryStore.renew``): the ids ``owner`` still holds."""
+    return store.renew(owner, ids, until)
 
 
 class ClaimKeeper:
@@ -31,7 +37,7 @@ class ClaimKeeper:
 
     def __init__(
         self,
-        store: Store,
+        store: DeliveryStore | Store,
         owner: str,
         lease: float,
         now: Callable[[], datetime],
@@ -39,7 +45,8 @@ class ClaimKeeper:
         margin: float | None = None,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store, self.owner, self.lease, self.now = store, owner, lease, now
+        self.store: DeliveryStore = SqlDeliveryStore(store) if isinstance(store, Store) else store
+        self.owner, self.lease, self.now = owner, lease, now
         self.margin = lease / 3 if margin is None else margin
         self.mono = mono
         self._ids: set[int] = set()

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 
 from promptyoself import timing
 from promptyoself.deps import Deps
-from promptyoself.store.claims import rearm, recurring_ahead
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,7 @@ def rearm_recurring(core: Deps, now: datetime) -> int:
     moved = 0
     after = 0
     while True:
-        rows = recurring_ahead(core.store, now, after, PAGE)
+        rows = core.deliveries.recurring_ahead(now, after, PAGE)
         if not rows:
             return moved
         changes = []
@@ -53,7 +52,7 @@ def rearm_recurring(core: Deps, now: datetime) -> int:
             if fresh is not None and fresh < nxt:
                 changes.append((sid, nxt, fresh, new_anchor))
         if changes:
-            moved += rearm(core.store, changes, now)
+            moved += core.deliveries.rearm(changes, now)
         after = rows[-1][0]
 
 

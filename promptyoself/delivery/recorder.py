@@ -21,7 +21,7 @@ from promptyoself.delivery.holdings import Holdings
 from promptyoself.deps import Deps
 from promptyoself.logs import Redactor
 from promptyoself.store import LIVE_STATES
-from promptyoself.store.claims import ClaimAsk, DatabaseBusy, Outcome, Recorded, record_outcomes
+from promptyoself.store.claims import ClaimAsk, DatabaseBusy, Outcome, Recorded
 from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def record_batch(core: Deps, batch: list[Attempt], claim: ClaimAsk | None = None
     busy = stale = 0
     while todo:
         try:
-            done = record_outcomes(core.store, [o for _, o in todo.values()], claim=claim)
+            done = core.deliveries.record([o for _, o in todo.values()], claim=claim)
         except DatabaseBusy as exc:
             busy += 1
             if busy == BUSY_TRIES:

@@ -1,0 +1,121 @@
+"""``DeliveryStore``: the verbs the delivery engine uses, and nothing else (issue 30 point 2/3).
+
+Two implementations keep one contract (``tests/test_delivery_store.py`` runs the same suite against
+SQLite, PostgreSQL and memory):
+
+- ``SqlDeliveryStore`` (here): the SQLite / PostgreSQL store, through the statements of
+  ``store.claims`` and ``store.operator``;
+- ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests.
+
+The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
+claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
+and whoever takes it is told (``taken_over``: the occurrence is in doubt); ``renew`` answers the ids
+still held; ``record`` writes an outcome only while its owner holds the claim on that slot and the
+row still has the outcome's ``basis`` (else ``lost`` or ``stale``), and may claim more in the same
+transaction. Every time is an argument: the store has no clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any, Protocol, TypedDict, Unpack
+
+from promptyoself.store import claims, operator
+from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
+from promptyoself.store.db import Store
+from promptyoself.store.operator import Recent
+from promptyoself.store.records import ScheduleRow
+
+RecurringRow = tuple[Any, ...]
+"""``(id, schedule_type, schedule_value, timezone, anchor, next_run)`` (``recurring_ahead``)."""
+Rearm = tuple[int, datetime, datetime, datetime | None]
+"""``(id, old next_run, new next_run, new anchor or None)`` (``rearm``)."""
+
+
+class ClaimOptions(TypedDict, total=False):
+    exclude_agents: Collection[str]
+    exclude_ids: Collection[int]
+    taken_over: set[int] | None
+    report: ClaimReport | None
+
+
+class DeliveryStore(Protocol):
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+        """The earliest ``due_at`` of an active schedule no live claim holds, ``exclude_agents`` left out."""
+        ...
+
+    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        """Claim up to ``limit`` due occurrences, one per agent, oldest due first (``claims.claim_due``)."""
+        ...
+
+    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+        """Extend ``owner``'s claims on ``ids``; the ids it still holds."""
+        ...
+
+    def release(self, owner: str, ids: Collection[int]) -> int:
+        """Give back ``owner``'s claims on ``ids`` (nothing was sent); how many."""
+        ...
+
+    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+        """Record attempts, each only while its claim is held (``claims.record_outcomes``)."""
+        ...
+
+    def resume_waiting(self, now: datetime) -> int:
+        """After an outage: occurrences waiting out a transient failure's backoff are due ``now``."""
+        ...
+
+    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+        ...
+
+    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
+               schedule_id: int | None = None) -> Recent:
+        """An agent's (or a schedule's) deliveries since ``since`` (counted up to ``cap``) and its
+        ``over_budget`` rows since its last delivery (the daily budgets)."""
+        ...
+
+    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+        ...
+
+    def rearm(self, changes: list[Rearm], now: datetime) -> int:
+        ...
+
+
+class SqlDeliveryStore:
+    """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+        return claims.next_due(self.store, now, exclude_agents)
+
+    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        return claims.claim_due(self.store, owner, now, until, limit=limit, **options)
+
+    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+        return claims.renew_claims(self.store, owner, ids, until)
+
+    def release(self, owner: str, ids: Collection[int]) -> int:
+        return claims.release_claims(self.store, owner, ids)
+
+    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+        return claims.record_outcomes(self.store, outcomes, claim=claim)
+
+    def resume_waiting(self, now: datetime) -> int:
+        return claims.resume_waiting(self.store, now)
+
+    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+        return claims.count_attempts_with_error(self.store, schedule_id, scheduled_for, prefix)
+
+    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
+               schedule_id: int | None = None) -> Recent:
+        return operator.recent(self.store, since, cap, agent_id=agent_id, schedule_id=schedule_id)
+
+    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+        return claims.recurring_ahead(self.store, now, after_id, limit)
+
+    def rearm(self, changes: list[Rearm], now: datetime) -> int:
+        return claims.rearm(self.store, changes, now)

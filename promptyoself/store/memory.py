@@ -1,0 +1,197 @@
+"""``MemoryDeliveryStore``: the ``DeliveryStore`` contract in memory (issue 30 point 3), for the
+engine's fast tests: claims, fences (``claim_until``), compare-and-set on ``(id, next_run)``, one live
+claim per agent, lost and stale outcomes, claims in the recording transaction. One lock stands for
+the database's write transaction; the rows are the same frozen ``ScheduleRow`` records the SQL store
+hands out, and history rows are the ``deliveries`` columns as dicts. No clock of its own: every time
+is an argument, as for the SQL store."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any, Unpack
+
+from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
+from promptyoself.store.delivery_store import ClaimOptions, Rearm, RecurringRow
+from promptyoself.store.operator import NOTICE_WINDOW, Recent
+from promptyoself.store.records import ScheduleRow
+
+_DEFAULTS: dict[str, Any] = {
+    "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
+    "max_repetitions": None, "repetition_count": 0, "last_error": None, "target": "letta",
+    "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None,
+    "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0, "letta_payload": None,
+}
+
+
+class MemoryDeliveryStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rows: dict[int, ScheduleRow] = {}
+        self.history: list[dict[str, Any]] = []
+
+    # ---- seeding and reading (what the core would have written) ----------------------------------
+
+    def add(self, agent_id: str, prompt_text: str, due: datetime, **columns: Any) -> int:
+        """A schedule due at ``due`` (``next_run`` and ``due_at``); other columns as given."""
+        with self._lock:
+            sid = max(self.rows, default=0) + 1
+            values = {**_DEFAULTS, "id": sid, "agent_id": agent_id, "prompt_text": prompt_text, "next_run": due,
+                      "due_at": due, "created_at": due, "updated_at": due, **columns}
+            names = {f.name for f in dataclasses.fields(ScheduleRow)}
+            self.rows[sid] = ScheduleRow(**{k: v for k, v in values.items() if k in names})
+            return sid
+
+    def get(self, sid: int) -> ScheduleRow:
+        with self._lock:
+            return self.rows[sid]
+
+    def outcomes(self, sid: int | None = None) -> list[str]:
+        with self._lock:
+            return [h["outcome"] for h in self.history if sid is None or h["schedule_id"] == sid]
+
+    # ---- the contract ----------------------------------------------------------------------------
+
+    def _live(self, row: ScheduleRow, now: datetime) -> bool:
+        return row.claimed_by is not None and row.claim_until is not None and row.claim_until >= now
+
+    def _claimable(self, row: ScheduleRow, now: datetime) -> bool:
+        return (row.state == "active" and row.due_at is not None and row.due_at <= now
+                and not self._live(row, now))
+
+    def _busy_agents(self, now: datetime) -> set[str]:
+        return {r.agent_id for r in self.rows.values() if self._live(r, now)}
+
+    def _due(self, now: datetime, exclude_agents: Collection[str],
+             exclude_ids: Collection[int] = ()) -> list[ScheduleRow]:
+        """Each free agent's earliest claimable row (due time, then id), oldest first."""
+        busy = self._busy_agents(now) | set(exclude_agents)
+        first: dict[str, ScheduleRow] = {}
+        claimable = [r for r in self.rows.values() if self._claimable(r, now)]
+        for row in sorted(claimable, key=lambda r: (r.due_at, r.id)):
+            if row.agent_id not in busy and row.agent_id not in first and row.id not in exclude_ids:
+                first[row.agent_id] = row
+        return sorted(first.values(), key=lambda r: (r.due_at, r.id))
+
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+        """(Agents with a live claim elsewhere are not left out: their rows' due times still count.)"""
+        with self._lock:
+            due = [r.due_at for r in self.rows.values() if r.state == "active" and r.due_at is not None
+                   and r.agent_id not in exclude_agents and not self._live(r, now)]
+            return min(due, default=None)
+
+    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        with self._lock:
+            return self._claim(owner, now, until, limit, **options)
+
+    def _claim(self, owner: str, now: datetime, until: datetime, limit: int,
+               **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        if limit <= 0:
+            return []
+        want = limit + max(2, limit // 2)
+        candidates = self._due(now, options.get("exclude_agents") or (), options.get("exclude_ids") or ())[:want]
+        report, taken_over = options.get("report"), options.get("taken_over")
+        if report is not None:
+            report.more_due = len(candidates) >= want
+        out = []
+        for row in candidates[:limit]:
+            if taken_over is not None and row.claimed_by is not None:
+                taken_over.add(row.id)
+            self.rows[row.id] = claimed = dataclasses.replace(row, claimed_by=owner, claim_until=until)
+            out.append(claimed)
+        return out
+
+    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+        with self._lock:
+            held = {i for i in ids if i in self.rows and self.rows[i].claimed_by == owner}
+            for i in held:
+                self.rows[i] = dataclasses.replace(self.rows[i], claim_until=until)
+            return held
+
+    def release(self, owner: str, ids: Collection[int]) -> int:
+        with self._lock:
+            held = [i for i in ids if i in self.rows and self.rows[i].claimed_by == owner]
+            for i in held:
+                self.rows[i] = dataclasses.replace(self.rows[i], claimed_by=None, claim_until=None)
+            return len(held)
+
+    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+        written: set[int] = set()
+        lost: set[int] = set()
+        fresh: dict[int, ScheduleRow] = {}
+        with self._lock:
+            for o in outcomes:
+                row = self.rows.get(o.schedule_id)
+                if row is None or row.claimed_by != o.owner or row.next_run != o.slot:
+                    lost.add(o.schedule_id)
+                    self._add_history(o.lost_history)
+                elif any(getattr(row, col) != value for col, value in o.basis):
+                    fresh[o.schedule_id] = row
+                else:
+                    written.add(o.schedule_id)
+                    self._add_history(o.history)
+                    self.rows[o.schedule_id] = dataclasses.replace(row, **o.change)
+            claimed: list[ScheduleRow] = []
+            taken: set[int] = set()
+            report = ClaimReport()
+            if claim is not None:
+                claimed = self._claim(claim.owner, claim.now, claim.until, claim.limit,
+                                      exclude_agents=claim.exclude_agents, taken_over=taken, report=report)
+        return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)
+
+    def _add_history(self, rows: Collection[dict[str, Any]]) -> None:
+        for row in rows:
+            self.history.append({"id": len(self.history) + 1, **row})
+
+    def resume_waiting(self, now: datetime) -> int:
+        with self._lock:
+            moved = 0
+            for sid, r in list(self.rows.items()):
+                error = r.last_error or ""
+                if (r.state == "active" and r.attempt > 0 and r.claimed_by is None and r.due_at is not None
+                        and r.due_at > now and error.startswith("letta_unavailable") and "HTTP 429" not in error):
+                    self.rows[sid] = dataclasses.replace(r, due_at=now)
+                    moved += 1
+            return moved
+
+    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+        with self._lock:
+            return sum(1 for h in self.history if h["schedule_id"] == schedule_id
+                       and h["scheduled_for"] == scheduled_for and (h.get("error") or "").startswith(prefix))
+
+    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
+               schedule_id: int | None = None) -> Recent:
+        with self._lock:
+            mine = [h for h in self.history
+                    if (h["schedule_id"] == schedule_id if schedule_id is not None else h["agent_id"] == agent_id)]
+        delivered = min(cap, sum(1 for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= since))
+        unannounced = 0
+        for h in reversed(mine[-NOTICE_WINDOW:]):
+            if h["outcome"] == "delivered":
+                break
+            unannounced += h["outcome"] == "over_budget"
+        return Recent(delivered, unannounced)
+
+    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+        with self._lock:
+            rows = [r for sid, r in sorted(self.rows.items()) if sid > after_id and r.state == "active"
+                    and r.schedule_type != "once" and r.claimed_by is None and r.next_run is not None
+                    and r.next_run > now]
+        return [(r.id, r.schedule_type, r.schedule_value, r.timezone, r.anchor, r.next_run) for r in rows[:limit]]
+
+    def rearm(self, changes: list[Rearm], now: datetime) -> int:
+        moved = 0
+        with self._lock:
+            for sid, old, new, anchor in changes:
+                r = self.rows.get(sid)
+                if r is None or r.next_run != old or r.claimed_by is not None or r.state != "active":
+                    continue
+                values: dict[str, Any] = {"next_run": new, "due_at": new, "updated_at": now}
+                if anchor is not None:
+                    values["anchor"] = anchor
+                self.rows[sid] = dataclasses.replace(r, **values)
+                moved += 1
+        return moved

@@ -1,0 +1,190 @@
+"""The ``DeliveryStore`` contract (issue 30 point 3), one suite against all three implementations:
+SQLite (a real file), PostgreSQL (a throw-away schema; ``PROMPTYOSELF_TEST_PG_URL``) and memory.
+Claims are compare-and-sets, one live claim per agent; a lapsed claim is free and its taker told;
+``renew`` answers what is still held; ``record`` writes only under a held claim on an unchanged row
+(else lost or stale) and may claim more in the same transaction. Every time is a fixed argument."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome
+from promptyoself.store.db import Schedule, Store
+from promptyoself.store.delivery_store import DeliveryStore, SqlDeliveryStore
+from promptyoself.store.memory import MemoryDeliveryStore
+from tests.helpers_delivery import add_schedule, get, history
+
+T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+
+
+class Env:
+    """One implementation, with the seeding and reading a test needs besides the contract's verbs."""
+
+    def __init__(self, ds: DeliveryStore, store: Store | None = None) -> None:
+        self.ds = ds
+        self.store = store
+
+    def add(self, agent: str, due: datetime, **columns: Any) -> int:
+        if self.store is None:
+            assert isinstance(self.ds, MemoryDeliveryStore)
+            return self.ds.add(agent, f"p-{agent}", due, **columns)
+        sid = add_schedule(self.store, agent, f"p-{agent}", due,
+                           schedule_type=columns.pop("schedule_type", "once"), value=columns.pop("value", None))
+        if columns:
+            with self.store.session() as s:
+                s.execute(update(Schedule).where(Schedule.id == sid).values(**columns))
+        return sid
+
+    def row(self, sid: int) -> Any:
+        if self.store is None:
+            assert isinstance(self.ds, MemoryDeliveryStore)
+            return self.ds.get(sid)
+        return get(self.store, sid)
+
+    def outcomes(self) -> list[tuple[int, str]]:
+        if self.store is None:
+            assert isinstance(self.ds, MemoryDeliveryStore)
+            return [(h["schedule_id"], h["outcome"]) for h in self.ds.history]
+        return [(h.schedule_id, h.outcome) for h in history(self.store)]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    if request.param == "memory":
+        yield Env(MemoryDeliveryStore())
+        return
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'contract.db'}"
+        store = Store(url)
+        yield Env(SqlDeliveryStore(store), store)
+        store.close()
+        return
+    from tests.pg import pg_schema, require_pg
+
+    require_pg()
+    with pg_schema() as url:
+        store = Store(url)
+        yield Env(SqlDeliveryStore(store), store)
+        store.close()
+
+
+def outcome(env: Env, sid: int, owner: str, kind: str = "delivered", *, basis: tuple[tuple[str, Any], ...] = (),
+            at: datetime = T0, **change: Any) -> Outcome:
+    row = env.row(sid)
+    slot = row.next_run
+    entry = {"schedule_id": sid, "agent_id": row.agent_id, "scheduled_for": slot, "attempted_at": at,
+             "outcome": kind, "attempt": 1, "letta_run_id": None, "error": None, "lateness_s": 0.0}
+    done = {"claimed_by": None, "claim_until": None, "updated_at": at, **(change or {"state": "completed",
+                                                                                    "due_at": None})}
+    return Outcome(sid, owner, slot, basis, (entry,), done, ({**entry, "outcome": "sent_lost_claim"},))
+
+
+def test_a_claim_is_one_compare_and_set_and_one_live_claim_per_agent(env: Env) -> None:
+    a1 = env.add("agent-a", T0 - timedelta(seconds=2))
+    env.add("agent-a", T0 - timedelta(seconds=1))
+    b = env.add("agent-b", T0)
+    env.add("agent-c", T0 + timedelta(hours=1))  # not due
+    env.add("agent-d", T0 - timedelta(seconds=5), state="paused")
+    taken = env.ds.claim("A", T0, T0 + LEASE, limit=10)
+    assert [r.id for r in taken] == [a1, b]  # oldest due first, the agent's earliest only
+    assert all(r.claimed_by == "A" and r.claim_until == T0 + LEASE for r in taken)
+    assert env.ds.claim("B", T0, T0 + LEASE, limit=10) == []  # held, and agent-a is busy
+    assert env.ds.next_due(T0) == T0 - timedelta(seconds=1)
+    assert env.ds.next_due(T0, exclude_agents=["agent-a"]) == T0 + timedelta(hours=1)
+
+
+def test_a_lapsed_claim_is_taken_over_and_its_first_holder_loses_it(env: Env) -> None:
+    sid = env.add("agent-a", T0)
+    assert [r.id for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)] == [sid]
+    assert env.ds.renew("A", [sid], T0 + 2 * LEASE) == {sid}
+    later = T0 + 3 * LEASE  # A froze: its claim ran out
+    taken: set[int] = set()
+    [again] = env.ds.claim("B", later, later + LEASE, limit=5, taken_over=taken)
+    assert again.id == sid and taken == {sid}
+    assert env.ds.renew("A", [sid], later + LEASE) == set()  # A's fence now says no
+    recorded = env.ds.record([outcome(env, sid, "A", at=later)])
+    assert recorded.lost == {sid} and not recorded.written
+    assert env.ds.record([outcome(env, sid, "B", at=later)]).written == {sid}
+    assert env.outcomes() == [(sid, "sent_lost_claim"), (sid, "delivered")]
+    assert env.row(sid).state == "completed" and env.row(sid).claimed_by is None
+
+
+def test_a_released_claim_is_free_and_not_in_doubt(env: Env) -> None:
+    sid = env.add("agent-a", T0)
+    env.ds.claim("A", T0, T0 + LEASE, limit=1)
+    assert env.ds.release("B", [sid]) == 0  # only the holder gives it back
+    assert env.ds.release("A", [sid]) == 1
+    taken: set[int] = set()
+    assert [r.id for r in env.ds.claim("B", T0, T0 + LEASE, limit=1, taken_over=taken)] == [sid]
+    assert taken == set()
+
+
+def test_a_row_changed_under_its_claim_is_stale_and_nothing_is_written(env: Env) -> None:
+    sid = env.add("agent-a", T0)
+    env.ds.claim("A", T0, T0 + LEASE, limit=1)
+    recorded = env.ds.record([outcome(env, sid, "A", basis=(("state", "paused"),))])
+    assert sid in recorded.fresh and recorded.fresh[sid].state == "active"
+    assert not recorded.written and not recorded.lost and env.outcomes() == []
+
+
+def test_recording_frees_the_agent_and_claims_its_next_in_the_same_transaction(env: Env) -> None:
+    first = env.add("agent-a", T0 - timedelta(seconds=1))
+    second = env.add("agent-a", T0)
+    env.ds.claim("A", T0, T0 + LEASE, limit=5)
+    recorded = env.ds.record([outcome(env, first, "A")], claim=ClaimAsk("A", T0, T0 + LEASE, 5))
+    assert recorded.written == {first}
+    assert [r.id for r in recorded.claimed] == [second] and not recorded.more_due
+
+
+def test_a_claim_reports_when_more_was_due_than_it_asked_for(env: Env) -> None:
+    for i in range(6):
+        env.add(f"agent-{i}", T0)
+    report = ClaimReport()
+    assert len(env.ds.claim("A", T0, T0 + LEASE, limit=2, report=report)) == 2 and report.more_due
+    report = ClaimReport()
+    assert len(env.ds.claim("A", T0, T0 + LEASE, limit=10, report=report)) == 4 and not report.more_due
+
+
+def test_an_outage_ends_and_the_waiting_are_due_now(env: Env) -> None:
+    later = T0 + timedelta(minutes=5)
+    waiting = env.add("agent-a", later, attempt=1, last_error="letta_unavailable: down")
+    env.add("agent-b", later, attempt=1, last_error="letta_unavailable: HTTP 429")  # its Retry-After stands
+    env.add("agent-c", later)  # never tried
+    assert env.ds.resume_waiting(T0) == 1
+    assert env.row(waiting).due_at == T0
+
+
+def test_history_counts_for_the_budget_and_the_attempts(env: Env) -> None:
+    sid = env.add("agent-a", T0)
+    slot = env.row(sid).next_run
+    env.ds.claim("A", T0, T0 + LEASE, limit=1)
+    over = outcome(env, sid, "A", "over_budget", state="active", next_run=slot + timedelta(hours=1),
+                   due_at=slot + timedelta(hours=1))
+    entry = {**over.history[0], "error": "letta_auth: refused"}
+    env.ds.record([Outcome(sid, "A", slot, (), (entry,), over.change, ())])
+    assert env.ds.count_attempts_with_error(sid, slot, "letta_auth:") == 1
+    assert env.ds.count_attempts_with_error(sid, slot, "other:") == 0
+    seen = env.ds.recent(T0 - timedelta(hours=1), 5, agent_id="agent-a")
+    assert (seen.delivered_today, seen.over_budget_unannounced) == (0, 1)
+    env.ds.claim("A", T0 + timedelta(hours=2), T0 + timedelta(hours=2) + LEASE, limit=1)
+    env.ds.record([outcome(env, sid, "A", at=T0 + timedelta(hours=2))])
+    seen = env.ds.recent(T0 - timedelta(hours=1), 5, schedule_id=sid)
+    assert (seen.delivered_today, seen.over_budget_unannounced) == (1, 0)
+
+
+def test_recurring_schedules_ahead_are_rearmed_only_where_unchanged(env: Env) -> None:
+    ahead = env.add("agent-a", T0 + timedelta(hours=2), schedule_type="interval", value="1h")
+    env.add("agent-b", T0 + timedelta(hours=2))  # one-time: not re-armed
+    rows = env.ds.recurring_ahead(T0, 0, 10)
+    assert [r[0] for r in rows] == [ahead]
+    new = T0 + timedelta(minutes=30)
+    assert env.ds.rearm([(ahead, T0 + timedelta(hours=1), new, None)], T0) == 0  # not its slot any more
+    assert env.ds.rearm([(ahead, T0 + timedelta(hours=2), new, new)], T0) == 1
+    assert env.row(ahead).next_run == new and env.row(ahead).due_at == new

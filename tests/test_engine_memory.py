@@ -1,0 +1,200 @@
+"""The engine's logic on the in-memory store with a fake target and a fixed clock (issue 30 point 3):
+whole scenarios (a burst, an outage, an answer lost in flight, a claim lost before the write, the
+daily budget, catch-up, a clock jump back) run in the fast tier, through the same ``Executor``,
+``attempt``, recorder, retry policy and planner as production; only the store and the target are
+stand-ins, each keeping its contract (``tests/test_delivery_store.py``, ``targets/base.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptyoself.config import Settings
+from promptyoself.delivery.attempt import Claim, attempt
+from promptyoself.delivery.clock import rearm_recurring
+from promptyoself.delivery.loop import Executor
+from promptyoself.deps import Deps
+from promptyoself.errors import LettaUnavailable, NotSent
+from promptyoself.store.memory import MemoryDeliveryStore
+from promptyoself.targets import registry
+from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+
+T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+
+class FakeTarget:
+    """Keeps what it received by occurrence id. ``down``: every send fails before writing;
+    ``lose_answers``: the next sends arrive but their answers are lost (in doubt)."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.received: list[str] = []
+        self.down = False
+        self.lose_answers = 0
+        self.lookups = 0
+        self._lock = threading.Lock()
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        if self.down:
+            raise LettaUnavailable("the fake is down", transient=True, in_doubt=False)
+        if not fence():
+            raise NotSent("fenced")
+        with self._lock:
+            self.received.append(occ.occurrence_id)
+            lose = self.lose_answers > 0
+            self.lose_answers -= lose
+        if lose:
+            raise LettaUnavailable("the answer was lost", transient=True, in_doubt=True)
+        return Sent(route="fake", run_id=f"run-{len(self.received)}")
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        self.lookups += 1
+        return Found("found" if occ.occurrence_id in self.received else "absent")
+
+    async def probe(self) -> None:
+        if self.down:
+            raise LettaUnavailable("the fake is down")
+
+    def readiness(self) -> str:
+        return "fake: ready"
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def target() -> Iterator[FakeTarget]:
+    fake = FakeTarget()
+    registry.register("fake", lambda _settings: fake)
+    yield fake
+    registry.unregister("fake")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
+    mem = MemoryDeliveryStore()
+    values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
+                              "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
+                              "executor_interval": 0.05, **settings}
+    return Deps(Settings(**values), deliveries=mem, clock=clock), mem
+
+
+def drain(deps: Deps) -> list[Any]:
+    return Executor(deps, role="test").drain(budget=20)
+
+
+def test_a_burst_is_delivered_once_each_one_agent_at_a_time(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    ids = [mem.add(f"agent-{i % 7}", f"p{i}", T0 - timedelta(seconds=i), target="fake") for i in range(60)]
+    results = drain(deps)
+    assert sorted(r.schedule_id for r in results if r.delivered) == ids
+    assert len(target.received) == 60 == len(set(target.received))
+    assert mem.outcomes() == ["delivered"] * 60
+    assert all(mem.get(i).state == "completed" and mem.get(i).claimed_by is None for i in ids)
+    assert not (tmp_path / "unused.db").exists()  # the engine touched no database
+
+
+def test_an_outage_costs_time_not_prompts(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    sid = mem.add("agent-a", "p", T0, target="fake")
+    target.down = True
+    assert [r.outcome for r in drain(deps)] == ["retry"]
+    row = mem.get(sid)
+    assert row.state == "active" and row.due_at is not None and row.due_at > T0
+    assert row.last_error is not None and row.last_error.startswith("letta_unavailable")
+    target.down = False
+    assert mem.resume_waiting(clock.now) == 1  # what the outage probe does once the target answers
+    assert [r.outcome for r in drain(deps)] == ["delivered"]
+    assert mem.outcomes(sid) == ["retry", "delivered"] and len(target.received) == 1
+
+
+def test_an_answer_lost_in_flight_is_looked_up_not_sent_again(tmp_path: Path, target: FakeTarget,
+                                                                clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    sid = mem.add("agent-a", "p", T0, target="fake")
+    target.lose_answers = 1
+    assert [r.outcome for r in drain(deps)] == ["retry"]
+    assert (mem.get(sid).last_error or "").startswith("in_doubt")
+    clock.now = mem.get(sid).due_at or T0  # the settle time has passed
+    assert [r.outcome for r in drain(deps)] == ["delivered"]
+    assert len(target.received) == 1 and target.lookups == 1
+
+
+def test_a_claim_lost_before_the_write_sends_nothing_and_is_given_back(tmp_path: Path, target: FakeTarget,
+                                                                       clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    sid = mem.add("agent-a", "p", T0, target="fake")
+    [row] = mem.claim("A", T0, T0 + timedelta(seconds=30), limit=1)
+    asked: list[int] = []
+
+    def fence() -> bool:  # true when attempt asks, false when the target asks right before the write
+        asked.append(1)
+        return len(asked) == 1
+
+    out = attempt(deps, Claim.from_row(row), "A", may_send=fence)
+    assert getattr(out, "outcome", None) == "released" and target.received == []
+    assert mem.get(sid).claimed_by is None and mem.outcomes() == []
+
+
+def test_a_claim_taken_over_from_a_frozen_holder_is_in_doubt(tmp_path: Path, target: FakeTarget,
+                                                              clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    sid = mem.add("agent-a", "p", T0, target="fake")
+    [row] = mem.claim("frozen", T0, T0 + timedelta(seconds=30), limit=1)
+    asyncio.run(target.send(occurrence_of_row(row), lambda: True))  # the frozen holder's send had arrived
+    clock.now = T0 + timedelta(minutes=1)  # its claim ran out unrecorded
+    assert [r.outcome for r in drain(deps)] == ["delivered"]
+    assert len(target.received) == 1 and target.lookups == 1 and mem.get(sid).state == "completed"
+
+
+def occurrence_of_row(row: Any) -> Occurrence:
+    from promptyoself.delivery.attempt import occurrence_of
+
+    return occurrence_of(Claim.from_row(row), "text", 1)
+
+
+def test_the_daily_budget_holds_prompts_back_and_says_so(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock, max_deliveries_per_agent_per_day=2)
+    for i in range(4):
+        mem.add("agent-a", f"p{i}", T0 - timedelta(minutes=4 - i), target="fake")
+    drain(deps)
+    assert mem.outcomes() == ["delivered", "delivered", "over_budget", "over_budget"]
+    assert len(target.received) == 2
+
+
+def test_catch_up_latest_sends_one_and_records_the_missed(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    start = T0 - timedelta(hours=5)
+    sid = mem.add("agent-a", "hourly", start, target="fake", schedule_type="interval", schedule_value="1h",
+                  anchor=start)
+    assert [r.outcome for r in drain(deps)] == ["delivered"]
+    outcomes = mem.outcomes(sid)
+    assert outcomes.count("delivered") == 1 and outcomes.count("missed") == 5
+    assert len(target.received) == 1 and mem.get(sid).next_run == T0 + timedelta(hours=1)
+
+
+def test_a_clock_jump_back_rearms_recurring_schedules(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    sid = mem.add("agent-a", "hourly", T0 + timedelta(hours=3), target="fake", schedule_type="interval",
+                  schedule_value="1h", anchor=T0 + timedelta(hours=3))
+    assert rearm_recurring(deps, T0) == 1  # the clock went back 2 h: the next slot is an hour away
+    assert mem.get(sid).next_run == T0 + timedelta(hours=1)

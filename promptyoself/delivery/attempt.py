@@ -1,24 +1,22 @@
 """Delivering one claimed occurrence: decide (missed? late?), send, and record the outcome.
 
-Everything here is synchronous and runs in a worker thread of the executor. The protocol:
+Synchronous, in a sender thread of the executor; the target's coroutines run on the executor's event
+loop (``delivery.bridge``). The protocol:
 
-1. The executor claimed the occurrence ``(id, next_run)`` (``store.claim_due``).
-2. ``attempt`` builds the message envelope and sends it to Letta (async route, sync fallback), or,
-   for a one-time prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing; it returns the
-   ``Attempt`` to record.
+1. The executor claimed the occurrence ``(id, next_run)`` (``DeliveryStore.claim``).
+2. ``attempt`` builds the message envelope and hands it to the schedule's target, or, for a one-time
+   prompt later than ``PROMPTYOSELF_MISFIRE_GRACE``, sends nothing; it returns the ``Attempt``.
 3. ``delivery.recorder`` writes, in ONE transaction that commits only while the claim is still held,
-   the history row for this attempt and the schedule's next state: advanced to its next slot,
-   retried later, failed, missed, paused, or completed. The claim is cleared in the same
-   transaction. Several attempts (each on its own claim) may share that transaction: group commit.
-   ``recorder.deliver`` is 2 then 3.
+   the history row and the schedule's next state (advanced, retried later, failed, missed, paused or
+   completed), and clears the claim. Several attempts may share that transaction: group commit.
 
-Exactly once: a sender starts a send only while its claim is fenced as held (``may_send``, asked
-before the work and again by the client right before the request is written), every send carries the
-occurrence's ``otid`` (``otid_for``), and an occurrence whose last attempt may have reached Letta
+Exactly once: a send starts only while its claim is fenced as held (``may_send``, asked before the
+work and again by the target right before the request is written), every send carries the
+occurrence's id (``otid_for``), and an occurrence whose last attempt may have arrived
 (``Claim.in_doubt``: a timeout or reset after connecting, or a claim taken over from an expired
-holder) is first looked up in Letta (``LettaClient.find_message``) and recorded ``delivered`` without
-a send when it is there, also when it is past the misfire grace. A claim taken over is never given
-back unsent (``give_back``). docs/deployment.md states what remains."""
+holder) is first looked up (``DeliveryTarget.lookup``) and recorded ``delivered`` without a send when
+it is there, also past the misfire grace. A claim taken over is never given back unsent
+(``give_back``). docs/deployment.md states what remains."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ from typing import Any
 
 from promptyoself import catchup, timing
 from promptyoself.delivery import budget
-from promptyoself.delivery.bridge import Targets
+from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import PromptYoSelfError, StillPending
@@ -201,9 +199,9 @@ def attempt(
     targets: Targets | None = None,
 ) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
-    (stopping before the send, or the fence ``may_send`` says the claim is lost or about to run
-    out: the claim is released, nothing is sent). Never raises for a target's errors. ``targets``:
-    the executor's (``delivery.bridge``); without, the attempt opens its own and closes them after."""
+    (stopping, or the fence ``may_send`` says the claim is lost or about to run out: it is released,
+    nothing is sent). Never raises for a target's errors. ``targets``: the executor's; without, the
+    attempt opens its own and closes them after."""
     if targets is not None:
         return _attempt(core, claim, owner, stopping, may_send, targets)
     own = Targets(core.settings)
@@ -252,18 +250,13 @@ def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Call
         occ = replace(occ, text=budget.announce(occ.text, verdict))
         # The claim's fence is asked again by the target right before the request is written (after
         # the look-up above, and as late as it can): a holder that stalled since gives the claim back.
-        sent = targets.call(target.send(occ, may_send or _open))
+        sent = targets.call(target.send(occ, may_send or open_fence))
     except Exception as exc:  # what it means, and what next, is the retry policy's decision
         if not isinstance(exc, PromptYoSelfError):
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return _after_failure(core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed)
-
-
-def _open() -> bool:
-    """The fence of an attempt made without one (tests, a one-off): always open."""
-    return True
 
 
 def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:

@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def open_fence() -> bool:
+    """The fence of an attempt made without one (tests, a one-off): always open."""
+    return True
+
+
 class Targets:
     def __init__(self, settings: Settings, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.settings = settings

@@ -24,9 +24,11 @@ PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartb
 # docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).
 CONTRACT: dict[str, set[str]] = {
     "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key",
-                                   "catch_up", "max_per_day", "target", "conversation_id"},
+                                   "catch_up", "max_per_day", "target", "conversation_id", "endpoint", "session_id",
+                                   "cwd"},
     "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key",
-                                   "catch_up", "max_per_day", "target", "conversation_id"},
+                                   "catch_up", "max_per_day", "target", "conversation_id", "endpoint", "session_id",
+                                   "cwd"},
     "promptyoself_schedule_every": {
         "prompt",
         "every",
@@ -40,6 +42,9 @@ CONTRACT: dict[str, set[str]] = {
         "max_per_day",
         "target",
         "conversation_id",
+        "endpoint",
+        "session_id",
+        "cwd",
     },
     "promptyoself_list": {"agent_id", "include_cancelled", "limit", "offset"},
     "promptyoself_cancel": {"schedule_id"},

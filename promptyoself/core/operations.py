@@ -75,8 +75,11 @@ class ScheduleOptions(TypedDict, total=False):
     catch_up: object  # skip | latest | all (None: latest)
     max_per_day: object
     ctx: CallContext | None
-    target: object  # letta | letta-code (core/letta_code.py: choose_target)
+    target: object  # letta | letta-code | claude-code | webhook (core/destinations.py)
     conversation_id: object
+    endpoint: object  # webhook: a configured endpoint's name
+    session_id: object  # claude-code: the session (default: the one the call comes from)
+    cwd: object  # claude-code: the session's working directory
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
 
     def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
-        from promptyoself.core.letta_code import choose_target, validate_agent
+        from promptyoself.core.destinations import destination
+        from promptyoself.core.letta_code import validate_agent
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule
 
@@ -235,7 +239,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
         catch_up = check_catch_up(options.get("catch_up"))
         per_day = options.get("max_per_day")
         per_day = None if per_day is None else check_limit("max_per_day", per_day, 1, MAX_PER_DAY)
-        agent = self.resolve_agent(options.get("agent_id"), options.get("ctx"))
+        dest = destination(options, self.resolve_agent, self.settings)
+        agent = dest.agent_id
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
@@ -244,12 +249,12 @@ class Core(Deps, AdminOperations, OperatorOperations):
         state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
         message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
         limit = self.settings.max_active_per_agent
-        target, conversation = choose_target(agent, options.get("target"), options.get("conversation_id"),
-                                             self.settings)
+        target, conversation = dest.target, dest.conversation_id
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
                 raise self._quota_error(agent, live)
-            validate_agent(self, agent, target)
+            if dest.validate:
+                validate_agent(self, agent, target)
         new = NewSchedule(
             agent_id=agent,
             prompt_text=text,
@@ -269,6 +274,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             target=target,
             conversation_id=conversation,
             catch_up=catch_up,
+            target_options=dest.options,
         )
         try:
             row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written

@@ -102,9 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
-    p.add_argument("--target", choices=("letta", "letta-code"),
-                   help="where it is delivered (default: letta-code for agent-local-... agents, else letta)")
+    p.add_argument("--target", choices=("letta", "letta-code", "claude-code", "webhook"),
+                   help="where it is delivered (default: claude-code inside Claude Code, letta-code for "
+                        "agent-local-... agents, else letta)")
     p.add_argument("--conversation-id", help="letta-code: the agent's conversation (default: default)")
+    p.add_argument("--endpoint", help="webhook: a configured endpoint's name (default: default)")
+    p.add_argument("--session-id", help="claude-code: the session (default: the one this runs in)")
+    p.add_argument("--cwd", help="claude-code: the session's working directory (default: the session's)")
     p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     p.add_argument("--max-per-day", type=whole_number(1, MAX_PER_DAY),
@@ -299,6 +303,9 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         "idempotency_key": a.idempotency_key,
         "target": a.target,
         "conversation_id": a.conversation_id,
+        "endpoint": a.endpoint,
+        "session_id": a.session_id,
+        "cwd": a.cwd,
         "catch_up": a.catch_up,
         "max_per_day": a.max_per_day,
     }

@@ -414,12 +414,23 @@ MaxPerDay = Annotated[
     Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
 ]
 Target = Annotated[
-    Literal["letta", "letta-code"] | None,
-    Field(description="Where it is delivered: 'letta' (the Letta REST API) or 'letta-code' (the Letta Code App "
-          "Server, LETTA_CODE_URL). Default: letta-code for agent-local-... agents, else letta."),
+    Literal["letta", "letta-code", "claude-code", "webhook"] | None,
+    Field(description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code App "
+          "Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session) or 'webhook' (an operator's endpoint). "
+          "Default: claude-code when called from inside Claude Code, letta-code for agent-local-... agents, "
+          "else letta."),
 ]
 ConversationId = Annotated[
     str | None, Field(description="letta-code only: the agent's conversation (default 'default').")
+]
+Endpoint = Annotated[
+    str | None, Field(description="webhook only: the name of an endpoint the operator configured (default 'default').")
+]
+SessionId = Annotated[
+    str | None, Field(description="claude-code only: the session to deliver to (default: the calling session).")
+]
+Cwd = Annotated[
+    str | None, Field(description="claude-code only: the session's working directory (default: the session's).")
 ]
 ScheduleId = Annotated[Whole | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
@@ -469,6 +480,9 @@ def promptyoself_schedule_time(
     max_per_day: MaxPerDay = None,
     target: Target = None,
     conversation_id: ConversationId = None,
+    endpoint: Endpoint = None,
+    session_id: SessionId = None,
+    cwd: Cwd = None,
     *,
     core: TheCore,
     call: TheCall,
@@ -477,7 +491,7 @@ def promptyoself_schedule_time(
     return core.schedule_time(
         prompt, time, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
         idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, ctx=call,
+        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
     )
 
 
@@ -493,6 +507,9 @@ def promptyoself_schedule_cron(
     max_per_day: MaxPerDay = None,
     target: Target = None,
     conversation_id: ConversationId = None,
+    endpoint: Endpoint = None,
+    session_id: SessionId = None,
+    cwd: Cwd = None,
     *,
     core: TheCore,
     call: TheCall,
@@ -501,7 +518,7 @@ def promptyoself_schedule_cron(
     return core.schedule_cron(
         prompt, cron, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
         idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, ctx=call,
+        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
     )
 
 
@@ -519,6 +536,9 @@ def promptyoself_schedule_every(
     max_per_day: MaxPerDay = None,
     target: Target = None,
     conversation_id: ConversationId = None,
+    endpoint: Endpoint = None,
+    session_id: SessionId = None,
+    cwd: Cwd = None,
     *,
     core: TheCore,
     call: TheCall,
@@ -528,7 +548,7 @@ def promptyoself_schedule_every(
         prompt, every, start_at=start_at, max_repetitions=max_repetitions, agent_id=agent_id,
         timezone=timezone, skip_validation=skip_validation, idempotency_key=idempotency_key,
         catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, ctx=call,
+        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
     )
 
 

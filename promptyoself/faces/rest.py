@@ -171,11 +171,16 @@ class _Common(BaseModel):
     catch_up: Literal["skip", "latest", "all"] | None = Field(
         None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
     max_per_day: Whole | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
-    target: Literal["letta", "letta-code"] | None = Field(
-        None, description="Where it is delivered: 'letta' (the Letta REST API) or 'letta-code' (the Letta Code "
-        "App Server, LETTA_CODE_URL). Default: letta-code for agent-local-... agents, else letta.")
+    target: Literal["letta", "letta-code", "claude-code", "webhook"] | None = Field(
+        None, description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code "
+        "App Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session: session_id and cwd) or 'webhook' (an "
+        "endpoint the operator configured). Default: letta-code for agent-local-... agents, else letta.")
     conversation_id: str | None = Field(
         None, description="letta-code only: the agent's conversation (default 'default').")
+    endpoint: str | None = Field(None, max_length=64,
+                                 description="webhook only: a configured endpoint's name (default 'default').")
+    session_id: str | None = Field(None, max_length=100, description="claude-code only: the session's id.")
+    cwd: str | None = Field(None, max_length=1000, description="claude-code only: the session's working directory.")
 
 
 class TimeRequest(_Common):
@@ -375,7 +380,8 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         return await call(core.schedule_time, req.prompt, req.time, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
+                          conversation_id=req.conversation_id, endpoint=req.endpoint,
+                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(request: Request, req: CronRequest,
@@ -384,7 +390,8 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         return await call(core.schedule_cron, req.prompt, req.cron, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
+                          conversation_id=req.conversation_id, endpoint=req.endpoint,
+                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(request: Request, req: EveryRequest,
@@ -394,7 +401,8 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
                           max_repetitions=req.max_repetitions, agent_id=agent, timezone=req.timezone,
                           skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
                           catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, ctx=_context(x_agent_id), check=check)
+                          conversation_id=req.conversation_id, endpoint=req.endpoint,
+                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(

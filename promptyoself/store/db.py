@@ -46,7 +46,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0011"
+HEAD_REVISION = "0012"
 """The newest migration. Opening a database already at this revision skips importing Alembic."""
 
 
@@ -117,6 +117,9 @@ class Schedule(Base):
     conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     catch_up: Mapped[str] = mapped_column(String(8), nullable=False, server_default="latest")
     max_per_day: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # 0012: what the target needs besides the agent id, as a JSON object (Occurrence.options): a
+    # webhook's endpoint name; a Claude Code session's id and working directory.
+    target_options: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),

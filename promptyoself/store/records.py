@@ -34,7 +34,7 @@ class ListedSchedule:
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
-    target: str  # letta | letta-code (0008)
+    target: str  # letta | letta-code (0008) | claude-code | webhook (0012)
     conversation_id: str | None
     catch_up: str  # skip | latest | all
     max_per_day: int | None
@@ -52,6 +52,7 @@ class ScheduleRow(ListedSchedule):
     claim_until: datetime | None
     attempt: int
     letta_payload: str | None
+    target_options: str | None  # JSON object (0012): webhook endpoint, Claude Code session_id and cwd
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class NewSchedule:
     conversation_id: str | None = None
     catch_up: str = "latest"
     max_per_day: int | None = None
+    target_options: str | None = None
 
 
 @dataclass(frozen=True)

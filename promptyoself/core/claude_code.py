@@ -1,0 +1,230 @@
+"""Claude Code on the core's side (issue 31 points 1, 3): which session a schedule made from inside
+Claude Code belongs to, and ``claude-code install`` (our MCP server in a project's ``.mcp.json``, or
+the ``claude mcp add`` line).
+
+A session is found, first to last:
+
+1. explicit ``session_id`` (and ``cwd``) arguments;
+2. ``<claude home>/sessions/<pid>.json`` of the nearest ancestor process that is a running Claude Code
+   (``{"sessionId", "cwd", ...}``): our stdio MCP server's parent is ``claude``; a CLI run by the
+   agent's Bash tool has it a few levels up. The file follows ``/clear`` (a new session id), which
+   the environment does not;
+3. ``CLAUDE_CODE_SESSION_ID`` with ``CLAUDE_PROJECT_DIR`` (or the working directory).
+
+``<claude home>`` is ``CLAUDE_CONFIG_DIR`` when set, else ``~/.claude``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from promptyoself.config import Settings
+from promptyoself.errors import InvalidArgument
+
+TARGET = "claude-code"
+MAX_ANCESTORS = 12
+MAX_CWD_CHARS = 1000
+MAX_SESSION_FILE = 64 * 1024
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+MCP_NAME = "promptyoself"
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    cwd: str
+    source: str  # argument | sessions_file | environment
+
+
+def claude_home(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    configured = (env.get("CLAUDE_CONFIG_DIR") or "").strip()
+    return Path(configured).expanduser() if configured else Path(env.get("HOME") or "~").expanduser() / ".claude"
+
+
+def in_claude_code(environ: Mapping[str, str] | None = None) -> bool:
+    """This process runs under Claude Code (its MCP server, or a command of its Bash tool)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("CLAUDE_CODE_SESSION_ID") or env.get("CLAUDECODE"))
+
+
+def check_session_id(value: object) -> str:
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value.strip()):
+        raise InvalidArgument("session_id must be a Claude Code session id (letters, digits, '-' and '_', "
+                              "at most 100), e.g. the CLAUDE_CODE_SESSION_ID of the session.")
+    return value.strip()
+
+
+def check_cwd(value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_CWD_CHARS or "\x00" in value:
+        raise InvalidArgument(f"cwd must be the session's working directory, an absolute path of at most "
+                              f"{MAX_CWD_CHARS} characters.")
+    path = value.strip()
+    if not os.path.isabs(path):
+        raise InvalidArgument(f"cwd must be an absolute path (the directory claude was started in), not {path[:80]!r}.")
+    return os.path.normpath(path)
+
+
+def _parent(pid: int) -> int | None:
+    """The parent of ``pid`` (Linux /proc; None elsewhere or when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # the name in (...) may hold spaces
+    try:
+        parent = int(fields[1])
+    except (IndexError, ValueError):
+        return None
+    return parent if parent > 1 else None
+
+
+def read_session_file(path: Path) -> tuple[str, str] | None:
+    """``(sessionId, cwd)`` of a ``sessions/<pid>.json``; None if absent or not one."""
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_SESSION_FILE)
+        data = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    sid, cwd = data.get("sessionId"), data.get("cwd")
+    if not isinstance(sid, str) or not _SESSION_ID.fullmatch(sid) or not isinstance(cwd, str) or not cwd:
+        return None
+    return sid, cwd
+
+
+def live_session_of(pid: int, home: Path) -> tuple[str, str] | None:
+    """The session a running ``claude`` of ``pid`` holds (its ``sessions/<pid>.json``)."""
+    return read_session_file(home / "sessions" / f"{pid}.json")
+
+
+def detect(environ: Mapping[str, str] | None = None, pid: int | None = None) -> Session | None:
+    """The Claude Code session this process runs in (see the module's docstring), or None."""
+    env = os.environ if environ is None else environ
+    if not in_claude_code(env):
+        return None
+    home = claude_home(env)
+    current = os.getppid() if pid is None else pid
+    for _ in range(MAX_ANCESTORS):
+        found = live_session_of(current, home)
+        if found is not None:
+            return Session(found[0], found[1], "sessions_file")
+        up = _parent(current)
+        if up is None:
+            break
+        current = up
+    sid = (env.get("CLAUDE_CODE_SESSION_ID") or "").strip()
+    if sid and _SESSION_ID.fullmatch(sid):
+        cwd = (env.get("CLAUDE_PROJECT_DIR") or "").strip() or os.getcwd()
+        return Session(sid, cwd, "environment")
+    return None
+
+
+def transcript_cwd(session_id: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The working directory a session's transcript records (for an explicit ``session_id`` without
+    ``cwd``): the ``cwd`` of its first line that has one."""
+    for path in (claude_home(environ) / "projects").glob(f"*/{session_id}.jsonl"):
+        try:
+            with path.open("r", encoding="utf-8", errors="replace") as fh:
+                for n, line in enumerate(fh):
+                    if n > 50:
+                        break
+                    try:
+                        cwd = json.loads(line).get("cwd")
+                    except (ValueError, AttributeError):
+                        continue
+                    if isinstance(cwd, str) and cwd:
+                        return cwd
+        except OSError:
+            continue
+    return None
+
+
+def session_for(session_id: object, cwd: object, environ: Mapping[str, str] | None = None) -> Session:
+    """The session a ``claude-code`` schedule goes to: the arguments, else the one this process runs in.
+    ``InvalidArgument`` saying what to pass when there is none."""
+    if session_id is not None and not (isinstance(session_id, str) and not session_id.strip()):
+        sid = check_session_id(session_id)
+        if cwd is not None and not (isinstance(cwd, str) and not cwd.strip()):
+            return Session(sid, check_cwd(cwd), "argument")
+        here = detect(environ)
+        if here is not None and here.session_id == sid:
+            return Session(sid, here.cwd, "argument")
+        found = transcript_cwd(sid, environ)
+        if found is None:
+            raise InvalidArgument(f"cwd is required with session_id {sid}: the directory claude was started in "
+                                  "(no transcript of that session was found to read it from).")
+        return Session(sid, check_cwd(found), "argument")
+    here = detect(environ)
+    if here is None:
+        raise InvalidArgument(
+            "target 'claude-code' needs a Claude Code session: call from inside one (its MCP server or its Bash "
+            "tool), or pass session_id and cwd.", reason="no_claude_session")
+    if cwd is not None and not (isinstance(cwd, str) and not cwd.strip()):
+        return Session(here.session_id, check_cwd(cwd), here.source)
+    return Session(here.session_id, check_cwd(here.cwd), here.source)
+
+
+def agent_id_for(session_id: str) -> str:
+    """The agent id a session's schedules are listed and counted under."""
+    return f"claude-code-{session_id}"[:100]
+
+
+# ---- claude-code install -------------------------------------------------------------------------
+
+
+def mcp_server(settings: Settings) -> dict[str, Any]:
+    """Our stdio MCP server as Claude Code starts it (``.mcp.json`` ``mcpServers`` entry)."""
+    script = Path(sys.executable).parent / "promptyoself-mcp"
+    command, args = (str(script), []) if script.exists() else (sys.executable, ["-m", "promptyoself", "serve",
+                                                                                 "--transport", "stdio"])
+    return {"type": "stdio", "command": command, "args": args, "env": {"PROMPTYOSELF_DB": settings.db_url}}
+
+
+def install(settings: Settings, project: object = None, *, write: bool = False) -> dict[str, Any]:
+    """The ``.mcp.json`` entry and the ``claude mcp add`` line for our server; with ``write``, merge
+    the entry into ``<project>/.mcp.json`` (other servers kept)."""
+    if project is not None and not isinstance(project, str):
+        raise InvalidArgument("--project must be a directory.")
+    folder = Path(project or os.getcwd()).expanduser().resolve()
+    entry = mcp_server(settings)
+    env_flags = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in entry["env"].items())
+    command = " ".join(shlex.quote(x) for x in [entry["command"], *entry["args"]])
+    line = f"claude mcp add --scope project {env_flags} {MCP_NAME} -- {command}"
+    out: dict[str, Any] = {"status": "success", "mcp_json": {"mcpServers": {MCP_NAME: entry}},
+                           "claude_mcp_add": line, "written": None}
+    if write:
+        if not folder.is_dir():
+            raise InvalidArgument(f"{folder} is not a directory.")
+        path = folder / ".mcp.json"
+        data: dict[str, Any] = {}
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError:
+                raise InvalidArgument(f"{path} is not valid JSON; fix it first.") from None
+            if not isinstance(data, dict):
+                raise InvalidArgument(f"{path} does not hold a JSON object.")
+        servers = data.setdefault("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise InvalidArgument(f"{path}: mcpServers is not an object.")
+        servers[MCP_NAME] = entry
+        tmp = path.with_suffix(".json.promptyoself-tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        out["written"] = str(path)
+        out["message"] = (f"Added the {MCP_NAME} MCP server to {path}. Start claude in {folder}; its agent can "
+                          "now schedule prompts that come back into the same session.")
+    else:
+        out["message"] = f"Put mcp_json into {folder}/.mcp.json, or run: {line}"
+    return out

@@ -147,6 +147,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in _ISOLATE:
         if key not in ("PROMPTYOSELF_TEST_PG_URL", "PROMPTYOSELF_TEST_LETTA_URL"):
             monkeypatch.delenv(key, raising=False)
+    # Not inside the Claude Code session a developer may run the tests from (target claude-code).
+    for key in ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CLAUDE_PROJECT_DIR", "CLAUDE_CONFIG_DIR"):
+        monkeypatch.delenv(key, raising=False)
     # No .env from the developer's working directory.
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(tmp_path / "no.env"))
 

@@ -41,6 +41,7 @@ from promptyoself.core.results import (
     iso,
     rule_views,
     schedule_record,
+    target_options,
 )
 from promptyoself.deps import Deps, Wiring
 from promptyoself.errors import (
@@ -326,6 +327,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
             "catch_up": row.catch_up,
             **rule_views(row),
             "state": row.state,
+            "target": row.target,
+            "target_options": target_options(row.target_options),
         }
         return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NotRequired
 
@@ -37,6 +38,8 @@ class ScheduleRecord(TypedDict):
     upcoming: list[str]
     description: str
     max_per_day: NotRequired[int | None]
+    target: NotRequired[str]  # letta | letta-code | claude-code | webhook
+    target_options: NotRequired[dict[str, Any] | None]  # webhook endpoint; Claude Code session_id, cwd
 
 
 class RuleViews(TypedDict):
@@ -59,6 +62,8 @@ class ScheduleResult(TypedDict):
     upcoming: list[str]
     description: str
     state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
+    target: NotRequired[str]  # where it is delivered
+    target_options: NotRequired[dict[str, Any] | None]
 
 
 class ListResult(TypedDict):
@@ -291,7 +296,20 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "catch_up": s.catch_up,
         **rule_views(s),
         "max_per_day": s.max_per_day,
+        "target": s.target,
+        "target_options": target_options(s.target_options),
     }
+
+
+def target_options(raw: str | None) -> dict[str, Any] | None:
+    """A schedule's ``target_options`` column as an object (None when unset or unreadable)."""
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def delivery_record(d: DeliveryRow) -> DeliveryRecord:

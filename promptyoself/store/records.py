@@ -39,6 +39,7 @@ class ListedSchedule:
     catch_up: str  # skip | latest | all
     max_per_day: int | None
     anchor: datetime | None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
+    target_options: str | None  # JSON object (0012): webhook endpoint, Claude Code session_id and cwd
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,6 @@ class ScheduleRow(ListedSchedule):
     claim_until: datetime | None
     attempt: int
     letta_payload: str | None
-    target_options: str | None  # JSON object (0012): webhook endpoint, Claude Code session_id and cwd
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ DEFAULT = LETTA
 BUILT_IN: dict[str, str] = {
     LETTA: "promptyoself.targets.letta_rest:LettaRestTarget",
     LETTA_CODE: "promptyoself.targets.letta_code:LettaCodeTarget",
+    "webhook": "promptyoself.targets.webhook:WebhookTarget",
 }
 
 _lock = threading.Lock()

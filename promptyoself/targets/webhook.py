@@ -206,7 +206,3 @@ class WebhookTarget:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-
-
-def factory(settings: Settings) -> WebhookTarget:
-    return WebhookTarget(settings)

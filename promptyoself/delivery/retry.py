@@ -18,6 +18,8 @@ from promptyoself.errors import (
     NotSent,
     PromptYoSelfError,
     StillPending,
+    TargetGone,
+    TargetRejected,
 )
 from promptyoself.timing import format_duration
 
@@ -87,7 +89,8 @@ class RetryPolicy:
         - ``retry`` after a backoff: credentials refused (never given up: they wait for a fix) or a
           transient failure, a server's Retry-After honoured, at least ``settle`` when the request may
           still be landing inside the target; an unexpected error counts as transient and in doubt;
-        - ``failed``: a transient failure past the deadline (``grace``) or ``max_attempts`` attempts
+        - ``failed``: the target refused this occurrence for good (``TargetRejected``), or a transient
+          failure past the deadline (``grace``) or ``max_attempts`` attempts
           (``counted_attempts``: those that count, auth refusals left out; default ``attempt``).
 
         The error text starts with ``IN_DOUBT_PREFIX`` while the outcome of some attempt is unknown, so
@@ -95,8 +98,10 @@ class RetryPolicy:
         if isinstance(exc, NotSent):
             return Decision("released", text=FENCED)
         text = error_text(exc)
-        if isinstance(exc, AgentNotFound | InvalidArgument):
+        if isinstance(exc, AgentNotFound | InvalidArgument | TargetGone):
             return Decision("paused", text=text)
+        if isinstance(exc, TargetRejected):  # this occurrence is refused for good; a recurring one moves on
+            return Decision("failed", text=text)
         if isinstance(exc, LettaAuth):
             return Decision("retry", delay=self.delay(attempt), text=_doubt(in_doubt) + text, auth=True)
         retry_after: object = None

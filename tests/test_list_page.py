@@ -91,7 +91,8 @@ def test_list_tool_result_shape_is_unchanged(tmp_path: Path) -> None:
         assert set(rec) == {"id", "agent_id", "prompt_text", "schedule_type", "schedule_value", "timezone",
                             "next_run", "active", "state", "created_at", "last_run", "max_repetitions",
                             "repetition_count", "last_error",
-                            "catch_up", "upcoming", "description", "max_per_day"}  # issue 21, issue 22
+                            "catch_up", "upcoming", "description", "max_per_day",  # issue 21, issue 22
+                            "target", "target_options"}  # issue 31
         assert rec["state"] == "cancelled" and rec["active"] is False and rec["timezone"] == "Europe/Berlin"
         assert rec["next_run"].endswith("+00:00") and rec["created_at"].endswith("+00:00")
         assert rec["upcoming"] == [] and rec["catch_up"] == "latest"  # ended: no next runs

@@ -64,9 +64,8 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
         {"role": "system", "content": "You are on a schedule."},
         {"role": "user", "content": [{"type": "text", "text": "Morning check-in"},
                                      {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                                  "data": "iVBORw0KGgo="}}],
-         "otid": "otid-1"},
-    ]
+                                                                  "data": "iVBORw0KGgo="}}]},
+    ]  # no otid: a message's otid is ours (a caller's own is a 400: tests/test_otid.py)
     created = client.agents.schedule.create(
         agent, schedule={"type": "one-time", "scheduled_at": at}, messages=messages,
         callback_url="https://example.invalid/cb", include_return_message_types=["assistant_message"], max_steps=3,
@@ -90,9 +89,10 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     sent = [m for m in fake_letta.received if m["agent_id"] == agent]
     assert len(sent) == 2  # two messages, one request
     request = sent[0]["request"]
-    # The one addition: our occurrence otid on the first message that had none (exactly once, docs/design.md §7).
-    ours = [m.pop("otid") for m in request["messages"] if str(m.get("otid", "")).startswith("promptyoself-")]
-    assert len(ours) == 1 and request["messages"][0] is not None
+    # The one addition: our occurrence otid on the first message (exactly once, docs/design.md §7).
+    assert str(request["messages"][0].get("otid", "")).startswith("promptyoself-")
+    ours = [m.pop("otid") for m in request["messages"] if "otid" in m]
+    assert len(ours) == 1
     assert request == {
         "messages": messages,
         "callback_url": "https://example.invalid/cb",

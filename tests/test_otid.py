@@ -191,6 +191,68 @@ def test_client_sends_the_otid_on_the_message() -> None:
     assert seen == [{"messages": [{"role": "user", "content": "hi", "otid": "k-1"}]}]
 
 
+# ---- a caller's own otid (issue 29 item 7) -------------------------------------------------------
+
+
+def test_the_scheduling_route_refuses_a_callers_otid(tmp_path: Path) -> None:
+    """``POST /v1/agents/A/schedule`` with ``otid`` on a message: a 400 that says why, nothing stored."""
+    from starlette.testclient import TestClient
+
+    from promptyoself.core.operations import Core
+    from promptyoself.faces.rest import build_rest_app
+    from tests.conftest import make_settings
+
+    core = Core(make_settings(tmp_path / "r.db"))
+    try:
+        body = {"schedule": {"type": "one-time", "scheduled_at": 4_102_444_800_000},
+                "messages": [{"role": "user", "content": "m", "otid": "mine"}]}
+        with TestClient(build_rest_app(core)) as client:
+            answer = client.post(f"/v1/agents/{AGENT}/schedule", json=body)
+            assert answer.status_code == 400
+            assert answer.json()["code"] == "invalid_argument"
+            assert "messages[0].otid is set by PromptYoSelf" in answer.json()["error"]
+            assert client.get(f"/v1/agents/{AGENT}/schedule").json()["scheduled_messages"] == []
+    finally:
+        core.close()
+
+
+def test_our_otid_replaces_a_callers_on_the_wire() -> None:
+    seen: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json={"id": "run-1", "status": "created"})
+
+    payload = {"messages": [{"role": "user", "content": "a", "otid": "mine"},
+                            {"role": "user", "content": "b", "otid": "mine-too"}], "max_steps": 3}
+    client_for(handler).send_message(AGENT, "a", otid="k-1", payload=payload)
+    assert seen == [{"messages": [{"role": "user", "content": "a", "otid": "k-1"}, {"role": "user", "content": "b"}],
+                     "max_steps": 3}]
+    assert payload["messages"][0]["otid"] == "mine"  # the stored payload is left as it is
+
+
+def test_a_stored_callers_otid_is_still_delivered_once_when_letta_hangs(
+    core: Any, fake: FakeLetta, clock: Clock
+) -> None:
+    """A schedule stored (before the route refused it) with the caller's otid, Letta hanging past the
+    client's timeout after recording the message: the next attempt finds it by our otid, sends nothing."""
+    from promptyoself.store.db import Schedule
+
+    sid = add_schedule(core.store, fake.agent_ids[0], "m", T0)
+    with core.store.session() as s:
+        row = s.get(Schedule, sid)
+        assert row is not None
+        row.letta_payload = json.dumps({"messages": [{"role": "user", "content": "m", "otid": "mine"}]})
+    fake.fail_next(1, "accepted_timeout")
+    first = deliver(core, take(core), "A")
+    assert first.outcome == "retry" and (first.error or "").startswith(IN_DOUBT_PREFIX)
+    clock.advance(60)
+    again = take(core)
+    assert deliver(core, again, "A").outcome == "delivered"
+    assert [m["otid"] for m in fake.received] == [otid_for(again)]  # once, by our otid
+    assert [h.outcome for h in history(core.store, sid)] == ["retry", "delivered"]
+
+
 @pytest.mark.parametrize(
     ("runs", "messages", "answer"),
     [

@@ -7,7 +7,8 @@ delivering in-process). The fake Letta (``testkit.fake_letta``, real HTTP) fails
 message sends: 500, 503, 429 with Retry-After, connection resets, answers slower than the client's
 timeout (recorded by Letta all the same), accepted-then-timeout and accepted-then-reset. Mid-burst one
 worker is SIGKILLed while it holds claims, and one other process is SIGSTOPped while it holds claims
-for longer than the lease, then SIGCONTed.
+for longer than the lease, then SIGCONTed. Every tenth one-time prompt is a Letta scheduling-API
+schedule whose stored message carries the caller's own ``otid`` (issue 29 item 7).
 
 Then, as Letta (the fake) counts them: nothing lost, no occurrence twice (per ``otid`` and per
 prompt), every recurring schedule exactly its repetitions; and history agrees with Letta: exactly one
@@ -78,6 +79,9 @@ FAIL_RATE = 0.2
 FAULTS = ("500", "503", "429r", "drop", "slow", "accepted_timeout", "accepted_drop")
 BUDGET_S = 240.0 * max(1.0, SCALE)
 OTID = re.compile(r"^promptyoself-(\d+)-(\d+)$")
+CALLERS_OTID_EVERY = 10
+"""Every tenth one-time prompt is a scheduling-API schedule whose stored messages carry the caller's
+own ``otid`` (issue 29 item 7): ours must still go out, so that each is found when in doubt, once."""
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -100,8 +104,12 @@ def seed_prompts(db: Any, fake: FakeLetta) -> tuple[dict[int, str], dict[int, st
                            value=f"{EVERY_S}s", max_repetitions=REPETITIONS)
         recurring[sid] = text
     with core.store.session() as s:
-        once = {r.id: r.prompt_text for r in s.execute(select(Schedule).where(Schedule.schedule_type == "once"))
-                .scalars()}
+        once = {}
+        for i, r in enumerate(s.execute(select(Schedule).where(Schedule.schedule_type == "once")).scalars()):
+            once[r.id] = r.prompt_text
+            if i % CALLERS_OTID_EVERY == 0:  # as Letta's scheduling API stored one before it refused an otid
+                r.letta_payload = json.dumps({"messages": [{"role": "user", "content": r.prompt_text,
+                                                            "otid": f"callers-own-{i}"}]})
     core.close()
     return once, recurring
 

@@ -94,7 +94,12 @@ def _message(msg: object, i: int) -> dict[str, Any]:
     else:
         raise InvalidArgument(f"{where}.content must be a string or a non-empty list of content parts.")
     out: dict[str, Any] = {"role": msg["role"], "content": content}
-    for key in ("name", "otid", "sender_id"):
+    if msg.get("otid") is not None:
+        raise InvalidArgument(
+            f"{where}.otid is set by PromptYoSelf: each delivery carries its own (promptyoself-<schedule>-<slot>), "
+            "by which a send whose answer was lost is found in Letta rather than sent twice. Leave it out."
+        )
+    for key in ("name", "sender_id"):
         if msg.get(key) is not None:
             if not isinstance(msg[key], str):
                 raise InvalidArgument(f"{where}.{key} must be a string.")

@@ -48,14 +48,16 @@ def message_body(text: str, otid: str | None = None) -> dict[str, Any]:
 
 
 def with_otid(payload: dict[str, Any], otid: str | None) -> dict[str, Any]:
-    """A stored scheduling-API body, sent as is, with ``otid`` on its first message that has none."""
+    """A stored scheduling-API body, sent as is but for ``otid``: ours on its first message, always
+    (the in-doubt check looks for it), and no caller's anywhere. A caller's own otid is refused when
+    the schedule is made (core/letta_schedules.py); a row stored before that held one, and with ours
+    left off, a send whose answer was lost could not be found and went out twice (issue 29 item 7)."""
     body = dict(payload)
     if otid is not None:
-        messages = [dict(m) if isinstance(m, dict) else m for m in body.get("messages") or []]
-        for m in messages:
-            if isinstance(m, dict) and not m.get("otid"):
-                m["otid"] = otid
-                break
+        messages = [{k: v for k, v in m.items() if k != "otid"} if isinstance(m, dict) else m
+                    for m in body.get("messages") or []]
+        if messages and isinstance(messages[0], dict):
+            messages[0]["otid"] = otid
         body["messages"] = messages
     return body
 
@@ -306,7 +308,7 @@ class LettaClient:
 
         ``payload`` (a Letta scheduling-API schedule's stored body: ``messages`` and optionally
         ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
-        ``otid`` is put on its first message that has none. Returns ``{"run_id": str|None, "route":
+        ``otid`` is put on its first message (``with_otid``). Returns ``{"run_id": str|None, "route":
         "async"|"sync"}``. A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
         Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked right before each
         request is written; when it says no, ``NotSent`` is raised and Letta never saw that request.

@@ -231,6 +231,7 @@ def test_our_otid_replaces_a_callers_on_the_wire() -> None:
     assert payload["messages"][0]["otid"] == "mine"  # the stored payload is left as it is
 
 
+@pytest.mark.slow
 def test_a_stored_callers_otid_is_still_delivered_once_when_letta_hangs(
     core: Any, fake: FakeLetta, clock: Clock
 ) -> None:

@@ -6,6 +6,9 @@ second send, blocked conversations retried, never dropped), health, and ``letta-
 from __future__ import annotations
 
 import json
+import os
+import stat
+import subprocess
 import sys
 import threading
 import time
@@ -25,7 +28,7 @@ from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
 from promptyoself.letta.code import LettaCodeClient, endpoints, message_id_for
 from promptyoself.store.db import Schedule
 from testkit.fake_letta_code import FakeLettaCode
-from tests.helpers_delivery import add_schedule, get, history, make_core
+from tests.helpers_delivery import add_schedule, child_env, get, history, make_core
 from tests.procs import free_port
 
 NOWHERE = "http://127.0.0.1:9"  # LETTA_BASE_URL: nothing answers there (nor may anything go there)
@@ -182,30 +185,134 @@ def test_health_covers_the_letta_code_target(core: Any, lc: FakeLettaCode) -> No
     assert "letta_code_unreachable" in [r["code"] for r in h["reasons"]]
 
 
-@pytest.mark.slow
-def test_install_and_uninstall_the_skill_and_mcp_entry(core: Any, tmp_path: Path) -> None:
+@pytest.fixture
+def plain_core(tmp_path: Path) -> Iterator[Any]:
+    """A core on its own database, without the fake App Server (install touches only files)."""
+    from promptyoself.core.operations import Core
+    from tests.conftest import make_settings
+
+    c = Core(make_settings(tmp_path / "plain.db", letta_code_url="ws://127.0.0.1:9"))
+    yield c
+    c.close()
+
+
+def _home(tmp_path: Path, agent: str) -> Path:
     home = tmp_path / "dot-letta"
     home.mkdir()
-    agent = "agent-local-11111111-2222-3333-4444-555555555555"
     (home / "settings.json").write_text(json.dumps({"agents": [{"agentId": agent, "baseUrl": "local:x"},
                                                                {"agentId": "agent-local-other"}]}))
+    return home
+
+
+def test_install_and_uninstall_the_skill_and_mcp_entry(plain_core: Any, tmp_path: Path) -> None:
+    core = plain_core
+    from promptyoself.core import agent_tokens
+
+    agent = "agent-local-11111111-2222-3333-4444-555555555555"
+    home = _home(tmp_path, agent)
     with pytest.raises(InvalidArgument):
-        letta_code.install(core.settings, "", str(home))
-    out = letta_code.install(core.settings, agent, str(home))
-    again = letta_code.install(core.settings, agent, str(home))  # idempotent: one entry
-    assert out["status"] == again["status"] == "success"
+        letta_code.install(core, "", str(home))
+    out = letta_code.install(core, agent, str(home))
+    again = letta_code.install(core, agent, str(home))  # idempotent: one entry
+    assert out["status"] == again["status"] == "success" and again["mcp_entry"] == "written"
     data = json.loads((home / "settings.json").read_text())
     servers = data["agents"][0]["mcpServers"]
     assert [s["name"] for s in servers] == ["promptyoself"] and servers[0]["transport"] == "stdio"
     assert servers[0]["env"]["LETTA_CODE_URL"] == core.settings.letta_code_url
+    token = servers[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"]  # the agent's own token, not the operator's
+    assert agent_tokens.resolve(core, token) == agent
     assert "mcpServers" not in data["agents"][1]
     skill = (home / "skills" / "promptyoself" / "SKILL.md").read_text()
     assert skill.startswith("---\nname: promptyoself\n") and "--cron" in skill and "cancel" in skill
-    gone = letta_code.uninstall(core.settings, agent, str(home))
+    gone = letta_code.uninstall(core, agent, str(home))
     assert gone["mcp_entries_removed"] == 1 and gone["skill_removed"] is True
     assert json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"] == []
+    assert agent_tokens.resolve(core, token) is None  # uninstalled: its token is revoked
     with pytest.raises(Exception, match="no entry"):
-        letta_code.install(core.settings, "agent-local-nobody", str(home))
+        letta_code.install(core, "agent-local-nobody", str(home))
+
+
+def test_install_while_the_app_server_runs_writes_the_skill_and_queues_the_entry(
+        plain_core: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 point 4: no refusal while the App Server runs. The skill is written at once; the MCP
+    entry waits in a 0600 queue for the server to stop (a watcher applies it then; here applied by
+    hand), since a running server writes its own copy of settings.json back."""
+    core = plain_core
+    agent = "agent-local-11111111-2222-3333-4444-555555555555"
+    home = _home(tmp_path, agent)
+    before = (home / "settings.json").read_text()
+    monkeypatch.setattr(letta_code, "running_servers", lambda _home: [4242])
+    monkeypatch.setattr(letta_code, "_watcher", lambda _home: 4343)
+    out = letta_code.install(core, agent, str(home))
+    assert out["status"] == "success" and out["mcp_entry"] == "queued" and out["watcher_pid"] == 4343
+    assert "queued" in out["message"] and "4242" in out["message"]
+    assert (home / "skills" / "promptyoself" / "SKILL.md").exists()  # at once
+    assert (home / "settings.json").read_text() == before  # untouched while the server runs
+    assert stat.S_IMODE((home / letta_code.PENDING).stat().st_mode) == 0o600
+    assert letta_code.apply_pending(home) == 1  # what the watcher does once the server has stopped
+    servers = json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"]
+    assert [s["name"] for s in servers] == ["promptyoself"] and not (home / letta_code.PENDING).exists()
+    gone = letta_code.uninstall(core, agent, str(home))  # the same for uninstall
+    assert gone["mcp_entry"] == "queued" and gone["skill_removed"] is True
+    assert json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"] != []
+    monkeypatch.setattr(letta_code, "running_servers", lambda _home: [])
+    again = letta_code.install(core, agent, str(home))  # no server now: the queue first, then this
+    assert again["mcp_entry"] == "written" and again["applied_queued"] == 1
+    assert [s["name"] for s in json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"]] == [
+        "promptyoself"]
+
+
+APP_SERVER = """
+import json, os, signal, sys, time
+path = os.path.join(os.environ["HOME"], ".letta", "settings.json")
+copy = json.load(open(path))  # the App Server keeps its own copy and writes it back
+def stop(*_):
+    json.dump(copy, open(path, "w"))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+open(os.path.join(os.environ["HOME"], "ready"), "w").close()
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_a_queued_entry_survives_the_running_server_and_lands_when_it_stops(tmp_path: Path) -> None:
+    """A process that behaves as the App Server does with settings.json (its argv `letta ... server
+    --listen`, HOME/.letta its home; it writes its own copy back when it stops): `letta-code install`
+    exits 0 at once, and the entry is in settings.json after the server stopped, not dropped."""
+    agent = "agent-local-11111111-2222-3333-4444-555555555555"
+    fake_home = tmp_path / "user"
+    fake_home.mkdir()
+    home = fake_home / ".letta"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps({"agents": [{"agentId": agent}]}))
+    server = subprocess.Popen([sys.executable, "-c", APP_SERVER, "letta", "server", "--listen", "ws://x"],
+                              env={**os.environ, "HOME": str(fake_home)})
+    try:
+        deadline = time.monotonic() + 20
+        while not (fake_home / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert letta_code.running_servers(home) == [server.pid]
+        env = {**child_env(tmp_path / "d.db"), "HOME": str(fake_home)}
+        done = subprocess.run([sys.executable, "-m", "promptyoself", "letta-code", "install", "--agent-id", agent,
+                               "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out = json.loads(done.stdout)
+        assert out["mcp_entry"] == "queued" and (home / "skills" / "promptyoself" / "SKILL.md").exists()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    deadline = time.monotonic() + 20
+    while (home / letta_code.PENDING).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    servers = json.loads((home / "settings.json").read_text())["agents"][0].get("mcpServers") or []
+    assert [s["name"] for s in servers] == ["promptyoself"], servers
+    assert servers[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"].startswith("pys_agent_")
+    deadline = time.monotonic() + 10
+    while (home / letta_code.WATCHER_PID).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (home / letta_code.WATCHER_PID).exists()  # the watcher is gone
 
 
 @pytest.mark.slow

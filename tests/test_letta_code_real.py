@@ -150,13 +150,19 @@ def cli(*args: str, db: Path, url: str) -> tuple[int, dict]:
 
 
 def test_install_survives_the_running_server_and_uninstall_removes_it(agents: Agents) -> None:
+    """Issue 32 point 4: install while the App Server runs exits 0 (the skill at once, the MCP entry
+    queued); a watcher adds the entry once the server stops, and the server's next turns keep it."""
+    from promptyoself.core import letta_code
+
     h = agents.harness
     home = str(h.letta_home)
+    pending = h.letta_home / letta_code.PENDING
     code, out = cli("letta-code", "install", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
-    assert code == 1 and out["code"] == "invalid_argument" and "running" in out["error"]  # the server runs
+    assert code == 0 and out["mcp_entry"] == "queued", out  # the server runs: queued, not refused
+    skill = h.letta_home / "skills" / "promptyoself" / "SKILL.md"
+    assert "promptyoself schedule" in skill.read_text() and "LETTA_AGENT_ID" in skill.read_text()
     h.stop()
-    code, out = cli("letta-code", "install", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
-    assert code == 0, out
+    wait_until(lambda: not pending.exists(), timeout=30)
     h.start()
     for _ in range(2):  # the agent's next turns: the server has read and rewritten settings.json by now
         agents.client.send(agents.a, "hello after install", otid=f"test-{uuid.uuid4().hex[:10]}")
@@ -167,11 +173,11 @@ def test_install_survives_the_running_server_and_uninstall_removes_it(agents: Ag
         return [s for s in entry.get("mcpServers") or [] if s.get("name") == "promptyoself"]
 
     assert ours() and ours()[0]["env"]["PROMPTYOSELF_DB"].endswith(str(agents.db))
-    skill = h.letta_home / "skills" / "promptyoself" / "SKILL.md"
-    assert "promptyoself schedule" in skill.read_text() and "LETTA_AGENT_ID" in skill.read_text()
-    h.stop()
+    assert ours()[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"].startswith("pys_agent_")
     code, out = cli("letta-code", "uninstall", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
-    assert code == 0 and out["mcp_entries_removed"] == 1, out
+    assert code == 0 and out["mcp_entry"] == "queued" and not skill.exists(), out
+    h.stop()
+    wait_until(lambda: not pending.exists(), timeout=30)
     h.start()
     agents.client.send(agents.a, "hello after uninstall", otid=f"test-{uuid.uuid4().hex[:10]}")
     assert not ours() and not skill.exists()

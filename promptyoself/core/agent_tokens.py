@@ -20,13 +20,22 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from promptyoself.core.agents import normalize_agent_id
 from promptyoself.errors import Forbidden, InvalidArgument, NotFound
+from promptyoself.store.db import Store
 
-if TYPE_CHECKING:
-    from promptyoself.core.operations import Core
+
+class Core(Protocol):
+    """What these functions need of ``promptyoself.core.operations.Core`` (named here without
+    importing it: the core's ``letta_code`` module mints tokens)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def now(self) -> datetime: ...
 
 PREFIX = "pys_agent_"
 MAX_TOKEN_CHARS = 200

@@ -393,7 +393,7 @@ def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import letta_code
 
     act = letta_code.install if a.action == "install" else letta_code.uninstall
-    return act(core.settings, a.agent_id, a.letta_home)
+    return act(core, a.agent_id, a.letta_home)
 
 
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:

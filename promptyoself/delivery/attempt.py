@@ -189,8 +189,7 @@ def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
     options: dict[str, Any] = {}
     if claim.letta_payload:
         options["payload"] = json.loads(claim.letta_payload)
-    if claim.target_options:  # a webhook's endpoint; a Claude Code session's session_id and cwd (0012)
-        options.update(json.loads(claim.target_options))
+    options.update(json.loads(claim.target_options or "{}"))  # webhook endpoint; Claude Code session_id, cwd
     return Occurrence(schedule_id=claim.id, occurrence_id=otid_for(claim), agent_id=claim.agent_id, text=text,
                       prompt=claim.prompt_text, due=claim.next_run, attempt=number,
                       conversation_id=claim.conversation_id, options=options)

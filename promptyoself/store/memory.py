@@ -21,7 +21,7 @@ from promptyoself.store.records import ScheduleRow
 _DEFAULTS: dict[str, Any] = {
     "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
     "max_repetitions": None, "repetition_count": 0, "last_error": None, "target": "letta",
-    "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None,
+    "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None, "target_options": None,
     "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0, "letta_payload": None,
 }
 

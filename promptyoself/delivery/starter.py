@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from promptyoself.store.startup_check import hostname, quick_check
+from promptyoself.store.startup_check import hostname, quick_check, who_delivers
 
 if TYPE_CHECKING:
     from promptyoself.config import Settings
@@ -212,9 +212,11 @@ class Starter:
         core = self.core
         store = core.store
         row = store_lease.read_lease(store)
-        if row is not None and store_lease.lease_alive(row, core.now()):
+        lease = (row.pid, row.host, row.lease_until) if row is not None else None
+        decision = who_delivers(lambda: has_state(store, "active"), lease, core.now())
+        if decision == "worker" and row is not None:
             return _held(row)
-        if not has_state(store, "active"):
+        if decision == "nobody":
             return Delivering("nothing_active", None, "Nothing is active: no delivery worker is needed.")
         # The reservation carries this process's pid (it lives while this process does) until the
         # worker's is known: store.health.lease shows no pid meanwhile, never this process's.

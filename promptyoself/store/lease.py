@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from promptyoself.store.db import Store, WorkerLease
 from promptyoself.store.records import LeaseRow, record_of
-from promptyoself.store.startup_check import LEASE_NAME, hostname, pid_alive
+from promptyoself.store.startup_check import LEASE_NAME, hostname, lease_live
 
 SPAWN_PREFIX = "spawn:"
 """Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""
@@ -37,12 +37,9 @@ def worker_pid(row: LeaseRow) -> int | None:
 
 
 def lease_alive(row: LeaseRow, now: datetime) -> bool:
-    """Live while ``lease_until`` is ahead and, on this host, its pid is a running process."""
-    if row.lease_until <= now:
-        return False
-    if row.host == hostname():
-        return pid_alive(row.pid)
-    return True
+    """Live while ``lease_until`` is ahead and, on this host, its pid is a running process
+    (``startup_check.lease_live``: one rule for the store and the standard-library check)."""
+    return lease_live(row.pid, row.host, row.lease_until, now)
 
 
 def read_lease(store: Store) -> LeaseRow | None:

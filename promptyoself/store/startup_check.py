@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 LEASE_NAME = "worker"
 
@@ -38,6 +40,23 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+Decision = Literal["worker", "nobody", "start"]
+
+
+def lease_live(pid: int, host: str, until: datetime, now: datetime) -> bool:
+    """A worker's lease is live while ``until`` is ahead and, on this host, its pid is a running process."""
+    return until > now and (host != hostname() or pid_alive(pid))
+
+
+def who_delivers(active: Callable[[], bool], lease: tuple[int, str, datetime] | None, now: datetime) -> Decision:
+    """WHO DELIVERS, the one rule (the stdio start-up check below and ``delivery.starter`` both ask it):
+    ``worker`` when a live worker holds the lease ``(pid, host, lease_until)``; else ``nobody`` when
+    no schedule is ``active()`` (asked only then: a held lease answers without it); else ``start``."""
+    if lease is not None and lease_live(*lease, now):
+        return "worker"
+    return "start" if active() else "nobody"
+
+
 def quick_check(db_file: Path, now: datetime) -> bool | None:
     """For a SQLite database: True when a worker should be started (an active schedule and no live
     lease), False when not, None when this cannot tell (no file, old schema, locked: ask the store)."""
@@ -57,13 +76,12 @@ def quick_check(db_file: Path, now: datetime) -> bool | None:
         return None
     finally:
         conn.close()
-    if row is None:
-        return True
-    pid, host, until = row
-    try:
-        until_dt = datetime.fromisoformat(str(until))
-    except ValueError:
-        return None
-    until_dt = until_dt.replace(tzinfo=UTC) if until_dt.tzinfo is None else until_dt
-    alive = until_dt > now and (host != hostname() or pid_alive(int(pid)))
-    return not alive
+    lease = None
+    if row is not None:
+        pid, host, until = row
+        try:
+            until_dt = datetime.fromisoformat(str(until))
+        except ValueError:
+            return None
+        lease = (int(pid), str(host), until_dt.replace(tzinfo=UTC) if until_dt.tzinfo is None else until_dt)
+    return who_delivers(lambda: True, lease, now) == "start"  # an active schedule was found above

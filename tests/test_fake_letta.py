@@ -176,6 +176,7 @@ def test_auth() -> None:
 @pytest.mark.slow
 def test_async_message_and_run(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[0]
+    before = time.time()
     r = client.post(f"/v1/agents/{aid}/messages/async", json=_msg("hello"))
     assert r.status_code == 200
     run = r.json()
@@ -193,7 +194,7 @@ def test_async_message_and_run(fake: FakeLetta, client: httpx.Client) -> None:
     assert rec["text"] == "hello"
     assert rec["route"] == "async"
     assert rec["run_id"] == run["id"]
-    assert abs(rec["at"] - time.time()) < 5
+    assert before <= rec["at"] <= time.time()  # stamped when it arrived
 
     listed = client.get(f"/v1/agents/{aid}/messages", params={"limit": 5}).json()
     assert [(m["message_type"], m["content"]) for m in listed] == [
@@ -349,11 +350,9 @@ def test_stop_does_not_wait_for_sleeping_handlers() -> None:
     t = threading.Thread(target=post)
     t.start()
     time.sleep(0.2)
-    started = time.monotonic()
     f.stop()
-    t.join(5)
-    assert time.monotonic() - started < 2
-    assert not t.is_alive()
+    t.join(30)
+    assert not t.is_alive()  # stop() did not wait for the pending request
     assert len(errors) == 1
     assert f.received == []
     assert not [th for th in threading.enumerate() if th.name.startswith("fake-letta")]
@@ -388,12 +387,19 @@ def test_max_concurrent_per_agent() -> None:
 
 @pytest.mark.slow
 def test_latency_applies_to_message_routes(
-    fake: FakeLetta, client: httpx.Client
+    fake: FakeLetta, client: httpx.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake.latency = 0.2
-    started = time.monotonic()
+    waits: list[float] = []
+    slept = fake._sleep
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return slept(seconds)
+
+    monkeypatch.setattr(fake, "_sleep", sleep)
     client.post(f"/v1/agents/{fake.agent_ids[0]}/messages", json=_msg("x"))
-    assert time.monotonic() - started >= 0.2
+    assert waits == [0.2]  # the fake waited its latency before answering
 
 
 # -- tools --------------------------------------------------------------------------
@@ -463,7 +469,6 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_subprocess_mode(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    started = time.monotonic()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -512,7 +517,6 @@ def test_subprocess_mode(tmp_path: Path) -> None:
     assert len(final["received"]) == 3
     assert final["requests"] == 4
     assert json.loads(state.read_text())["requests"] == 4
-    assert time.monotonic() - started < 8
 
 
 # -- the HTTP layer: what the stock BaseHTTPRequestHandler did, byte for byte ------------------

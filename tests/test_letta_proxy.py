@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -92,7 +92,12 @@ def test_proxy_off_by_default(db_path: Path, secure_letta: Any) -> None:
 
 
 class _Chunks(BaseHTTPRequestHandler):
+    """Three events; the last is sent only once the client has the first (or after a minute): a proxy
+    that buffered the stream would hold the first back until the end, and the client would not see it."""
+
     protocol_version = "HTTP/1.1"
+    first_seen: ClassVar[threading.Event] = threading.Event()
+    seen_before_last: ClassVar[list[bool]] = []
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -101,10 +106,11 @@ class _Chunks(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for i in range(3):
+            if i == 2:
+                _Chunks.seen_before_last.append(_Chunks.first_seen.wait(60))
             data = f"data: {i}\n\n".encode()
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
-            time.sleep(0.4)
         self.wfile.write(b"0\r\n\r\n")
 
     def log_message(self, *args: Any) -> None:
@@ -118,16 +124,18 @@ def test_streams_are_streamed(db_path: Path) -> None:
                               http_token=TOKEN))
     try:
         for url in _serve(core, True):
-            t0 = time.monotonic()
-            arrivals = []
+            _Chunks.first_seen.clear()
+            _Chunks.seen_before_last.clear()
+            events = []
             with httpx.stream("POST", url + "/v1/agents/agent-x/messages/stream", json={"messages": []},
-                              headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+                              headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as r:
                 assert r.headers["content-type"].startswith("text/event-stream")
                 for line in r.iter_lines():
                     if line.startswith("data:"):
-                        arrivals.append(time.monotonic() - t0)
-            assert len(arrivals) == 3
-            assert arrivals[0] < 0.35 and arrivals[2] > 0.7  # the first event came before the last was sent
+                        events.append(line)
+                        _Chunks.first_seen.set()
+            assert events == ["data: 0", "data: 1", "data: 2"]
+            assert _Chunks.seen_before_last == [True]  # the first event came before the last was sent
     finally:
         upstream.shutdown()
         core.close()

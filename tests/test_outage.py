@@ -11,8 +11,6 @@ import os
 import random
 import shutil
 import sqlite3
-import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,21 +97,21 @@ def test_waiting_prompts_resume_when_letta_answers_again(tmp_path: Path, loops: 
                      health_max_lateness="1s", health_letta_cache=0)
     try:
         fake.stop()
-        sid = add_schedule(core.store, AGENT, "come back", datetime.now(UTC))
+        before = datetime.now(UTC)
+        sid = add_schedule(core.store, AGENT, "come back", before)
         loops.append(Running(core))
         wait_until(lambda: get(core.store, sid).attempt >= 1, timeout=30)
         row = get(core.store, sid)
-        assert row.due_at is not None and row.due_at > datetime.now(UTC) + timedelta(seconds=10)
+        backoff_until = row.due_at  # the first try failed: the next one is 15-30 s after it
+        assert backoff_until is not None and backoff_until >= before + timedelta(seconds=10)
         wait_until(lambda: "delivery_waiting" in _codes(core.health()), timeout=30)
         health = core.health()
         assert health["retry_waiting"] == 1 and health["status"] == "degraded"
-        back = time.monotonic()
         fake = FakeLetta(agents=[AGENT], port=port).start()
-        wait_until(lambda: get(core.store, sid).state == "completed", timeout=12)
-        recovery = time.monotonic() - back
-        sys.stderr.write(f"outage: recovery after Letta came back {recovery:.2f}s (the backoff alone: >= 15 s)\n")
-        assert recovery < 12
-        assert [r.outcome for r in history(core.store, sid)][-1] == "delivered"
+        wait_until(lambda: get(core.store, sid).state == "completed", timeout=90)
+        last = history(core.store, sid)[-1]
+        assert last.outcome == "delivered"
+        assert last.attempted_at < backoff_until, "it waited for its backoff instead of going when Letta came back"
         assert core.health()["retry_waiting"] == 0
     finally:
         fake.stop()
@@ -130,10 +128,8 @@ def test_a_locked_database_makes_health_down(tmp_path: Path) -> None:
         other = sqlite3.connect(tmp_path / "l.db", timeout=0.1)
         other.execute("BEGIN IMMEDIATE")  # another process holds SQLite's write lock past our wait
         try:
-            t0 = time.monotonic()
-            health = core.health()
+            health = core.health()  # an answer (it gave up on the lock), not a wait for the lock
             assert health["status"] == "down" and "database_write_failed" in _codes(health), health
-            assert time.monotonic() - t0 < 10
         finally:
             other.rollback()
             other.close()

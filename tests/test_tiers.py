@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import socket
@@ -66,3 +67,114 @@ def test_a_fast_test_may_use_a_socket_pair_and_threads() -> None:
 def test_a_slow_test_may_start_a_subprocess() -> None:
     assert not _GUARD.active
     assert subprocess.run(["true"], check=False).returncode == 0
+
+
+# ---- no wall-clock assertion --------------------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+MONOTONIC = {"monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns"}  # meaningful only as durations
+WALL = {"time", "time_ns", "now", "utcnow"}  # instants: comparing one with a state (before <= at) is fine
+DURATION_WORDS = {"elapsed", "took", "duration", "durations", "seconds", "secs", "wall", "recovery", "spent",
+                  "late", "lateness", "latency", "ms"}
+ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def _calls(node: ast.AST, names: set[str]) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in names:
+            if n.func.attr == "time" and not (isinstance(n.func.value, ast.Name) and n.func.value.id == "time"):
+                continue  # x.time() that is not time.time()
+            return True
+    return False
+
+
+def _uses(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+def _named_like_a_duration(node: ast.AST) -> bool:
+    """A name, attribute or call named like a duration: ``elapsed``, ``took``, ``seconds_to_exit``..."""
+    for n in ast.walk(node):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if name and DURATION_WORDS & set(name.lower().split("_")):
+            return True
+    return False
+
+
+def _measures(node: ast.AST, instants: set[str], measured: set[str]) -> bool:
+    """``node`` is a duration: a monotonic reading, a value measured from one, a value named like a
+    duration, or a difference with a clock reading (``time.time() - t0``, ``arrived - due``)."""
+    if _calls(node, MONOTONIC) or _uses(node, measured) or _named_like_a_duration(node):
+        return True
+    return any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub)
+        and any(_calls(side, WALL) or _uses(side, instants) for side in (n.left, n.right))
+        for n in ast.walk(node)
+    )
+
+
+def wall_clock_assertions(source: str) -> list[int]:
+    """Lines of ``assert`` statements that order (<, <=, >, >=) a duration measured on a clock: a
+    monotonic reading, a difference with a clock reading, a value computed from one in the same
+    function, or a value named like a duration (``took``, ``late``, ``seconds_to_exit()``)."""
+    found: list[int] = []
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        nodes = list(ast.walk(scope))
+        compares = [
+            (node.lineno, c) for node in nodes if isinstance(node, ast.Assert)
+            for c in ast.walk(node.test)
+            if isinstance(c, ast.Compare) and any(isinstance(op, ORDERING) for op in c.ops)
+        ]
+        if not compares:
+            continue
+        assigns = [n for n in nodes if isinstance(n, ast.Assign)]
+        instants = {t.id for a in assigns if _calls(a.value, WALL) for t in a.targets if isinstance(t, ast.Name)}
+        measured = {t.id for a in assigns if _calls(a.value, MONOTONIC) for t in a.targets if isinstance(t, ast.Name)}
+
+        for a in assigns:
+            if _measures(a.value, instants, measured):
+                measured.update(t.id for t in a.targets if isinstance(t, ast.Name))
+        found += [line for line, c in compares
+                  if any(_measures(o, instants, measured) for o in [c.left, *c.comparators])]
+    return sorted(set(found))
+
+
+def test_the_detector_finds_the_kinds_of_wall_clock_assertion() -> None:
+    bad = '''
+def f(server, proc, t0):
+    t1 = time.monotonic()
+    assert time.monotonic() - t1 < 3
+    took = time.perf_counter() - t1
+    assert took < 3.0
+    assert server.seconds_to_exit("eof") < 3.0
+    assert proc.wait_stopped(5) and (
+        elapsed <= 2)
+    assert abs(x - time.time()) < 5
+    arrived = time.time()
+    late = arrived - due
+    assert late_by <= 2.0 or 1 < late
+'''
+    assert wall_clock_assertions(bad) == [4, 6, 7, 8, 10, 13]
+    fine = '''
+def f(row, fake):
+    assert row.lateness_s == 3.0 and metric("lateness_seconds_count") == 1.0
+    assert fake.delay(3, late=0.0) >= 10.0
+    assert row.due_at >= T0 + timedelta(seconds=30)
+    assert wait_until(lambda: fake.received, timeout=30)
+    before = time.time()
+    assert before <= row.at <= time.time()
+'''
+    assert wall_clock_assertions(fine) == []
+
+
+def test_no_test_asserts_a_wall_clock_duration() -> None:
+    """Tests assert states, waited for with a generous deadline; lateness, exit times and throughput
+    are figures of ``python -m bench``, checked there against their targets."""
+    found = [
+        f"{path.relative_to(TESTS.parent)}:{line}"
+        for path in sorted(TESTS.rglob("*.py"))
+        for line in wall_clock_assertions(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], "assertions on wall-clock durations (wait for a state instead):\n" + "\n".join(found)

@@ -20,7 +20,6 @@ KNOWN_LONG_MODULES = {"delivery/loop.py"}
 KNOWN_COMPLEX = {
     "delivery/holdings.py:Holdings.next_batch",
     "delivery/loop.py:Executor._loop_body",
-    "delivery/loop.py:Executor._account",
     "delivery/recorder.py:next_state",
     "delivery/recorder.py:record_batch",
     "store/claims.py:claim_due_in",

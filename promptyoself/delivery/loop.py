@@ -32,6 +32,7 @@ from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import Recorder, record_batch
 from promptyoself.delivery.senders import SenderPool
+from promptyoself.delivery.watch import AuthBackoff, Outage
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport
 from promptyoself.targets.blocking import DaemonPool
@@ -107,22 +108,22 @@ class Executor:
         self.failed_total = 0
         self.retry_total = 0
         self.missed_total = 0
-        self.auth_error: str | None = None
-        self._auth_streak = 0
-        self._auth_until = 0.0
+        self.auth = AuthBackoff()
         self._listening = False
-        # A Letta outage (a transient send failure): prompts wait out their backoff; when Letta answers
-        # again (a probe, or any delivery) they are made due at once (store.claims.resume_waiting).
-        self._outage = False
-        self._resume = False
-        self._probed = False  # a probe has resumed them once this outage: later, only a delivery does
-        self._probe_at = 0.0
+        # A target's outage (a transient send failure): prompts wait out their backoff; when it answers
+        # again (a probe, or any delivery) they are made due at once (DeliveryStore.resume_waiting).
+        self.outage = Outage(self._probe_every())
         self._clock = ClockWatch()
         self._cutoff: datetime | None = None  # draining (``drain``): claim only what was due at this time
         self._deadline: float | None = None  # draining: stop claiming at this monotonic time
         self._results: list[Result] | None = None  # draining: what happened to each occurrence
         self.clock_jump: dict[str, Any] | None = None
         self._clock_jump_mono = 0.0
+
+    @property
+    def auth_error(self) -> str | None:
+        """The target's last refusal of our credentials while it stands (health shows it)."""
+        return self.auth.error
 
     # ---- control (thread-safe) -------------------------------------------------------------------
 
@@ -243,7 +244,7 @@ class Executor:
                 if self._reread:
                     self._reread = False
                     must_read = True
-                if (self._outage or self._resume) and await self._after_outage():
+                if self.outage.watching() and await self._after_outage():
                     must_read = True
                 if await self._clock_went_back():
                     must_read = True
@@ -260,7 +261,7 @@ class Executor:
                         self._contended = False
                 if self._drained_all(earliest, complete):
                     break
-                auth_wait = self._auth_until - time.monotonic()
+                auth_wait = self.auth.wait(time.monotonic())
                 if auth_wait > 0:
                     await self._release_ready()  # the credentials are wrong: do not sit on claims
                 timeout = self.interval - (time.monotonic() - read_at)
@@ -287,8 +288,9 @@ class Executor:
                         timeout = min(timeout, wait_s)
                 if auth_wait > 0:
                     timeout = min(timeout, auth_wait)
-                if self._outage and not self._probed:
-                    timeout = min(timeout, self._probe_at - time.monotonic())
+                probe_in = self.outage.wake_in(time.monotonic())
+                if probe_in is not None:
+                    timeout = min(timeout, probe_in)
                 poll = self._contended and auth_wait <= 0 and self.holdings.has_room()
                 if poll:  # a backlog others share: look again soon, not after `interval`
                     timeout = min(timeout, self._poll_s * random.uniform(0.5, 1.5))
@@ -322,16 +324,14 @@ class Executor:
     async def _after_outage(self) -> bool:
         """During an outage, ask Letta every few seconds whether it answers again; once it does (or a
         delivery succeeded), the prompts waiting out a backoff are due now. True when some were."""
-        if self._outage and not self._probed and time.monotonic() >= self._probe_at:
-            self._probe_at = time.monotonic() + self._probe_every()
+        if self.outage.probe_due(time.monotonic()):
             try:
                 await self.targets.probe()  # a target this executor sends to answers again
             except Exception:
                 return False
-            self._probed = self._resume = True
-        if not self._resume:
+            self.outage.probe_answered()
+        if not self.outage.take_resume():
             return False
-        self._resume = False
         resumed = await self._io(self.core.deliveries.resume_waiting, self.core.now())
         if resumed:
             log.info("Letta answers again: %d prompt(s) waiting after the outage are due now", resumed)
@@ -385,7 +385,7 @@ class Executor:
 
     def _may_take(self) -> bool:
         """A sender may take a claim: not stopping (those are released), credentials not refused."""
-        return not self._stop.is_set() and self._auth_until <= time.monotonic()
+        return not self._stop.is_set() and self.auth.wait(time.monotonic()) <= 0
 
     def _may_claim(self) -> bool:
         """A claim may be made: a sender could take it, and a drain's budget is not spent."""
@@ -452,22 +452,14 @@ class Executor:
             elif res.outcome == "missed":
                 self.missed_total += 1
             if res.auth_error:
-                self._auth_streak += 1
-                self.auth_error = res.error
-                pause = policy(self.core).auth_pause(self._auth_streak)
-                self._auth_until = time.monotonic() + pause
+                pause = self.auth.refused(res.error, policy(self.core).auth_pause, time.monotonic())
                 log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
-            elif res.outcome == "delivered" and self._auth_streak:
-                self._auth_streak = 0
-                self.auth_error = None
-                self._auth_until = 0.0
+            elif res.outcome == "delivered":
+                self.auth.delivered()
             if res.outcome == "retry" and "letta_unavailable" in (res.error or ""):
-                if not self._outage:
-                    self._probe_at = time.monotonic() + self._probe_every()
-                self._outage = True
-            elif res.outcome == "delivered" and self._outage:
-                self._outage = self._probed = False
-                self._resume = True
+                self.outage.send_failed(time.monotonic())
+            elif res.outcome == "delivered":
+                self.outage.delivered()
         level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
         log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
                 f": {res.error}" if res.error else "")
@@ -503,7 +495,7 @@ class Executor:
         scenarios found a drain that stopped with half a burst left that way)."""
         if self._cutoff is None:
             return False
-        if self._out_of_time() or self._auth_streak:
+        if self._out_of_time() or self.auth.streak:
             return True
         return complete and self.holdings.idle() and (earliest is None or earliest > self._cutoff)
 
@@ -525,6 +517,6 @@ class Executor:
                 "failed": self.failed_total,
                 "retried": self.retry_total,
                 "missed": self.missed_total,
-                "auth_error": self.auth_error,
+                "auth_error": self.auth.error,
                 "clock_jump": self.clock_jump if time.monotonic() - self._clock_jump_mono < CLOCK_JUMP_SHOWN else None,
             }

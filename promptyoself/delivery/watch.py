@@ -1,0 +1,82 @@
+"""What the delivery loop watches besides the claims, each one explicit state with named transitions
+(issue 30 point 2): ``Outage`` (the target stopped answering: probe, then resume the prompts waiting
+out a backoff) and ``AuthBackoff`` (the target refused our credentials: pause every send). Plain
+state: the loop asks, the senders and the recorder report through ``Executor._account``; nothing here
+calls anyone back. ``mono`` is the caller's monotonic time (tests pass their own)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+OutageState = Literal["up", "down", "probed"]
+
+
+@dataclass
+class Outage:
+    """``up`` -> (a transient send failure) ``down``: a probe every ``every`` seconds -> (a probe
+    answered) ``probed``: the waiting prompts resumed once; later only a delivery ends it -> (a
+    delivery) ``up``. A delivery or a probe that answered leaves one resume pending
+    (``take_resume``): the prompts waiting out a backoff are made due at once."""
+
+    every: float
+    state: OutageState = "up"
+    probe_at: float = 0.0
+    resume_pending: bool = False
+
+    def send_failed(self, mono: float) -> None:
+        if self.state == "up":
+            self.state, self.probe_at = "down", mono + self.every
+
+    def delivered(self) -> None:
+        if self.state != "up":
+            self.state, self.resume_pending = "up", True
+
+    def probe_due(self, mono: float) -> bool:
+        """A probe is due now; the next one is then ``every`` later (whatever this one answers)."""
+        if self.state != "down" or mono < self.probe_at:
+            return False
+        self.probe_at = mono + self.every
+        return True
+
+    def probe_answered(self) -> None:
+        if self.state == "down":
+            self.state, self.resume_pending = "probed", True
+
+    def take_resume(self) -> bool:
+        pending, self.resume_pending = self.resume_pending, False
+        return pending
+
+    def watching(self) -> bool:
+        """The loop has something to do for the outage (a probe to make, or a resume pending)."""
+        return self.state != "up" or self.resume_pending
+
+    def wake_in(self, mono: float) -> float | None:
+        """Seconds until the next probe, while one is to come."""
+        return self.probe_at - mono if self.state == "down" else None
+
+
+@dataclass
+class AuthBackoff:
+    """``ok`` -> (refused, ``pause`` seconds) ``paused until`` -> (a delivery) ``ok``. The streak of
+    refusals in a row sets the pause (``RetryPolicy.auth_pause``); ``error`` is shown in health."""
+
+    streak: int = 0
+    until: float = 0.0
+    error: str | None = None
+
+    def refused(self, error: str | None, pause_for: Callable[[int], float], mono: float) -> float:
+        """One more refusal in a row: pause ``pause_for(streak)`` seconds from ``mono``; the pause."""
+        self.streak += 1
+        pause = pause_for(self.streak)
+        self.error, self.until = error, mono + pause
+        return pause
+
+    def delivered(self) -> None:
+        if self.streak:
+            self.streak, self.error, self.until = 0, None, 0.0
+
+    def wait(self, mono: float) -> float:
+        """Seconds every send still waits (<= 0: none)."""
+        return self.until - mono

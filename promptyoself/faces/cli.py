@@ -61,6 +61,12 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def _version() -> str:
+    from promptyoself import __version__
+
+    return __version__
+
+
 def _add_agent(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-id", help="Letta agent id (default: inferred from env / defaults)")
 
@@ -86,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Schedule prompts for Letta agents and deliver them on time.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON even on a terminal")
+    parser.add_argument("--version", action="version", version=f"promptyoself {_version()}")
     # help=SUPPRESS: the commands are listed once, in the epilog's "Available commands:" block.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="promptyoself")
 
@@ -457,6 +464,51 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
 }
 
 
+LONG_RUNNING = frozenset({"serve", "worker"})
+"""Commands that keep running: their INFO lines (started, stopped, ...) are the point. The others
+are one call each: at the default level their stderr carries warnings and errors only."""
+
+
+def quiet_stderr(settings: Any, command: str) -> None:
+    """``execute``, ``schedule`` and the other one-shot commands print no INFO lines on stderr unless
+    ``PROMPTYOSELF_LOG_LEVEL`` asks for them (a log file still gets them)."""
+    if command in LONG_RUNNING or "log_level" in settings.model_fields_set:
+        return
+    from promptyoself.logs import StderrHandler
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, StderrHandler) or type(handler) is logging.StreamHandler:
+            handler.setLevel(max(handler.level, logging.WARNING))
+
+
+WORKER_NOTICE = (
+    "promptyoself: started a delivery worker in the background (pid {pid}) for this database: it sends your "
+    "schedules when they are due and keeps running while future schedules exist (log: {log}). "
+    "`promptyoself worker --stop` stops it; `promptyoself service install` makes delivery survive reboots. "
+    "(Said once.)\n")
+
+
+def announce_worker(core: Core) -> None:
+    """The first time a command of this database starts a detached worker, say so on stderr, once
+    (a marker beside the worker log remembers it). Never fails the command."""
+    try:
+        from promptyoself.delivery.starter import starter_for, worker_log_path
+
+        last = starter_for(core).last
+        if last is None or last.by != "started":
+            return
+        log_path = worker_log_path(core.settings)
+        marker = log_path.with_name(log_path.name + ".announced")
+        if marker.exists():
+            return
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        sys.stderr.write(WORKER_NOTICE.format(pid=last.pid, log=log_path))
+        sys.stderr.flush()
+    except Exception:  # a notice only
+        logging.getLogger(__name__).debug("worker notice failed", exc_info=True)
+
+
 AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "health"})
 """What a CLI started with ``PROMPTYOSELF_AGENT_TOKEN`` may run (for the token's agent only)."""
 
@@ -510,6 +562,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
 
             settings = load_settings()
             setup_logging(settings)
+            quiet_stderr(settings, args.command)
             core = Core(settings)
             if args.command != "worker":  # every write checks who delivers (promptyoself.delivery.starter)
                 from promptyoself.delivery.starter import starter_for
@@ -527,6 +580,10 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         return EXIT_USAGE
     except PromptYoSelfError as exc:
         error = cli_error(exc)  # the core words next steps for MCP; this face names its own commands
+        if (args.command == "schedule" and exc.code in ("letta_unavailable", "letta_auth")
+                and not getattr(args, "skip_validation", True)):
+            error["error"] += (" The agent is checked on Letta before it is scheduled: add --skip-validation to "
+                               "schedule without that check (delivery still needs Letta when it is due).")
         if as_json:
             emit(error, True)
         else:
@@ -549,6 +606,8 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
     finally:
         if own_core and core is not None:
             core.close()
+    if own_core and core is not None and args.command != "worker":
+        announce_worker(core)
     if result is not None:
         emit(result, as_json, _zone(core) if core is not None else None)
         if result.get("status") == "error":

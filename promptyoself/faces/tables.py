@@ -261,12 +261,27 @@ def key_values(result: Mapping[str, Any], zone: ZoneInfo, width: int) -> list[st
     pairs = list(flatten(kept))
     if not pairs:
         return lines
-    keys = max(len(k) for k, _ in pairs)
-    room = max(MIN_WRAP, width - keys - len(GAP))
+    # The key column is at most a third of the width: a longer key (guardrails.max_deliveries_...) stands
+    # alone on its line with its value under it, so values keep room and a path or URL is never cut
+    # mid-word at 80 columns. A word wider than the value column (a path) gets a line of its own.
+    keys = min(max(len(k) for k, _ in pairs), max(12, width // 3))
+    indent = " " * (keys + len(GAP))
+    room = max(MIN_WRAP, width - len(indent))
     for k, v in pairs:
         text = show(k.rsplit(".", 1)[-1], v, zone, result)
-        whole = k.rsplit(".", 1)[-1] in IDS  # an id is never broken; any other long word is, to fit
-        chunks = textwrap.wrap(text, room, break_long_words=not whole, break_on_hyphens=False) or [text]
-        lines.append(f"{k.ljust(keys)}{GAP}{chunks[0]}".rstrip())
-        lines.extend(f"{'':{keys}}{GAP}{c}" for c in chunks[1:])
+        whole = k.rsplit(".", 1)[-1] in IDS  # an id is never broken
+        chunks = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [text]
+        out: list[str] = []
+        for chunk in chunks:
+            if len(chunk) <= room:
+                out.append(indent + chunk)
+            elif whole or len(chunk) <= width - 2:  # a long word: its own line from column 2, whole
+                out.append("  " + chunk)
+            else:  # wider than the terminal: cut only now
+                out.extend("  " + part for part in textwrap.wrap(chunk, width - 2, break_on_hyphens=False))
+        if len(k) > keys or not out[0].startswith(indent):
+            lines.append(k)
+        else:
+            out[0] = k.ljust(keys) + GAP + out[0][len(indent):]
+        lines.extend(line.rstrip() for line in out)
     return lines

@@ -37,3 +37,26 @@ def test_refused_credentials_pause_sends_longer_each_time_until_a_delivery() -> 
     assert a.streak == 2 and a.wait(20.0) == 4.0
     a.delivered()
     assert (a.streak, a.error, a.wait(20.0) <= 0) == (0, None, True)
+
+
+def test_the_clock_watch_keeps_the_last_jump_back_for_health() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from promptyoself.delivery.clock import ClockWatch
+
+    t0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+    w = ClockWatch()
+    assert w.check(t0, 100.0) is None and w.check(t0 + timedelta(seconds=10), 110.0) is None
+    assert w.check(t0 - timedelta(hours=1), 120.0) == 3620.0  # the wall went back an hour while 10 s passed
+    assert w.shown(130.0, 600.0) == {"at": (t0 - timedelta(hours=1)).isoformat(), "back_s": 3620.0}
+    assert w.shown(721.0, 600.0) is None
+
+
+def test_totals_count_each_outcome_and_a_drain_keeps_the_results() -> None:
+    from promptyoself.delivery.watch import Totals
+
+    t = Totals(results=[])
+    for outcome in ("delivered", "failed", "paused", "retry", "missed", "released"):
+        t.count(outcome, outcome)
+    assert (t.delivered, t.failed, t.retried, t.missed) == (1, 2, 1, 1) and t.results is not None
+    assert len(t.results) == 6

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from typing import Any
 
 from promptyoself import timing
 from promptyoself.deps import Deps
@@ -24,13 +25,23 @@ class ClockWatch:
 
     def __init__(self) -> None:
         self._last: tuple[datetime, float] | None = None
+        self.jump: dict[str, Any] | None = None
+        """The last jump back (``{"at", "back_s"}``), for health."""
+        self._jump_mono = 0.0
 
     def check(self, wall: datetime, mono: float) -> float | None:
         last, self._last = self._last, (wall, mono)
         if last is None:
             return None
         behind = (mono - last[1]) - (wall - last[0]).total_seconds()
-        return behind if behind > JUMP_S else None
+        if behind <= JUMP_S:
+            return None
+        self.jump, self._jump_mono = {"at": wall.isoformat(), "back_s": round(behind, 3)}, mono
+        return behind
+
+    def shown(self, mono: float, for_s: float) -> dict[str, Any] | None:
+        """The last jump while it is less than ``for_s`` old."""
+        return self.jump if self.jump is not None and mono - self._jump_mono < for_s else None
 
 
 def rearm_recurring(core: Deps, now: datetime) -> int:

@@ -32,7 +32,7 @@ from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import Recorder, record_batch
 from promptyoself.delivery.senders import SenderPool
-from promptyoself.delivery.watch import AuthBackoff, Outage
+from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Totals
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport
 from promptyoself.targets.blocking import DaemonPool
@@ -99,26 +99,18 @@ class Executor:
         self._reread = False  # set by wake(): re-read the earliest due time
         self._contended = False  # the last claim came back short while rows were due: poll the backlog
         self._poll_s = BACKLOG_POLL / 2  # the contended executor's next look: doubled per empty claim
-        self._counts_lock = threading.Lock()
         self.running = False
         self.started_at: datetime | None = None
         self.last_tick: datetime | None = None
         self.next_due: datetime | None = None
-        self.delivered_total = 0
-        self.failed_total = 0
-        self.retry_total = 0
-        self.missed_total = 0
+        self.totals = Totals()
         self.auth = AuthBackoff()
         self._listening = False
         # A target's outage (a transient send failure): prompts wait out their backoff; when it answers
         # again (a probe, or any delivery) they are made due at once (DeliveryStore.resume_waiting).
         self.outage = Outage(self._probe_every())
         self._clock = ClockWatch()
-        self._cutoff: datetime | None = None  # draining (``drain``): claim only what was due at this time
-        self._deadline: float | None = None  # draining: stop claiming at this monotonic time
-        self._results: list[Result] | None = None  # draining: what happened to each occurrence
-        self.clock_jump: dict[str, Any] | None = None
-        self._clock_jump_mono = 0.0
+        self._drain: Drain | None = None  # draining (``drain``)
 
     @property
     def auth_error(self) -> str | None:
@@ -183,7 +175,7 @@ class Executor:
         self.targets.loop = self._loop
         self._wake_event = asyncio.Event()
         self._done.clear()
-        if not self._listening and self._cutoff is None:  # wake when this process adds or changes a schedule
+        if not self._listening and self._drain is None:  # wake when this process adds or changes a schedule
             self.core.on_change(self.wake)
             self._listening = True
         self.running = True
@@ -309,8 +301,6 @@ class Executor:
         back = self._clock.check(now, time.monotonic())
         if back is None:
             return False
-        self.clock_jump = {"at": now.isoformat(), "back_s": round(back, 3)}
-        self._clock_jump_mono = time.monotonic()
         moved = await self._io(rearm_recurring, self.core, now)
         log.warning("the system clock went back %.0fs; %d recurring schedule(s) re-armed from the current time",
                     back, moved)
@@ -440,17 +430,8 @@ class Executor:
     # ---- outcomes --------------------------------------------------------------------------------
 
     def _account(self, res: Result) -> None:
-        with self._counts_lock:
-            if self._results is not None:
-                self._results.append(res)
-            if res.outcome == "delivered":
-                self.delivered_total += 1
-            elif res.outcome in ("failed", "paused"):
-                self.failed_total += 1
-            elif res.outcome == "retry":
-                self.retry_total += 1
-            elif res.outcome == "missed":
-                self.missed_total += 1
+        with self.totals.lock:
+            self.totals.count(res.outcome, res)
             if res.auth_error:
                 pause = self.auth.refused(res.error, policy(self.core).auth_pause, time.monotonic())
                 log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
@@ -472,20 +453,20 @@ class Executor:
         for retry (due after now), not retried here; recurring schedules continue at their next slot.
         Stops claiming after ``budget`` seconds, or when Letta refuses the credentials. Returns what
         happened to each occurrence. Runs in a thread of its own (callable from an event loop)."""
-        self._cutoff = self.core.now()
-        self._deadline = time.monotonic() + budget
-        self._results = []
+        self._drain = Drain(self.core.now(), time.monotonic() + budget)
+        results: list[Result] = []
+        self.totals.results = results
         thread = self.start_in_thread()
         thread.join()
-        return list(self._results)
+        return list(results)
 
     def _claim_now(self) -> datetime:
         """The time claims are made at: now, or, while draining, the drain's start (what was due then)."""
         now = self.core.now()
-        return min(now, self._cutoff) if self._cutoff is not None else now
+        return self._drain.claim_now(now) if self._drain is not None else now
 
     def _out_of_time(self) -> bool:
-        return self._deadline is not None and time.monotonic() >= self._deadline
+        return self._drain is not None and self._drain.out_of_time(time.monotonic())
 
     def _drained_all(self, earliest: datetime | None, complete: bool) -> bool:
         """While draining: stop? Nothing due by the drain's start is claimable and nothing is under
@@ -493,16 +474,16 @@ class Executor:
         it was read with nothing held (``complete``): read while agents were busy, it leaves their
         next occurrences out, and those sends may all have been recorded since (the in-memory store's
         scenarios found a drain that stopped with half a burst left that way)."""
-        if self._cutoff is None:
+        if self._drain is None:
             return False
         if self._out_of_time() or self.auth.streak:
             return True
-        return complete and self.holdings.idle() and (earliest is None or earliest > self._cutoff)
+        return complete and self.holdings.idle() and (earliest is None or earliest > self._drain.cutoff)
 
     # ---- reporting -------------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        with self._counts_lock:
+        with self.totals.lock:
             return {
                 "running": self.running,
                 "role": self.role,
@@ -513,10 +494,10 @@ class Executor:
                 "last_tick": _iso(self.last_tick),
                 "next_due": _iso(self.next_due),
                 "in_flight": self.holdings.in_flight(),
-                "delivered": self.delivered_total,
-                "failed": self.failed_total,
-                "retried": self.retry_total,
-                "missed": self.missed_total,
+                "delivered": self.totals.delivered,
+                "failed": self.totals.failed,
+                "retried": self.totals.retried,
+                "missed": self.totals.missed,
                 "auth_error": self.auth.error,
-                "clock_jump": self.clock_jump if time.monotonic() - self._clock_jump_mono < CLOCK_JUMP_SHOWN else None,
+                "clock_jump": self._clock.shown(time.monotonic(), CLOCK_JUMP_SHOWN),
             }

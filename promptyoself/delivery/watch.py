@@ -1,14 +1,17 @@
 """What the delivery loop watches besides the claims, each one explicit state with named transitions
 (issue 30 point 2): ``Outage`` (the target stopped answering: probe, then resume the prompts waiting
-out a backoff) and ``AuthBackoff`` (the target refused our credentials: pause every send). Plain
+out a backoff) and ``AuthBackoff`` (the target refused our credentials: pause every send); and what
+it counts: ``Totals`` (outcomes, and a drain's results) and ``Drain`` (``execute`` without a loop). Plain
 state: the loop asks, the senders and the recorder report through ``Executor._account``; nothing here
 calls anyone back. ``mono`` is the caller's monotonic time (tests pass their own)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
 
 OutageState = Literal["up", "down", "probed"]
 
@@ -80,3 +83,43 @@ class AuthBackoff:
     def wait(self, mono: float) -> float:
         """Seconds every send still waits (<= 0: none)."""
         return self.until - mono
+
+
+@dataclass
+class Totals:
+    """The outcomes this executor has seen (``info``), and, while draining, each ``Result``."""
+
+    delivered: int = 0
+    failed: int = 0
+    retried: int = 0
+    missed: int = 0
+    results: list[Any] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count(self, outcome: str, result: Any) -> None:
+        """(Under ``lock``, held by the caller.)"""
+        if self.results is not None:
+            self.results.append(result)
+        if outcome == "delivered":
+            self.delivered += 1
+        elif outcome in ("failed", "paused"):
+            self.failed += 1
+        elif outcome == "retry":
+            self.retried += 1
+        elif outcome == "missed":
+            self.missed += 1
+
+
+@dataclass
+class Drain:
+    """``execute`` without ``--loop``: claim only what was due at ``cutoff``, until ``deadline``
+    (monotonic seconds)."""
+
+    cutoff: datetime
+    deadline: float
+
+    def claim_now(self, now: datetime) -> datetime:
+        return min(now, self.cutoff)
+
+    def out_of_time(self, mono: float) -> bool:
+        return mono >= self.deadline

@@ -20,6 +20,9 @@ repairs it. The checks:
   reads of Letta may still work (a Letta that fails only message sends).
 * ``delivery_waiting``: prompts wait for a retry after failed sends and the oldest is later than
   ``PROMPTYOSELF_HEALTH_MAX_LATENESS``; ``retry_waiting`` always says how many wait.
+* ``claude_code_unready`` / ``webhook_unreachable``: the claude binary of ``PROMPTYOSELF_CLAUDE_BIN`` (or
+  PATH) is missing or does not run, or a configured webhook endpoint does not answer; probed when the
+  target is configured or has active schedules (same cache). ``readiness`` has one line per target.
 * ``clock_jump``: the wall clock went back (the delivery loop saw it); recurring schedules were
   re-armed from the current time.
 """
@@ -156,6 +159,76 @@ def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
     return _cached(core, "_letta_code_probe", probe)
 
 
+FIX_CLAUDE = ("Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set PROMPTYOSELF_CLAUDE_BIN to the "
+              "claude executable the delivery worker can run; see docs/claude-code.md.")
+FIX_WEBHOOK = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
+
+
+def _probe_target(name: str, settings: Settings) -> tuple[str, str | None]:
+    """``(readiness line, problem or None)`` of the target ``name`` (a probe on a loop of its own,
+    in a thread: health may be asked from inside an event loop)."""
+    import asyncio
+
+    from promptyoself.targets import registry
+
+    box: dict[str, tuple[str, str | None]] = {}
+
+    async def go() -> None:
+        target = registry.create(name, settings)
+        try:
+            try:
+                await target.probe()
+                problem = None
+            except PromptYoSelfError as exc:
+                problem = exc.message
+            box["out"] = (target.readiness(), problem)
+        finally:
+            await target.aclose()
+
+    def run() -> None:
+        try:
+            asyncio.run(go())
+        except Exception as exc:  # a probe must never break health
+            box["out"] = (f"{name}: probe failed", f"{name} probe failed: {_first_line(exc)}")
+
+    worker = threading.Thread(target=run, name=f"promptyoself-probe-{name}", daemon=True)
+    worker.start()
+    worker.join(30)
+    return box.get("out", (f"{name}: probe did not finish in 30s", f"the {name} probe did not finish in 30s"))
+
+
+def reach_readiness(core: Checked, targets: dict[str, tuple[int, int]]) -> tuple[dict[str, str], list[Reason]]:
+    """Readiness of the Claude Code and webhook targets that are configured or have active schedules
+    (``claude_code_unready``: the claude binary missing or not running; ``webhook_unreachable``: an
+    endpoint does not answer). Cached per process like the Letta probes."""
+    from promptyoself.config import webhook_endpoints
+
+    settings = core.settings
+    wanted: list[tuple[str, str, str]] = []
+    if settings.claude_bin or targets.get("claude-code", (0, 0))[0] > 0:
+        wanted.append(("claude-code", "claude_code_unready", FIX_CLAUDE))
+    try:
+        hooks = bool(webhook_endpoints())
+    except Exception:
+        hooks = False
+    if hooks or targets.get("webhook", (0, 0))[0] > 0:
+        wanted.append(("webhook", "webhook_unreachable", FIX_WEBHOOK))
+    lines: dict[str, str] = {}
+    reasons: list[Reason] = []
+    cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_reach_cache", None) or {}
+    for name, code, fix in wanted:
+        hit = cache.get(name)
+        if hit is None or time.monotonic() - hit[0] >= float(settings.health_letta_cache):
+            line, problem = _probe_target(name, settings)
+            hit = (time.monotonic(), line, None if problem is None else Reason(code=code, message=problem, fix=fix))
+            cache[name] = hit
+        lines[name] = hit[1]
+        if hit[2] is not None:
+            reasons.append(hit[2])
+    core._reach_cache = cache  # type: ignore[attr-defined]
+    return lines, reasons
+
+
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
     if lease is not None and lease.get("alive"):
         return True
@@ -246,6 +319,9 @@ def assess(core: Checked) -> HealthResult:
     code = letta_code_probe(core, targets.get("letta-code", (0, 0))[0])
     if code is not None:
         reasons.append(code)
+    readiness, unready = reach_readiness(core, targets)
+    out["readiness"] = readiness
+    reasons.extend(unready)
     jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None
     if jump:
         reasons.append(Reason(code="clock_jump", message=f"The system clock went back {jump['back_s']:.0f}s at "

@@ -182,6 +182,7 @@ class HealthResult(TypedDict, total=False):
     letta_auth_error: str | None
     letta_code_url: str | None
     targets: dict[str, dict[str, int]] | None  # {target: {active, due}}
+    readiness: dict[str, str]  # {claude-code|webhook: one line}, the targets configured or in use
     guardrails: dict[str, Any]
 
 

@@ -194,6 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         lp.add_argument("--letta-home", help="Letta Code's home folder (default ~/.letta)")
         _add_json(lp)
 
+    p = sub.add_parser("claude-code", help="Claude Code: print or write the MCP entry of this server")
+    cc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    cp = cc.add_parser("install", help="print the .mcp.json entry and the claude mcp add line (--write: write it)")
+    cp.add_argument("--project", help="the project folder whose .mcp.json gets the entry (default: here)")
+    cp.add_argument("--write", action="store_true", help="merge the entry into PROJECT/.mcp.json")
+    _add_json(cp)
+
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
     lsub = p.add_subparsers(dest="letta_command", metavar="ACTION", required=True)
     for name, text in (("install-tools", "upload the tools and attach them to agents"),
@@ -403,6 +410,12 @@ def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return act(core, a.agent_id, a.letta_home)
 
 
+def _claude_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core import claude_code
+
+    return claude_code.install(core.settings, a.project, write=a.write)
+
+
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
@@ -460,6 +473,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "service": _service,
     "letta": _letta,
     "letta-code": _letta_code,
+    "claude-code": _claude_code,
     "token": _token,
 }
 

@@ -29,6 +29,7 @@ BUILT_IN: dict[str, str] = {
     LETTA: "promptyoself.targets.letta_rest:LettaRestTarget",
     LETTA_CODE: "promptyoself.targets.letta_code:LettaCodeTarget",
     "webhook": "promptyoself.targets.webhook:WebhookTarget",
+    "claude-code": "promptyoself.targets.claude_code:ClaudeCodeTarget",
 }
 
 _lock = threading.Lock()

@@ -1,0 +1,286 @@
+"""Target ``claude-code``: a prompt delivered into a Claude Code session as a resumed headless turn,
+``claude -p --resume <session_id> --output-format json`` run in the session's working directory with
+the prompt on stdin (issue 31 point 2; docs/claude-code.md).
+
+- The binary is ``PROMPTYOSELF_CLAUDE_BIN`` (a path or a name in PATH), else ``claude`` from PATH.
+  Permission flags come only from ``PROMPTYOSELF_CLAUDE_ARGS``: none are added here (never
+  ``--dangerously-skip-permissions``).
+- One run at a time per session in this process (a lock per session); across processes the engine
+  holds one live claim per agent, and a session is one agent (``claude-code-<session_id>``).
+- Exactly once: the delivered text ends with a marker line naming the occurrence id. ``lookup`` reads
+  the session's transcript (``<claude home>/projects/*/<session_id>.jsonl``) for that marker in a
+  user line; while a ``claude`` process resuming the session still runs (a run started by a worker
+  that died), the answer is ``pending``.
+- Never into an open session: a ``claude`` process that holds the session (``sessions/<pid>.json``)
+  would fork its transcript, so the send waits (transient) until it closes.
+- Errors: binary missing or failing to start, a failed or timed-out turn: ``LettaUnavailable``
+  (transient; in doubt once the process started); the session or its directory gone: ``TargetGone``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from promptyoself.config import Settings
+from promptyoself.errors import LettaUnavailable, NotSent, TargetGone
+from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+
+NAME = "claude-code"
+MARKER = "[PromptYoSelf occurrence {}]"
+MAX_OUTPUT = 4 * 1024 * 1024
+MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
+PROBE_TIMEOUT = 20.0
+# Variables of a Claude Code session the worker may itself run in: the delivered turn must not see them.
+_SESSION_ENV = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_PROJECT_DIR",
+                "CLAUDE_CODE_CHILD_SESSION", "CLAUDE_CODE_EXECPATH", "CLAUDE_EFFORT")
+
+
+def marker(occurrence_id: str) -> str:
+    return MARKER.format(occurrence_id)
+
+
+def claude_home() -> Path:
+    configured = (os.environ.get("CLAUDE_CONFIG_DIR") or "").strip()
+    return Path(configured).expanduser() if configured else Path.home() / ".claude"
+
+
+def transcripts(session_id: str, home: Path | None = None) -> list[Path]:
+    return sorted((home or claude_home()).glob(f"projects/*/{session_id}.jsonl"))
+
+
+def _user_texts(entry: dict[str, Any]) -> list[str]:
+    """The texts a transcript line delivered to the model as the user's: a user message's content
+    (a string or text blocks), or a queued prompt."""
+    if entry.get("type") == "queue-operation":
+        content = entry.get("content")
+        return [content] if isinstance(content, str) else []
+    if entry.get("type") != "user":
+        return []
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return []
+
+
+def marker_in_transcript(session_id: str, occurrence_id: str, home: Path | None = None) -> bool:
+    """Whether a user line of the session's transcript carries the occurrence's marker."""
+    needle = marker(occurrence_id)
+    for path in transcripts(session_id, home):
+        try:
+            with path.open("r", encoding="utf-8", errors="replace") as fh:
+                read = 0
+                for line in fh:
+                    read += len(line)
+                    if read > MAX_TRANSCRIPT_SCAN:
+                        break
+                    if needle not in line:
+                        continue
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and any(needle in t for t in _user_texts(entry)):
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def live_holder(session_id: str, home: Path | None = None) -> int | None:
+    """The pid of a running Claude Code that holds the session open (``sessions/<pid>.json``)."""
+    for path in (home or claude_home()).glob("sessions/*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            pid = int(path.stem)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("sessionId") == session_id and _alive(pid):
+            return pid
+    return None
+
+
+def resuming(session_id: str) -> list[int]:
+    """Pids of processes running ``... --resume <session_id>`` (a delivery still under way; Linux /proc)."""
+    found: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    want = session_id.encode()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a == b"--resume" and i + 1 < len(argv) and argv[i + 1] == want for i, a in enumerate(argv)):
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ClaudeCodeTarget:
+    """``DeliveryTarget`` for Claude Code sessions (``occ.options``: ``session_id``, ``cwd``)."""
+
+    name = NAME
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.timeout = settings.claude_timeout
+        self.extra_args = settings.claude_extra_args
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._version: str | None = None
+        self._problem: str | None = None
+        self._binary: str | None = None
+
+    # ---- the binary --------------------------------------------------------------------------------
+
+    def binary(self) -> str:
+        wanted = self.settings.claude_bin or "claude"
+        found = shutil.which(wanted)
+        if found is None:
+            self._problem = (f"the Claude Code CLI {wanted!r} was not found (set PROMPTYOSELF_CLAUDE_BIN to its path, "
+                             "or put claude in PATH)")
+            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True)
+        return found
+
+    def _env(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
+
+    # ---- the protocol ------------------------------------------------------------------------------
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        session_id = str(occ.options.get("session_id") or "")
+        cwd = str(occ.options.get("cwd") or "")
+        if not session_id or not cwd:
+            raise TargetGone("this Claude Code schedule names no session_id and cwd.")
+        if not Path(cwd).is_dir():
+            raise TargetGone(f"the session's directory {cwd} no longer exists.")
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            return await self._run(occ, session_id, cwd, fence)
+
+    async def _run(self, occ: Occurrence, session_id: str, cwd: str, fence: Fence) -> Sent:
+        binary = self.binary()
+        if not transcripts(session_id):
+            raise TargetGone(f"Claude Code session {session_id} has no transcript under {claude_home()}/projects: "
+                             "it does not exist (or belongs to another user or CLAUDE_CONFIG_DIR).")
+        holder = live_holder(session_id)
+        if holder is not None:  # resuming an open session forks its transcript: wait until it closes
+            raise LettaUnavailable(f"Claude Code session {session_id} is open (claude pid {holder}); the prompt "
+                                   "waits until it closes.", transient=True)
+        text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
+        argv = [binary, "-p", "--resume", session_id, "--output-format", "json", *self.extra_args]
+        if not fence():  # right before the process starts: nothing has been sent yet
+            raise NotSent("the claim's fence refused the run before claude was started")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=self._env(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_OUTPUT)
+        except OSError as exc:
+            self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
+            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(text.encode()), self.timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self._kill(proc)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5)
+            late = LettaUnavailable(f"claude -p --resume {session_id} ran past PROMPTYOSELF_CLAUDE_TIMEOUT "
+                                    f"({self.timeout:g}s) and was stopped.", transient=True)
+            late.details["in_doubt"] = True
+            raise late from None
+        return self._outcome(session_id, proc.returncode, out, err)
+
+    def _outcome(self, session_id: str, code: int | None, out: bytes, err: bytes) -> Sent:
+        stderr = err.decode(errors="replace").strip()
+        result = _last_json(out.decode(errors="replace"))
+        if code != 0 and "No conversation found" in stderr:
+            raise TargetGone(f"Claude Code has no session {session_id} in that directory: {stderr[:200]}")
+        if code == 0 and result is not None and not result.get("is_error"):
+            self._problem = None
+            details: dict[str, Any] = {k: result.get(k) for k in ("num_turns", "duration_ms", "subtype") if k in result}
+            denials = result.get("permission_denials")
+            if isinstance(denials, list) and denials:
+                details["permission_denials"] = len(denials)
+            return Sent("resume", str(result.get("session_id") or session_id), details)
+        why = (str(result.get("result") or result.get("subtype") or "")[:200] if result
+               else stderr[-200:] or f"exit code {code}, no JSON result")
+        self._problem = f"the last delivered turn failed: {why}"
+        failed = LettaUnavailable(f"claude -p --resume {session_id} failed (exit code {code}): {why}",
+                                  transient=True)
+        failed.details["in_doubt"] = True  # the turn may have started: its prompt may be in the transcript
+        raise failed
+
+    @staticmethod
+    def _kill(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        session_id = str(occ.options.get("session_id") or "")
+        if not session_id:
+            return Found("absent")
+        found = await asyncio.to_thread(marker_in_transcript, session_id, occ.occurrence_id)
+        if found:
+            return Found("found", session_id)
+        if await asyncio.to_thread(resuming, session_id):  # a run started earlier may still write it
+            return Found("pending")
+        return Found("absent")
+
+    async def probe(self) -> None:
+        binary = self.binary()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                binary, "--version", env=self._env(), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            self._problem = f"{binary} --version did not run ({type(exc).__name__})"
+            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
+        if proc.returncode != 0:
+            self._problem = f"{binary} --version exited with code {proc.returncode}"
+            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True)
+        self._version = out.decode(errors="replace").strip()[:80] or "unknown version"
+        self._binary = binary
+
+    def readiness(self) -> str:
+        where = self.settings.claude_bin or "claude (PATH)"
+        if self._problem:
+            return f"claude at {where}: not ready: {self._problem}"
+        if self._version:
+            return f"claude {self._version} at {self._binary or where}"
+        return f"claude at {where}: not probed yet"
+
+    async def aclose(self) -> None:
+        self._locks.clear()
+
+
+def _last_json(text: str) -> dict[str, Any] | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

@@ -1,0 +1,113 @@
+"""The real Claude Code 2.1.197 for tests: an instance of ``../shared/claude-code`` (setup.sh, start.sh,
+stop.sh, harness.py) in a folder of its own (its own network namespace, mock Anthropic API and HOME),
+so tests never share sessions with anyone else's.
+
+The harness folder is looked for next to the repository and one level up (a worktree lives one level
+deeper than the main checkout), or named by ``CLAUDE_CODE_HARNESS_SRC``. The CLI installed by
+``.ci/run``'s ``setup.sh`` in the default harness folder (``/tmp/claude-code-harness``) is reused (a
+link to its ``node_modules``); else ``setup.sh`` installs it into the instance. When none of this can
+be set up, ``start`` raises ``Unavailable`` with the reason (the tests skip, saying it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = Path(os.environ.get("TMPDIR") or "/tmp") / "claude-code-harness"
+
+
+class Unavailable(RuntimeError):
+    pass
+
+
+def source_dir() -> Path | None:
+    named = os.environ.get("CLAUDE_CODE_HARNESS_SRC")
+    candidates = [Path(named)] if named else [ROOT.parent / "shared" / "claude-code",
+                                               ROOT.parent.parent / "shared" / "claude-code"]
+    return next((c for c in candidates if (c / "start.sh").is_file()), None)
+
+
+class ClaudeHarness:
+    """One harness instance in ``folder``: ``start()``, then ``h`` (the shared ``harness.Harness``)."""
+
+    def __init__(self, folder: Path) -> None:
+        src = source_dir()
+        if src is None:
+            raise Unavailable("the Claude Code harness (shared/claude-code) is not next to the repository")
+        self.src = src
+        self.dir = folder
+        self.h: Any = None
+
+    def _run(self, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CLAUDE_CODE_HARNESS": str(self.dir)}
+        return subprocess.run(["bash", str(self.src / script)], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def start(self) -> Any:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        shared = DEFAULT_DIR / "node_modules"
+        mine = self.dir / "node_modules"
+        if (shared / ".bin" / "claude").exists() and not mine.exists():
+            mine.symlink_to(shared)
+        if not (mine / ".bin" / "claude").exists():
+            done = self._run("setup.sh", 600)
+            if done.returncode != 0:
+                raise Unavailable(f"setup.sh failed: {done.stderr.strip()[-400:]}")
+        done = self._run("start.sh", 120)
+        if done.returncode != 0:
+            raise Unavailable(f"start.sh failed: {done.stderr.strip()[-400:]}")
+        sys.path.insert(0, str(self.src))
+        try:
+            from harness import Harness  # type: ignore[import-not-found]
+        finally:
+            sys.path.remove(str(self.src))
+        self.h = Harness(str(self.dir))
+        return self.h
+
+    def stop(self) -> None:
+        self._run("stop.sh", 60)
+
+    # ---- what the tests read -------------------------------------------------------------------------
+
+    @property
+    def home(self) -> Path:
+        return Path(self.h.home)
+
+    def env(self) -> dict[str, str]:
+        """The harness's env.sh values (HOME, PATH with claude, the mock) for a process run with ``ccx``."""
+        return dict(self.h.vars)
+
+    def main_requests(self, since: int = 0) -> list[dict[str, Any]]:
+        return list(self.h.requests(since=since, main_only=True))
+
+    def prompts_with(self, needle: str, since: int = 0) -> list[dict[str, Any]]:
+        """Main-loop requests whose prompt (last real user text) carries ``needle`` and that start a
+        turn (not a tool result's follow-up): one per delivered prompt."""
+        return [r for r in self.main_requests(since) if needle in (r.get("last_user_text") or "")
+                and not r.get("last_is_tool_result")]
+
+    def transcript_user_lines(self, session_id: str, needle: str) -> list[dict[str, Any]]:
+        out = []
+        for path in self.home.glob(f".claude/projects/*/{session_id}.jsonl"):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("type") != "user":
+                    continue
+                content = (entry.get("message") or {}).get("content")
+                text = content if isinstance(content, str) else json.dumps(content)
+                if needle in text:
+                    out.append(entry)
+        return out
+
+    def live_holders(self, session_id: str) -> list[dict[str, Any]]:
+        """Running Claude Code processes holding ``session_id`` open (``sessions/<pid>.json``)."""
+        return [s for s in self.h.live_sessions() if s.get("sessionId") == session_id]

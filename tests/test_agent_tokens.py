@@ -218,3 +218,38 @@ async def test_mcp_tools_with_an_agent_token_act_for_that_agent_only(db_path: Pa
     finally:
         core.close()
         operator.close()
+
+
+def test_the_console_mints_rotates_and_revokes_and_refuses_agent_tokens(db_path: Path) -> None:
+    """The console's token page (operator only), and an agent token is no way into the console: it
+    cannot approve its own schedule there either."""
+    import re
+
+    from tests.test_console import TOKEN, make, sign_in
+
+    core, client = make(db_path, TOKEN, approval_below="1h")
+    try:
+        token = agent_tokens.mint(core, A)["token"]
+        pending = core.schedule_every("p", "10m", agent_id=A, skip_validation=True)
+        assert pending["state"] == "pending_approval"
+        as_agent = client.post(f"/console/schedules/{pending['id']}/approve", headers=bearer(token))
+        assert as_agent.status_code in (401, 403) and "approve" not in as_agent.headers.get("location", "")
+        assert client.get("/console/tokens", headers=bearer(token)).status_code in (303, 401, 403)
+        assert core.list_schedules(agent_id=A)["schedules"][0]["state"] == "pending_approval"
+
+        csrf = sign_in(client)
+        page = client.get("/console/tokens")
+        assert page.status_code == 200 and A in page.text and token not in page.text
+        made = client.post("/console/tokens/mint", data={"csrf": csrf, "agent_id": B})
+        shown = re.search(r"pys_agent_[A-Za-z0-9_-]+", made.text)
+        assert made.status_code == 200 and shown and agent_tokens.resolve(core, shown.group(0)) == B
+        rotated = client.post("/console/tokens/rotate", data={"csrf": csrf, "agent_id": A})
+        new = re.search(r"pys_agent_[A-Za-z0-9_-]+", rotated.text)
+        assert new and agent_tokens.resolve(core, new.group(0)) == A and agent_tokens.resolve(core, token) is None
+        live = agent_tokens.listing(core, A)["tokens"][0]["id"]
+        gone = client.post("/console/tokens/revoke", data={"csrf": csrf, "id": str(live)})
+        assert gone.status_code == 303 and agent_tokens.resolve(core, new.group(0)) is None
+        assert client.post("/console/tokens/mint", data={"agent_id": B}).status_code == 403  # no CSRF token
+    finally:
+        client.close()
+        core.close()

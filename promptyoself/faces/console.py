@@ -141,6 +141,8 @@ class Console:
             Route("/console/logout-all", self._guard(self.logout_all), methods=["POST"]),
             Route("/console/agents", self._guard(self.agents)),
             Route("/console/agents/{agent_id:path}", self._guard(self.agent)),
+            Route("/console/tokens", self._guard(self.tokens), methods=["GET"]),
+            Route("/console/tokens/{action}", self._guard(self.token_action), methods=["POST"]),
             Route("/console/schedules/{sid:int}", self._guard(self.schedule)),
             Route("/console/schedules/{sid:int}/cancel", self._guard(self.confirm_cancel), methods=["GET"]),
             Route("/console/schedules/{sid:int}/{action}", self._guard(self.act), methods=["POST"]),
@@ -396,6 +398,32 @@ class Console:
             return self._redirect(request, back, f"error: {exc.message}")
         log.info("console: %s schedule %s", action, sid)
         return self._redirect(request, back, str(result.get("message") or f"{action}: done"))
+
+    async def tokens(self, request: Request, minted: dict[str, Any] | None = None) -> Response:
+        """Agent tokens: mint, rotate, revoke (``promptyoself.core.agent_tokens``; the CLI's `token`)."""
+        from promptyoself.core import agent_tokens
+
+        listed = await run_in_threadpool(agent_tokens.listing, self.core, None, include_revoked=True)
+        return self.page(request, "tokens.html", {"tokens": listed["tokens"], "minted": minted})
+
+    async def token_action(self, request: Request) -> Response:
+        from promptyoself.core import agent_tokens
+
+        action = request.path_params["action"]
+        form = await self._form(request) or {}
+        try:
+            if action in ("mint", "rotate"):
+                made = await run_in_threadpool(lambda: agent_tokens.mint(self.core, form.get("agent_id"),
+                                                                         rotate=action == "rotate"))
+                log.info("console: %s an agent token for %s", action, made["agent_id"])
+                return await self.tokens(request, minted=made)  # shown once, on this page: never in a redirect
+            if action == "revoke":
+                done = await run_in_threadpool(lambda: agent_tokens.revoke(self.core, token_id=form.get("id")))
+                log.info("console: revoked agent token %s", form.get("id"))
+                return self._redirect(request, "/console/tokens", done["message"])
+        except PromptYoSelfError as exc:
+            return self._redirect(request, "/console/tokens", f"error: {exc.message}")
+        return self._refuse(request, 404, f"No action {action[:40]!r}.")
 
     async def not_found(self, request: Request) -> Response:
         return self._refuse(request, 404, "No such page. Start at the schedules.")

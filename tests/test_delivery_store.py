@@ -17,6 +17,7 @@ from sqlalchemy import update
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome
 from promptyoself.store.db import Schedule, Store
 from promptyoself.store.delivery_store import DeliveryStore, SqlDeliveryStore
+from promptyoself.store.health import Backlog
 from promptyoself.store.memory import MemoryDeliveryStore
 from tests.helpers_delivery import add_schedule, get, history
 
@@ -188,3 +189,12 @@ def test_recurring_schedules_ahead_are_rearmed_only_where_unchanged(env: Env) ->
     assert env.ds.rearm([(ahead, T0 + timedelta(hours=1), new, None)], T0) == 0  # not its slot any more
     assert env.ds.rearm([(ahead, T0 + timedelta(hours=2), new, new)], T0) == 1
     assert env.row(ahead).next_run == new and env.row(ahead).due_at == new
+
+
+def test_the_due_summary_counts_active_and_due_and_names_the_oldest(env: Env) -> None:
+    assert env.ds.due_summary(T0) == Backlog(0, 0, None, None)
+    env.add("agent-a", T0 - timedelta(minutes=2))
+    env.add("agent-b", T0 - timedelta(minutes=1))
+    env.add("agent-c", T0 + timedelta(minutes=5))
+    env.add("agent-d", T0 - timedelta(hours=1), state="paused")
+    assert env.ds.due_summary(T0) == Backlog(3, 2, T0 - timedelta(minutes=2), T0 - timedelta(minutes=2))

@@ -29,7 +29,7 @@ from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Deps, ExecutedItem, ExecuteResult, ExecutorStatus
 from promptyoself.signals import OnSignals
 from promptyoself.store.db import latest_delivery
-from promptyoself.store.health import backlog, delivery_outcomes, lease
+from promptyoself.store.health import delivery_outcomes, lease
 
 __all__ = ["DeliveryService", "Executor", "make_owner", "server_lifespan", "service_for"]
 
@@ -156,7 +156,7 @@ def status_tool(core: Deps) -> ExecutorStatus:
     svc = service_for(core)
     ex = svc.executor
     now = core.now()
-    bl = backlog(core.store, now)
+    bl = core.deliveries.due_summary(now)
     totals = delivery_outcomes(core.store)
     held = lease(core.store, now)
     lease_alive = bool(held and held.get("alive"))

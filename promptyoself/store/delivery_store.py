@@ -1,4 +1,4 @@
-"""``DeliveryStore``: the verbs the delivery engine uses, and nothing else (issue 30 point 2/3).
+"""``DeliveryStore``: the verbs the delivery engine uses, and nothing else (issue 30 point 3).
 
 Two implementations keep one contract (``tests/test_delivery_store.py`` runs the same suite against
 SQLite, PostgreSQL and memory):
@@ -21,9 +21,10 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
-from promptyoself.store import claims, operator
+from promptyoself.store import claims, health, operator
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
 from promptyoself.store.db import Store
+from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
 from promptyoself.store.records import ScheduleRow
 
@@ -81,6 +82,10 @@ class DeliveryStore(Protocol):
     def rearm(self, changes: list[Rearm], now: datetime) -> int:
         ...
 
+    def due_summary(self, now: datetime) -> Backlog:
+        """Active schedules, those due at ``now``, the oldest due one's slot, the earliest ``due_at``."""
+        ...
+
 
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
@@ -119,3 +124,6 @@ class SqlDeliveryStore:
 
     def rearm(self, changes: list[Rearm], now: datetime) -> int:
         return claims.rearm(self.store, changes, now)
+
+    def due_summary(self, now: datetime) -> Backlog:
+        return health.backlog(self.store, now)

@@ -15,6 +15,7 @@ from typing import Any, Unpack
 
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
 from promptyoself.store.delivery_store import ClaimOptions, Rearm, RecurringRow
+from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
 from promptyoself.store.records import ScheduleRow
 
@@ -195,3 +196,11 @@ class MemoryDeliveryStore:
                 self.rows[sid] = dataclasses.replace(r, **values)
                 moved += 1
         return moved
+
+    def due_summary(self, now: datetime) -> Backlog:
+        with self._lock:
+            active = [r for r in self.rows.values() if r.state == "active"]
+        due = [r for r in active if r.due_at is not None and r.due_at <= now]
+        slots = [r.next_run or r.due_at for r in due]
+        return Backlog(len(active), len(due), min((s for s in slots if s is not None), default=None),
+                       min((r.due_at for r in active if r.due_at is not None), default=None))

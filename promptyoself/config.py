@@ -191,6 +191,12 @@ def _interval_or_off(value: object) -> Interval | None:
     return _interval(value)
 
 
+def parse_duration_or_off(value: object) -> Interval | None:
+    """A duration setting's value (``10m``, ``1h30m``, ``90``) or ``None`` for ``off`` / empty;
+    ``ValueError`` otherwise (the policy table's ``approval_below`` is read with it)."""
+    return _interval_or_off(value)
+
+
 Seconds = Annotated[float, BeforeValidator(_seconds)]
 Duration = Annotated[Interval, PlainValidator(_interval)]
 DurationOrOff = Annotated[Interval | None, PlainValidator(_interval_or_off)]

@@ -154,6 +154,21 @@ class Deps:
             self._deliveries = SqlDeliveryStore(self.store)
         return self._deliveries
 
+    POLICY_MAX_AGE = 1.0
+    """Seconds delivery reuses a policy read (an operator's change shows within that)."""
+
+    def daily_budget(self, now: datetime) -> int:
+        """The operator's policy ``max_deliveries_per_agent_per_day`` (``store/policy.py``: the same for
+        every process, whatever its environment), read at most once a second; a ``Deps`` handed only an
+        in-memory delivery store (no database) takes its settings' value."""
+        from promptyoself.store.delivery_store import SqlDeliveryStore
+        from promptyoself.store.policy import load
+
+        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
+            return self.settings.max_deliveries_per_agent_per_day
+
+        return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).max_deliveries_per_agent_per_day
+
     @property
     def letta(self) -> LettaClient:
         if self._letta is None:

@@ -43,7 +43,7 @@ def test_schedules_per_hour_are_limited_with_a_code_the_agent_can_read(db_path: 
         with pytest.raises(RateLimited) as err:
             core.schedule_time("one too many", "in 1h", agent_id="agent-a", skip_validation=True)
         assert err.value.code == "rate_limited"
-        assert "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR=3" in err.value.message
+        assert "policy max_schedules_per_agent_per_hour=3" in err.value.message
         assert err.value.details["retry_after_s"] == 3600 - 180
         # another agent is not affected, and a retry with an idempotency key is not a new schedule
         core.schedule_time("other", "in 1h", agent_id="agent-b", skip_validation=True)
@@ -62,7 +62,7 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
     agent = fake.agent_ids[0]
     try:
         often = core.schedule_every("check the queue", "10m", agent_id=agent)
-        assert often["state"] == "pending_approval" and "PROMPTYOSELF_APPROVAL_BELOW" in often["message"]
+        assert often["state"] == "pending_approval" and "approval_below" in often["message"]
         cron = core.schedule_cron("tick", "*/5 * * * *", agent_id=agent)
         assert cron["state"] == "pending_approval"
         daily = core.schedule_cron("standup", "0 9 * * MON-FRI", agent_id=agent)
@@ -117,7 +117,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         assert sorted(drain(core)) == ["delivered", "delivered", "over_budget"]
         rows = {d.schedule_id: d for d in history(core.store)}
         over = rows[ids[2]]
-        assert over.outcome == "over_budget" and "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY=2" in (over.error or "")
+        assert over.outcome == "over_budget" and "policy max_deliveries_per_agent_per_day=2" in (over.error or "")
         assert len(fake.received_texts()) == 2
 
         hist = core.history(agent_id=agent)

@@ -599,7 +599,7 @@ def test_quota_max_active_per_agent(quota_world):
     ):
         err = tool_error(w.mcp.call(tool, {**args, **common}))
         assert err["code"] == "quota_exceeded"
-        assert "limit is 2" in err["error"] and "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT" in err["error"]
+        assert "limit is 2" in err["error"] and "max_active_per_agent" in err["error"]
     assert w.snapshot() == before
 
     # the quota is per agent, and cancelled schedules free a slot

@@ -255,7 +255,7 @@ def test_quota_per_agent_applies_to_imports(tmp_path, legacy_db, capsys):
     # AGENT_A has three good rows (1, 2, 6); the third is refused, AGENT_B's two fit.
     assert result["imported"] == 4
     quota = [e for e in result["errors"] if e["code"] == "quota_exceeded" and e["legacy_id"] == 6]
-    assert quota and "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT" in quota[0]["error"] and "2" in quota[0]["error"]
+    assert quota and "max_active_per_agent" in quota[0]["error"] and "2" in quota[0]["error"]
 
 
 def test_prompt_longer_than_the_limit_is_reported(tmp_path, capsys):

@@ -277,7 +277,7 @@ def import_legacy(
 
     now = core.now()
     store = core.store
-    limit = core.settings.max_active_per_agent
+    limit = core.policy(now).max_active_per_agent
     live: dict[str, int] = {}
     imported_ids: list[int] = []
     errors: list[LegacyRowError] = []
@@ -300,17 +300,18 @@ def import_legacy(
             continue
         if agent not in live:
             live[agent] = schedules.count_live(store, agent)
+        quota = f"the limit is {limit} (the operator's policy max_active_per_agent)."
         if live[agent] >= limit:
-            errors.append({
-                "legacy_id": legacy_id,
-                "agent_id": shown_agent,
-                "error": f"Agent {agent} already has {live[agent]} live schedules; the limit is {limit} "
-                "(PROMPTYOSELF_MAX_ACTIVE_PER_AGENT).",
-                "code": "quota_exceeded",
-            })
+            errors.append({"legacy_id": legacy_id, "agent_id": shown_agent, "code": "quota_exceeded",
+                           "error": f"Agent {agent} already has {live[agent]} live schedules; {quota}"})
             continue
-        try:
-            created = schedules.insert(store, new)
+        try:  # counted again in the insert's transaction: a concurrent writer cannot push it over
+            created = schedules.create_schedule(store, new, schedules.CreationLimits(max_live=limit))
+        except schedules.QuotaReached as full:
+            live[agent] = full.live
+            errors.append({"legacy_id": legacy_id, "agent_id": shown_agent, "code": "quota_exceeded",
+                           "error": f"Agent {agent} already has {full.live} live schedules; {quota}"})
+            continue
         except schedules.DuplicateKey:  # another import of the same file got there first
             skipped_existing += 1
             continue

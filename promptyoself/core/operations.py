@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from zoneinfo import ZoneInfo
@@ -30,7 +30,7 @@ from promptyoself.core.checks import (
     parse_schedule_id,
     required_time,
 )
-from promptyoself.core.operator import OperatorOperations
+from promptyoself.core.operator import HOUR, OperatorOperations
 from promptyoself.core.results import (
     CancelResult,
     HistoryResult,
@@ -230,11 +230,15 @@ class Core(Deps, AdminOperations, OperatorOperations):
         return self._create(text, plan, options, now)
 
     def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
-        """Infer and check the agent, honour the idempotency key and the quota, then insert one row."""
+        """Infer and check the agent, honour the idempotency key, decide the state (approval), build
+        the reply, and only then insert one row, counted against the agent's limits in the insert's
+        own transaction (``schedules.create_schedule``). Everything that can fail (the agent, Letta's
+        answer, the rule's next runs and description) is computed before the insert: a refused or
+        failed creation stores nothing."""
         from promptyoself.core.destinations import destination
         from promptyoself.core.letta_code import validate_agent
         from promptyoself.store import schedules
-        from promptyoself.store.records import NewSchedule
+        from promptyoself.store.records import NewSchedule, ScheduleRow
 
         key = check_text("idempotency_key", options.get("idempotency_key"), 200)
         catch_up = check_catch_up(options.get("catch_up"))
@@ -246,14 +250,18 @@ class Core(Deps, AdminOperations, OperatorOperations):
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._repeated(existing, key, text, plan, catch_up)
-        # the guardrails (core/operator.py): refused when made too fast, parked when it fires too often
-        state = self.guard_creation(agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now, plan.anchor)
-        message = plan.message + (self.approval_note() if state == PENDING_APPROVAL else "")
-        limit = self.settings.max_active_per_agent
+        policy = self.policy(now)  # the operator's, from the database: the same for every writer
+        # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
+        note = self.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now,
+                                    plan.anchor)
+        state = PENDING_APPROVAL if note else "active"
         target, conversation = dest.target, dest.conversation_id
+        max_live = policy.max_active_per_agent
+        limits = schedules.CreationLimits(max_live=max_live,
+                                          per_hour=policy.max_schedules_per_agent_per_hour, hour_since=now - HOUR)
         if not options.get("skip_validation", False):
-            if (live := schedules.count_live(self.store, agent)) >= limit:  # before asking Letta
-                raise self._quota_error(agent, live)
+            if (live := schedules.count_live(self.store, agent)) >= max_live:  # before asking Letta
+                raise self._quota_error(agent, live, max_live)
             if dest.validate:
                 validate_agent(self, agent, target)
         new = NewSchedule(
@@ -277,17 +285,23 @@ class Core(Deps, AdminOperations, OperatorOperations):
             catch_up=catch_up,
             target_options=dest.options,
         )
+        # the reply (its next runs and description) before the insert: if it cannot be made, nothing is stored
+        preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
+        result = self._created_result(preview, plan.message + (note or ""), False)
         try:
-            row = schedules.insert(self.store, new, max_live=limit)  # the quota, checked where it is written
+            row = schedules.create_schedule(self.store, new, limits)  # the limits, counted where it is written
         except schedules.QuotaReached as full:
-            raise self._quota_error(agent, full.live) from None
+            raise self._quota_error(agent, full.live, max_live) from None
+        except schedules.HourlyLimitReached as fast:
+            raise self.rate_limited(agent, limits.per_hour, fast.oldest, now) from None
         except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
             existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
             if existing is None or key is None:
                 raise
             return self._repeated(existing, key, text, plan, catch_up)
         self.changed()
-        return self._created_result(row, message, False)
+        result["id"] = row.id
+        return result
 
     def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one
@@ -304,10 +318,11 @@ class Core(Deps, AdminOperations, OperatorOperations):
             )
         return self._created_result(existing, DEDUPLICATED, True)
 
-    def _quota_error(self, agent: str, live: int) -> QuotaExceeded:
+    @staticmethod
+    def _quota_error(agent: str, live: int, limit: int) -> QuotaExceeded:
         return QuotaExceeded(
             f"Agent {agent} already has {live} live schedules; the limit is "
-            f"{self.settings.max_active_per_agent} (PROMPTYOSELF_MAX_ACTIVE_PER_AGENT). "
+            f"{limit} (the operator's policy max_active_per_agent). "
             "Cancel some with promptyoself_cancel first."
         )
 

@@ -10,10 +10,10 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired
 from zoneinfo import ZoneInfo
 
 from typing_extensions import TypedDict
@@ -22,14 +22,16 @@ from promptyoself import timing
 from promptyoself.config import Settings
 from promptyoself.core.checks import MAX_LIMIT, check_limit, check_text, parse_schedule_id
 from promptyoself.core.results import DeliveryRecord, ScheduleRecord, StateResult, delivery_record, iso, schedule_record
-from promptyoself.errors import InvalidArgument, NotFound, RateLimited
+from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError, RateLimited
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:
     from promptyoself.store.db import Store
+    from promptyoself.store.policy import Policy
     from promptyoself.store.records import ScheduleRow
 
 HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
 UPCOMING = 5
 """Next runs and last deliveries the console shows per schedule."""
 GAP_SAMPLES = 48
@@ -45,6 +47,8 @@ class GuardrailSettings(TypedDict):
     """0 = no limit."""
     approval_below: str | None
     """Schedules firing more often than this wait for approval; None = off."""
+    max_active_per_agent: int
+    """Live (active or paused) schedules per agent."""
     budget_timezone: str
     """Budgets count deliveries over the day in this zone (PROMPTYOSELF_TIMEZONE)."""
     budget_day_started: str | None
@@ -72,6 +76,30 @@ class ScheduleView(TypedDict):
     """The next runs, local time with offset."""
     deliveries: list[DeliveryRecord]
     """The newest history rows, newest first."""
+
+
+class PolicyEntryView(TypedDict):
+    """One guardrail of the operator's policy as ``policy show`` prints it."""
+
+    name: str
+    value: int | str | None
+    """The value (``approval_below``: a duration such as ``30m``, or None for off)."""
+    source: str
+    """database (set by an operator) | environment seed | default"""
+    origin: str
+    """The source in a sentence: who set it, from which variable, when."""
+    env: str
+    """The environment variable that seeds it."""
+    accepts: str
+    note: NotRequired[str]
+    """This process's environment asks for another value, which is ignored."""
+
+
+class PolicyResult(TypedDict):
+    status: str
+    policy: dict[str, int | str | None]
+    policy_entries: list[PolicyEntryView]
+    message: str
 
 
 class ConsolePage(TypedDict):
@@ -119,20 +147,49 @@ def shortest_gap(schedule_type: str, value: str, tz: ZoneInfo, first: datetime,
     return gap
 
 
+def runs_per_day(schedule_type: str, value: str, tz: ZoneInfo, first: datetime | None,
+                 anchor: datetime | None = None) -> float:
+    """The rate of a rule, in runs per day (the approval policy's combined rate): 0 for a one-time
+    prompt (or a rule with no run left); an interval's 1 day / its step; any other rule's runs in the
+    day from its next run ``first``, counted over its next ``GAP_SAMPLES`` runs, and when all of them
+    fall in that day, extrapolated from their span (``GAP_SAMPLES`` / span x 1 day)."""
+    if schedule_type == "once" or first is None:
+        return 0.0
+    if schedule_type == "interval":
+        step = timing.parse_interval(value)
+        return DAY / step
+    end = first + DAY
+    at, runs = first, 1
+    while runs < GAP_SAMPLES:
+        nxt = timing.next_run_after(schedule_type, value, tz, after=at, anchor=anchor)
+        if nxt is None or nxt >= end:
+            return float(runs)
+        at, runs = nxt, runs + 1
+    span = at - first
+    return float(runs) if span <= timedelta(0) else (runs - 1) * (DAY / span)
+
+
 def guardrail_summary(settings: Settings, store: Store, now: datetime) -> dict[str, object]:
     """The limits, the schedules waiting for approval and today's prompts held back by a budget: what
     ``health`` and the console's banner show."""
     from promptyoself.store.operator import count_state, outcomes_since
+    from promptyoself.store.policy import load
 
+    policy = load(store, settings, now)
     since = timing.day_start(now, settings.timezone)
     return {
-        "max_deliveries_per_agent_per_day": settings.max_deliveries_per_agent_per_day,
-        "max_schedules_per_agent_per_hour": settings.max_schedules_per_agent_per_hour,
-        "approval_below": str(settings.approval_below) if settings.approval_below is not None else None,
+        "max_deliveries_per_agent_per_day": policy.max_deliveries_per_agent_per_day,
+        "max_schedules_per_agent_per_hour": policy.max_schedules_per_agent_per_hour,
+        "approval_below": _duration(policy.approval_below),
+        "max_active_per_agent": policy.max_active_per_agent,
         "budget_timezone": settings.timezone.key,
         "pending_approval": count_state(store, PENDING_APPROVAL),
         "over_budget_today": outcomes_since(store, since).get("over_budget", 0),
     }
+
+
+def _duration(value: timedelta | None) -> str | None:
+    return None if value is None else timing.format_duration(value)
 
 
 class OperatorOperations:
@@ -155,14 +212,23 @@ class OperatorOperations:
 
     # ---- the guardrails ---------------------------------------------------------------------
 
+    def policy(self, now: datetime | None = None) -> Policy:
+        """The operator's policy as stored in the database (``store/policy.py``): what every writer
+        enforces; this process's environment only seeds a value nobody set yet."""
+        from promptyoself.store.policy import load
+
+        return load(self.store, self.settings, now or self.now())
+
     def guardrail_settings(self) -> GuardrailSettings:
-        s = self.settings
+        now = self.now()
+        p = self.policy(now)
         return {
-            "max_deliveries_per_agent_per_day": s.max_deliveries_per_agent_per_day,
-            "max_schedules_per_agent_per_hour": s.max_schedules_per_agent_per_hour,
-            "approval_below": str(s.approval_below) if s.approval_below is not None else None,
-            "budget_timezone": s.timezone.key,
-            "budget_day_started": iso(timing.day_start(self.now(), s.timezone)),
+            "max_deliveries_per_agent_per_day": p.max_deliveries_per_agent_per_day,
+            "max_schedules_per_agent_per_hour": p.max_schedules_per_agent_per_hour,
+            "approval_below": _duration(p.approval_below),
+            "max_active_per_agent": p.max_active_per_agent,
+            "budget_timezone": self.settings.timezone.key,
+            "budget_day_started": iso(timing.day_start(now, self.settings.timezone)),
         }
 
     def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
@@ -177,11 +243,11 @@ class OperatorOperations:
         and one of its newest schedules)."""
         from promptyoself.store.operator import created_since, recent
 
-        s = self.settings
         now = self.now()
-        budget = s.max_deliveries_per_agent_per_day or None
-        day = recent(self.store, timing.day_start(now, s.timezone), budget or 1, agent_id=agent_id)
-        hourly = s.max_schedules_per_agent_per_hour or None
+        p = self.policy(now)
+        budget = p.max_deliveries_per_agent_per_day or None
+        day = recent(self.store, timing.day_start(now, self.settings.timezone), budget or 1, agent_id=agent_id)
+        hourly = p.max_schedules_per_agent_per_hour or None
         made = created_since(self.store, agent_id, now - HOUR, hourly or 100)
         return {
             "agent_id": agent_id,
@@ -193,30 +259,118 @@ class OperatorOperations:
             "hourly_limit": hourly,
         }
 
-    def guard_creation(self, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo, first: datetime,
-                       now: datetime, anchor: datetime | None = None) -> str:
-        """Refuse a schedule the agent may not make now (``rate_limited``) and return the state it
-        starts in: ``pending_approval`` when it fires more often than PROMPTYOSELF_APPROVAL_BELOW."""
-        from promptyoself.store.operator import created_since, oldest_created_since
+    def approval_needed(self, policy: Policy, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo,
+                        first: datetime, now: datetime, anchor: datetime | None = None) -> str | None:
+        """Why a new schedule must wait for an operator's approval (the reply's note), or None. With
+        ``approval_below`` = T, a recurring schedule waits when
 
-        limit = self.settings.max_schedules_per_agent_per_hour
-        if limit and created_since(self.store, agent_id, now - HOUR, limit) >= limit:
-            oldest = oldest_created_since(self.store, agent_id, now - HOUR, limit)
-            wait = max((oldest + HOUR - now).total_seconds(), 1.0) if oldest is not None else 3600.0
-            raise RateLimited(
-                f"Agent {agent_id} made {limit} schedules in the last hour, the limit "
-                f"(PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR={limit}). Try again in {wait:.0f}s, or change "
-                "an existing schedule instead of making new ones.", retry_after_s=round(wait))
-        below = self.settings.approval_below
-        if below is not None:
-            gap = shortest_gap(schedule_type, value, tz, first, anchor)
-            if gap is not None and gap < below:
-                return PENDING_APPROVAL
-        return "active"
+        * its own shortest gap is under T (``shortest_gap``), or
+        * the agent's combined rate goes over one run per T: the ``runs_per_day`` of its active and
+          paused recurring schedules plus this one's is more than 1 day / T. Five hourly rules at
+          minutes 0/12/24/36/48 each pass T = 30m alone, but together fire 120 times a day where
+          48 are allowed: the third waits.
 
-    def approval_note(self) -> str:
-        return (f" It fires more often than every {self.settings.approval_below} (PROMPTYOSELF_APPROVAL_BELOW), so "
-                "it waits in state pending_approval until an operator approves it.")
+        One-time prompts never wait (the hourly creation limit bounds them)."""
+        below = policy.approval_below
+        if below is None or schedule_type == "once":
+            return None
+        env = "the operator's policy approval_below"
+        gap = shortest_gap(schedule_type, value, tz, first, anchor)
+        if gap is not None and gap < below:
+            return (f" It fires more often than every {_duration(below)} ({env}), so it waits in state "
+                    "pending_approval until an operator approves it.")
+        allowed = DAY / below
+        total = runs_per_day(schedule_type, value, tz, first, anchor)
+        for row in [None, *self._live_rules(agent_id)]:
+            total += 0.0 if row is None else self._rate_of(row, now)
+            if total > allowed + 1e-9:
+                return (f" With the agent's other active schedules it would fire {total:.0f} or more times a day, "
+                        f"more than one run per {_duration(below)} ({env}: at most {allowed:.0f} a day "
+                        "together), so it waits in state pending_approval until an operator approves it.")
+        return None
+
+    def _live_rules(self, agent_id: str) -> list[ScheduleRow]:
+        from promptyoself.store.schedules import recurring_of
+
+        return recurring_of(self.store, agent_id, ("active", "paused"))
+
+    @staticmethod
+    def _rate_of(row: ScheduleRow, now: datetime) -> float:
+        """A stored schedule's runs per day from now; 0 for a row whose rule cannot be read any more."""
+        try:
+            tz = timing.resolve_zone(row.timezone, "UTC")
+            first = row.next_run
+            if first is None or first < now:
+                first = timing.next_run_after(row.schedule_type, row.schedule_value, tz, after=now,
+                                              anchor=row.anchor)
+            return runs_per_day(row.schedule_type, row.schedule_value, tz, first, row.anchor)
+        except (PromptYoSelfError, OverflowError, ValueError):
+            return 0.0
+
+    def rate_limited(self, agent_id: str, limit: int, oldest: datetime | None, now: datetime) -> RateLimited:
+        wait = max((oldest + HOUR - now).total_seconds(), 1.0) if oldest is not None else 3600.0
+        return RateLimited(
+            f"Agent {agent_id} made {limit} schedules in the last hour, the limit (the operator's policy "
+            f"max_schedules_per_agent_per_hour={limit}). Try again in {wait:.0f}s, or change "
+            "an existing schedule instead of making new ones.", retry_after_s=round(wait))
+
+    # ---- the policy (operator only: CLI, console, PUT /api/policy) ------------------------------
+
+    def policy_show(self, message: str = "The operator's policy, as every writer enforces it.") -> PolicyResult:
+        """The stored policy: each value, where it came from (database / environment seed / default)
+        and whether this process's environment asks for another value (ignored)."""
+        from promptyoself.store import policy as stored
+
+        p = self.policy()
+        mine = stored.seeds(self.settings)
+        values: dict[str, int | str | None] = {}
+        entries: list[PolicyEntryView] = []
+        for name in stored.NAMES:
+            entry = p.entries[name]
+            raw = getattr(p, name)
+            value: int | str | None = _duration(raw) if name == stored.APPROVAL_BELOW else raw
+            values[name] = value
+            env = stored.env_name(name)
+            when = iso(entry.updated_at)
+            source, origin = {
+                stored.OPERATOR: ("database", f"set by an operator at {when}"),
+                stored.ENVIRONMENT: ("environment seed", f"seeded from {env} at {when}; the environment no "
+                                     "longer changes it"),
+            }.get(entry.source, ("default", f"the default (nobody set it; {env} seeds it once)"))
+            view: PolicyEntryView = {"name": name, "value": "off" if value is None else value, "source": source,
+                                     "origin": origin, "env": env, "accepts": stored.ACCEPTS[name]}
+            wanted, how = mine[name]
+            if how == stored.ENVIRONMENT and wanted != entry.value and entry.source != stored.DEFAULT:
+                view["note"] = (f"{env}={wanted} in this environment is ignored: the database holds {entry.value}. "
+                                f"Change it with `promptyoself policy set {name}={wanted}`.")
+            entries.append(view)
+        notes = [e["note"] for e in entries if "note" in e]
+        return {"status": "success", "policy": values, "policy_entries": entries,
+                "message": " ".join([message, *notes])}
+
+    def policy_set(self, changes: Mapping[str, object]) -> PolicyResult:
+        """Set some of the policy's values (``{name: value}``; text or numbers as ``policy set`` takes
+        them): all are checked first, then written in one transaction; every writer enforces them from
+        its next write (delivery within a second)."""
+        from promptyoself.store import policy as stored
+
+        if not changes:
+            raise InvalidArgument(f"Name at least one value to set: {', '.join(stored.NAMES)}.")
+        if len(changes) > len(stored.NAMES):
+            raise InvalidArgument(f"The policy has {len(stored.NAMES)} values: {', '.join(stored.NAMES)}.")
+        typed: dict[str, int | timedelta | None] = {}
+        for raw_name, raw in changes.items():
+            name = str(raw_name).strip().replace("-", "_")[:80]
+            if name not in stored.NAMES:
+                raise InvalidArgument(f"Unknown policy value {name!r}; the policy has {', '.join(stored.NAMES)}.")
+            try:
+                typed[name] = stored.parse(name, raw)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
+        stored.save(self.store, self.settings, typed, self.now())
+        self.changed()
+        said = ", ".join(f"{n}={stored.text_of(n, v)}" for n, v in typed.items())
+        return self.policy_show(f"Policy set: {said}.")
 
     # ---- operator actions -------------------------------------------------------------------
 

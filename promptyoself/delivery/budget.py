@@ -3,7 +3,9 @@
 Each delivered prompt costs the agent an LLM turn, so an agent that schedules itself too often burns
 its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` (the budget day):
 
-* per agent, ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY`` (0 = none);
+* per agent, the operator's policy ``max_deliveries_per_agent_per_day`` (0 = none), read from the
+  database (``Deps.daily_budget``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
+  counting the agent's pass-through sends (``PROMPTYOSELF_LETTA_PROXY``) too;
 * per schedule, its optional ``max_per_day``.
 
 An occurrence over either budget is not sent: it is recorded ``over_budget`` in history (the schedule
@@ -47,7 +49,7 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     agent's newest history rows (and one of the schedule's when it has ``max_per_day``); none when
     neither budget is set."""
     settings = core.settings
-    agent_cap = settings.max_deliveries_per_agent_per_day
+    agent_cap = core.daily_budget(now)
     own_cap = claim.max_per_day
     if not agent_cap and not own_cap:
         return Verdict(None, 0)
@@ -56,8 +58,8 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     if agent_cap and agent.delivered_today >= agent_cap:
         return Verdict(
             f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {agent.delivered_today} delivered "
-            f"today (PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY={agent_cap}); not sent. The budget resets at "
-            f"midnight {settings.timezone.key}.", agent.over_budget_unannounced)
+            f"today (the operator's policy max_deliveries_per_agent_per_day={agent_cap}); not sent. The "
+            f"budget resets at midnight {settings.timezone.key}.", agent.over_budget_unannounced)
     if own_cap:
         mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id)
         if mine.delivered_today >= own_cap:

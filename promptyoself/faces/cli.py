@@ -239,6 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--id", type=whole_number(1, 2**31), help="one token, by the id `token list` shows")
     _add_json(tp)
 
+    p = sub.add_parser("policy", help="the guardrails every writer enforces: show, or set (operator)")
+    psub = p.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
+    pp = psub.add_parser("show", help="each value and where it came from (database, environment seed, default)")
+    _add_json(pp)
+    pp = psub.add_parser("set", help="set values: NAME=VALUE ... (e.g. approval_below=30m max_active_per_agent=50)")
+    pp.add_argument("values", nargs="+", metavar="NAME=VALUE",
+                    help="max_deliveries_per_agent_per_day, max_schedules_per_agent_per_hour, approval_below "
+                         "(a duration or off), max_active_per_agent")
+    _add_json(pp)
+
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
     _add_json(p)
@@ -444,6 +454,18 @@ def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return agent_tokens.revoke(core, agent_id=a.agent_id, token_id=a.id)
 
 
+def _policy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    if a.policy_command == "show":
+        return dict(core.policy_show())
+    changes: dict[str, str] = {}
+    for item in a.values:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"write each value as NAME=VALUE, e.g. approval_below=30m (got {item[:60]!r})")
+        changes[name.strip()] = value
+    return dict(core.policy_set(changes))
+
+
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import legacy
     from promptyoself.faces.progress import progress_bar
@@ -475,6 +497,7 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "letta-code": _letta_code,
     "claude-code": _claude_code,
     "token": _token,
+    "policy": _policy,
 }
 
 

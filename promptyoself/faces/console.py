@@ -143,6 +143,8 @@ class Console:
             Route("/console/agents/{agent_id:path}", self._guard(self.agent)),
             Route("/console/tokens", self._guard(self.tokens), methods=["GET"]),
             Route("/console/tokens/{action}", self._guard(self.token_action), methods=["POST"]),
+            Route("/console/policy", self._guard(self.policy), methods=["GET"]),
+            Route("/console/policy", self._guard(self.set_policy), methods=["POST"]),
             Route("/console/schedules/{sid:int}", self._guard(self.schedule)),
             Route("/console/schedules/{sid:int}/cancel", self._guard(self.confirm_cancel), methods=["GET"]),
             Route("/console/schedules/{sid:int}/{action}", self._guard(self.act), methods=["POST"]),
@@ -424,6 +426,27 @@ class Console:
         except PromptYoSelfError as exc:
             return self._redirect(request, "/console/tokens", f"error: {exc.message}")
         return self._refuse(request, 404, f"No action {action[:40]!r}.")
+
+    async def policy(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        context = await self._overview()
+        shown = await run_in_threadpool(self.core.policy_show)
+        context.update(policy=shown, error=error)
+        return self.page(request, "policy.html", context, status=status)
+
+    async def set_policy(self, request: Request) -> Response:
+        """The policy form (its CSRF token checked by ``_guard``): only the values that changed are set."""
+        form = await self._form(request) or {}
+        current = await run_in_threadpool(self.core.policy_show)
+        changes = {e["name"]: form[e["name"]].strip() for e in current["policy_entries"]
+                   if e["name"] in form and form[e["name"]].strip() != str(e["value"])}
+        if not changes:
+            return self._redirect(request, "/console/policy", "Nothing changed.")
+        try:
+            result = await run_in_threadpool(self.core.policy_set, changes)
+        except PromptYoSelfError as exc:
+            return await self.policy(request, error=exc.message, status=400)
+        log.info("console: policy set %s", ", ".join(sorted(changes)))
+        return self._redirect(request, "/console/policy", result["message"])
 
     async def not_found(self, request: Request) -> Response:
         return self._refuse(request, 404, "No such page. Start at the schedules.")

@@ -23,6 +23,7 @@ Own routes (the MCP tools' operations, same JSON results): ``POST /api/schedules
 ``POST /api/schedules/cron``, ``POST /api/schedules/every``, ``GET /api/schedules``,
 ``GET /api/history``, ``POST /api/schedules/{id}/pause``, ``POST /api/schedules/{id}/resume``,
 ``DELETE /api/schedules/{id}`` (cancel).
+Operator routes: ``GET``/``PUT /api/policy`` (the guardrails every writer enforces).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -199,6 +200,21 @@ class EveryRequest(_Common):
     max_repetitions: Whole | None = Field(None, description="Stop after this many deliveries.")
 
 
+class PolicyRequest(BaseModel):
+    """``PUT /api/policy``: the values to change (the others stay)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_deliveries_per_agent_per_day: StrictInt | None = Field(
+        None, description="Daily delivery budget per agent (scheduled prompts and pass-through sends); 0 = none.")
+    max_schedules_per_agent_per_hour: StrictInt | None = Field(
+        None, description="Schedules an agent may create per hour; 0 = no limit.")
+    approval_below: StrictStr | StrictInt | None = Field(
+        None, description="Recurring schedules firing more often than this (alone or with the agent's other "
+        "active schedules) wait for approval: a duration such as '30m', seconds, or 'off'.")
+    max_active_per_agent: StrictInt | None = Field(None, description="Live (active or paused) schedules per agent.")
+
+
 AGENT_HEADER: Any = Header(None, alias="X-Agent-Id",
                             description="The calling agent, used when agent_id is not given (as on /mcp).")
 
@@ -264,7 +280,7 @@ def _mount_proxy(app: FastAPI, core: Core) -> None:
     from starlette.background import BackgroundTask
     from starlette.responses import StreamingResponse
 
-    from promptyoself.core.passthrough import letta_passthrough
+    from promptyoself.core.passthrough import count_send, letta_passthrough
 
     proxy = letta_passthrough(core.settings)
 
@@ -273,6 +289,10 @@ def _mount_proxy(app: FastAPI, core: Core) -> None:
             return error_response(Forbidden("The Letta pass-through needs the operator token "
                                             "(PROMPTYOSELF_HTTP_TOKEN); an agent token may use only "
                                             "/v1/agents/<its agent>/schedule and /api/schedules."))
+        try:  # a message to an agent costs its daily budget: counted (or refused) before it goes
+            await run_in_threadpool(count_send, core, request.method, request.url.path)
+        except PromptYoSelfError as exc:
+            return error_response(exc)
         status, headers, body, close = await proxy.forward(
             request.method, request.url.path, request.url.query.encode(), request.headers.raw, request.stream()
         )
@@ -445,6 +465,27 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         who = caller_agent(request)
         return await call(native_tools.cancel_own, core, schedule_id, who or agent_id,
                           check=lambda: agent_tokens.own_agent(who, agent_id))
+
+    # ---- the operator's policy (docs/configuration.md) -----------------------------------------
+
+    def operator_only(request: Request) -> Any:
+        """The policy is the operator's: an agent token gets 403."""
+        who = caller_agent(request)
+
+        def check() -> None:
+            if who is not None:
+                raise Forbidden("The policy is the operator's: use the operator token (PROMPTYOSELF_HTTP_TOKEN); "
+                                f"this agent token acts for {who} only.")
+
+        return check
+
+    @app.get("/api/policy", tags=["operator"], summary="The guardrails every writer enforces, and their sources")
+    async def policy_show(request: Request) -> JSONResponse:
+        return await call(core.policy_show, check=operator_only(request))
+
+    @app.put("/api/policy", tags=["operator"], summary="Set guardrails (operator)")
+    async def policy_set(request: Request, req: PolicyRequest) -> JSONResponse:
+        return await call(core.policy_set, req.model_dump(exclude_unset=True), check=operator_only(request))
 
     if core.settings.letta_proxy if letta_proxy is None else letta_proxy:
         _mount_proxy(app, core)

@@ -32,6 +32,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
     "agents": ("id", "name", "created_at", "last_updated"),
     "executed": ("id", "agent_id", "outcome", "delivered", "next_run", "repetition_count", "error"),
+    "policy_entries": ("name", "value", "source", "origin"),
 }
 """The columns of each list a result may hold (the first list found is the table)."""
 
@@ -48,9 +49,10 @@ TIMES = frozenset({
     "next_run", "next_due", "last_run", "last_tick", "scheduled_for", "attempted_at", "created_at", "last_updated",
     "started_at", "heartbeat_at", "lease_until", "updated_at", "upcoming",
 })
-HIDDEN = frozenset({"next_run_local"})
+HIDDEN = frozenset({"next_run_local", "policy"})
 """Keys a terminal does not need: ``next_run_local`` repeats ``next_run``, which is already shown in
-the schedule's timezone. (``status: success`` is left out too; health's ``ok|degraded|down`` stays.)"""
+the schedule's timezone; ``policy`` repeats the rows of ``policy show``. (``status: success`` is left
+out too; health's ``ok|degraded|down`` stays.)"""
 MIN_WRAP = 30
 INDENT = "    "
 GAP = "  "

@@ -46,8 +46,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0012"
-"""The newest migration. Opening a database already at this revision skips importing Alembic."""
+HEAD_REVISION = "0009"
+"""The newest migration. Opening a database already at this revision skips importing Alembic. (The
+numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
+0012, 0009.)"""
 
 
 def refuse_naive(value: datetime) -> None:
@@ -178,6 +180,30 @@ class ConsoleSession(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
 
     __table_args__ = (Index("ix_console_sessions_expires", "expires_at"),)
+
+
+class PolicyValue(Base):
+    """One guardrail of the operator's policy (0009; ``store/policy.py``)."""
+
+    __tablename__ = "policy"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(64), nullable=False)
+    source: Mapped[str] = mapped_column(String(16), nullable=False)  # operator | environment | default
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class PassthroughSend(Base):
+    """A message an agent sent to Letta through the pass-through (0009): it costs the agent's budget."""
+
+    __tablename__ = "passthrough_sends"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(100), nullable=False)
+    sent_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    route: Mapped[str] = mapped_column(String(200), nullable=False)
+
+    __table_args__ = (Index("ix_passthrough_agent", "agent_id", "sent_at"),)
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, func, select
 
-from promptyoself.store.db import Delivery, Schedule, Store
+from promptyoself.store.db import Delivery, PassthroughSend, Schedule, Store
 from promptyoself.store.records import DeliveryRow, ListedSchedule, column_names, record_of
 
 PENDING_APPROVAL = "pending_approval"
 _D = Delivery.__table__.c
 _S = Schedule.__table__.c
+_P = PassthroughSend.__table__.c
 _LISTED = [_S[name] for name in column_names(ListedSchedule)]
 
 
@@ -32,27 +34,26 @@ class Recent:
     """``over_budget`` rows since the last ``delivered`` one: what the next delivered prompt reports."""
 
 
-def created_since(store: Store, agent_id: str, since: datetime, cap: int) -> int:
+def created_since_query(agent_id: str, since: datetime, cap: int) -> Select[int]:
     """How many of the agent's newest ``cap`` schedules were created at or after ``since`` (ids grow
     with time, so this is the exact count up to ``cap``; reads at most ``cap`` index entries)."""
     newest = (select(_S.created_at).where(_S.agent_id == agent_id).order_by(_S.id.desc()).limit(cap)
               .subquery())
-    q = select(func.count()).select_from(newest).where(newest.c.created_at >= since)
-    with store.session() as s:
-        return int(s.execute(q).scalar_one())
+    return select(func.count()).select_from(newest).where(newest.c.created_at >= since)
 
 
-def oldest_created_since(store: Store, agent_id: str, since: datetime, cap: int) -> datetime | None:
+def oldest_created_query(agent_id: str, since: datetime, cap: int) -> Select[Any]:
     """The creation time of the oldest of the agent's newest ``cap`` schedules made since ``since``
     (when it leaves the hour, one more schedule is allowed)."""
     newest = (select(_S.created_at).where(_S.agent_id == agent_id).order_by(_S.id.desc()).limit(cap)
               .subquery())
-    q = select(func.min(newest.c.created_at)).where(newest.c.created_at >= since)
+    return select(func.min(newest.c.created_at)).where(newest.c.created_at >= since)
+
+
+def created_since(store: Store, agent_id: str, since: datetime, cap: int) -> int:
+    """``created_since_query``'s count, in a transaction of its own (what the guardrails show)."""
     with store.session() as s:
-        value = s.execute(q).scalar_one_or_none()
-    if isinstance(value, str):  # an aggregate over a subquery loses the column type on SQLite
-        value = datetime.fromisoformat(value)
-    return value if isinstance(value, datetime) else None
+        return int(s.execute(created_since_query(agent_id, since, cap)).scalar_one())
 
 
 NOTICE_WINDOW = 100
@@ -78,7 +79,8 @@ def day_floor(conn: Connection, store: Store, since: datetime) -> int:
 
 def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = None,
            schedule_id: int | None = None) -> Recent:
-    """For one agent (or one schedule): its rows delivered since ``since``, counted up to ``cap``
+    """For one agent (or one schedule): its rows delivered since ``since`` (an agent's pass-through
+    sends too: they cost the same budget), counted up to ``cap``
     (an index range over that day's rows only: ``(agent_id, id)`` or ``(schedule_id, id)`` from the
     day's first id), and its ``over_budget`` rows since its last delivered one (among its newest
     ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered)."""
@@ -89,6 +91,10 @@ def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = No
         today = (select(_D.id).where(cond, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
                  .limit(cap).subquery())
         delivered = int(conn.execute(select(func.count()).select_from(today)).scalar_one())
+        if schedule_id is None and agent_id is not None and delivered < cap:  # the agent's pass-through sends
+            sends = (select(_P.id).where(_P.agent_id == agent_id, _P.sent_at >= since)
+                     .limit(cap - delivered).subquery())
+            delivered += int(conn.execute(select(func.count()).select_from(sends)).scalar_one())
         outcomes = conn.execute(newest).scalars().all()
     unannounced = 0
     for outcome in outcomes:
@@ -97,6 +103,13 @@ def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = No
         if outcome == "over_budget":
             unannounced += 1
     return Recent(delivered, unannounced)
+
+
+def delivered_query(agent_id: str, floor: int, since: datetime, cap: int) -> Select[Any]:
+    """The agent's prompts delivered since ``since`` (ids from ``floor``, see ``day_floor``), up to ``cap``."""
+    today = (select(_D.id).where(_D.agent_id == agent_id, _D.id >= floor, _D.outcome == "delivered",
+                                 _D.attempted_at >= since).limit(cap).subquery())
+    return select(func.count()).select_from(today)
 
 
 def first_id_since(store: Store, since: datetime) -> int | None:

@@ -6,12 +6,17 @@ decisions (what a cancel, pause or resume changes) stay in the core.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from promptyoself.store.db import Schedule, Store
+from promptyoself.store.operator import created_since_query, oldest_created_query
 from promptyoself.store.queries import LIVE_STATES
 from promptyoself.store.records import NewSchedule, ScheduleRow, column_names, record_of
 
@@ -66,6 +71,84 @@ def insert(store: Store, new: NewSchedule, *, max_live: int | None = None) -> Sc
     return record_of(ScheduleRow, row)
 
 
+@dataclass(frozen=True)
+class CreationLimits:
+    """The per-agent limits a new schedule must fit, as values (the core reads them from the policy)."""
+
+    max_live: int | None
+    """Live (active or paused) schedules the agent may have; None: not checked."""
+    per_hour: int = 0
+    """Schedules the agent may create per hour (0: no limit)."""
+    hour_since: datetime | None = None
+    """The start of that hour (now - 1 h)."""
+
+
+class HourlyLimitReached(Exception):
+    """The agent created ``made`` schedules since ``CreationLimits.hour_since``, the limit; the oldest of
+    them at ``oldest`` (when it leaves the hour, one more is allowed)."""
+
+    def __init__(self, made: int, oldest: datetime | None) -> None:
+        super().__init__(f"{made} schedules in the last hour")
+        self.made = made
+        self.oldest = oldest
+
+
+PG_CREATE_LOCK_NS = 7305735
+"""First key of the PostgreSQL advisory locks that serialise one agent's writes that a per-agent
+limit guards (creations, pass-through sends); claims use their own namespace (claims.py)."""
+
+
+@contextmanager
+def agent_transaction(store: Store, agent_id: str) -> Iterator[Session]:
+    """One transaction in which the agent's per-agent limits can be counted and then written without
+    another writer of the same agent in between, on every backend:
+
+    * SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock before the first read (a deferred
+      transaction reads a snapshot another writer may commit past), after this process's
+      ``write_lock`` (threads queue on it instead of in SQLite's busy handler).
+    * PostgreSQL: ``pg_advisory_xact_lock(ns, hashtext(agent_id))``: only the same agent's writers
+      wait, for no table or row (there is no per-agent row to lock FOR UPDATE, and inserting one first
+      would itself race); released by COMMIT or ROLLBACK, so no lock outlives a crashed writer. Each
+      statement of a READ COMMITTED transaction then sees what the previous holder committed.
+    """
+    if store.dialect == "sqlite":
+        with store.write_lock, store.session() as s:
+            s.execute(text("BEGIN IMMEDIATE"))
+            yield s
+        return
+    with store.session() as s:
+        s.execute(select(func.pg_advisory_xact_lock(PG_CREATE_LOCK_NS, func.hashtext(agent_id))))
+        yield s
+
+
+def create_schedule(store: Store, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+    """Insert one schedule if it fits the agent's limits, counted in the same transaction as the
+    insert under the agent's lock (``agent_transaction``): with limit N, any number of concurrent
+    creations of one agent make exactly N. Raises ``QuotaReached`` (live schedules), ``HourlyLimitReached``
+    (creations in the last hour) or ``DuplicateKey`` (the idempotency key raced in); nothing is
+    written then."""
+    row = Schedule(**asdict(new))
+    try:
+        with agent_transaction(store, new.agent_id) as s:
+            if limits.per_hour and limits.hour_since is not None:
+                made = int(s.execute(created_since_query(new.agent_id, limits.hour_since, limits.per_hour))
+                           .scalar_one())
+                if made >= limits.per_hour:
+                    oldest = s.execute(oldest_created_query(new.agent_id, limits.hour_since, limits.per_hour)
+                                       ).scalar_one_or_none()
+                    if isinstance(oldest, str):  # an aggregate over a subquery loses the type on SQLite
+                        oldest = datetime.fromisoformat(oldest)
+                    raise HourlyLimitReached(made, oldest if isinstance(oldest, datetime) else None)
+            if limits.max_live is not None:
+                live = store.count_active(s, new.agent_id)
+                if live >= limits.max_live:
+                    raise QuotaReached(live)
+            s.add(row)
+    except IntegrityError as exc:
+        raise DuplicateKey(str(exc.orig) if exc.orig is not None else str(exc)) from exc
+    return record_of(ScheduleRow, row)
+
+
 CLAIM_COLUMNS = frozenset({"claimed_by", "claim_until"})
 """A delivery's claim on a schedule, which it renews on its own: a change decided on a row does not
 depend on them."""
@@ -91,6 +174,19 @@ def replace(store: Store, before: ScheduleRow, after: ScheduleRow) -> bool:
         for name, value in changed.items():
             setattr(row, name, value)
     return True
+
+
+MAX_RULES = 10_000
+"""The most recurring schedules of one agent ``recurring_of`` reads (max_active_per_agent is far lower)."""
+
+
+def recurring_of(store: Store, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
+    """The agent's recurring (not one-time) schedules in ``states``, oldest first (the approval
+    policy's combined rate)."""
+    q = (select(Schedule).where(Schedule.agent_id == agent_id, Schedule.state.in_(states),
+                                Schedule.schedule_type != "once").order_by(Schedule.id).limit(MAX_RULES))
+    with store.session() as s:
+        return [record_of(ScheduleRow, r) for r in s.execute(q).scalars()]
 
 
 def letta_page(store: Store, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:

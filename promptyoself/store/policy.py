@@ -1,0 +1,188 @@
+"""The operator's policy: the guardrails every writer enforces, kept in the database (table ``policy``,
+migration 0009) so that the CLI, MCP in process or over the relay, REST, Letta's scheduling API, the
+native tools and the service's delivery all judge by the same values, whatever their own environment.
+
+Four values, each a row (name, value as text, source, updated_at):
+
+* ``max_deliveries_per_agent_per_day``: the daily delivery budget per agent (0 = none);
+* ``max_schedules_per_agent_per_hour``: schedules an agent may create per hour (0 = no limit);
+* ``approval_below``: recurring schedules firing more often than this wait for approval (off = never);
+* ``max_active_per_agent``: live (active or paused) schedules per agent (>= 1).
+
+Where a value came from (``source``):
+
+* ``operator``: set with ``promptyoself policy set``, the console or ``PUT /api/policy``; final.
+* ``environment``: seeded from the environment variable (``PROMPTYOSELF_...``) of the first process
+  that read the policy with that variable set; a later environment no longer changes it.
+* ``default``: nobody chose; the built-in default. A process whose environment sets the variable
+  replaces a ``default`` row once (it becomes ``environment``).
+
+So the environment only seeds: default -> environment -> operator, never back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from promptyoself.config import Settings, parse_duration_or_off
+from promptyoself.store.db import PolicyValue, Store
+
+MAX_ACTIVE_PER_AGENT = "max_active_per_agent"
+MAX_SCHEDULES_PER_HOUR = "max_schedules_per_agent_per_hour"
+MAX_DELIVERIES_PER_DAY = "max_deliveries_per_agent_per_day"
+APPROVAL_BELOW = "approval_below"
+NAMES = (MAX_DELIVERIES_PER_DAY, MAX_SCHEDULES_PER_HOUR, APPROVAL_BELOW, MAX_ACTIVE_PER_AGENT)
+OPERATOR, ENVIRONMENT, DEFAULT = "operator", "environment", "default"
+MAX_COUNT = 1_000_000
+"""The largest count a policy value takes (a bound, like every input)."""
+
+
+def env_name(name: str) -> str:
+    """The environment variable that seeds ``name`` (``PROMPTYOSELF_APPROVAL_BELOW`` ...)."""
+    return str(Settings.model_fields[name].validation_alias)
+
+
+ACCEPTS = {
+    MAX_DELIVERIES_PER_DAY: "a whole number >= 0 (0 = no daily budget)",
+    MAX_SCHEDULES_PER_HOUR: "a whole number >= 0 (0 = no limit)",
+    APPROVAL_BELOW: "a duration such as 30m, 1h or 90, or off",
+    MAX_ACTIVE_PER_AGENT: "a whole number >= 1",
+}
+
+
+def parse(name: str, value: object) -> int | timedelta | None:
+    """The typed value of policy ``name`` from its text (or a number); ``ValueError`` saying what it
+    accepts when it is not one (``KeyError`` for an unknown name)."""
+    if name not in ACCEPTS:
+        raise KeyError(name)
+    if name == APPROVAL_BELOW:
+        try:
+            return parse_duration_or_off(value.strip() if isinstance(value, str) else value)
+        except ValueError:
+            raise ValueError(f"{name} takes {ACCEPTS[name]}.") from None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{name} takes {ACCEPTS[name]}.")
+    text = value.strip() if isinstance(value, str) else str(value)
+    if not text.isdigit() or len(text) > 7:
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_COUNT:,}).")
+    number = int(text)
+    low = 1 if name == MAX_ACTIVE_PER_AGENT else 0
+    if not low <= number <= MAX_COUNT:
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_COUNT:,}).")
+    return number
+
+
+def text_of(name: str, value: int | timedelta | None) -> str:
+    """The stored text of a typed value (``off`` for no approval; a duration as its setting prints)."""
+    if name == APPROVAL_BELOW:
+        return "off" if value is None else str(parse_duration_or_off(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Entry:
+    value: str
+    source: str
+    """operator | environment | default"""
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The guardrails as every writer enforces them, with each value's origin."""
+
+    max_deliveries_per_agent_per_day: int
+    max_schedules_per_agent_per_hour: int
+    approval_below: timedelta | None
+    max_active_per_agent: int
+    entries: Mapping[str, Entry]
+
+
+def seeds(settings: Settings) -> dict[str, tuple[str, str]]:
+    """Per name, the value a fresh row takes from ``settings`` and its source: ``environment`` when
+    the setting was given (environment, ``.env`` or an override), else ``default``."""
+    given = settings.model_fields_set
+    return {name: (text_of(name, getattr(settings, name)), ENVIRONMENT if name in given else DEFAULT)
+            for name in NAMES}
+
+
+_cache: weakref.WeakKeyDictionary[Store, tuple[float, Policy]] = weakref.WeakKeyDictionary()
+_cache_lock = threading.Lock()
+
+
+def load(store: Store, settings: Settings, now: datetime, *, max_age: float = 0.0) -> Policy:
+    """The stored policy; missing rows are seeded from ``settings`` first (and ``default`` rows that
+    this process's environment sets are replaced once). ``max_age`` > 0 lets a hot path (delivery's
+    budget check) reuse a value read that many seconds ago in this process."""
+    if max_age > 0:
+        with _cache_lock:
+            hit = _cache.get(store)
+        if hit is not None and time.monotonic() - hit[0] < max_age:
+            return hit[1]
+    wanted = seeds(settings)
+    rows = _read(store)
+    stale = [n for n in NAMES if n not in rows
+             or (rows[n].source == DEFAULT and wanted[n][1] == ENVIRONMENT and rows[n].value != wanted[n][0])]
+    if stale:
+        _seed(store, {n: wanted[n] for n in stale}, rows, now)
+        rows = _read(store)
+    policy = _typed(rows, wanted, now)
+    with _cache_lock:
+        _cache[store] = (time.monotonic(), policy)
+    return policy
+
+
+def save(store: Store, settings: Settings, changes: Mapping[str, int | timedelta | None], now: datetime) -> Policy:
+    """Write the operator's values (typed, checked by ``parse``) in one transaction; source ``operator``."""
+    load(store, settings, now)  # every row exists
+    with store.session() as s:
+        for name, value in changes.items():
+            s.execute(update(PolicyValue).where(PolicyValue.name == name)
+                      .values(value=text_of(name, value), source=OPERATOR, updated_at=now))
+    with _cache_lock:
+        _cache.pop(store, None)
+    return load(store, settings, now)
+
+
+def _read(store: Store) -> dict[str, Entry]:
+    with store.session() as s:
+        return {r.name: Entry(r.value, r.source, r.updated_at) for r in s.execute(select(PolicyValue)).scalars()}
+
+
+def _seed(store: Store, values: Mapping[str, tuple[str, str]], rows: Mapping[str, Entry], now: datetime) -> None:
+    dialect = postgresql if store.dialect == "postgresql" else sqlite
+    with store.session() as s:
+        for name, (value, source) in values.items():
+            if name in rows:  # a default row this environment sets: once, and only while still default
+                s.execute(update(PolicyValue).where(PolicyValue.name == name, PolicyValue.source == DEFAULT)
+                          .values(value=value, source=source, updated_at=now))
+            else:  # another process may seed at the same moment: the first row stays
+                s.execute(dialect.insert(PolicyValue).values(name=name, value=value, source=source, updated_at=now)
+                          .on_conflict_do_nothing(index_elements=["name"]))
+
+
+def _typed(rows: Mapping[str, Entry], wanted: Mapping[str, tuple[str, str]], now: datetime) -> Policy:
+    values: dict[str, int | timedelta | None] = {}
+    entries: dict[str, Entry] = {}
+    for name in NAMES:
+        entry = rows.get(name) or Entry(wanted[name][0], wanted[name][1], now)
+        try:
+            values[name] = parse(name, entry.value)
+        except ValueError:  # a row edited by hand into nonsense: the seed, and say so
+            entry = Entry(wanted[name][0], DEFAULT, now)
+            values[name] = parse(name, entry.value)
+        entries[name] = entry
+    deliveries, hourly, active = (values[MAX_DELIVERIES_PER_DAY], values[MAX_SCHEDULES_PER_HOUR],
+                                  values[MAX_ACTIVE_PER_AGENT])
+    below = values[APPROVAL_BELOW]
+    assert isinstance(deliveries, int) and isinstance(hourly, int) and isinstance(active, int)
+    assert below is None or isinstance(below, timedelta)
+    return Policy(deliveries, hourly, below, active, entries)

@@ -54,21 +54,9 @@ class QuotaReached(Exception):
 
 
 def insert(store: Store, new: NewSchedule, *, max_live: int | None = None) -> ScheduleRow:
-    """Insert one schedule in its own transaction. With ``max_live``, the agent's live schedules are
-    counted in that same transaction first and ``QuotaReached`` is raised when there are that many
-    already (one round of BEGIN/COMMIT instead of two). Raises ``DuplicateKey`` when the agent
-    already has a schedule with the same idempotency key (e.g. it raced in from another call)."""
-    row = Schedule(**asdict(new))
-    try:
-        with store.session() as s:
-            if max_live is not None:
-                live = store.count_active(s, new.agent_id)
-                if live >= max_live:
-                    raise QuotaReached(live)
-            s.add(row)
-    except IntegrityError as exc:
-        raise DuplicateKey(str(exc.orig) if exc.orig is not None else str(exc)) from exc
-    return record_of(ScheduleRow, row)
+    """Insert one schedule in its own transaction (``create_schedule`` with only the live-schedule
+    limit, when given). Raises ``QuotaReached`` or ``DuplicateKey``."""
+    return create_schedule(store, new, CreationLimits(max_live=max_live))
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-# PromptYoSelf as a service: delivery + HTTP (/mcp, /healthz, /metrics) on port 8000.
+# PromptYoSelf as a service: delivery + HTTP (/mcp, /healthz, /livez, /readyz, /metrics) on port 8000.
 # docs/deployment.md explains the compose file that runs it beside Letta and PostgreSQL.
 FROM python:3.12-slim
 
@@ -17,9 +17,11 @@ RUN useradd --create-home --uid 10001 promptyoself
 USER promptyoself
 
 EXPOSE 8000
-# /healthz is open (no token): 200 when ok, 503 with reasons when degraded or down.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status == 200 else 1)"]
+# /readyz is open (no token): 200 when the service can store schedules (its database takes a write),
+# 503 when it cannot. A Letta outage does not make the container unhealthy (/healthz, the full
+# verdict, says 503 then); /livez answers while the process serves.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4).status == 200 else 1)"]
 
 ENTRYPOINT ["python", "-m", "promptyoself"]
 # Binding 0.0.0.0 inside the container needs --allow-external and PROMPTYOSELF_HTTP_TOKEN.

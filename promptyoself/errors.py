@@ -146,6 +146,14 @@ class DatabaseUnavailable(PromptYoSelfError):
     code = "database_unavailable"
 
 
+class DatabaseReadOnly(DatabaseUnavailable):
+    """The database is read-only: its files (made immutable, a read-only mount, their permissions), a
+    PostgreSQL standby or read-only transaction. Nothing can be claimed or recorded until it is
+    writable again."""
+
+    code = "database_read_only"
+
+
 ERROR_CODES: tuple[str, ...] = (
     "invalid_time",
     "time_in_past",
@@ -162,6 +170,7 @@ ERROR_CODES: tuple[str, ...] = (
     "letta_auth",
     "database_driver_missing",
     "database_unavailable",
+    "database_read_only",
     "internal",
 )
 

@@ -13,9 +13,17 @@ repairs it. The checks:
   ``LETTA_CODE_URL`` is set and no active schedule goes to the REST API.
 * ``letta_code_unreachable``: the Letta Code App Server (``LETTA_CODE_URL``) does not answer its
   ``/healthz``, or active schedules go to Letta Code and ``LETTA_CODE_URL`` is not set (same cache).
-* ``database_write_failed`` (down): a write (one row, rolled back) fails: the database is read-only,
-  the disk is full, SQLite stays locked past 2 s. A SQLite file deleted or replaced under the
-  process is ``database_unavailable``: the store refuses every transaction (``Store.check_file``).
+* ``database_read_only`` (down): the database cannot be written because it is read-only: a SQLite
+  file, ``-wal`` or ``-shm`` this process may not write (``chattr +i``, a read-only mount, its
+  permissions), a PostgreSQL standby or read-only transaction. Reads still work, so without this
+  health said ok while nothing could be claimed or recorded (issue 29 item 4).
+* ``database_write_failed`` (down): a real write (committed, the row left as it was) fails
+  otherwise: the disk is full, SQLite stays locked past 2 s. A SQLite file deleted or replaced
+  under the process is ``database_unavailable``: the store refuses every transaction
+  (``Store.check_file``).
+* ``delivery_stopped``: with either of those, delivery has stopped whatever the lease row says: the
+  lease cannot be renewed and no claim or delivery recorded (``delivery_live`` is false). It resumes
+  by itself once the database is writable; nothing is lost or sent twice.
 * ``send_failing``: at least half of the recent attempts to send (and at least 3) failed, while
   reads of Letta may still work (a Letta that fails only message sends).
 * ``delivery_waiting``: prompts wait for a retry after failed sends and the oldest is later than
@@ -39,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
 from promptyoself.core.results import HealthReason as Reason
-from promptyoself.core.results import HealthResult
+from promptyoself.core.results import HealthResult, ReadyResult
 from promptyoself.deps import DeliveryHealth, DeliveryView
 from promptyoself.errors import LettaAuth, PromptYoSelfError
 
@@ -75,12 +83,19 @@ FIX_WRITE = (
     "Make the database writable again (free disk space, a writable file and folder, a primary PostgreSQL "
     "server, no process holding SQLite's lock), then run `promptyoself health` again."
 )
+FIX_READ_ONLY = (
+    "Make the database writable again: its files (the database, -wal and -shm) and their folder writable by "
+    "this service's user (`chattr -i` if they were made immutable, `lsattr` shows it; a read-write mount), or "
+    "a primary PostgreSQL server; delivery resumes by itself, then run `promptyoself health` again."
+)
 FIX_SEND = (
     "Check Letta's logs for failing message sends and `promptyoself history` for the errors; prompts are "
     "retried until PROMPTYOSELF_MISFIRE_GRACE after their time."
 )
 FIX_CLOCK = "Keep the system clock synchronised (NTP); recurring schedules were re-armed from the current time."
 RECENT_ATTEMPTS = 50
+WRITE_CODES = ("database_read_only", "database_write_failed")
+"""The reasons that mean nothing can be written: health is down and delivery has stopped."""
 
 _probe_lock = threading.Lock()
 
@@ -275,11 +290,17 @@ def assess(core: Checked) -> HealthResult:
     except Exception as exc:
         log.debug("health: the database cannot be used", exc_info=True)
         code = getattr(exc, "code", None)
-        reasons.append(Reason(
-            code=code if isinstance(code, str) and code.startswith("database_") else "database_unavailable",
-            message=f"The database cannot be used: {_first_line(exc)}",
-            fix=FIX_DB,
-        ))
+        if code == "database_read_only":  # the files became read-only under this process: no read either
+            reasons.append(Reason(code=code, message=f"The database is read-only: {_first_line(exc)}",
+                                  fix=FIX_READ_ONLY))
+            out["delivery_live"] = False
+            reasons.append(_stopped(FIX_READ_ONLY))
+        else:
+            reasons.append(Reason(
+                code=code if isinstance(code, str) and code.startswith("database_") else "database_unavailable",
+                message=f"The database cannot be used: {_first_line(exc)}",
+                fix=FIX_DB,
+            ))
         down = True
     else:
         _write_path(core, now, out, reasons)
@@ -293,9 +314,15 @@ def assess(core: Checked) -> HealthResult:
             out.update(delivery)
         elif lease is not None:
             out["worker"] = {k: lease[k] for k in queries.LEASE_SUMMARY}
-        live = _live_delivery(lease, delivery)
+        stopped = any(r["code"] in WRITE_CODES for r in reasons)
+        live = _live_delivery(lease, delivery) and not stopped
         out["delivery_live"] = live
-        if bl.active and not live:  # as soon as something waits, not only once it is overdue
+        if stopped:
+            due = f", {bl.due} of them due now" if bl.due else ""
+            read_only = any(r["code"] == "database_read_only" for r in reasons)
+            reasons.append(_stopped(FIX_READ_ONLY if read_only else FIX_WRITE,
+                                    f" ({bl.active} schedule(s) active{due})"))
+        if bl.active and not live and not stopped:  # as soon as something waits, not only once it is overdue
             due = f", {bl.due} of them due now" if bl.due else ""
             reasons.append(Reason(
                 code="no_delivery",
@@ -326,9 +353,19 @@ def assess(core: Checked) -> HealthResult:
     if jump:
         reasons.append(Reason(code="clock_jump", message=f"The system clock went back {jump['back_s']:.0f}s at "
                               f"{jump['at']}.", fix=FIX_CLOCK))
-    down = down or any(r["code"] == "database_write_failed" for r in reasons)
+    down = down or any(r["code"] in WRITE_CODES for r in reasons)
     out["status"] = "down" if down else ("degraded" if reasons else "ok")
     return out
+
+
+def _stopped(fix: str, counts: str = "") -> Reason:
+    return Reason(
+        code="delivery_stopped",
+        message=f"Delivery has stopped: the database cannot be written, so the worker lease cannot be renewed "
+        f"and no claim or delivery can be recorded{counts}. It resumes by itself once the database is writable; "
+        "nothing is lost or sent twice.",
+        fix=fix,
+    )
 
 
 def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[Reason]) -> None:
@@ -339,6 +376,10 @@ def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[R
     store = core.store
     try:
         queries.write_probe(store)
+    except queries.ReadOnly as exc:
+        log.debug("health: the database is read-only", exc_info=True)
+        reasons.append(Reason(code="database_read_only",
+                              message=f"The database is read-only: {_first_line(exc)}", fix=FIX_READ_ONLY))
     except Exception as exc:
         log.debug("health: the write probe failed", exc_info=True)
         reasons.append(Reason(code="database_write_failed",
@@ -361,3 +402,29 @@ def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[R
             code="send_failing",
             message=f"{len(failed)} of the last {len(recent)} attempts to send failed (latest: {latest}).",
             fix=FIX_SEND))
+
+
+def readiness(core: Checked) -> ReadyResult:
+    """``/readyz``: can this service store schedules now? The database opens and takes a real write
+    (``write_probe``). Letta is not asked: while it is down schedules are still kept, and delivered
+    when it is back, so an orchestrator must not take the service out for that (``/healthz`` keeps
+    the full verdict). ``ready`` true or false, with the reasons ``assess`` would give."""
+    from promptyoself.store import health as queries
+
+    reasons: list[Reason] = []
+    try:
+        store = core.store
+        store.check_file()
+        queries.write_probe(store)
+    except Exception as exc:
+        code = getattr(exc, "code", None)
+        if isinstance(exc, queries.ReadOnly):
+            reasons.append(Reason(code="database_read_only", message=f"The database is read-only: "
+                                  f"{_first_line(exc)}", fix=FIX_READ_ONLY))
+        elif isinstance(code, str) and code.startswith("database_"):
+            reasons.append(Reason(code=code, message=f"The database cannot be used: {_first_line(exc)}",
+                                  fix=FIX_DB))
+        else:
+            reasons.append(Reason(code="database_write_failed", message=f"The database cannot be written: "
+                                  f"{_first_line(exc)}", fix=FIX_WRITE))
+    return {"ready": not reasons, "reasons": reasons}

@@ -160,6 +160,13 @@ class HealthReason(TypedDict):
     fix: str
 
 
+class ReadyResult(TypedDict):
+    """``/readyz``: whether the service can store schedules now (core/health.py ``readiness``)."""
+
+    ready: bool
+    reasons: list[HealthReason]
+
+
 class HealthResult(TypedDict, total=False):
     status: str  # ok | degraded | down
     reasons: list[HealthReason]

@@ -2,8 +2,13 @@
 REST API, with delivery running in the same process (promptyoself.delivery.in_service).
 
 * ``/mcp``: the MCP tools over streamable HTTP (FastMCP's app, mounted as is).
-* ``/healthz``: the health verdict as JSON; 200 when ``ok``, 503 when ``degraded`` or ``down``.
-  Open without a token (load balancers and orchestrators probe it); it shows no secret.
+* ``/healthz``: the health verdict as JSON; 200 when ``ok``, 503 when ``degraded`` or ``down``
+  (Letta unreachable too: for people and monitoring, not for taking the service out).
+* ``/livez``: 200 while the process serves HTTP (an orchestrator's liveness probe: restart when not).
+* ``/readyz``: 200 when the service can store schedules (the database opens and takes a write), else
+  503 with the reasons (an orchestrator's readiness probe). Letta is not asked: schedules are kept
+  while it is down and delivered when it is back.
+  The three are open without a token and to any Host (orchestrators probe them); they show no secret.
 * ``/metrics``: Prometheus text format (promptyoself.delivery.metrics).
 * the REST API (``/v1/agents/{id}/schedule...``, ``/api/...``, ``/openapi.json``): the app
   ``promptyoself.faces.rest.build_rest_app(core)``, mounted at the marked point below when that module
@@ -11,7 +16,7 @@ REST API, with delivery running in the same process (promptyoself.delivery.in_se
 * the operator console (``/`` and ``/console/...``): promptyoself.faces.console, which checks the
   token itself (a sign-in form and a session cookie, since a browser sends no bearer header).
 
-When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but ``/healthz``, the API docs and the console
+When ``PROMPTYOSELF_HTTP_TOKEN`` is set, every request but the probes, the API docs and the console
 (which has its own sign-in) must carry it. Before that,
 ``promptyoself.faces.http_guard.RequestGuard`` refuses foreign ``Host`` and ``Origin`` values, writes
 that are not JSON and bodies over ``PROMPTYOSELF_MAX_REQUEST_BYTES``. ``PROMPTYOSELF_LETTA_PROXY``
@@ -65,6 +70,12 @@ def _rest_app(core: Core) -> ASGIApp:
     return build_rest_app(core)
 
 
+PROBES = ("/healthz", "/livez", "/readyz")
+"""Open without a token and to any Host (load balancers and orchestrators probe them by any name); they
+show no secret."""
+LIVE = json.dumps({"status": "ok"}).encode()
+"""``/livez``: the process serves HTTP (answered on the event loop; nothing else is asked)."""
+
 _SCHEDULE_ROUTE = re.compile(r"/v1/agents/[^/]+/schedule(/[^/]*)?/?")
 PROXY_NEEDS_TOKEN = (
     "PROMPTYOSELF_LETTA_PROXY=true needs PROMPTYOSELF_HTTP_TOKEN: without it every local user (and any "
@@ -112,7 +123,8 @@ class ServiceApp:
             return is_console_path(path) or (proxy and _passes_through(path))
 
         self.guard = RequestGuard(self._dispatch, allowed_hosts=allowed_hosts(settings, bind_host),
-                                  max_body=settings.max_request_bytes, any_content_type=any_content_type)
+                                  max_body=settings.max_request_bytes, any_content_type=any_content_type,
+                                  open_paths=PROBES)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -121,8 +133,14 @@ class ServiceApp:
         await self.guard(scope, receive, send)
 
     async def _dispatch(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path") == "/healthz":
-            await self._healthz(send)
+        path = scope.get("path")
+        if scope["type"] == "http" and path in PROBES:
+            if path == "/healthz":
+                await self._healthz(send)
+            elif path == "/readyz":
+                await self._readyz(send)
+            else:
+                await _send_bytes(send, 200, LIVE, "application/json")
             return
         if scope["type"] == "http" and self.is_console_path(str(scope.get("path", ""))):
             await self.console(scope, receive, send)
@@ -145,6 +163,12 @@ class ServiceApp:
             await self.rest_app(scope, receive, send)
         elif scope["type"] == "http":
             await _send_bytes(send, 404, NOT_FOUND, "application/json")
+
+    async def _readyz(self, send: Any) -> None:
+        from promptyoself.core.health import readiness
+
+        result = await asyncio.to_thread(readiness, self.core)
+        await _send_bytes(send, 200 if result["ready"] else 503, json.dumps(result).encode(), "application/json")
 
     async def _healthz(self, send: Any) -> None:
         result = await asyncio.to_thread(self.core.health)

@@ -18,7 +18,8 @@ http|sse`` apps through ``http_auth.transport_middleware``), before the bearer-t
   at once when ``Content-Length`` says so, else as soon as the streamed body passes it; the body is
   counted as it arrives, never buffered here.
 
-``/healthz`` answers whatever the Host (load balancers probe it by any name); it shows no secret.
+``/healthz``, ``/livez`` and ``/readyz`` answer whatever the Host (load balancers probe them by any
+name); they show no secret.
 """
 
 from __future__ import annotations

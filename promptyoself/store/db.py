@@ -40,7 +40,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from sqlalchemy.types import TypeDecorator
 
 from promptyoself.config import redact_url
-from promptyoself.errors import DatabaseDriverMissing, DatabaseUnavailable, PromptYoSelfError
+from promptyoself.errors import DatabaseDriverMissing, DatabaseReadOnly, DatabaseUnavailable, PromptYoSelfError
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.records import DeliveryRow, record_of
 
@@ -443,16 +443,22 @@ class Store:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.file = sqlite_file(url)
         self._identity: tuple[int, int] | None = None
+        self._watched: tuple[str, ...] = ()
         if self.file is not None:
             st = os.stat(self.file)
             self._identity = (st.st_dev, st.st_ino)
+            if os.access(self.file, os.W_OK):  # opened for writing: watch that it stays writable
+                self._watched = (str(self.file), f"{self.file}-wal", f"{self.file}-shm")
             event.listen(self.engine, "begin", lambda _conn: self.check_file())
             event.listen(self.engine, "do_connect", lambda *_args: self.check_file())
 
     def check_file(self) -> None:
         """A SQLite file deleted or replaced under this process: raise ``DatabaseUnavailable``, before
         any transaction, so nothing is written where it would be lost (a deleted file's writes vanish
-        at exit; a new connection would make an empty database at the path) and health says so."""
+        at exit; a new connection would make an empty database at the path) and health says so.
+        Files opened writable that became read-only (``chattr +i``, a remount): ``DatabaseReadOnly``,
+        before SQLite touches them: a write to its mapping of the ``-shm`` file, which every read
+        makes too, would end the process with SIGBUS (issue 29 item 4)."""
         if self.file is None or self._identity is None:
             return
         try:
@@ -467,6 +473,20 @@ class Store:
                 f"The database file {self.file} was replaced by another file while this process had it open: "
                 "nothing more is written to the old one. Restart this process to use the file now at that path."
             )
+        locked = [p for p in self._watched if not os.access(p, os.W_OK) and os.path.exists(p)]
+        if locked:
+            raise DatabaseReadOnly(
+                f"attempt to write a readonly database: {', '.join(locked)} became read-only while this process "
+                "had it open; nothing is read or written until it is writable again (SQLite's shared memory "
+                "maps the -shm file: touching it now would end the process with SIGBUS)."
+            )
+
+    def read_only_files(self) -> list[str]:
+        """The database's files that exist and this process may not write (SQLite; empty otherwise)."""
+        if self.file is None:
+            return []
+        paths = (str(self.file), f"{self.file}-wal", f"{self.file}-shm")
+        return [p for p in paths if os.path.exists(p) and not os.access(p, os.W_OK)]
 
     @property
     def dialect(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import case, func, select, text
 
+from promptyoself.errors import DatabaseReadOnly
 from promptyoself.store.db import Delivery, Schedule, Store
 from promptyoself.store.lease import SPAWN_PREFIX, lease_alive, read_lease, worker_pid
 
@@ -163,20 +164,50 @@ def recent_attempts(store: Store, limit: int = 50) -> list[tuple[str, datetime, 
     return [(str(o), _aware(at) or datetime.min.replace(tzinfo=UTC), e) for o, at, e in rows]
 
 
+ReadOnly = DatabaseReadOnly
+"""The database refuses writes because it is read-only (``promptyoself.errors.DatabaseReadOnly``)."""
+
+_READ_ONLY_WORDS = ("readonly", "read-only", "read only", "during recovery", "operation not permitted")
+
+
 def write_probe(store: Store, wait_ms: int = 2000) -> None:
-    """Raise when this process cannot write to the database now: read-only (file, mount, PostgreSQL
-    standby or read-only transaction), locked by another writer for longer than ``wait_ms``, the
-    server gone. Writes one row and rolls it back (nothing changes)."""
+    """Raise when this process cannot write to the database now: ``ReadOnly`` when it is read-only
+    (files, mount, PostgreSQL standby or read-only transaction), another error when it is locked by
+    another writer for longer than ``wait_ms``, the disk is full, the server gone.
+
+    SQLite: one real write, committed, that leaves the row as it was (the migration row changed and
+    changed back in one transaction: one WAL frame). A write rolled back, or one that changes nothing,
+    never reaches the files, so it passed while they were immutable (issue 29 item 4)."""
     if store.dialect == "sqlite":
-        with store.engine.connect() as conn:
-            raw: Any = conn.connection.dbapi_connection
-            raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
-            try:
-                raw.execute("BEGIN IMMEDIATE")
-                raw.execute("UPDATE alembic_version SET version_num = version_num")
-            finally:
-                raw.rollback()
-                raw.execute("PRAGMA busy_timeout = 30000")
+        files = store.read_only_files()
+        if files:  # not written to at all: SQLite's shared memory is a mapping of the -shm file
+            raise ReadOnly(f"attempt to write a readonly database: {', '.join(files)} cannot be written")
+        try:
+            with store.engine.connect() as conn:
+                raw: Any = conn.connection.dbapi_connection
+                raw.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    raw.execute("UPDATE alembic_version SET version_num = version_num || '~'")
+                    raw.execute("UPDATE alembic_version SET version_num = substr(version_num, 1, "
+                                "length(version_num) - 1)")
+                    raw.commit()
+                finally:
+                    raw.rollback()  # no-op after the commit; undoes a failed one
+                    raw.execute("PRAGMA busy_timeout = 30000")
+        except Exception as exc:
+            _raise_read_only(exc)
+            raise
         return
-    with store.engine.begin() as conn:  # an xid is a write: refused on a standby or read-only database
-        conn.execute(text("SELECT txid_current()"))
+    try:
+        with store.engine.begin() as conn:  # an xid is a write: refused on a standby or read-only database
+            conn.execute(text("SELECT txid_current()"))
+    except Exception as exc:
+        _raise_read_only(exc)
+        raise
+
+
+def _raise_read_only(exc: Exception) -> None:
+    text_ = str(exc).lower()
+    if any(word in text_ for word in _READ_ONLY_WORDS):
+        raise ReadOnly(str(exc).strip().splitlines()[0] if str(exc).strip() else "read-only") from exc

@@ -129,7 +129,9 @@ def test_max_active_holds_under_200_concurrent_creations_postgres(pg_url: str) -
 
 
 @pytest.mark.slow
-def test_200_concurrent_requests_through_rest_and_lettas_route(db_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_200_concurrent_requests_through_rest_and_lettas_route(backend: str, db_path: Path,
+                                                                request: pytest.FixtureRequest) -> None:
     """Real HTTP: a uvicorn server (its thread pool runs the writes) and 200 requests at once, half
     through ``/api/schedules/every``, half through Letta's ``/v1/agents/{id}/schedule``."""
     import asyncio
@@ -141,7 +143,8 @@ def test_200_concurrent_requests_through_rest_and_lettas_route(db_path: Path) ->
 
     with FakeLetta(agents=1) as fake:
         agent = fake.agent_ids[0]
-        core = Core(make_settings(db_path, letta_base_url=fake.url, max_schedules_per_agent_per_hour=5))
+        db = db_path if backend == "sqlite" else cast(Path, request.getfixturevalue("pg_url"))
+        core = Core(make_settings(db, letta_base_url=fake.url, max_schedules_per_agent_per_hour=5))
         try:
             served = _serve(core, False)
             base = next(served)

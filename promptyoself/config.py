@@ -267,6 +267,8 @@ class Settings(BaseSettings):
                                       "PROMPTYOSELF_MISFIRE_GRACE has passed)", ge=1)
     retry_base: Seconds = _field(5.0, "PROMPTYOSELF_RETRY_BASE", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     retry_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_MAX", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
+    retry_after_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_AFTER_MAX", ACCEPTS_SECONDS, gt=0,
+                                      allow_inf_nan=False)
     misfire_grace: Duration = _field("24h", "PROMPTYOSELF_MISFIRE_GRACE", ACCEPTS_INTERVAL, validate_default=True)
     message_format: Literal["annotated", "plain"] = _field(
         "annotated", "PROMPTYOSELF_MESSAGE_FORMAT", "annotated or plain (any case)")

@@ -10,9 +10,11 @@ handlers, so one format and one redaction apply to everything the process logs.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import logging.handlers
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -52,11 +54,18 @@ def secret_variants(secret: str) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+@functools.lru_cache(maxsize=64)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive pattern matching any of ``secrets`` (the longest first)."""
+    found = sorted({s for s in secrets if s}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(s) for s in found), re.IGNORECASE) if found else None
+
+
 def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    """``text`` with every secret replaced, in any letter case (an upper-cased copy of a key, a
+    percent-encoding in upper or lower hex, is the same secret)."""
+    pattern = _secrets_pattern(tuple(secrets))
+    return pattern.sub(REDACTED, text) if pattern is not None else text
 
 
 class RedactSecrets(logging.Filter):
@@ -109,9 +118,9 @@ def redact_text(text: str, secrets: list[str]) -> str:
     """``text`` with the configured secrets (and their URL-encoded forms) replaced as in the logs, a
     tail that starts a secret (text cut at a length limit) too, and any ``Bearer <credential>``."""
     text = redact(text, secrets)
-    for secret in secrets:  # the text may have been cut in the middle of a secret
+    for secret in secrets:  # the text may have been cut in the middle of a secret (in any case)
         for n in range(min(len(secret) - 1, len(text)), 3, -1):
-            if text.endswith(secret[:n]):
+            if text[-n:].lower() == secret[:n].lower():
                 text = text[:-n] + REDACTED
                 break
     return redact_credentials(text)

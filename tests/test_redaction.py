@@ -61,3 +61,26 @@ def test_database_errors_show_no_password() -> None:
     assert mapped is not None and mapped.code == "database_unavailable"
     assert "pw-SECRET-1" not in mapped.message
     assert "postgresql+psycopg://app:***@db:5432/pys" in mapped.message
+
+
+def test_redaction_ignores_letter_case() -> None:
+    """Issue 29 item 13: an upper-cased copy of the Letta key (a server that shouts it back, a header
+    dump) is redacted too, in log lines, tracebacks and stored history text."""
+    import logging
+
+    from promptyoself.logs import Redactor, RedactSecrets, redact_text
+
+    key = "sk-let-abc123Def"
+    settings = Settings(letta_api_key=key, http_token="tok-Mixed-Case-9z")
+    secrets = RedactSecrets(settings_secrets(settings)).secrets
+    for text in (key, key.upper(), key.lower(), "TOK-MIXED-CASE-9Z", "x%2Fy"):
+        shown = redact_text(f"Letta said: {text}!", secrets)
+        if text == "x%2Fy":
+            assert shown == "Letta said: x%2Fy!"
+        else:
+            assert text not in shown and "***" in shown, shown
+    assert Redactor(settings)(f"cut at the limit: {key.upper()[:9]}") == "cut at the limit: ***"
+    record = logging.LogRecord("t", logging.ERROR, __file__, 1, "auth header was %s", (f"Bearer {key.upper()}",),
+                               None)
+    RedactSecrets(settings_secrets(settings)).filter(record)
+    assert key.upper() not in record.getMessage() and key.lower() not in record.getMessage().lower()

@@ -108,6 +108,7 @@ def test_retry_after_is_honoured_when_longer_and_bounded() -> None:
     assert p.delay(1, retry_after) == 120.0  # longer than the backoff: the server wins
     assert 5.0 <= p.delay(1, 0.5) <= 10.0  # shorter: the backoff wins
     assert p.delay(1, 10 * MAX_RETRY_AFTER) == MAX_RETRY_AFTER
+    assert p.delay(1, 100_000) == 600.0, "Retry-After: 100000 waits 10 minutes (the default), not a day"
     assert 5.0 <= p.delay(1, "soon") <= 10.0  # not a number: ignored
     assert 5.0 <= p.delay(1, True) <= 10.0
 
@@ -134,3 +135,17 @@ def test_a_request_maybe_still_in_flight_waits_at_least_the_settle_time() -> Non
     assert policy.delay(1) < 2.0  # a plain failure: its backoff
     assert policy.delay(1, in_flight=True) == 2.0  # the answer was lost in flight: at least the settle time
     assert policy.delay(1, 5, in_flight=True) == 5.0  # a longer Retry-After still wins
+
+
+def test_retry_after_cap_is_the_setting(tmp_path) -> None:
+    """Issue 29 item 13: PROMPTYOSELF_RETRY_AFTER_MAX caps a server's Retry-After, apart from
+    PROMPTYOSELF_RETRY_MAX (the backoff's cap)."""
+    from promptyoself.config import Settings
+    from promptyoself.delivery.attempt import policy
+    from promptyoself.deps import Deps
+
+    settings = Settings(db=str(tmp_path / "x.db"), executor_autostart=False, retry_after_max="2m", retry_max=30)
+    p = policy(Deps(settings))
+    assert p.retry_after_max == 120.0 and p.cap == 30.0
+    assert p.delay(1, 100_000) == 120.0
+    assert Settings(db=str(tmp_path / "x.db")).retry_after_max == 600.0

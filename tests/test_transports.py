@@ -262,6 +262,9 @@ def test_exposed_bind_refused_without_flag_or_token(tmp_path: Path) -> None:
         ("0.0.0.0", True, TOKEN, False),
         ("example.com", True, TOKEN, False),
         ("127.0.0.1.example.com", False, None, True),
+        ("0.0.0.0", True, "fifteen-chars-x", True),  # beyond loopback a token needs 16 characters
+        ("0.0.0.0", True, "sixteen-chars-xy", False),
+        ("127.0.0.1", False, "short", False),  # on loopback any token
     ],
 )
 def test_check_exposure(host: str, allow: bool, token: str | None, refused: bool) -> None:
@@ -269,8 +272,24 @@ def test_check_exposure(host: str, allow: bool, token: str | None, refused: bool
     problem = check_exposure(host, allow, settings)
     assert (problem is not None) == refused
     if problem:
-        assert TOKEN not in problem
+        assert TOKEN not in problem and (token is None or not token.strip() or token not in problem)
     assert is_loopback(host) == (host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"))
+
+
+def test_any_host_without_a_token_is_refused() -> None:
+    """Issue 29 item 13: PROMPTYOSELF_ALLOWED_HOSTS=* without a token would let a DNS-rebinding page use
+    the REST API: refused at start, on loopback too; with a token it is allowed."""
+    from promptyoself.config import ConfigError
+    from promptyoself.core.operations import Core
+    from promptyoself.faces.http import build_service_app
+
+    problem = check_exposure("127.0.0.1", False, Settings(allowed_hosts="*"))
+    assert problem is not None and "PROMPTYOSELF_ALLOWED_HOSTS=*" in problem
+    assert check_exposure("127.0.0.1", False, Settings(allowed_hosts="*", http_token=TOKEN)) is None
+    assert check_exposure("127.0.0.1", False, Settings(allowed_hosts="app.example")) is None
+    settings = Settings(allowed_hosts="*", executor_autostart=False, db=":memory:")
+    with pytest.raises(ConfigError, match="ALLOWED_HOSTS"):
+        build_service_app(Core(settings), settings, delivery=False)
 
 
 # ---- bearer token -------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 UPCOMING = 5
 """Next runs and last deliveries the console shows per schedule."""
+CREATED_COUNTED = 10_000
+"""Up to how many of an agent's newest schedules ``created_last_hour`` counts (an index range)."""
 GAP_SAMPLES = 48
 """Cron runs looked at to find a rule's shortest gap (the approval policy)."""
 STATES = ("active", "paused", PENDING_APPROVAL, "completed", "cancelled", "failed")
@@ -248,7 +250,7 @@ class OperatorOperations:
         budget = p.max_deliveries_per_agent_per_day or None
         day = recent(self.store, timing.day_start(now, self.settings.timezone), budget or 1, agent_id=agent_id)
         hourly = p.max_schedules_per_agent_per_hour or None
-        made = created_since(self.store, agent_id, now - HOUR, hourly or 100)
+        made = created_since(self.store, agent_id, now - HOUR, CREATED_COUNTED)  # the count, not the limit
         return {
             "agent_id": agent_id,
             "delivered_today": day.delivered_today,

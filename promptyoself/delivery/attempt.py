@@ -299,7 +299,8 @@ def policy(core: Deps) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
     settings = core.settings
     return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng,
-                       settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds())
+                       settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds(),
+                       retry_after_max=settings.retry_after_max)
 
 
 def _after_failure(core: Deps, claim: Claim, owner: str, now: datetime, number: int,

@@ -23,8 +23,9 @@ from promptyoself.errors import (
 )
 from promptyoself.timing import format_duration
 
-MAX_RETRY_AFTER = 86400.0
-"""A server's Retry-After is honoured up to a day."""
+MAX_RETRY_AFTER = 600.0
+"""A server's Retry-After is honoured up to this many seconds by default (``PROMPTYOSELF_RETRY_AFTER_MAX``,
+10 minutes): a ``Retry-After: 100000`` must not defer a prompt by a day."""
 IN_DOUBT_PREFIX = "in_doubt: "
 """Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
 next attempt on the occurrence asks Letta for its ``otid`` before sending."""
@@ -78,6 +79,7 @@ class RetryPolicy:
     rng: random.Random = field(default_factory=random.Random, compare=False)
     settle: float = 0.0
     grace: float = float("inf")
+    retry_after_max: float = MAX_RETRY_AFTER
 
     def decide(self, exc: BaseException, attempt: int, *, late: float, in_doubt: bool,
                counted_attempts: int | None = None) -> Decision:
@@ -125,14 +127,15 @@ class RetryPolicy:
 
     def delay(self, attempt: int, retry_after: object = None, *, in_flight: bool = False,
               late: float | None = None, written_after: float = 0.0) -> float:
-        """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer;
+        """Seconds before attempt ``attempt + 1``: the backoff, or the server's Retry-After if longer
+        (at most ``retry_after_max``, PROMPTYOSELF_RETRY_AFTER_MAX);
         at least ``settle`` when the request may still be in flight inside Letta (``in_flight``), plus
         ``written_after``, the seconds the request waited for its write (a slow connect) within the
         client's timeout. With ``late`` (seconds since the occurrence's intended time), never past the
         deadline: the last try comes just before ``grace`` (``remaining``), not a backoff step after it."""
         delay = backoff_delay(attempt, self.base, self.cap, self.rng)
         if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and retry_after > 0:
-            delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
+            delay = max(delay, min(float(retry_after), self.retry_after_max))
         if late is not None:
             delay = max(min(delay, self.remaining(late)), 0.0)
         if in_flight:  # the settle time counts from the write: the client's timeout ran from before it

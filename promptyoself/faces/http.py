@@ -37,6 +37,7 @@ from typing import Any
 from promptyoself.config import ConfigError, Settings
 from promptyoself.core.operations import Core
 from promptyoself.faces.http_auth import (
+    ANY_HOST_NEEDS_TOKEN,
     BearerAuth,
     GuessLimiter,
     agent_resolver,
@@ -60,6 +61,23 @@ async def _send_bytes(send: Any, status: int, body: bytes, content_type: str) ->
                 "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()),
                             (b"cache-control", b"no-store")]})
     await send({"type": "http.response.body", "body": body})
+
+
+FRAME_HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"))
+"""Sent with every answer that does not set its own: no page of this service (the API docs at /docs
+included) can be framed by another site (clickjacking); the console sends the same and more."""
+
+
+def _unframeable(send: Any) -> Any:
+    async def sending(message: dict[str, Any]) -> None:
+        if message.get("type") == "http.response.start":
+            headers = list(message.get("headers") or [])
+            present = {name.lower() for name, _ in headers}
+            headers.extend((name, value) for name, value in FRAME_HEADERS if name not in present)
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _rest_app(core: Core) -> ASGIApp:
@@ -98,6 +116,8 @@ class ServiceApp:
 
         if settings.letta_proxy and not http_token(settings):
             raise ConfigError(PROXY_NEEDS_TOKEN)
+        if settings.allowed_host_names is None and not http_token(settings):
+            raise ConfigError(ANY_HOST_NEEDS_TOKEN)
         self.core = core
         self.settings = settings
         self.mcp_path = mcp_path.rstrip("/") or "/mcp"
@@ -144,6 +164,9 @@ class ServiceApp:
             return
         if scope["type"] == "http" and self.is_console_path(str(scope.get("path", ""))):
             await self.console(scope, receive, send)
+            return
+        if scope["type"] == "http":
+            await self.guarded(scope, receive, _unframeable(send))
             return
         await self.guarded(scope, receive, send)
 

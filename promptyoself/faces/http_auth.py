@@ -26,6 +26,11 @@ UNAUTHORIZED_BODY = json.dumps(
 ).encode()
 
 
+ANY_HOST_NEEDS_TOKEN = (
+    "Refusing PROMPTYOSELF_ALLOWED_HOSTS=* without PROMPTYOSELF_HTTP_TOKEN: any web page whose name points at "
+    "this machine (DNS rebinding) could then use the REST API. Set a token, or list the host names."
+)
+
 PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
 """Read without the token: the REST API's description and its docs page (Swagger UI, whose files are
 under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""

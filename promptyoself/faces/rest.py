@@ -372,8 +372,9 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
                                             f"{agent_id[:100]}."))
         try:
             body = json.loads(await request.body() or b"null")
-        except ValueError:
-            return JSONResponse(error_body("The body is not valid JSON.", "invalid_argument"), 400)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+            return JSONResponse(error_body("The body is not valid JSON (or is nested too deep).", "invalid_argument"),
+                                400)
         return await call(api.create, agent_id, body)
 
     @app.get("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="List scheduled messages (Letta API)")

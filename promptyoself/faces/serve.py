@@ -263,8 +263,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+MIN_EXPOSED_TOKEN = 16
+"""The shortest ``PROMPTYOSELF_HTTP_TOKEN`` accepted when the service listens beyond loopback."""
+
+
 def check_exposure(host: str, allow_external: bool, settings: Settings) -> str | None:
     """Why binding ``host`` is refused, or ``None`` when it is allowed."""
+    from promptyoself.faces.http_auth import ANY_HOST_NEEDS_TOKEN
+
+    token = settings.http_token.get_secret_value().strip() if settings.http_token else ""
+    if settings.allowed_host_names is None and not token:
+        return ANY_HOST_NEEDS_TOKEN
     if is_loopback(host):
         return None
     if not allow_external:
@@ -272,10 +281,14 @@ def check_exposure(host: str, allow_external: bool, settings: Settings) -> str |
             f"Refusing to bind {host}: only 127.0.0.1 is allowed without --allow-external "
             "(and PROMPTYOSELF_HTTP_TOKEN)."
         )
-    token = settings.http_token.get_secret_value().strip() if settings.http_token else ""
     if not token:
         return (
             f"Refusing to bind {host} without PROMPTYOSELF_HTTP_TOKEN: anyone on the network could "
             "schedule prompts. Set a token (clients send 'Authorization: Bearer <token>')."
+        )
+    if len(token) < MIN_EXPOSED_TOKEN:
+        return (
+            f"Refusing to bind {host} with a PROMPTYOSELF_HTTP_TOKEN of {len(token)} characters: beyond loopback "
+            f"it must have at least {MIN_EXPOSED_TOKEN} (e.g. `openssl rand -hex 24`)."
         )
     return None

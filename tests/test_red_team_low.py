@@ -22,9 +22,10 @@ H = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
 def client(db_path: Path) -> Iterator[TestClient]:
     settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
     core = Core(settings)
-    with TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000",
-                    raise_server_exceptions=False, follow_redirects=False) as c:
-        yield c
+    c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000",
+                   raise_server_exceptions=False, follow_redirects=False)  # (no lifespan: not needed here)
+    yield c
+    c.close()
     core.close()
 
 

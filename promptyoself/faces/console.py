@@ -43,8 +43,17 @@ from starlette.routing import Route
 from promptyoself.core.console_sessions import ConsoleSessions
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import STATES
+from promptyoself.core.timeline import (
+    MAX_AGENTS,
+    MAX_ATTEMPTS,
+    MAX_RUNS,
+    MAX_SCHEDULES,
+    recent_deliveries,
+    upcoming_runs,
+)
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.faces.http_auth import GuessLimiter, client_address, http_token
+from promptyoself.faces.timeline_svg import bars_chart, runs_chart
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +149,7 @@ class Console:
             Route("/console/logout", self._guard(self.logout), methods=["POST"]),
             Route("/console/logout-all", self._guard(self.logout_all), methods=["POST"]),
             Route("/console/agents", self._guard(self.agents)),
+            Route("/console/timeline", self._guard(self.timeline)),
             Route("/console/agents/{agent_id:path}", self._guard(self.agent)),
             Route("/console/tokens", self._guard(self.tokens), methods=["GET"]),
             Route("/console/tokens/{action}", self._guard(self.token_action), methods=["POST"]),
@@ -362,6 +372,23 @@ class Console:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
         context.update(agent=agent, listed=listed, usage=usage, agent_today=today, history=hist["deliveries"])
         return self.page(request, "agent.html", context)
+
+    async def timeline(self, request: Request) -> Response:
+        """Two charts (inline SVG): every agent's runs over the next 7 days, and the deliveries per hour
+        over the last 24 by outcome; ``?agent=`` for one agent."""
+        agent = (request.query_params.get("agent") or "").strip()[:100] or None
+        context = await self._overview()
+        now = self.core.now()
+        try:
+            upcoming = await run_in_threadpool(upcoming_runs, self.core, now, agent)
+            recent = await run_in_threadpool(recent_deliveries, self.core, now, agent)
+        except PromptYoSelfError as exc:
+            return self.page(request, "error.html", {**context, "message": exc.message}, status=503)
+        tz = self.core.settings.timezone
+        context.update(agent=agent or "", zone=tz.key, runs=runs_chart(upcoming, tz), bars=bars_chart(recent, tz),
+                       max_runs=MAX_RUNS, max_agents=MAX_AGENTS, max_schedules=MAX_SCHEDULES,
+                       max_attempts=MAX_ATTEMPTS)
+        return self.page(request, "timeline.html", context)
 
     async def schedule(self, request: Request) -> Response:
         context = await self._overview()

@@ -1,0 +1,116 @@
+"""The console's timeline (issue 32 point 6): when each agent will be prompted over the next days,
+and what went out hour by hour over the last day, by outcome. Pure arithmetic over two bounded
+reads (promptyoself/store/timeline.py); the console draws it (faces/console.py, an SVG).
+
+Bounded however large the database: at most ``MAX_SCHEDULES`` schedules read, ``MAX_AGENTS`` agents
+and ``MAX_RUNS`` runs per agent drawn, ``MAX_ATTEMPTS`` history rows counted; what is left out is
+counted in ``hidden_*`` so the page can say so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from typing_extensions import TypedDict
+
+from promptyoself import recurrence, timing
+from promptyoself.deps import Deps
+from promptyoself.errors import PromptYoSelfError
+
+DAYS = 7
+HOURS = 24
+MAX_SCHEDULES = 500
+MAX_AGENTS = 25
+MAX_RUNS = 300
+"""Runs drawn per agent (a schedule every 10 seconds has 60,480 in a week)."""
+MAX_ATTEMPTS = 100_000
+OUTCOMES = ("delivered", "retry", "failed", "missed", "over_budget", "sent_lost_claim")
+
+
+class Run(TypedDict):
+    at: datetime
+    schedule_id: int
+
+
+class AgentRuns(TypedDict):
+    agent_id: str
+    runs: list[Run]
+    hidden_runs: int
+    schedules: int
+
+
+class Upcoming(TypedDict):
+    start: datetime
+    end: datetime
+    agents: list[AgentRuns]
+    hidden_agents: int
+    truncated: bool
+    """More than ``MAX_SCHEDULES`` schedules are due in the window: only the soonest were read."""
+
+
+class HourCounts(TypedDict):
+    start: datetime
+    counts: dict[str, int]
+
+
+class Recent(TypedDict):
+    start: datetime
+    end: datetime
+    hours: list[HourCounts]
+    total: dict[str, int]
+    truncated: bool
+
+
+def upcoming_runs(deps: Deps, now: datetime, agent_id: str | None = None, days: int = DAYS) -> Upcoming:
+    """The runs of the active schedules from ``now`` to ``now + days``, grouped by agent (sorted by id)."""
+    from promptyoself.store.timeline import active_due_before
+
+    end = now + timedelta(days=days)
+    rows = active_due_before(deps.store, end, MAX_SCHEDULES + 1, agent_id)
+    truncated = len(rows) > MAX_SCHEDULES
+    by_agent: dict[str, AgentRuns] = {}
+    for s in rows[:MAX_SCHEDULES]:
+        entry = by_agent.setdefault(s.agent_id, {"agent_id": s.agent_id, "runs": [], "hidden_runs": 0,
+                                                 "schedules": 0})
+        entry["schedules"] += 1
+        try:
+            tz = timing.resolve_zone(s.timezone, "UTC")
+        except PromptYoSelfError:
+            tz = timing.resolve_zone("UTC")
+        remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
+        try:
+            runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run, anchor=s.anchor,
+                                       remaining=remaining, count=MAX_RUNS + 1)
+        except (PromptYoSelfError, ValueError, OverflowError):  # a row the rules cannot read: only its next run
+            runs = [s.next_run] if s.next_run is not None else []
+        for at in runs:
+            if now <= at < end:
+                entry["runs"].append({"at": at, "schedule_id": s.id})
+            elif at >= end:
+                break
+    agents = sorted(by_agent.values(), key=lambda a: a["agent_id"])
+    for entry in agents:
+        entry["runs"].sort(key=lambda r: r["at"])
+        entry["hidden_runs"] = max(len(entry["runs"]) - MAX_RUNS, 0)
+        del entry["runs"][MAX_RUNS:]
+    return {"start": now, "end": end, "agents": agents[:MAX_AGENTS], "hidden_agents": max(len(agents) - MAX_AGENTS, 0),
+            "truncated": truncated}
+
+
+def recent_deliveries(deps: Deps, now: datetime, agent_id: str | None = None, hours: int = HOURS) -> Recent:
+    """History rows of the last ``hours`` whole hours (the current one included), counted per hour and
+    outcome."""
+    from promptyoself.store.timeline import attempts_since
+
+    top = now.replace(minute=0, second=0, microsecond=0)
+    start = top - timedelta(hours=hours - 1)
+    buckets: list[HourCounts] = [{"start": start + timedelta(hours=i), "counts": {}} for i in range(hours)]
+    total: dict[str, int] = {}
+    rows, truncated = attempts_since(deps.store, start, MAX_ATTEMPTS, agent_id)
+    for at, outcome in rows:
+        index = int((at - start).total_seconds() // 3600)
+        if 0 <= index < hours:
+            counts = buckets[index]["counts"]
+            counts[outcome] = counts.get(outcome, 0) + 1
+            total[outcome] = total.get(outcome, 0) + 1
+    return {"start": start, "end": top + timedelta(hours=1), "hours": buckets, "total": total, "truncated": truncated}

@@ -222,13 +222,12 @@ def test_parallel_wrong_tokens_are_throttled_across_rest_and_console(db_path: Pa
 def test_created_last_hour_is_the_count_even_past_the_limit(db_path: Path) -> None:
     """Five schedules made in the hour (before the limit of 2 was set, or through a race) show as 5,
     not as the limit."""
-    free = Core(make_settings(db_path, letta_base_url="http://127.0.0.1:9", max_schedules_per_agent_per_hour=0))
-    for i in range(5):
-        free.schedule_every(f"p{i}", "30m", agent_id=AGENT, skip_validation=True)
-    free.close()
-    limited = Core(make_settings(db_path, letta_base_url="http://127.0.0.1:9", max_schedules_per_agent_per_hour=2))
+    core = Core(make_settings(db_path, letta_base_url="http://127.0.0.1:9", max_schedules_per_agent_per_hour=0))
     try:
-        usage = limited.agent_usage(AGENT)
+        for i in range(5):
+            core.schedule_every(f"p{i}", "30m", agent_id=AGENT, skip_validation=True)
+        core.policy_set({"max_schedules_per_agent_per_hour": 2})
+        usage = core.agent_usage(AGENT)
         assert usage["created_last_hour"] == 5 and usage["hourly_limit"] == 2
     finally:
-        limited.close()
+        core.close()

@@ -22,6 +22,10 @@ For multi-process tests (the URL works as ``PROMPTYOSELF_DB`` in any child proce
 
 or ``url = fresh_pg_url()`` ... ``drop_pg_schema(url)`` (schemas not dropped explicitly are dropped
 when the process that created them exits).
+
+A test never stops, restarts or reconfigures a server it did not start: one that needs to (a restart,
+its connection slots exhausted) takes a cluster of its own, ``with pg_cluster() as cluster:`` (initdb in
+a fresh folder, a free port, removed afterwards; ``cluster.stop()``/``cluster.start()``).
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ import atexit
 import functools
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,3 +218,92 @@ def pg_module_url() -> Iterator[str]:
     require_pg()
     with pg_schema() as url:
         yield url
+
+
+# ---- a PostgreSQL cluster of a test's own (tests that stop, restart or starve the server) --------------
+
+
+def pg_bindir() -> Path | None:
+    """The newest installed PostgreSQL's bin folder (Debian: /usr/lib/postgresql/<major>/bin), or None."""
+    found = [p for p in Path("/usr/lib/postgresql").glob("*/bin")
+             if (p / "initdb").exists() and (p / "pg_ctl").exists()]
+    if found:
+        return max(found, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb and (Path(initdb).parent / "pg_ctl").exists() else None
+
+
+class PgCluster:
+    """A throw-away cluster: ``initdb`` into a fresh folder, started on a free port of 127.0.0.1, stopped
+    and removed by ``close``. A test may stop, restart or starve it: no one else uses it. PostgreSQL
+    refuses to run as root, so as root the cluster belongs to the ``postgres`` user (``runuser``)."""
+
+    def __init__(self) -> None:
+        bindir = pg_bindir()
+        if bindir is None:
+            raise RuntimeError("no PostgreSQL binaries (initdb, pg_ctl) are installed")
+        self.bindir = bindir
+        self.as_user: list[str] = []
+        self.folder = Path(tempfile.mkdtemp(prefix="pys-pg-"))  # short: the socket path must fit 108 bytes
+        if os.geteuid() == 0:
+            import pwd
+
+            owner = pwd.getpwnam("postgres")
+            os.chown(self.folder, owner.pw_uid, owner.pw_gid)
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+        self.data = self.folder / "data"
+        self.log = self.folder / "server.log"
+        self.port = _free_port()
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self.start()
+
+    @property
+    def url(self) -> str:
+        """A SQLAlchemy URL of the cluster's ``postgres`` database, as its superuser."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str, timeout: float = 120) -> None:
+        done = subprocess.run([*self.as_user, str(self.bindir / tool), *args], capture_output=True, text=True,
+                              timeout=timeout, check=False, cwd=self.folder, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+            raise RuntimeError(f"{tool} {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}\n{log}")
+
+    def start(self) -> None:
+        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        self._run("pg_ctl", "start", "-w", "-t", "120", "-D", str(self.data), "-l", str(self.log), "-o", options)
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "stop", "-w", "-t", "120", "-m", mode, "-D", str(self.data))
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def close(self) -> None:
+        try:
+            if self.running():
+                self.stop("immediate")
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def pg_cluster() -> Iterator[PgCluster]:
+    """A cluster of the caller's own for the ``with`` block (see ``PgCluster``); skips with the reason
+    only where PostgreSQL's binaries are not installed."""
+    if pg_bindir() is None:
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed (apt-get install postgresql); skipped")
+    cluster = PgCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -8,7 +8,7 @@ Scenarios (one test each):
 
 * ``kill_worker``: SIGKILL a worker while it holds claims, start a new one.
 * ``repeated_kills``: the same three times in a row.
-* ``pg_restart``: PostgreSQL itself stopped for 3 s and started again (``pg_ctlcluster``).
+* ``pg_restart``: PostgreSQL itself stopped for 3 s and started again (``pg_ctl``).
 * ``backends_killed``: every server process of our connections terminated (``pg_terminate_backend``).
 * ``pool_exhausted``: no connection to be had: our role's connection slots are all taken (held by
   the test) for 4 s and every connection we had is cut.
@@ -19,9 +19,10 @@ with Letta (one ``delivered`` row per occurrence), health truthful during the fa
 the database cannot be reached, ``send_failing`` while Letta refuses sends, never ``down`` while
 only a worker died), and the recovery time (fault over -> every prompt delivered) printed on stderr.
 
-Everything runs under a PostgreSQL role and schema of its own (``PROMPTYOSELF_TEST_PG_URL``'s
-server), so backends are terminated and connection slots taken only for this test's role; only
-``pg_restart`` touches the server (allowed on this machine), and it is running again afterwards.
+Everything runs on a PostgreSQL cluster of this module's own (tests/pg.py ``pg_cluster``: initdb in a
+fresh folder, a free port, removed afterwards), never on a server the tests did not start: stopping
+it, terminating its backends and taking its connection slots disturb no one else. Each scenario has
+a role and a schema of its own there.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,10 +49,11 @@ from sqlalchemy.engine import make_url
 from promptyoself.store.db import Schedule
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import Proc, add_many, child_env, history, kill_all, make_core, wait_until
+from tests.pg import PgCluster, pg_cluster
 from tests.procs import free_port
 from tests.test_torture import LETTA_TIMEOUT_S, SLOW_S, active_count, explain, holds_claims
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow
 
 N_ONCE = 120
 N_AGENTS = 12
@@ -63,19 +64,22 @@ FAIL_RATE = 0.1
 ROLE_LIMIT = 60
 RECOVERY_BUDGET_S = 150.0
 OTID = re.compile(r"^promptyoself-(\d+)-(\d+)$")
-CLUSTER = ("15", "main")
 
 
-# ---- the database: a role and a schema of this test's own ------------------------------------------
+# ---- the database: a cluster of this module's own, a role and a schema of each test's own -----------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PgCluster]:
+    with pg_cluster() as c:
+        yield c
 
 
 @pytest.fixture
-def chaos_pg() -> Iterator[tuple[str, Any]]:
+def chaos_pg(cluster: PgCluster) -> Iterator[tuple[str, Any]]:
     """``(url for our role and schema, admin engine)``; the role, schema and processes gone afterwards."""
-    base = os.environ.get("PROMPTYOSELF_TEST_PG_URL")
-    if not base:
-        pytest.skip("PROMPTYOSELF_TEST_PG_URL is not set (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    ensure_pg_running()
+    base = cluster.url
+    ensure_pg_running(cluster)
     name = f"pys_chaos_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # survives pg_restart
     try:
@@ -91,7 +95,7 @@ def chaos_pg() -> Iterator[tuple[str, Any]]:
         yield rendered, admin
     finally:
         kill_all(rendered)
-        ensure_pg_running()
+        ensure_pg_running(cluster)
         with admin.connect() as conn:
             conn.execute(text(f'ALTER ROLE "{name}" CONNECTION LIMIT {ROLE_LIMIT}'))
             conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :r"),
@@ -101,15 +105,9 @@ def chaos_pg() -> Iterator[tuple[str, Any]]:
         admin.dispose()
 
 
-def pg_online() -> bool:
-    out = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=False)
-    return any(line.split()[:2] == list(CLUSTER) and "online" in line for line in out.stdout.splitlines())
-
-
-def ensure_pg_running() -> None:
-    if shutil.which("pg_ctlcluster") and not pg_online():
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *CLUSTER, "start"], check=False,
-                       capture_output=True, timeout=60)
+def ensure_pg_running(cluster: PgCluster) -> None:
+    if not cluster.running():
+        cluster.start()
 
 
 def terminate_role_backends(admin: Any, role: str) -> int:
@@ -297,21 +295,19 @@ def test_repeated_kills(run: Run) -> None:
     check(run, "repeated_kills", fault_over, began, during, {"killed_holding": held})
 
 
-@pytest.mark.skipif(not shutil.which("pg_ctlcluster"), reason="no pg_ctlcluster: PostgreSQL cannot be restarted here")
-def test_postgresql_restart(run: Run) -> None:
+def test_postgresql_restart(run: Run, cluster: PgCluster) -> None:
     rng = random.Random(3)
     began = time.monotonic()
     run.make_due(rng)
     run.holding_worker(rng)
-    ctl = ["pg_ctlcluster", "--skip-systemctl-redirect", *CLUSTER]
     try:
-        subprocess.run([*ctl, "stop", "-m", "fast"], check=True, capture_output=True, timeout=60)
+        cluster.stop("fast")
         down_until = time.monotonic() + 3.0
         during = sample_health(run, lambda: time.monotonic() >= down_until)
     finally:
-        subprocess.run([*ctl, "start"], check=True, capture_output=True, timeout=60)
+        cluster.start()
     fault_over = time.monotonic()
-    assert pg_online()
+    assert cluster.running()
     assert during and all(h["status"] == "down" for h in during), during
     assert all("database_unavailable" in [r["code"] for r in h["reasons"]] for h in during)
     check(run, "pg_restart", fault_over, began, during, {})

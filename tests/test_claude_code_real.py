@@ -16,7 +16,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,15 +69,16 @@ def schedule_from_session(cch: ClaudeHarness, proj: Path, prompt: str, when: str
     Returns the session id; the session is closed on return."""
     call = json.dumps({"name": TOOL, "input": {"prompt": prompt, "time": when}})
     with cch.h.stream_session(cwd=str(proj), args=["--allowedTools", TOOL]) as s:
-        deadline = time.monotonic() + 120
-        while True:
+
+        def called() -> str | None:
             s.send(f"MOCK_TOOL_CALL {call}")
-            result = s.next_result(timeout=120)
-            text = str(result.get("result"))
+            text = str(s.next_result(timeout=120).get("result"))
             if text.startswith("MOCK_TOOL_DONE"):
-                break
-            assert "MOCK_TOOL_UNAVAILABLE" in text and time.monotonic() < deadline, text
-            time.sleep(1)
+                return text
+            assert "MOCK_TOOL_UNAVAILABLE" in text, text  # not connected yet: ask again
+            return None
+
+        text = wait_until(called, timeout=120, interval=1)
         assert '"status":"success"' in text.replace(" ", "") or "success" in text, text
         sid = s.session_id
     assert sid

@@ -461,6 +461,32 @@ def test_approval_cannot_be_split_across_rules(db_path: Path) -> None:
         core.close()
 
 
+def combined_rate_holds(db: str | Path) -> None:
+    """50 hourly rules at once, each at its own minute, with approval below 30m (48 runs a day
+    together): exactly two start active, whatever the interleaving."""
+    cores = cores_on(db, approval_below="30m")
+    try:
+        def make(core: Core, i: int) -> object:
+            return core.schedule_cron(f"tick {i}", f"{i} * * * *", agent_id="agent-rate", skip_validation=True)
+
+        made, codes = race(cores, 50, make)
+        assert made == 50 and codes == {}
+        states = [s["state"] for s in cores[0].list_schedules(agent_id="agent-rate", limit=100)["schedules"]]
+        assert sorted(states).count("active") == 2 and states.count("pending_approval") == 48
+    finally:
+        for c in cores:
+            c.close()
+
+
+def test_combined_rate_holds_under_concurrent_creations_sqlite(db_path: Path) -> None:
+    combined_rate_holds(db_path)
+
+
+@pytest.mark.postgres
+def test_combined_rate_holds_under_concurrent_creations_postgres(pg_url: str) -> None:
+    combined_rate_holds(pg_url)
+
+
 # ---- issue 29 item 12: pass-through sends count against the budget ----------------------------------
 
 

@@ -251,57 +251,62 @@ class Core(Deps, AdminOperations, OperatorOperations):
             if existing is not None:
                 return self._repeated(existing, key, text, plan, catch_up)
         policy = self.policy(now)  # the operator's, from the database: the same for every writer
-        # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
-        note = self.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz, plan.next_run, now,
-                                    plan.anchor)
-        state = PENDING_APPROVAL if note else "active"
         target, conversation = dest.target, dest.conversation_id
         max_live = policy.max_active_per_agent
-        limits = schedules.CreationLimits(max_live=max_live,
-                                          per_hour=policy.max_schedules_per_agent_per_hour, hour_since=now - HOUR)
         if not options.get("skip_validation", False):
             if (live := schedules.count_live(self.store, agent)) >= max_live:  # before asking Letta
                 raise self._quota_error(agent, live, max_live)
             if dest.validate:
                 validate_agent(self, agent, target)
-        new = NewSchedule(
-            agent_id=agent,
-            prompt_text=text,
-            schedule_type=plan.schedule_type,
-            schedule_value=plan.value,
-            timezone=plan.tz.key,
-            next_run=plan.next_run,
-            due_at=plan.next_run if state == "active" else None,
-            state=state,
-            max_per_day=per_day,
-            anchor=plan.anchor,
-            created_at=now,
-            updated_at=now,
-            max_repetitions=plan.max_repetitions,
-            idempotency_key=key,
-            letta_payload=plan.letta_payload,
-            target=target,
-            conversation_id=conversation,
-            catch_up=catch_up,
-            target_options=dest.options,
-        )
-        # the reply (its next runs and description) before the insert: if it cannot be made, nothing is stored
-        preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
-        result = self._created_result(preview, plan.message + (note or ""), False)
-        try:
-            row = schedules.create_schedule(self.store, new, limits)  # the limits, counted where it is written
-        except schedules.QuotaReached as full:
-            raise self._quota_error(agent, full.live, max_live) from None
-        except schedules.HourlyLimitReached as fast:
-            raise self.rate_limited(agent, limits.per_hour, fast.oldest, now) from None
-        except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
-            existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
-            if existing is None or key is None:
-                raise
-            return self._repeated(existing, key, text, plan, catch_up)
-        self.changed()
-        result["id"] = row.id
-        return result
+        for _ in range(CHANGE_TRIES):
+            # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
+            judged = self.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz, plan.next_run,
+                                          now, plan.anchor)
+            state = PENDING_APPROVAL if judged.note else "active"
+            limits = schedules.CreationLimits(max_live=max_live, per_hour=policy.max_schedules_per_agent_per_hour,
+                                              hour_since=now - HOUR, rules_seen=judged.rules_seen)
+            new = NewSchedule(
+                agent_id=agent,
+                prompt_text=text,
+                schedule_type=plan.schedule_type,
+                schedule_value=plan.value,
+                timezone=plan.tz.key,
+                next_run=plan.next_run,
+                due_at=plan.next_run if state == "active" else None,
+                state=state,
+                max_per_day=per_day,
+                anchor=plan.anchor,
+                created_at=now,
+                updated_at=now,
+                max_repetitions=plan.max_repetitions,
+                idempotency_key=key,
+                letta_payload=plan.letta_payload,
+                target=target,
+                conversation_id=conversation,
+                catch_up=catch_up,
+                target_options=dest.options,
+            )
+            # the reply (next runs, description) before the insert: if it cannot be made, nothing is stored
+            preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
+            result = self._created_result(preview, plan.message + (judged.note or ""), False)
+            try:
+                row = schedules.create_schedule(self.store, new, limits)  # the limits, counted where it is written
+            except schedules.RulesChanged:  # the agent's rules changed since they were judged: judge again
+                continue
+            except schedules.QuotaReached as full:
+                raise self._quota_error(agent, full.live, max_live) from None
+            except schedules.HourlyLimitReached as fast:
+                raise self.rate_limited(agent, limits.per_hour, fast.oldest, now) from None
+            except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
+                existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
+                if existing is None or key is None:
+                    raise
+                return self._repeated(existing, key, text, plan, catch_up)
+            self.changed()
+            result["id"] = row.id
+            return result
+        raise DatabaseUnavailable(f"Agent {agent}'s schedules kept changing while this one was being judged "
+                                  f"({CHANGE_TRIES} tries); try again.")
 
     def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one

@@ -11,7 +11,7 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NotRequired
 from zoneinfo import ZoneInfo
@@ -78,6 +78,15 @@ class ScheduleView(TypedDict):
     """The next runs, local time with offset."""
     deliveries: list[DeliveryRecord]
     """The newest history rows, newest first."""
+
+
+@dataclass(frozen=True)
+class Approval:
+    """``approval_needed``'s verdict: the note when the schedule waits for approval, and the agent's
+    live recurring schedules it was judged against (count, highest id) when it may start active."""
+
+    note: str | None
+    rules_seen: tuple[int, int] | None
 
 
 class PolicyEntryView(TypedDict):
@@ -262,8 +271,10 @@ class OperatorOperations:
         }
 
     def approval_needed(self, policy: Policy, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo,
-                        first: datetime, now: datetime, anchor: datetime | None = None) -> str | None:
-        """Why a new schedule must wait for an operator's approval (the reply's note), or None. With
+                        first: datetime, now: datetime, anchor: datetime | None = None) -> Approval:
+        """Why a new schedule must wait for an operator's approval (the reply's note), or None; and
+        when the agent's other rules were read to decide, which (``rules_seen``: the insert checks, in
+        its transaction, that they are still those, so two concurrent creations cannot both pass). With
         ``approval_below`` = T, a recurring schedule waits when
 
         * its own shortest gap is under T (``shortest_gap``), or
@@ -275,26 +286,28 @@ class OperatorOperations:
         One-time prompts never wait (the hourly creation limit bounds them)."""
         below = policy.approval_below
         if below is None or schedule_type == "once":
-            return None
+            return Approval(None, None)
         env = "the operator's policy approval_below"
         gap = shortest_gap(schedule_type, value, tz, first, anchor)
         if gap is not None and gap < below:
-            return (f" It fires more often than every {_duration(below)} ({env}), so it waits in state "
-                    "pending_approval until an operator approves it.")
+            return Approval(f" It fires more often than every {_duration(below)} ({env}), so it waits in state "
+                            "pending_approval until an operator approves it.", None)
         allowed = DAY / below
         total = runs_per_day(schedule_type, value, tz, first, anchor)
-        for row in [None, *self._live_rules(agent_id)]:
+        rules = self._live_rules(agent_id)
+        for row in [None, *rules]:
             total += 0.0 if row is None else self._rate_of(row, now)
             if total > allowed + 1e-9:
-                return (f" With the agent's other active schedules it would fire {total:.0f} or more times a day, "
-                        f"more than one run per {_duration(below)} ({env}: at most {allowed:.0f} a day "
-                        "together), so it waits in state pending_approval until an operator approves it.")
-        return None
+                return Approval(
+                    f" With the agent's other active schedules it would fire {total:.0f} or more times a day, more "
+                    f"than one run per {_duration(below)} ({env}: at most {allowed:.0f} a day together), so it waits "
+                    "in state pending_approval until an operator approves it.", None)
+        return Approval(None, (len(rules), max((r.id for r in rules), default=0)))
 
     def _live_rules(self, agent_id: str) -> list[ScheduleRow]:
-        from promptyoself.store.schedules import recurring_of
+        from promptyoself.store.schedules import RULE_STATES, recurring_of
 
-        return recurring_of(self.store, agent_id, ("active", "paused"))
+        return recurring_of(self.store, agent_id, RULE_STATES)
 
     @staticmethod
     def _rate_of(row: ScheduleRow, now: datetime) -> float:

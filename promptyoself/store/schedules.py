@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select, text
+from sqlalchemy import Select, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -69,6 +69,13 @@ class CreationLimits:
     """Schedules the agent may create per hour (0: no limit)."""
     hour_since: datetime | None = None
     """The start of that hour (now - 1 h)."""
+    rules_seen: tuple[int, int] | None = None
+    """The agent's live recurring schedules (count, highest id) the approval was judged against:
+    ``RulesChanged`` when they are no longer those (None: not checked)."""
+
+
+class RulesChanged(Exception):
+    """The agent's live recurring schedules changed since the new one was judged: judge it again."""
 
 
 class HourlyLimitReached(Exception):
@@ -127,6 +134,10 @@ def create_schedule(store: Store, new: NewSchedule, limits: CreationLimits) -> S
                     if isinstance(oldest, str):  # an aggregate over a subquery loses the type on SQLite
                         oldest = datetime.fromisoformat(oldest)
                     raise HourlyLimitReached(made, oldest if isinstance(oldest, datetime) else None)
+            if limits.rules_seen is not None:
+                count, highest = s.execute(_rules_query(new.agent_id)).one()
+                if (int(count), int(highest or 0)) != limits.rules_seen:
+                    raise RulesChanged()
             if limits.max_live is not None:
                 live = store.count_active(s, new.agent_id)
                 if live >= limits.max_live:
@@ -162,6 +173,15 @@ def replace(store: Store, before: ScheduleRow, after: ScheduleRow) -> bool:
         for name, value in changed.items():
             setattr(row, name, value)
     return True
+
+
+RULE_STATES = ("active", "paused")
+"""The states whose recurring schedules make up an agent's rate (the approval policy)."""
+
+
+def _rules_query(agent_id: str) -> Select[int, int]:
+    return select(func.count(), func.max(Schedule.id)).where(
+        Schedule.agent_id == agent_id, Schedule.state.in_(RULE_STATES), Schedule.schedule_type != "once")
 
 
 MAX_RULES = 10_000

@@ -193,6 +193,27 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             page.wait_for_selector("#agent-usage")
             assert "Say hello to the team." in page.inner_text("main")
             shot("11-agent")
+
+            # 8. the timeline (issue 32 point 6): from the agent's page, then every agent's
+            submit("#timeline-link a")
+            page.wait_for_selector("#runs-chart")
+            assert page.locator("#runs-chart g.agent-row").count() == 1
+            # the standup (09:00 Berlin, Monday to Friday) runs exactly 5 times in any 7 days; the
+            # paused queue, the cancelled and the delivered one-time prompts are not drawn
+            assert page.locator("#runs-chart rect.run").count() == 5
+            page.goto(url + "/console/timeline")
+            page.wait_for_selector("#runs-chart")
+            assert page.locator("#runs-chart g.agent-row").count() == 2
+            # research: the inbox every 4h (a mark per run) and the poll every 2m (5,040 runs: one band)
+            research_row = page.locator(f"#runs-chart g.agent-row[data-agent='{research}']")
+            assert research_row.locator("rect.band").count() == 1
+            assert 30 <= research_row.locator("rect.run").count() <= 42
+            bars = page.locator("#deliveries-chart rect.bar")
+            assert bars.count() >= 2, "delivered and over_budget this hour"
+            assert page.locator("#deliveries-chart rect.out-over_budget").count() == 1
+            legend = page.locator("#deliveries-chart").text_content() or ""
+            assert "over_budget (1)" in legend and re.search(r"delivered \([2-9]\)", legend), legend
+            shot("12-timeline")
         finally:
             browser.close()
     assert sorted(p.name for p in shots.glob("*.png"))[:2] == ["01-sign-in.png", "02-schedules.png"]

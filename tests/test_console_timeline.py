@@ -99,7 +99,12 @@ def test_linked_from_the_home_page_and_each_agents_page(page: tuple[Core, TestCl
 def test_the_work_is_bounded(page: tuple[Core, TestClient]) -> None:
     core, client = page
     core.schedule_every("flood", "10s", agent_id="agent-e", skip_validation=True)  # 60,480 runs in a week
-    runs = svg(client.get("/console/timeline", headers=AUTH).text, "runs-chart")
+    for i in range(MAX_RUNS // 100 + 1):  # more marks than drawn: 4 hourly schedules, each 167 runs (from now + 1h)
+        core.schedule_every(f"hourly {i}", "1h", agent_id="agent-f", skip_validation=True)
+    html = client.get("/console/timeline", headers=AUTH).text
+    runs = svg(html, "runs-chart")
     row_e = runs.split('data-agent="agent-e"')[1].split("</g>")[0]
-    assert row_e.count('class="run"') == MAX_RUNS
-    assert "more runs not drawn" in client.get("/console/timeline", headers=AUTH).text
+    assert row_e.count('class="run"') == 0 and row_e.count('class="band"') == 1, "a dense schedule is one band"
+    row_f = runs.split('data-agent="agent-f"')[1].split("</g>")[0]
+    assert row_f.count('class="run"') == MAX_RUNS
+    assert f"agent-f: {4 * 167 - MAX_RUNS} more runs not drawn" in html

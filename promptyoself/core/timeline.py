@@ -22,7 +22,10 @@ HOURS = 24
 MAX_SCHEDULES = 500
 MAX_AGENTS = 25
 MAX_RUNS = 300
-"""Runs drawn per agent (a schedule every 10 seconds has 60,480 in a week)."""
+"""Run marks drawn per agent."""
+DENSE = 200
+"""A schedule with more runs than this in the window (every 10 seconds: 60,480 a week) is drawn as one
+band from its first run to the window's end instead of a mark per run."""
 MAX_ATTEMPTS = 100_000
 OUTCOMES = ("delivered", "retry", "failed", "missed", "over_budget", "sent_lost_claim")
 
@@ -32,9 +35,16 @@ class Run(TypedDict):
     schedule_id: int
 
 
+class Band(TypedDict):
+    start: datetime
+    schedule_id: int
+
+
 class AgentRuns(TypedDict):
     agent_id: str
     runs: list[Run]
+    bands: list[Band]
+    """Schedules with more than ``DENSE`` runs in the window."""
     hidden_runs: int
     schedules: int
 
@@ -70,7 +80,7 @@ def upcoming_runs(deps: Deps, now: datetime, agent_id: str | None = None, days: 
     truncated = len(rows) > MAX_SCHEDULES
     by_agent: dict[str, AgentRuns] = {}
     for s in rows[:MAX_SCHEDULES]:
-        entry = by_agent.setdefault(s.agent_id, {"agent_id": s.agent_id, "runs": [], "hidden_runs": 0,
+        entry = by_agent.setdefault(s.agent_id, {"agent_id": s.agent_id, "runs": [], "bands": [], "hidden_runs": 0,
                                                  "schedules": 0})
         entry["schedules"] += 1
         try:
@@ -80,14 +90,14 @@ def upcoming_runs(deps: Deps, now: datetime, agent_id: str | None = None, days: 
         remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
         try:
             runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run, anchor=s.anchor,
-                                       remaining=remaining, count=MAX_RUNS + 1)
+                                       remaining=remaining, count=DENSE + 1)
         except (PromptYoSelfError, ValueError, OverflowError):  # a row the rules cannot read: only its next run
             runs = [s.next_run] if s.next_run is not None else []
-        for at in runs:
-            if now <= at < end:
-                entry["runs"].append({"at": at, "schedule_id": s.id})
-            elif at >= end:
-                break
+        inside = [at for at in runs if now <= at < end]
+        if len(inside) > DENSE:
+            entry["bands"].append({"start": inside[0], "schedule_id": s.id})
+        else:
+            entry["runs"].extend({"at": at, "schedule_id": s.id} for at in inside)
     agents = sorted(by_agent.values(), key=lambda a: a["agent_id"])
     for entry in agents:
         entry["runs"].sort(key=lambda r: r["at"])

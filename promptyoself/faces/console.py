@@ -44,6 +44,7 @@ from promptyoself.core.console_sessions import ConsoleSessions
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import STATES
 from promptyoself.core.timeline import (
+    DENSE,
     MAX_AGENTS,
     MAX_ATTEMPTS,
     MAX_RUNS,
@@ -386,7 +387,7 @@ class Console:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=503)
         tz = self.core.settings.timezone
         context.update(agent=agent or "", zone=tz.key, runs=runs_chart(upcoming, tz), bars=bars_chart(recent, tz),
-                       max_runs=MAX_RUNS, max_agents=MAX_AGENTS, max_schedules=MAX_SCHEDULES,
+                       max_runs=MAX_RUNS, dense=DENSE, max_agents=MAX_AGENTS, max_schedules=MAX_SCHEDULES,
                        max_attempts=MAX_ATTEMPTS)
         return self.page(request, "timeline.html", context)
 

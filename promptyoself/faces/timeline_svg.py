@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 from promptyoself.core.timeline import OUTCOMES, Recent, Upcoming
 
 WIDTH = 1100
-LEFT = 200
+LEFT = 240
 RIGHT = 12
 ROW = 26
 AXIS = 30
@@ -38,8 +38,11 @@ def runs_chart(data: Upcoming, tz: ZoneInfo) -> dict[str, Any]:
     for i, agent in enumerate(data["agents"]):
         y = AXIS + i * ROW
         marks = [{"x": _x(r["at"], start, end), "at": r["at"], "schedule_id": r["schedule_id"]} for r in agent["runs"]]
-        rows.append({"agent_id": agent["agent_id"], "y": y, "marks": marks, "hidden": agent["hidden_runs"],
-                     "schedules": agent["schedules"], "count": len(marks) + agent["hidden_runs"]})
+        bands = [{"x": _x(b["start"], start, end), "start": b["start"], "schedule_id": b["schedule_id"]}
+                 for b in agent["bands"]]
+        rows.append({"agent_id": agent["agent_id"], "y": y, "marks": marks, "bands": bands,
+                     "hidden": agent["hidden_runs"], "schedules": agent["schedules"],
+                     "count": len(marks) + agent["hidden_runs"]})
     height = AXIS + max(len(rows), 1) * ROW + 8
     return {"width": WIDTH, "height": height, "left": LEFT, "right": WIDTH - RIGHT, "axis": AXIS, "row": ROW,
             "days": days, "rows": rows, "start": start, "end": end, "hidden_agents": data["hidden_agents"],

@@ -308,6 +308,9 @@ class Settings(BaseSettings):
     mcp_session_idle: Seconds = _field(600.0, "PROMPTYOSELF_MCP_SESSION_IDLE", ACCEPTS_SECONDS,
                                        gt=0, allow_inf_nan=False)
     mcp_max_sessions: int = _field(1000, "PROMPTYOSELF_MCP_MAX_SESSIONS", ACCEPTS_COUNT, ge=1)
+    http_header_timeout: Seconds = _field(10.0, "PROMPTYOSELF_HTTP_HEADER_TIMEOUT", ACCEPTS_SECONDS,
+                                          gt=0, allow_inf_nan=False)
+    http_max_connections: int = _field(1000, "PROMPTYOSELF_HTTP_MAX_CONNECTIONS", "a whole number >= 16", ge=16)
 
     health_max_lateness: Duration = _field("5m", "PROMPTYOSELF_HEALTH_MAX_LATENESS", ACCEPTS_INTERVAL,
                                            validate_default=True)

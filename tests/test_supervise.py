@@ -65,6 +65,7 @@ def test_install_writes_a_user_unit_and_its_settings(home: Path, tmp_path: Path,
     assert "After" not in keys and "Wants" not in keys and "network-online" not in unit.read_text()
     assert keys["NoNewPrivileges"] == ["yes"] and keys["ProtectSystem"] == ["strict"]
     assert keys["RestartPreventExitStatus"] == ["2"]  # a bad setting is not retried every 5 s
+    assert keys["LimitNOFILE"] == ["65536"]  # descriptors for the open connections (issue 29 item 6)
     assert keys["ReadWritePaths"] == [f"-{tmp_path}", "-%t"]  # the database's folder, the relay's socket
     assert keys.get("PrivateTmp") is None or tmp_path.is_relative_to("/tmp")
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600

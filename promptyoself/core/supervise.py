@@ -125,6 +125,7 @@ def systemd_unit(*, system: bool, env_path: Path, host: str, port: int, user: st
         "RestartPreventExitStatus=2",  # a usage error or a port in use: restarting cannot fix it
         "TimeoutStopSec=20",
         "KillSignal=SIGTERM",
+        "LimitNOFILE=65536",  # open connections (PROMPTYOSELF_HTTP_MAX_CONNECTIONS) need descriptors; 1,024 is too few
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
     ]

@@ -251,11 +251,20 @@ def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path
                                 bind_host=host)
     except ConfigError as exc:  # one line on stderr, exit code 2, as for any other refused configuration
         raise SystemExit(exc.report()) from None
+    from promptyoself.faces.http_limits import bounded_h11, connection_cap, raise_open_files_limit
+
+    open_files = raise_open_files_limit()  # slow clients (issue 29 item 6): room for the cap below
+    cap = connection_cap(settings.http_max_connections, open_files)
+    if cap < settings.http_max_connections:
+        log.warning("open-files limit %d: at most %d HTTP connections (PROMPTYOSELF_HTTP_MAX_CONNECTIONS is %d); "
+                    "raise the limit (LimitNOFILE in the systemd unit, ulimit -n)", open_files, cap,
+                    settings.http_max_connections)
     level = settings.log_level.lower()
     log.info("service on http://%s:%s: /mcp, /healthz, /metrics%s (bearer token %s), delivery %s",
              f"[{host}]" if ":" in host else host, port, ", REST API" if app.rest_app is not None else "",
              "required" if http_token(settings) else "not required",
              "in this process" if settings.executor_enabled else "off")
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
-                            access_log=level == "debug", lifespan="on")
+                            access_log=level == "debug", lifespan="on",
+                            http=bounded_h11(settings.http_header_timeout, cap))
     uvicorn.Server(config).run(sockets=[sock])

@@ -169,6 +169,12 @@ def test_back_and_next_refuse_every_other_site(two: tuple[Instance, Instance], t
     assert page.status_code == 200
     assert re.search(r'<a class="button" href="/">No, keep it</a>', page.text), "the link falls back to /"
     assert "evil" not in page.text
+    csrf = csrf_of(page.text)
+    after = a.client.post("/console/schedules/1/pause", data={"csrf": csrf, "back": target})
+    assert after.status_code == 303 and after.headers["location"] == "/", "the redirect after an action too"
+    a.client.cookies.clear()
+    login = a.client.post("/console/login", data={"token": TOKEN, "next": target})
+    assert login.status_code == 303 and login.headers["location"] == "/", "and after signing in"
 
 
 @pytest.mark.parametrize("target", GOOD)

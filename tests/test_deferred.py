@@ -1,4 +1,4 @@
-"""The delivery side starts after the handshake (promptyoself/deferred.py), never before it, and always.
+"""The delivery side starts after the handshake (promptyoself/faces/deferred.py), never before it, and always.
 
 Triggers: the first tools/list (just after its reply), the first tools/call (before the call runs),
 or ``START_AFTER`` seconds with no request at all. Embedded mode makes the start visible: the loop runs.
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself.delivery import deferred
-from promptyoself.delivery.deferred import DeferredDelivery
+from promptyoself.faces import deferred
+from promptyoself.faces.deferred import DeferredDelivery
 from promptyoself.faces.mcp import build_server
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import make_core

@@ -1,7 +1,7 @@
 """Start-up stays light: what the MCP handshake does not need is not imported before it (issue 4).
 
 SQLAlchemy, Alembic, httpx, croniter, dateutil, cron_descriptor and the delivery modules load on first
-use (a tool call, or the delivery side after the handshake: promptyoself/deferred.py). The cold-start
+use (a tool call, or the delivery side after the handshake: promptyoself/faces/deferred.py). The cold-start
 figure in docs/performance.md depends on it; bench/startup.py measures it.
 """
 

@@ -297,10 +297,7 @@ def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
 
 def policy(core: Deps) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
-    settings = core.settings
-    return RetryPolicy(settings.retry_base, settings.retry_max, settings.max_attempts, _rng,
-                       settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds(),
-                       retry_after_max=settings.retry_after_max)
+    return RetryPolicy.of(core.settings, _rng)
 
 
 def _after_failure(core: Deps, claim: Claim, owner: str, now: datetime, number: int,

@@ -9,6 +9,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from promptyoself.config import Settings
 from promptyoself.errors import (
     WRITTEN_AFTER,
     AgentNotFound,
@@ -80,6 +81,13 @@ class RetryPolicy:
     settle: float = 0.0
     grace: float = float("inf")
     retry_after_max: float = MAX_RETRY_AFTER
+
+    @classmethod
+    def of(cls, settings: Settings, rng: random.Random) -> RetryPolicy:
+        """The policy the settings ask for (the client's timeout is the settle time)."""
+        return cls(settings.retry_base, settings.retry_max, settings.max_attempts, rng,
+                   settle=settings.letta_timeout, grace=settings.misfire_grace.total_seconds(),
+                   retry_after_max=settings.retry_after_max)
 
     def decide(self, exc: BaseException, attempt: int, *, late: float, in_doubt: bool,
                counted_attempts: int | None = None) -> Decision:

@@ -171,8 +171,8 @@ def _serve(args: argparse.Namespace) -> int:
     at_launch(settings)
     core = Core(settings)
     starter_for(core)
-    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.delivery.deferred)
-        from promptyoself.delivery.deferred import DeferredDelivery
+    if settings.executor_enabled:  # worker/embedded: started after the handshake (promptyoself.faces.deferred)
+        from promptyoself.faces.deferred import DeferredDelivery
 
         deferred = DeferredDelivery(core)
         mcp = build_server(core, lifespan=deferred.lifespan)

@@ -52,6 +52,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("burst", "bench.burst", "2e", "Burst: 10,000 prompts due at once to 1,000 agents"),
     Section("idle", "bench.idle_cpu", "2f", "Idle CPU of server + worker with 10,000 future schedules"),
     Section("stdio_relay", "bench.stdio_relay", "13.1", "Stdio start through the service's relay vs in-process"),
+    Section("cli_speed", "bench.cli_speed", "32.3", "An agent's CLI call beside a bare Python start"),
     Section("scaleout", "bench.scaleout", "13.2", "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts"),
     Section("million", "bench.million", "13.3", "A million schedules: latency and idle CPU, SQLite and PostgreSQL"),
     Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate: 10,000 POSTs on PostgreSQL"),

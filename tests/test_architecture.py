@@ -14,7 +14,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "promptyoself"
 
-SHARED = {"root", "errors", "config", "logs", "deps", "signals", "cli", "__main__"}  # root: promptyoself/__init__.py
+# root: promptyoself/__init__.py
+SHARED = {"root", "errors", "limits", "config", "logs", "deps", "signals", "cli", "__main__"}
 # room -> rooms it may import (besides itself and the shared leaves)
 ALLOWED: dict[str, set[str]] = {
     "faces": {"core", "delivery", "timing"},
@@ -31,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "recurrence": {"timing", "phrases"},
     "catchup": set(),
     "errors": set(),
+    "limits": set(),  # the CLI parser's limits, standard library only (issue 32 point 3)
     "config": {"timing"},
     "logs": set(),
     "signals": set(),

@@ -21,11 +21,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from promptyoself.core.agents import normalize_agent_id
 from promptyoself.errors import Forbidden, InvalidArgument, NotFound
-from promptyoself.store.db import Store
+
+if TYPE_CHECKING:  # the store loads on first use: an MCP server's start-up imports no SQLAlchemy
+    from promptyoself.store.db import Store
 
 
 class Core(Protocol):

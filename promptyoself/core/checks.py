@@ -11,17 +11,16 @@ from pydantic import Strict
 
 from promptyoself.catchup import CATCH_UP_ALL_MAX, CATCH_UP_POLICIES
 from promptyoself.errors import BadNumber, InvalidArgument, InvalidTime, PromptTooLong
+from promptyoself.limits import MAX_LIMIT as MAX_LIMIT  # the parser's limits, here enforced
+from promptyoself.limits import MAX_MAX_REPETITIONS as MAX_MAX_REPETITIONS
+from promptyoself.limits import MAX_PER_DAY as MAX_PER_DAY
 
 Whole = Annotated[int, Strict()]
 """An integer argument as the faces' pydantic types take it (the MCP tools' and the REST API's): an
 integer and nothing else. pydantic's lax ``int`` takes ``true`` as 1 (``promptyoself_cancel
 {"schedule_id": true}`` cancelled schedule 1), ``1.0`` and ``"1"``; NaN and Infinity it refuses either way."""
 
-MAX_LIMIT = 500
 MAX_SOURCE_CHARS = 100_000
-MAX_MAX_REPETITIONS = 1_000_000
-MAX_PER_DAY = 100_000
-"""The largest per-schedule daily budget (``max_per_day``) accepted."""
 MAX_ID = 2**63 - 1  # the largest id a database INTEGER holds; larger ones cannot exist
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -16,12 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from promptyoself.config import ConfigError
-from promptyoself.core.checks import MAX_LIMIT, MAX_MAX_REPETITIONS, MAX_PER_DAY
-from promptyoself.errors import PromptYoSelfError
-from promptyoself.faces import tables
-from promptyoself.faces.cli_errors import cli_error
-from promptyoself.faces.serve import add_serve_arguments
+from promptyoself.faces.serve_args import add_serve_arguments
+from promptyoself.limits import MAX_LIMIT, MAX_MAX_REPETITIONS, MAX_PER_DAY
 
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
@@ -278,6 +274,8 @@ def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) ->
     if as_json:
         text = json.dumps(result, default=str, indent=2 if sys.stdout.isatty() else None)
     else:
+        from promptyoself.faces import tables
+
         text = tables.render(result, zone)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -591,6 +589,12 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         return serve(args)
     as_json = want_json(args)
     own_core = core is None
+    # imported after parsing: `--help` and usage errors need the standard library only
+    from promptyoself.config import ConfigError
+    from promptyoself.errors import PromptYoSelfError
+    from promptyoself.faces import tables
+    from promptyoself.faces.cli_errors import cli_error
+
     try:
         if own_core:
             from promptyoself.config import load_settings

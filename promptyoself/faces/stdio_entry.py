@@ -37,6 +37,12 @@ def cli_main(argv: list[str] | None = None, *, run_as: str = "-m promptyoself") 
         relayed = try_relay()
         if relayed is not None:
             return relayed
+    if args[:1] in (["schedule"], ["list"]):  # an agent's call: handed to a running service when there is one
+        from promptyoself.faces.cli_relay import run
+
+        handed = run(args)
+        if handed is not None:
+            return handed
     try:
         from promptyoself.faces.cli import main
     except ModuleNotFoundError as exc:

@@ -1,0 +1,163 @@
+"""``promptyoself schedule`` and ``list`` handed to the running service (issue 32 point 3).
+
+An agent's Bash tool runs ``promptyoself schedule ...`` once per call; importing the settings, the
+store and the core costs most of a second. When ``promptyoself serve`` runs for the same database it
+already listens on the stdio relay's socket (``promptyoself.faces.relay``), so this module, with the
+standard library only, parses the command with the CLI's own parser (``--help`` and usage errors are
+answered right there, as the CLI answers them, exit 0 or 2), opens a relay session (the same
+handshake: this process's PROMPTYOSELF_* / LETTA_* settings, checked by the service), and makes the
+one MCP tool call the command stands for (``promptyoself_schedule_time|cron|every``,
+``promptyoself_list``). The answer is printed as the CLI prints it: the same JSON, errors in the CLI's
+words with the CLI's exit codes.
+
+Anything else falls back to the in-process command, with nothing sent: no service or socket, a
+refused handshake, a terminal (tables need the full program), a Claude Code session or a Claude
+Code or webhook target (their defaults come from this process), or ``PROMPTYOSELF_STDIO_RELAY=off``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from promptyoself.faces import relay
+
+COMMANDS = ("schedule", "list")
+TIMEOUT = 60.0  # a schedule checks the agent on Letta (PROMPTYOSELF_LETTA_TIMEOUT): give it time
+SCHEDULE_ARGS = ("agent_id", "timezone", "skip_validation", "idempotency_key", "target", "conversation_id",
+                 "catch_up", "max_per_day")
+
+
+def tool_call(args: Any) -> tuple[str, dict[str, Any]] | None:
+    """The MCP tool and arguments for parsed CLI arguments, or None when this command stays in process."""
+    if args.command == "list":
+        return "promptyoself_list", {"agent_id": args.agent_id, "include_cancelled": args.include_cancelled,
+                                     "limit": args.limit, "offset": args.offset}
+    if args.command != "schedule":
+        return None
+    if (args.target not in (None, "letta", "letta-code") or getattr(args, "endpoint", None)
+            or getattr(args, "session_id", None) or getattr(args, "cwd", None)):
+        return None
+    common = {name: getattr(args, name) for name in SCHEDULE_ARGS if getattr(args, name, None) is not None}
+    common["prompt"] = args.prompt
+    if args.time is not None or args.cron is not None:
+        if args.start_at or args.max_repetitions is not None:
+            return None  # the in-process command words this usage error
+        kind = "time" if args.time is not None else "cron"
+        return f"promptyoself_schedule_{kind}", {**common, kind: getattr(args, kind)}
+    extra = {k: v for k, v in (("start_at", args.start_at), ("max_repetitions", args.max_repetitions)) if v is not None}
+    return "promptyoself_schedule_every", {**common, "every": args.every, **extra}
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode("utf-8") + b"\n")
+
+
+def _answer(sock: socket.socket, buffer: bytearray, want: int) -> dict[str, Any]:
+    """The JSON-RPC response with id ``want`` (notifications and logs before it are skipped)."""
+    while True:
+        while b"\n" not in buffer:
+            part = sock.recv(65536)
+            if not part:
+                raise OSError("the service closed the session")
+            buffer += part
+        line, _, rest = bytes(buffer).partition(b"\n")
+        buffer[:] = rest
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if isinstance(message, dict) and message.get("id") == want:
+            return message
+
+
+def call(sock: socket.socket, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One MCP session over the relay socket: initialize, the tool call; the tool's JSON result
+    (``{"status": "error", ...}`` for a tool error)."""
+    buffer = bytearray()
+    _send(sock, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "promptyoself-cli", "version": "1"}}})
+    init = _answer(sock, buffer, 1)
+    if "error" in init:
+        raise OSError("the service refused the MCP session")
+    _send(sock, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    _send(sock, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+    reply = _answer(sock, buffer, 2)
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        raise OSError("the service answered no result")
+    if isinstance(result.get("structuredContent"), dict) and not result.get("isError"):
+        return dict(result["structuredContent"])
+    texts = [c.get("text") for c in result.get("content") or [] if isinstance(c, dict)]
+    try:
+        parsed = json.loads(texts[0]) if texts and texts[0] else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return parsed
+    raise OSError("the service's answer is not PromptYoSelf's JSON")
+
+
+def run(argv: list[str]) -> int | None:
+    """The exit code of ``argv`` run by the service, or None to run it in this process."""
+    if not argv or argv[0] not in COMMANDS:
+        return None
+    from promptyoself.faces import cli
+
+    try:
+        args = cli.build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help or a usage error, said by the CLI's own parser: done (no settings read)
+        return int(exc.code or 0)
+    if os.name != "posix" or os.environ.get("CLAUDECODE") or os.environ.get("CLAUDE_CODE_SESSION_ID"):
+        return None  # a Claude Code session: the schedule's session is found from this process
+    if not getattr(args, "json", False) and sys.stdout.isatty():
+        return None  # a table: the in-process command draws it
+    values = relay.visible_settings()
+    if not relay.relay_enabled(values):
+        return None
+    planned = tool_call(args)
+    if planned is None:
+        return None
+    try:
+        sock = relay.connect(values)
+    except Exception:
+        return None
+    if sock is None:
+        return None
+    if os.environ.get("PROMPTYOSELF_RELAY_DUMP_MODULES"):  # tests: which modules this process loaded
+        with open(os.environ["PROMPTYOSELF_RELAY_DUMP_MODULES"], "w", encoding="utf-8") as fh:
+            fh.write("\n".join(sorted(sys.modules)))
+    try:
+        sock.settimeout(TIMEOUT)
+        result = call(sock, *planned)
+    except (OSError, ValueError):
+        # Nothing is known to have been stored only when the call was never answered; a schedule
+        # with no answer is not retried here (it may exist): say so, as the in-process command would.
+        if args.command == "schedule":
+            result = {"status": "error", "code": "internal",
+                      "error": "The running service did not answer this schedule; run `promptyoself list` to see "
+                               "whether it was made."}
+        else:
+            return None
+    finally:
+        sock.close()
+    return _print(args, result)
+
+
+def _print(args: Any, result: dict[str, Any]) -> int:
+    if result.get("status") == "error":
+        from promptyoself.faces.cli_errors import cli_message
+
+        result = {**result, "error": cli_message(str(result.get("error", "")))}
+        if (args.command == "schedule" and result.get("code") in ("letta_unavailable", "letta_auth")
+                and not args.skip_validation):
+            result["error"] += (" The agent is checked on Letta before it is scheduled: add --skip-validation to "
+                                "schedule without that check (delivery still needs Letta when it is due).")
+    elif args.command == "schedule" and result.get("state", "active") == "active":
+        result["delivery"] = "The service running for this database delivers it."
+    sys.stdout.write(json.dumps(result, default=str, indent=2 if sys.stdout.isatty() else None) + "\n")
+    sys.stdout.flush()
+    return 1 if result.get("status") == "error" else 0

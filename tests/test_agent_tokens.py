@@ -253,3 +253,19 @@ def test_the_console_mints_rotates_and_revokes_and_refuses_agent_tokens(db_path:
     finally:
         client.close()
         core.close()
+
+
+@pytest.mark.postgres
+def test_agent_tokens_on_postgresql(pg_url: str) -> None:
+    """The same table and look-ups on PostgreSQL (migration 0011): mint, resolve, rotate, revoke."""
+    core = Core(make_settings(Path("unused.db"), db=pg_url))
+    try:
+        first = agent_tokens.mint(core, A)["token"]
+        assert agent_tokens.resolve(core, first) == A
+        second = agent_tokens.mint(core, A, rotate=True)["token"]
+        assert agent_tokens.resolve(core, first) is None and agent_tokens.resolve(core, second) == A
+        assert agent_tokens.revoke(core, agent_id=A)["revoked"] == 1
+        assert agent_tokens.resolve(core, second) is None
+        assert len(agent_tokens.listing(core, A, include_revoked=True)["tokens"]) == 2
+    finally:
+        core.close()

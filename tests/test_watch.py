@@ -60,3 +60,26 @@ def test_totals_count_each_outcome_and_a_drain_keeps_the_results() -> None:
         t.count(outcome, outcome)
     assert (t.delivered, t.failed, t.retried, t.missed) == (1, 2, 1, 1) and t.results is not None
     assert len(t.results) == 6
+
+
+def test_wakeup_wakes_the_loop_once_per_nudge_round_and_asks_a_reread_on_wake() -> None:
+    import asyncio
+
+    from promptyoself.delivery.watch import Wakeup
+
+    async def scenario() -> list[object]:
+        w = Wakeup()
+        w.bind(asyncio.get_running_loop())
+        seen: list[object] = [await w.sleep(0.0)]  # nothing pending: not woken
+        w.nudge()
+        w.nudge()  # one wake-up until the loop has looked
+        await asyncio.sleep(0)
+        seen += [await w.sleep(0.0), await w.sleep(0.0), w.looked()]  # woken once; no re-read asked
+        w.wake()
+        await asyncio.sleep(0)
+        seen += [await w.sleep(5.0), w.looked(), w.looked()]  # woken at once; the re-read asked once
+        w.unbind()
+        w.nudge()  # after the loop stopped: nothing to wake, no error
+        return seen
+
+    assert asyncio.run(scenario()) == [False, True, False, False, True, True, False]

@@ -32,7 +32,7 @@ from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import Recorder, record_batch
 from promptyoself.delivery.senders import SenderPool
-from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Totals
+from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Totals, Wakeup
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport
 from promptyoself.targets.blocking import DaemonPool
@@ -89,14 +89,11 @@ class Executor:
         self._stop = threading.Event()
         self._done = threading.Event()
         self._done.set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake_event: asyncio.Event | None = None
+        self.wakeup = Wakeup()
         self.holdings = Holdings(self.max_in_flight, self.lease, may_claim=self._may_claim,
                                  may_send=self._may_take)
         self.senders = SenderPool(self.holdings, self.max_in_flight, send=self._send, released=self._released)
         self.recorder = Recorder(self.holdings, record=self._record, claim=self._claim_rows, nudge=self._nudge)
-        self._nudged = False  # a nudge is pending: no need to send another
-        self._reread = False  # set by wake(): re-read the earliest due time
         self._contended = False  # the last claim came back short while rows were due: poll the backlog
         self._poll_s = BACKLOG_POLL / 2  # the contended executor's next look: doubled per empty claim
         self.running = False
@@ -121,23 +118,11 @@ class Executor:
 
     def wake(self) -> None:
         """Re-read the earliest due time now (called after this process writes a schedule)."""
-        self._reread = True
-        self._signal()
-
-    def _signal(self) -> None:
-        loop, event = self._loop, self._wake_event
-        if loop is None or event is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(event.set)
-        except RuntimeError:  # the loop closed meanwhile
-            pass
+        self.wakeup.wake()
 
     def _nudge(self) -> None:
         """From a sender or the recorder: let the loop look again (one wake-up until it has)."""
-        if not self._nudged:
-            self._nudged = True
-            self._signal()
+        self.wakeup.nudge()
 
     def request_stop(self) -> None:
         """Stop claiming; in-flight deliveries finish (or are let go after ``SHUTDOWN_GRACE``)."""
@@ -171,9 +156,9 @@ class Executor:
 
     async def run(self) -> None:
         """Deliver until ``request_stop``. Safe to run as a task in any event loop."""
-        self._loop = asyncio.get_running_loop()
-        self.targets.loop = self._loop
-        self._wake_event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self.targets.loop = loop
+        self.wakeup.bind(loop)
         self._done.clear()
         if not self._listening and self._drain is None:  # wake when this process adds or changes a schedule
             self.core.on_change(self.wake)
@@ -204,7 +189,7 @@ class Executor:
             self._keeper.stop()
             await self.targets.aclose()
             self.running = False
-            self._wake_event = None
+            self.wakeup.unbind()
             self._done.set()
             log.info("delivery loop %s stopped", self.owner)
 
@@ -232,9 +217,7 @@ class Executor:
         must_read = True
         while not self._stop.is_set():
             try:
-                self._nudged = False
-                if self._reread:
-                    self._reread = False
+                if self.wakeup.looked():
                     must_read = True
                 if self.outage.watching() and await self._after_outage():
                     must_read = True
@@ -353,19 +336,7 @@ class Executor:
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait up to ``seconds``; True if woken early."""
-        event = self._wake_event
-        assert event is not None
-        if event.is_set():
-            event.clear()
-            return True
-        if seconds <= 0:
-            return False
-        try:
-            await asyncio.wait_for(event.wait(), seconds)
-        except TimeoutError:
-            return False
-        event.clear()
-        return True
+        return await self.wakeup.sleep(seconds)
 
     async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()

@@ -1,12 +1,15 @@
 """What the delivery loop watches besides the claims, each one explicit state with named transitions
 (issue 30 point 2): ``Outage`` (the target stopped answering: probe, then resume the prompts waiting
 out a backoff) and ``AuthBackoff`` (the target refused our credentials: pause every send); and what
-it counts: ``Totals`` (outcomes, and a drain's results) and ``Drain`` (``execute`` without a loop). Plain
+it counts: ``Totals`` (outcomes, and a drain's results) and ``Drain`` (``execute`` without a loop);
+and how other threads wake it: ``Wakeup``. Plain
 state: the loop asks, the senders and the recorder report through ``Executor._account``; nothing here
 calls anyone back. ``mono`` is the caller's monotonic time (tests pass their own)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,3 +126,59 @@ class Drain:
 
     def out_of_time(self, mono: float) -> bool:
         return mono >= self.deadline
+
+
+class Wakeup:
+    """How the loop is woken from other threads: ``wake`` (this process wrote a schedule: re-read the
+    earliest due time) and ``nudge`` (a sender or the recorder: look again; one wake-up until the
+    loop has looked, ``looked``). ``sleep`` waits on the event loop ``bind`` gave."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._nudged = False
+        self._reread = False
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop, self._event = loop, asyncio.Event()
+
+    def unbind(self) -> None:
+        self._event = None
+
+    def wake(self) -> None:
+        self._reread = True
+        self._signal()
+
+    def nudge(self) -> None:
+        if not self._nudged:
+            self._nudged = True
+            self._signal()
+
+    def looked(self) -> bool:
+        """The loop starts a round: the pending nudge is spent; True when a re-read was asked."""
+        self._nudged = False
+        reread, self._reread = self._reread, False
+        return reread
+
+    def _signal(self) -> None:
+        loop, event = self._loop, self._event
+        if loop is None or event is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(event.set)
+
+    async def sleep(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True if woken early."""
+        event = self._event
+        assert event is not None
+        if event.is_set():
+            event.clear()
+            return True
+        if seconds <= 0:
+            return False
+        try:
+            await asyncio.wait_for(event.wait(), seconds)
+        except TimeoutError:
+            return False
+        event.clear()
+        return True

@@ -19,7 +19,6 @@ MAX_ATTRIBUTES = 20
 KNOWN_LONG_MODULES = {"delivery/loop.py"}
 KNOWN_COMPLEX = {
     "delivery/holdings.py:Holdings.next_batch",
-    "delivery/loop.py:Executor._loop_body",
     "delivery/recorder.py:next_state",
     "delivery/recorder.py:record_batch",
     "store/claims.py:claim_due_in",

@@ -32,7 +32,7 @@ from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import Recorder, record_batch
 from promptyoself.delivery.senders import SenderPool
-from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Totals, Wakeup
+from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Round, Totals, Wakeup
 from promptyoself.deps import Deps
 from promptyoself.store.claims import ClaimAsk, ClaimReport
 from promptyoself.targets.blocking import DaemonPool
@@ -94,8 +94,6 @@ class Executor:
                                  may_send=self._may_take)
         self.senders = SenderPool(self.holdings, self.max_in_flight, send=self._send, released=self._released)
         self.recorder = Recorder(self.holdings, record=self._record, claim=self._claim_rows, nudge=self._nudge)
-        self._contended = False  # the last claim came back short while rows were due: poll the backlog
-        self._poll_s = BACKLOG_POLL / 2  # the contended executor's next look: doubled per empty claim
         self.running = False
         self.started_at: datetime | None = None
         self.last_tick: datetime | None = None
@@ -211,72 +209,84 @@ class Executor:
         for a free agent now: the loop goes back to sleeping until the earliest due time, re-reading
         it when a delivery has been recorded (its agent may have more due), on a local write
         (``wake``), and at least every ``interval``."""
-        earliest: datetime | None = None
-        complete = False  # the last read of the earliest due time left no agent out (nothing was held)
-        read_at = float("-inf")
-        must_read = True
+        st = Round(poll_s=BACKLOG_POLL / 2)
         while not self._stop.is_set():
             try:
-                if self.wakeup.looked():
-                    must_read = True
-                if self.outage.watching() and await self._after_outage():
-                    must_read = True
-                if await self._clock_went_back():
-                    must_read = True
-                if must_read or time.monotonic() - read_at >= self.interval:
-                    complete = self.holdings.idle()
-                    earliest = await self._io(self.core.deliveries.next_due, self._claim_now(),
-                                              self.holdings.busy_agents())
-                    read_at = time.monotonic()
-                    must_read = False
-                    self.holdings.news()
-                    self.last_tick = self.core.now()
-                    self.next_due = earliest
-                    if earliest is None or earliest > self.core.now():
-                        self._contended = False
-                if self._drained_all(earliest, complete):
+                await self._look(st)
+                if self._drained_all(st.earliest, st.complete):
                     break
                 auth_wait = self.auth.wait(time.monotonic())
                 if auth_wait > 0:
                     await self._release_ready()  # the credentials are wrong: do not sit on claims
-                timeout = self.interval - (time.monotonic() - read_at)
-                if earliest is not None:
-                    wait_s = (earliest - self._claim_now()).total_seconds()
+                timeout = self.interval - (time.monotonic() - st.read_at)
+                if st.earliest is not None:
+                    wait_s = (st.earliest - self._claim_now()).total_seconds()
                     if wait_s <= 0:
-                        want = self.holdings.claim_wanted()
-                        if want > 0:
-                            claims: list[Claim] = []
-                            more = False
-                            try:
-                                claims, more = await self._io(self._claim_rows, want)
-                            finally:
-                                full = self.holdings.took(claims, want, more)
-                            must_read = not full and bool(claims)  # find the next alarm at once
-                            # due rows, yet none (or too few) for us: other processes took them
-                            self._contended = not full
-                            self._poll_s = (BACKLOG_POLL / 2 if claims else
-                                            min(self._poll_s * 2, self.interval, 1.0))
+                        if await self._claim_due(st):
                             continue
                         # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
                         # a delivery to finish, a local write, or the next re-read.
                     else:
                         timeout = min(timeout, wait_s)
-                if auth_wait > 0:
-                    timeout = min(timeout, auth_wait)
-                probe_in = self.outage.wake_in(time.monotonic())
-                if probe_in is not None:
-                    timeout = min(timeout, probe_in)
-                poll = self._contended and auth_wait <= 0 and self.holdings.has_room()
-                if poll:  # a backlog others share: look again soon, not after `interval`
-                    timeout = min(timeout, self._poll_s * random.uniform(0.5, 1.5))
-                if await self._sleep(max(timeout, 0.0)) and not self.holdings.backlog():
-                    must_read = True  # a delivery ended: its agent's next occurrence may be due
-                elif poll:
-                    must_read = True
+                await self._wait(st, timeout, auth_wait)
             except Exception:
                 log.exception("delivery loop error; retrying in %.3gs", self.interval)
-                must_read = True
+                st.must_read = True
                 await self._sleep(self.interval)
+
+    async def _look(self, st: Round) -> None:
+        """The start of a round: what woke the loop (a write, a delivery, an outage's end, the clock
+        going back) and, when asked or every ``interval``, the earliest due time read again."""
+        if self.wakeup.looked():
+            st.must_read = True
+        if self.outage.watching() and await self._after_outage():
+            st.must_read = True
+        if await self._clock_went_back():
+            st.must_read = True
+        if st.must_read or time.monotonic() - st.read_at >= self.interval:
+            st.complete = self.holdings.idle()
+            st.earliest = await self._io(self.core.deliveries.next_due, self._claim_now(),
+                                         self.holdings.busy_agents())
+            st.read_at = time.monotonic()
+            st.must_read = False
+            self.holdings.news()
+            self.last_tick = self.core.now()
+            self.next_due = st.earliest
+            if st.earliest is None or st.earliest > self.core.now():
+                st.contended = False
+
+    async def _claim_due(self, st: Round) -> bool:
+        """Something is due: claim what the holdings want (False when they want nothing now)."""
+        want = self.holdings.claim_wanted()
+        if want <= 0:
+            return False
+        claims: list[Claim] = []
+        more = False
+        try:
+            claims, more = await self._io(self._claim_rows, want)
+        finally:
+            full = self.holdings.took(claims, want, more)
+        st.must_read = not full and bool(claims)  # find the next alarm at once
+        # due rows, yet none (or too few) for us: other processes took them
+        st.contended = not full
+        st.poll_s = BACKLOG_POLL / 2 if claims else min(st.poll_s * 2, self.interval, 1.0)
+        return True
+
+    async def _wait(self, st: Round, timeout: float, auth_wait: float) -> None:
+        """Sleep until the earliest of: ``timeout``, the credentials' pause, the outage's next probe,
+        a contended backlog's next look, or a wake-up."""
+        if auth_wait > 0:
+            timeout = min(timeout, auth_wait)
+        probe_in = self.outage.wake_in(time.monotonic())
+        if probe_in is not None:
+            timeout = min(timeout, probe_in)
+        poll = st.contended and auth_wait <= 0 and self.holdings.has_room()
+        if poll:  # a backlog others share: look again soon, not after `interval`
+            timeout = min(timeout, st.poll_s * random.uniform(0.5, 1.5))
+        if await self._sleep(max(timeout, 0.0)) and not self.holdings.backlog():
+            st.must_read = True  # a delivery ended: its agent's next occurrence may be due
+        elif poll:
+            st.must_read = True
 
     async def _clock_went_back(self) -> bool:
         """The wall clock jumped back: say so (health) and re-arm recurring schedules from now."""

@@ -182,3 +182,21 @@ class Wakeup:
             return False
         event.clear()
         return True
+
+
+@dataclass
+class Round:
+    """The delivery loop's own state from one round to the next (``Executor._loop_body``)."""
+
+    earliest: datetime | None = None
+    """The earliest due time, as last read."""
+    read_at: float = float("-inf")
+    """When it was read (monotonic seconds)."""
+    must_read: bool = True
+    """Read it again at the start of the next round (a write, a delivery, a claim that came back short)."""
+    complete: bool = False
+    """The last read left no agent out (nothing was held then): a drain may trust ``earliest``."""
+    contended: bool = False
+    """The last claim came back short while rows were due (other processes took them): poll."""
+    poll_s: float = 0.0
+    """The contended loop's next look, doubled per claim that finds nothing."""

@@ -14,12 +14,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promptyoself.config import webhook_endpoints
 from promptyoself.core import claude_code
 from promptyoself.core.letta_code import choose_target
 from promptyoself.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from promptyoself.core.agents import CallContext
+    from promptyoself.core.options import ScheduleOptions
 
 WEBHOOK = "webhook"
 CLAUDE_CODE = claude_code.TARGET
@@ -39,18 +43,18 @@ def _given(value: object) -> bool:
     return value is not None and not (isinstance(value, str) and not value.strip())
 
 
-def destination(options: Mapping[str, Any], resolve_agent: Any, settings: Any,
+def destination(options: ScheduleOptions, ctx: CallContext | None, resolve_agent: Any, settings: Any,
                 environ: Mapping[str, str] | None = None) -> Destination:
-    """The destination of a scheduling call's ``options`` (``ScheduleOptions``); ``resolve_agent(agent_id,
-    ctx)`` is the core's agent inference (for the Letta targets, and a webhook's explicit id)."""
-    raw = options.get("target")
+    """The destination of a scheduling call's ``options``; ``resolve_agent(agent_id, ctx)`` is the
+    core's agent inference (for the Letta targets, and a webhook's explicit id)."""
+    raw: object = options.target
     if raw is not None and not isinstance(raw, str):
         raise InvalidArgument(f"target must be one of {', '.join(ALL_TARGETS)}.")
     target = (raw or "").strip().lower() or None
     if target is not None and target not in ALL_TARGETS:
         raise InvalidArgument(f"target must be one of {', '.join(ALL_TARGETS)}, not {target[:40]!r}.")
-    endpoint, session_id, cwd = options.get("endpoint"), options.get("session_id"), options.get("cwd")
-    explicit_agent = options.get("agent_id")
+    endpoint, session_id, cwd = options.endpoint, options.session_id, options.cwd
+    explicit_agent = options.agent_id
     if target is None and not _given(explicit_agent) and not _given(endpoint) and (
             _given(session_id) or claude_code.detect(environ) is not None):
         target = CLAUDE_CODE  # from inside a Claude Code session, with nothing else said: back to it
@@ -62,21 +66,21 @@ def destination(options: Mapping[str, Any], resolve_agent: Any, settings: Any,
         from promptyoself.targets.webhook import choose_endpoint
 
         name = choose_endpoint(endpoint, webhook_endpoints())
-        agent = resolve_agent(explicit_agent, options.get("ctx")) if _given(explicit_agent) else f"webhook-{name}"
+        agent = resolve_agent(explicit_agent, ctx) if _given(explicit_agent) else f"webhook-{name}"
         _no_conversation(options)
         return Destination(agent, WEBHOOK, None, json.dumps({"endpoint": name}, separators=(",", ":")))
     if target == CLAUDE_CODE:
         session = claude_code.session_for(session_id, cwd, environ)
-        agent = (resolve_agent(explicit_agent, options.get("ctx")) if _given(explicit_agent)
+        agent = (resolve_agent(explicit_agent, ctx) if _given(explicit_agent)
                  else claude_code.agent_id_for(session.session_id))
         _no_conversation(options)
         opts = {"session_id": session.session_id, "cwd": session.cwd}
         return Destination(agent, CLAUDE_CODE, None, json.dumps(opts, separators=(",", ":")))
-    agent = resolve_agent(explicit_agent, options.get("ctx"))
-    chosen, conversation = choose_target(agent, target, options.get("conversation_id"), settings)
+    agent = resolve_agent(explicit_agent, ctx)
+    chosen, conversation = choose_target(agent, target, options.conversation_id, settings)
     return Destination(agent, chosen, conversation, None, validate=True)
 
 
-def _no_conversation(options: Mapping[str, Any]) -> None:
-    if _given(options.get("conversation_id")):
+def _no_conversation(options: ScheduleOptions) -> None:
+    if _given(options.conversation_id):
         raise InvalidArgument("conversation_id applies to Letta Code schedules only (target 'letta-code').")

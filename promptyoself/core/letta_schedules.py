@@ -194,6 +194,7 @@ class LettaSchedules:
 
     def create(self, agent_id: str, body: object) -> LettaScheduleCreated:
         from promptyoself.core.operations import Plan
+        from promptyoself.core.options import ScheduleOptions
 
         if not isinstance(body, dict):
             raise InvalidArgument("The body must be a JSON object with 'schedule' and 'messages'.")
@@ -240,7 +241,7 @@ class LettaSchedules:
         text = summary_text(payload, core.settings.max_prompt_chars)
         plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message,
                     letta_payload=json.dumps(payload, separators=(",", ":"), allow_nan=False))
-        created = core._create(text, plan, {"agent_id": agent_id}, now)
+        created = core._create(text, plan, ScheduleOptions(agent_id=agent_id), now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 
     # ---- read ---------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 from zoneinfo import ZoneInfo
 
 from promptyoself import phrases, recurrence, timing
@@ -31,6 +31,7 @@ from promptyoself.core.checks import (
     required_time,
 )
 from promptyoself.core.operator import HOUR, OperatorOperations
+from promptyoself.core.options import ScheduleOptions
 from promptyoself.core.results import (
     CancelResult,
     HistoryResult,
@@ -65,24 +66,6 @@ CHANGE_TRIES = 5
 """Times a pause, resume, cancel or operator action decides again on a schedule that changed under it."""
 
 
-class ScheduleOptions(TypedDict, total=False):
-    """The arguments every scheduling operation shares (the MCP tools, the CLI and the REST API pass
-    them as keywords): who it is for, in which zone, and the idempotency key."""
-
-    agent_id: object
-    timezone: object
-    skip_validation: bool
-    idempotency_key: object
-    catch_up: object  # skip | latest | all (None: latest)
-    max_per_day: object
-    ctx: CallContext | None
-    target: object  # letta | letta-code | claude-code | webhook (core/destinations.py)
-    conversation_id: object
-    endpoint: object  # webhook: a configured endpoint's name
-    session_id: object  # claude-code: the session (default: the one the call comes from)
-    cwd: object  # claude-code: the session's working directory
-
-
 @dataclass(frozen=True)
 class Plan:
     """What a schedule_* call decided: the rule, its zone and first run, and the reply's message."""
@@ -96,6 +79,16 @@ class Plan:
     max_repetitions: int | None = None
     letta_payload: str | None = None  # JSON: a Letta scheduling-API request's payload (letta_schedules.py)
     fixed_start: bool = True  # the first run comes from the arguments alone (not 'in 5m', not now + every)
+
+
+def _options(options: ScheduleOptions | None, keywords: dict[str, Any]) -> ScheduleOptions:
+    """A scheduling call's options: the ``ScheduleOptions`` a face built, or a Python caller's keywords
+    (``agent_id=..., timezone=...``), which the core's checks judge as given."""
+    if options is None:
+        return ScheduleOptions.unchecked(keywords)
+    if keywords:
+        raise TypeError(f"pass the options as ScheduleOptions or as keywords, not both ({', '.join(keywords)})")
+    return options
 
 
 def differing_arguments(row: ScheduleRow, text: str, plan: Plan) -> list[str]:
@@ -154,11 +147,15 @@ class Core(Deps, AdminOperations, OperatorOperations):
         self,
         prompt: object,
         time: object,
-        **options: Unpack[ScheduleOptions],
+        options: ScheduleOptions | None = None,
+        *,
+        ctx: CallContext | None = None,
+        **keywords: Any,
     ) -> ScheduleResult:
+        opts = _options(options, keywords)
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         raw = required_time("time", time, "e.g. 'tomorrow at 9am', 'in 5m' or '2026-12-25T09:00:00+01:00'")
-        tz = self._zone(options.get("timezone"))
+        tz = self._zone(opts.timezone)
         now = self.now()
         read = phrases.read_time(raw, now=now, tz=tz)
         tz = read.zone or tz  # a zone written in the time is the schedule's
@@ -169,32 +166,39 @@ class Core(Deps, AdminOperations, OperatorOperations):
         message = f"Scheduled a one-time prompt for {timing.to_local_iso(when, tz)} ({tz.key})."
         plan = Plan("once", timing.to_local_iso(when, tz), tz, when, message,  # the instant, not "in 5m"
                     fixed_start=not relative)
-        return self._create(text, plan, options, now)
+        return self._create(text, plan, opts, now, ctx)
 
     def schedule_cron(
         self,
         prompt: object,
         cron: object,
-        **options: Unpack[ScheduleOptions],
+        options: ScheduleOptions | None = None,
+        *,
+        ctx: CallContext | None = None,
+        **keywords: Any,
     ) -> ScheduleResult:
+        opts = _options(options, keywords)
         text = check_prompt(prompt, self.settings.max_prompt_chars)
-        tz = self._zone(options.get("timezone"))
+        tz = self._zone(opts.timezone)
         now = self.now()
         rule = recurrence.parse_rule(cron, now=now, tz=tz)  # cron, RFC 5545 RRULE or words
         description = recurrence.describe(rule.schedule_type, rule.value, tz)
         message = f"Scheduled '{rule.value}' ({description}); first run {timing.to_local_iso(rule.first, tz)}."
         plan = Plan(rule.schedule_type, rule.value, tz, rule.first, message, anchor=rule.anchor)
-        return self._create(text, plan, options, now)
+        return self._create(text, plan, opts, now, ctx)
 
     def schedule_every(
         self,
         prompt: object,
         every: object,
+        options: ScheduleOptions | None = None,
         *,
         start_at: object = None,
         max_repetitions: object = None,
-        **options: Unpack[ScheduleOptions],
+        ctx: CallContext | None = None,
+        **keywords: Any,
     ) -> ScheduleResult:
+        opts = _options(options, keywords)
         text = check_prompt(prompt, self.settings.max_prompt_chars)
         blank = isinstance(every, str) and not every.strip()
         if isinstance(every, bool) or not isinstance(every, (str, int)) or blank:
@@ -208,7 +212,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
         reps = None
         if max_repetitions is not None:
             reps = check_limit("max_repetitions", max_repetitions, 1, MAX_MAX_REPETITIONS)
-        tz = self._zone(options.get("timezone"))
+        tz = self._zone(opts.timezone)
         now = self.now()
         fixed = False
         if start_at is None or (isinstance(start_at, str) and not start_at.strip()):
@@ -227,9 +231,10 @@ class Core(Deps, AdminOperations, OperatorOperations):
             f"{timing.to_local_iso(anchor, tz)} ({tz.key})."
         )
         plan = Plan("interval", value, tz, anchor, message, anchor=anchor, max_repetitions=reps, fixed_start=fixed)
-        return self._create(text, plan, options, now)
+        return self._create(text, plan, opts, now, ctx)
 
-    def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime) -> ScheduleResult:
+    def _create(self, text: str, plan: Plan, options: ScheduleOptions, now: datetime,
+                ctx: CallContext | None = None) -> ScheduleResult:
         """Infer and check the agent, honour the idempotency key, decide the state (approval), build
         the reply, and only then insert one row, counted against the agent's limits in the insert's
         own transaction (``schedules.create_schedule``). Everything that can fail (the agent, Letta's
@@ -240,11 +245,11 @@ class Core(Deps, AdminOperations, OperatorOperations):
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule, ScheduleRow
 
-        key = check_text("idempotency_key", options.get("idempotency_key"), 200)
-        catch_up = check_catch_up(options.get("catch_up"))
-        per_day = options.get("max_per_day")
-        per_day = None if per_day is None else check_limit("max_per_day", per_day, 1, MAX_PER_DAY)
-        dest = destination(options, self.resolve_agent, self.settings)
+        key = check_text("idempotency_key", options.idempotency_key, 200)
+        catch_up = check_catch_up(options.catch_up)
+        per_day = None if options.max_per_day is None else check_limit("max_per_day", options.max_per_day, 1,
+                                                                          MAX_PER_DAY)
+        dest = destination(options, ctx, self.resolve_agent, self.settings)
         agent = dest.agent_id
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
@@ -253,7 +258,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
         policy = self.policy(now)  # the operator's, from the database: the same for every writer
         target, conversation = dest.target, dest.conversation_id
         max_live = policy.max_active_per_agent
-        if not options.get("skip_validation", False):
+        if not options.skip_validation:
             if (live := schedules.count_live(self.store, agent)) >= max_live:  # before asking Letta
                 raise self._quota_error(agent, live, max_live)
             if dest.validate:

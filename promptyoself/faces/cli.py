@@ -318,30 +318,17 @@ def ensure_delivery(core: Core) -> str:
 
 
 def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    common = {
-        "agent_id": a.agent_id,
-        "timezone": a.timezone,
-        "skip_validation": a.skip_validation,
-        "idempotency_key": a.idempotency_key,
-        "target": a.target,
-        "conversation_id": a.conversation_id,
-        "endpoint": a.endpoint,
-        "session_id": a.session_id,
-        "cwd": a.cwd,
-        "catch_up": a.catch_up,
-        "max_per_day": a.max_per_day,
-    }
+    from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
+
+    if a.every is None and (a.start_at or a.max_repetitions is not None):
+        raise UsageError("--start-at and --max-repetitions go with --every")
+    # each option's flag is its name with dashes (--agent-id, --max-per-day, ...): argparse's dest is the name
+    options = ScheduleOptions.of({name: getattr(a, name) for name in OPTION_NAMES})
     if a.time is not None:
-        if a.start_at or a.max_repetitions is not None:
-            raise UsageError("--start-at and --max-repetitions go with --every")
-        return dict(core.schedule_time(a.prompt, a.time, **common))
+        return dict(core.schedule_time(a.prompt, a.time, options))
     if a.cron is not None:
-        if a.start_at or a.max_repetitions is not None:
-            raise UsageError("--start-at and --max-repetitions go with --every")
-        return dict(core.schedule_cron(a.prompt, a.cron, **common))
-    return dict(
-        core.schedule_every(a.prompt, a.every, start_at=a.start_at, max_repetitions=a.max_repetitions, **common)
-    )
+        return dict(core.schedule_cron(a.prompt, a.cron, options))
+    return dict(core.schedule_every(a.prompt, a.every, options, start_at=a.start_at, max_repetitions=a.max_repetitions))
 
 
 def _health(core: Core) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 os.environ.setdefault("FASTMCP_CHECK_FOR_UPDATES", "off")
 os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
@@ -46,6 +46,7 @@ from promptyoself import __version__
 from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import Whole
 from promptyoself.core.operations import Core
+from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
 from promptyoself.core.results import (
     AgentsResult,
     CancelResult,
@@ -391,47 +392,42 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:
     return server
 
 
+def with_options(fn: F) -> F:
+    """A scheduling tool as clients see it: ``fn(<its own arguments>, *, options: ScheduleOptions, ...)``
+    becomes a function whose arguments are ``fn``'s own, then each field of ``ScheduleOptions`` as a
+    flat argument (its type, default and description: the input schema comes from the model), then the
+    injected ones. A call validates the flat options through the model and passes ``fn`` one value."""
+    hints = get_type_hints(fn, include_extras=True)
+    params = [p.replace(annotation=hints[p.name]) for p in inspect.signature(fn).parameters.values()]
+    own = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    injected = [p for p in params if p.kind is p.KEYWORD_ONLY and p.name != "options"]
+    flat = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=field.default,
+                          annotation=Annotated[field.annotation, Field(description=field.description)])
+        for name, field in ScheduleOptions.model_fields.items()
+    ]
+    signature = inspect.Signature([*own, *flat, *injected], return_annotation=hints.get("return"))
+
+    def flat_tool(*args: Any, **kwargs: Any) -> Any:
+        given = signature.bind(*args, **kwargs)
+        given.apply_defaults()
+        values = dict(given.arguments)
+        options = ScheduleOptions.of({name: values.pop(name) for name in OPTION_NAMES})
+        return fn(**values, options=options)
+
+    flat_tool.__name__, flat_tool.__qualname__ = fn.__name__, fn.__qualname__
+    flat_tool.__module__, flat_tool.__doc__ = fn.__module__, fn.__doc__
+    flat_tool.__signature__ = signature  # type: ignore[attr-defined]
+    flat_tool.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    flat_tool.__annotations__["return"] = signature.return_annotation
+    return flat_tool  # type: ignore[return-value]
+
+
 # ---- argument types --------------------------------------------------------------------------------
 
-AgentId = Annotated[
-    str | None,
-    Field(description="Letta agent id (agent-<uuid>). Omit to infer it (see promptyoself_inference_diagnostics)."),
-]
-Timezone = Annotated[
-    str | None,
-    Field(
-        description="IANA timezone for naive times and cron, e.g. 'Europe/Berlin'. Default PROMPTYOSELF_TIMEZONE (UTC)."
-    ),
-]
+AgentId = Annotated[str | None, Field(description=ScheduleOptions.model_fields["agent_id"].description)]
+"""``agent_id`` of the reading tools (list, history), described as the scheduling tools' option."""
 Prompt = Annotated[str, Field(description="The text the agent will receive.")]
-SkipValidation = Annotated[bool, Field(description="Do not check on Letta that the agent exists.")]
-IdempotencyKey = Annotated[
-    str | None,
-    Field(description="Retry-safe key: a second call with the same key returns the first schedule."),
-]
-MaxPerDay = Annotated[
-    Whole | None,
-    Field(description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent."),
-]
-Target = Annotated[
-    Literal["letta", "letta-code", "claude-code", "webhook"] | None,
-    Field(description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code App "
-          "Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session) or 'webhook' (an operator's endpoint). "
-          "Default: claude-code when called from inside Claude Code, letta-code for agent-local-... agents, "
-          "else letta."),
-]
-ConversationId = Annotated[
-    str | None, Field(description="letta-code only: the agent's conversation (default 'default').")
-]
-Endpoint = Annotated[
-    str | None, Field(description="webhook only: the name of an endpoint the operator configured (default 'default').")
-]
-SessionId = Annotated[
-    str | None, Field(description="claude-code only: the session to deliver to (default: the calling session).")
-]
-Cwd = Annotated[
-    str | None, Field(description="claude-code only: the session's working directory (default: the session's).")
-]
 ScheduleId = Annotated[Whole | str, Field(description="A schedule id from promptyoself_list.")]
 When = Annotated[
     str,
@@ -450,11 +446,6 @@ CronRule = Annotated[
         "('0 9 * * MON-FRI', '@daily')."
     ),
 ]
-CatchUp = Annotated[
-    Literal["skip", "latest", "all"] | None,
-    Field(description="Missed runs (server down): 'latest' (default) one run for what was missed, within "
-          "PROMPTYOSELF_MISFIRE_GRACE; 'skip' none; 'all' each one (at most 10). Missed ones show in history."),
-]
 Every = Annotated[
     str | Whole,
     Field(description="Interval: '30s', '5m', '1h', '1h30m', 'PT15M', or whole seconds (text or integer); "
@@ -469,87 +460,47 @@ NewDefaultAgent = Annotated[str | None, Field(description="Agent id; null clears
 
 
 @tool(open_world=True)
+@with_options
 def promptyoself_schedule_time(
     prompt: Prompt,
     time: When,
-    agent_id: AgentId = None,
-    timezone: Timezone = None,
-    skip_validation: SkipValidation = False,
-    idempotency_key: IdempotencyKey = None,
-    catch_up: CatchUp = None,
-    max_per_day: MaxPerDay = None,
-    target: Target = None,
-    conversation_id: ConversationId = None,
-    endpoint: Endpoint = None,
-    session_id: SessionId = None,
-    cwd: Cwd = None,
     *,
+    options: ScheduleOptions,
     core: TheCore,
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a one-time prompt to be delivered to the agent at `time`."""
-    return core.schedule_time(
-        prompt, time, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
-        idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
-    )
+    return core.schedule_time(prompt, time, options, ctx=call)
 
 
 @tool(open_world=True)
+@with_options
 def promptyoself_schedule_cron(
     prompt: Prompt,
     cron: CronRule,
-    agent_id: AgentId = None,
-    timezone: Timezone = None,
-    skip_validation: SkipValidation = False,
-    idempotency_key: IdempotencyKey = None,
-    catch_up: CatchUp = None,
-    max_per_day: MaxPerDay = None,
-    target: Target = None,
-    conversation_id: ConversationId = None,
-    endpoint: Endpoint = None,
-    session_id: SessionId = None,
-    cwd: Cwd = None,
     *,
+    options: ScheduleOptions,
     core: TheCore,
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a recurring prompt on a rule (words, RFC 5545 RRULE or cron), in an IANA timezone (DST-safe)."""
-    return core.schedule_cron(
-        prompt, cron, agent_id=agent_id, timezone=timezone, skip_validation=skip_validation,
-        idempotency_key=idempotency_key, catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
-    )
+    return core.schedule_cron(prompt, cron, options, ctx=call)
 
 
 @tool(open_world=True)
+@with_options
 def promptyoself_schedule_every(
     prompt: Prompt,
     every: Every,
     start_at: StartAt = None,
     max_repetitions: MaxRepetitions = None,
-    agent_id: AgentId = None,
-    timezone: Timezone = None,
-    skip_validation: SkipValidation = False,
-    idempotency_key: IdempotencyKey = None,
-    catch_up: CatchUp = None,
-    max_per_day: MaxPerDay = None,
-    target: Target = None,
-    conversation_id: ConversationId = None,
-    endpoint: Endpoint = None,
-    session_id: SessionId = None,
-    cwd: Cwd = None,
     *,
+    options: ScheduleOptions,
     core: TheCore,
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
-    return core.schedule_every(
-        prompt, every, start_at=start_at, max_repetitions=max_repetitions, agent_id=agent_id,
-        timezone=timezone, skip_validation=skip_validation, idempotency_key=idempotency_key,
-        catch_up=catch_up, max_per_day=max_per_day, target=target,
-        conversation_id=conversation_id, endpoint=endpoint, session_id=session_id, cwd=cwd, ctx=call,
-    )
+    return core.schedule_every(prompt, every, options, start_at=start_at, max_repetitions=max_repetitions, ctx=call)
 
 
 @tool(read_only=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,6 +43,7 @@ from promptyoself.core import agent_tokens, native_tools
 from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import Whole
 from promptyoself.core.letta_schedules import LettaSchedules
+from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
 from promptyoself.errors import (
     AgentNotFound,
     AgentRequired,
@@ -161,27 +162,15 @@ def _context(x_agent_id: str | None) -> CallContext | None:
     return CallContext(header_agent_id=value) if value else None
 
 
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 422 naming it, not silently dropped
+class _Common(ScheduleOptions):
+    """A scheduling route's body: the schedule options (``core/options.py``: the MCP tools' and the
+    CLI's too) and the prompt. A misspelt field is a 422 naming it, not silently dropped."""
 
     prompt: str = Field(description="The text the agent receives.")
-    agent_id: str | None = Field(None, description="Letta agent id; default: the configured/only agent.")
-    timezone: str | None = Field(None, description="IANA zone, e.g. 'Europe/Berlin'; default PROMPTYOSELF_TIMEZONE.")
-    idempotency_key: str | None = Field(None, description="Same key, same agent: the existing schedule is returned.")
-    skip_validation: bool = Field(False, description="Do not check the agent exists on Letta.")
-    catch_up: Literal["skip", "latest", "all"] | None = Field(
-        None, description="Missed runs: 'latest' (default, one run for them), 'skip' or 'all' (at most 10).")
-    max_per_day: Whole | None = Field(None, description="Deliver at most this many a day; more are over_budget.")
-    target: Literal["letta", "letta-code", "claude-code", "webhook"] | None = Field(
-        None, description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code "
-        "App Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session: session_id and cwd) or 'webhook' (an "
-        "endpoint the operator configured). Default: letta-code for agent-local-... agents, else letta.")
-    conversation_id: str | None = Field(
-        None, description="letta-code only: the agent's conversation (default 'default').")
-    endpoint: str | None = Field(None, max_length=64,
-                                 description="webhook only: a configured endpoint's name (default 'default').")
-    session_id: str | None = Field(None, max_length=100, description="claude-code only: the session's id.")
-    cwd: str | None = Field(None, max_length=1000, description="claude-code only: the session's working directory.")
+
+    def options(self, agent_id: str | None) -> ScheduleOptions:
+        """The body's options, for ``agent_id`` (the caller's: the token's agent for an agent token)."""
+        return ScheduleOptions.model_validate({**self.model_dump(include=set(OPTION_NAMES)), "agent_id": agent_id})
 
 
 class TimeRequest(_Common):
@@ -398,32 +387,22 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def schedule_time(request: Request, req: TimeRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_time, req.prompt, req.time, agent_id=agent, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, endpoint=req.endpoint,
-                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
+        return await call(core.schedule_time, req.prompt, req.time, req.options(agent), ctx=_context(x_agent_id),
+                          check=check)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(request: Request, req: CronRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_cron, req.prompt, req.cron, agent_id=agent, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, endpoint=req.endpoint,
-                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
+        return await call(core.schedule_cron, req.prompt, req.cron, req.options(agent), ctx=_context(x_agent_id),
+                          check=check)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(request: Request, req: EveryRequest,
                              x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_every, req.prompt, req.every, start_at=req.start_at,
-                          max_repetitions=req.max_repetitions, agent_id=agent, timezone=req.timezone,
-                          skip_validation=req.skip_validation, idempotency_key=req.idempotency_key,
-                          catch_up=req.catch_up, max_per_day=req.max_per_day, target=req.target,
-                          conversation_id=req.conversation_id, endpoint=req.endpoint,
-                          session_id=req.session_id, cwd=req.cwd, ctx=_context(x_agent_id), check=check)
+        return await call(core.schedule_every, req.prompt, req.every, req.options(agent), start_at=req.start_at,
+                          max_repetitions=req.max_repetitions, ctx=_context(x_agent_id), check=check)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(

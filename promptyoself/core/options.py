@@ -1,0 +1,102 @@
+"""The options every scheduling call shares (``schedule_time``, ``schedule_cron``, ``schedule_every``):
+one pydantic model, ``ScheduleOptions``, that every face builds and the core takes as one value.
+
+- The MCP tools list its fields as flat arguments (``faces/mcp.py``: ``with_options`` makes each
+  field a parameter with the field's type and description, so the tools' input schemas come from here).
+- The REST API's request bodies are this model plus the call's own fields (``faces/rest.py``).
+- The CLI builds it from its flags (``faces/cli.py``).
+- ``Core.schedule_*`` take it (``options``), and ``Core._create`` and ``core.destinations`` read it.
+
+The model holds the types a face checks before the core runs (strict integers: ``true`` is not 1,
+and NaN or Infinity are no integer; the closed choices of ``catch_up`` and ``target``; the length
+bounds of the REST API's 422s). What the values mean (a known zone, a configured endpoint, an agent
+Letta knows, the budget's range) the core checks, with messages that say what to send instead
+(``core/checks.py``, ``core/destinations.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from promptyoself.core.checks import Whole
+from promptyoself.errors import BadNumber, InvalidArgument
+
+CatchUpPolicy = Literal["skip", "latest", "all"]
+TargetName = Literal["letta", "letta-code", "claude-code", "webhook"]
+
+
+class ScheduleOptions(BaseModel):
+    """Who a new schedule is for, where it is delivered, in which zone, and how it is guarded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)  # a misspelt option is refused, not dropped
+
+    agent_id: str | None = Field(
+        default=None,
+        description="Letta agent id (agent-<uuid>). Omit to infer it (see promptyoself_inference_diagnostics).")
+    timezone: str | None = Field(
+        default=None, description="IANA timezone for naive times and cron, e.g. 'Europe/Berlin'. "
+        "Default PROMPTYOSELF_TIMEZONE (UTC).")
+    skip_validation: bool = Field(default=False, description="Do not check on Letta that the agent exists.")
+    idempotency_key: str | None = Field(
+        default=None, description="Retry-safe key: a second call with the same key returns the first schedule.")
+    catch_up: CatchUpPolicy | None = Field(
+        default=None, description="Missed runs (server down): 'latest' (default) one run for what was missed, within "
+        "PROMPTYOSELF_MISFIRE_GRACE; 'skip' none; 'all' each one (at most 10). Missed ones show in history.")
+    max_per_day: Whole | None = Field(
+        default=None,
+        description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent.")
+    target: TargetName | None = Field(
+        default=None,
+        description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code App "
+        "Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session) or 'webhook' (an operator's endpoint). "
+        "Default: claude-code when called from inside Claude Code, letta-code for agent-local-... agents, "
+        "else letta.")
+    conversation_id: str | None = Field(
+        default=None, description="letta-code only: the agent's conversation (default 'default').")
+    endpoint: str | None = Field(
+        default=None, max_length=64,
+        description="webhook only: the name of an endpoint the operator configured (default 'default').")
+    session_id: str | None = Field(
+        default=None, max_length=100,
+        description="claude-code only: the session to deliver to (default: the calling session).")
+    cwd: str | None = Field(
+        default=None, max_length=1000,
+        description="claude-code only: the session's working directory (default: the session's).")
+
+    @classmethod
+    def of(cls, values: dict[str, Any]) -> ScheduleOptions:
+        """The options of ``values`` (a face's arguments), validated: a value that does not fit is
+        ``InvalidArgument`` (``BadNumber`` for a boolean or non-integer number where an integer is
+        meant) naming the option, as the core's own checks do."""
+        try:
+            return cls.model_validate(values)
+        except PydanticValidationError as exc:
+            raise _refusal(exc) from None
+
+    @classmethod
+    def unchecked(cls, values: dict[str, Any]) -> ScheduleOptions:
+        """The options of a Python caller's keywords as given: the core's checks judge each value
+        (``Core.schedule_*`` with keywords; their messages name the argument and what to send)."""
+        unknown = sorted(set(values) - set(cls.model_fields))
+        if unknown:
+            raise TypeError(f"unexpected schedule option(s): {', '.join(unknown)}")
+        return cls.model_construct(**values)
+
+
+OPTION_NAMES: tuple[str, ...] = tuple(ScheduleOptions.model_fields)
+"""The options' names, in the order the faces list them."""
+
+
+def _refusal(exc: PydanticValidationError) -> InvalidArgument:
+    errors = exc.errors(include_url=False, include_input=True)
+    if not errors:
+        return InvalidArgument("The schedule options do not fit.")
+    first = errors[0]
+    name = str(first["loc"][0]) if first["loc"] else "options"
+    text = f"{name}: {first['msg']}."
+    if isinstance(first["input"], bool | float) and first["type"].startswith("int"):
+        return BadNumber(text)
+    return InvalidArgument(text)

@@ -58,6 +58,15 @@ def test_the_cli_schedule_flags_are_the_models_options() -> None:
         assert f"--{name.replace('_', '-')}" in schedule._option_string_actions
 
 
+def test_the_cli_relay_forwards_the_models_options() -> None:
+    """``faces/cli_relay.py`` stays on the standard library (no pydantic: issue 32 point 3), so it names
+    the options it forwards to the service's MCP tools itself; those and the three it leaves to the
+    in-process command (a Claude Code or webhook schedule) are the model's."""
+    from promptyoself.faces import cli_relay
+
+    assert set(cli_relay.SCHEDULE_ARGS) | {"endpoint", "session_id", "cwd"} == set(OPTION_NAMES)
+
+
 @pytest.fixture
 def seen(core: Core, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     """What each ``Core.schedule_*`` call received as its options."""

@@ -353,5 +353,6 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     tcore.list_schedules = boom  # type: ignore[method-assign]
     internal = await expect("promptyoself_list", {}, "internal")
     assert "hunter2" not in internal["error"]
-    # The database codes need a broken database: tests/test_database_errors.py drives them (MCP, CLI, health).
-    assert seen == set(ERROR_CODES) - {"database_driver_missing", "database_unavailable"}
+    # The database codes need a broken database: tests/test_database_errors.py drives them (MCP, CLI, health),
+    # tests/test_probes.py and tests/test_read_only_service.py drive database_read_only (immutable files).
+    assert seen == set(ERROR_CODES) - {"database_driver_missing", "database_unavailable", "database_read_only"}

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers_delivery import child_env
+from tests.helpers_delivery import child_env, wait_until
 from tests.procs import free_port
 
 pytestmark = pytest.mark.slow
@@ -66,13 +66,13 @@ def test_healthz_answers_through_1100_slow_connections(tmp_path: Path) -> None:
     proc = _service(tmp_path / "slow.db", port)
     attack: list[socket.socket] = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def serving() -> bool:
+            assert proc.poll() is None, "the service exited"
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/livez", timeout=1).status_code == 200:
-                    break
-            assert proc.poll() is None and time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.1)
+                return httpx.get(url + "/livez", timeout=1).status_code == 200
+            return False
+
+        wait_until(serving, timeout=60, interval=0.1)
         for _ in range(ATTACKERS):
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
             s.setblocking(False)

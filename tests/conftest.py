@@ -152,6 +152,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(key, raising=False)
     # No .env from the developer's working directory.
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(tmp_path / "no.env"))
+    # Terminal width as in a plain run (pytest-xdist's workers get COLUMNS=80, which wraps tables
+    # differently); a test that needs a width sets COLUMNS itself.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 @pytest.fixture

@@ -96,6 +96,8 @@ def service(tmp_path: Path, runtime: Path) -> Iterator[Service]:
 
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?")
+_SPOKEN = re.compile(r"\b(Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day \d{1,2} [A-Z][a-z]+ \d{4} at \d{1,2}:\d\d\b")
+"""A time as descriptions say it ("Friday 27 November 2026 at 00:29"): the two runs may be a minute apart."""
 
 
 def normalized(value: Any) -> Any:
@@ -106,7 +108,7 @@ def normalized(value: Any) -> Any:
     if isinstance(value, list):
         return [normalized(v) for v in value]
     if isinstance(value, str):
-        return _TIME.sub("<time>", value)
+        return _SPOKEN.sub("<time>", _TIME.sub("<time>", value))
     return value
 
 

@@ -56,6 +56,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("scaleout", "bench.scaleout", "13.2", "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts"),
     Section("million", "bench.million", "13.3", "A million schedules: latency and idle CPU, SQLite and PostgreSQL"),
     Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate: 10,000 POSTs on PostgreSQL"),
+    Section("starts", "bench.starts", "28", "Every start delivers: first-prompt lateness by client pattern; exits"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

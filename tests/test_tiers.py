@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -178,3 +179,37 @@ def test_no_test_asserts_a_wall_clock_duration() -> None:
         for line in wall_clock_assertions(path.read_text(encoding="utf-8"))
     ]
     assert found == [], "assertions on wall-clock durations (wait for a state instead):\n" + "\n".join(found)
+
+
+# ---- README's commands are CI's --------------------------------------------------------------------
+
+ROOT = TESTS.parent
+FULL_FIRST_LINE = 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test]"'
+
+
+def _readme_blocks() -> list[list[str]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [b.strip().splitlines() for b in re.findall(r"^```bash\n(.*?)^```", text, re.S | re.M)]
+
+
+def test_readme_full_command_is_what_ci_runs_after_its_set_up() -> None:
+    [full] = [b for b in _readme_blocks() if b and b[0] == FULL_FIRST_LINE]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-len(full):] == full, "README's full test command must be the last lines of .ci/run"
+    pytest_args = full[-1].split("-m pytest", 1)[1].split()
+    assert "-m" not in pytest_args and "-k" not in pytest_args, "the full run deselects nothing"
+
+
+def test_readme_fast_command_selects_the_fast_tier() -> None:
+    fast = [b for b in _readme_blocks() if b and "pytest" in b[0] and '-m "not slow"' in b[0]]
+    assert fast == [['.venv/bin/python -m pytest -q -m "not slow"']]
+
+
+def test_ci_fails_when_pytest_does() -> None:
+    """``set -euo pipefail``: pytest's exit status (1 for failures, 5 when no test is collected) is the
+    script's; nothing after the test command turns it into 0."""
+    text = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "set -euo pipefail" in text.splitlines()[:5]
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    assert "pytest" in last and "||" not in last and "; true" not in last

@@ -56,9 +56,19 @@ def take(core: Any, owner: str) -> list[Claim]:
     return [Claim.from_row(r) for r in rows]
 
 
+class UnstartedKeeper(ClaimKeeper):
+    """A keeper whose renewal thread never starts (``add`` starts it in production): the tests
+    drive renewals with ``renew_now()``. A live thread races the fake monotonic clock: a renewal it
+    makes after a test moved ``mono`` to model a frozen process really extends the claim in the
+    database (the wall clock did not move; a frozen process's thread would be frozen too), so the
+    fence rightly says yes and the test, not the product, is wrong (1 run in 3 under load)."""
+
+    def start(self) -> None:
+        pass
+
+
 def keeper(core: Any, owner: str, mono: Mono) -> ClaimKeeper:
-    # never started: the tests drive renewals with renew_now()
-    return ClaimKeeper(core.store, owner, LEASE, core.now, mono=mono)
+    return UnstartedKeeper(core.store, owner, LEASE, core.now, mono=mono)
 
 
 def test_may_send_until_deadline_minus_margin(core: Any, fake: FakeLetta) -> None:

@@ -57,6 +57,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("million", "bench.million", "13.3", "A million schedules: latency and idle CPU, SQLite and PostgreSQL"),
     Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate: 10,000 POSTs on PostgreSQL"),
     Section("starts", "bench.starts", "28", "Every start delivers: first-prompt lateness by client pattern; exits"),
+    Section("timelang", "bench.timelang", "29.1", "Time language: CPU per rule, phrase and interval (adversarial)"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

@@ -45,6 +45,13 @@ class InvalidInterval(InvalidArgument):
     code = "invalid_interval"
 
 
+class OutOfRange(InvalidArgument):
+    """A time, or a run of a schedule, beyond what every timezone can show (the calendar ends with the
+    year 9999): ``start_at`` a few seconds before that, a one-time prompt on 9999-12-31."""
+
+    code = "out_of_range"
+
+
 class AgentRequired(PromptYoSelfError):
     code = "agent_required"
 
@@ -87,8 +94,11 @@ class PromptTooLong(QuotaExceeded):
     """A prompt over ``PROMPTYOSELF_MAX_PROMPT_CHARS`` (same code; the REST API answers 413)."""
 
 
-class IntervalTooShort(QuotaExceeded):
-    """An interval under ``PROMPTYOSELF_MIN_INTERVAL`` (same code; the REST API answers 422)."""
+class IntervalTooShort(InvalidInterval):
+    """An interval under ``PROMPTYOSELF_MIN_INTERVAL`` (the message names the minimum; the REST API
+    answers 422)."""
+
+    code = "interval_too_short"
 
 
 class BadNumber(InvalidArgument):
@@ -159,6 +169,8 @@ ERROR_CODES: tuple[str, ...] = (
     "time_in_past",
     "invalid_cron",
     "invalid_interval",
+    "interval_too_short",
+    "out_of_range",
     "invalid_argument",
     "agent_required",
     "agent_not_found",

@@ -47,6 +47,7 @@ from promptyoself.timing import (
     _is_naive,
     _rule_text,
     _zone_suggestion,
+    check_in_range,
     ensure_aware,
     local_to_utc,
     resolve_zone,
@@ -260,7 +261,14 @@ def _parse_relative(body: str, shown: str, now_utc: datetime) -> datetime:
 
 def read_time(text: str, *, now: datetime, tz: ZoneInfo) -> When:
     """Parse a one-time instant (the forms of the module docstring). Does not check that it is
-    in the future (``ensure_future``)."""
+    in the future (``ensure_future``); one past the instants every zone can show is ``out_of_range``
+    (``timing.check_in_range``)."""
+    read = _read_time(text, now=now, tz=tz)
+    check_in_range(read.instant)
+    return read
+
+
+def _read_time(text: str, *, now: datetime, tz: ZoneInfo) -> When:
     shown = _rule_text(text, "Time", InvalidTime, TIME_FORMS).strip()
     if not shown:
         raise InvalidTime(f"Time is empty. {TIME_FORMS}")

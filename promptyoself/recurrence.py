@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -34,8 +36,12 @@ __all__ = ["MAX_RULE_CHARS", "RULE_FORMS", "Rule", "describe", "natural_rule", "
            "parse_rule", "upcoming"]
 
 MAX_RULE_CHARS = 300  # schedule_value holds 300 (migration 0008)
-MAX_COUNT = 10_000
+MAX_COUNT = 1000
 MAX_INTERVAL = 1000
+_MAX_INTERVALS = {"YEARLY": 100}  # one period within timing.RULE_HORIZON_YEARS
+MAX_UNTIL_YEARS = 100
+_SAME_TIMES_EVERY_DAY = {"HOURLY": (1, 2, 3, 4, 6, 8, 12, 24),  # (see timing._hours_minutes)
+                         "MINUTELY": (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 240, 360, 480, 720, 1440)}
 UPCOMING = 5
 
 RULE_FORMS = (
@@ -138,11 +144,26 @@ def _dtstart(now: datetime, tz: ZoneInfo) -> datetime:
     return now_utc.replace(second=0, microsecond=0) + timedelta(minutes=1)
 
 
-def normalize_rrule(text: str, *, now: datetime, tz: ZoneInfo) -> tuple[str, datetime]:
-    """An RRULE -> (its normal form, its DTSTART). The normal form has its parts in one order, upper
-    case, lists sorted, UNTIL in UTC, and names every part dateutil would otherwise take from DTSTART
-    (so the rule means the same whatever DTSTART it is iterated from). ``invalid_cron`` says what is
-    wrong, including a rule that never fires."""
+@dataclass
+class _Parts:
+    """An RRULE read part by part (``_read``) and completed from its DTSTART (``_complete``)."""
+
+    given: dict[str, str]  # the parts as written, upper case
+    freq: str
+    interval: int = 1
+    count: int | None = None
+    wkst: str = "MO"
+    nums: dict[str, list[int]] = field(default_factory=dict)  # the number lists (_NUMBER_LISTS)
+    days: list[tuple[int, int]] = field(default_factory=list)  # BYDAY: (ordinal or 0, weekday)
+    until: datetime | None = None
+
+    def limits_days(self) -> bool:
+        """Whether the rule picks months or days of the month (BYMONTH, BYMONTHDAY)."""
+        return "BYMONTH" in self.nums or "BYMONTHDAY" in self.nums
+
+
+def _split(text: str) -> dict[str, str]:
+    """``FREQ=...;KEY=VALUE;...`` (``RRULE:`` first or not) -> its parts, upper case, each once."""
     body = text.strip()
     if body.upper().startswith("RRULE:"):
         body = body[6:]
@@ -156,58 +177,208 @@ def normalize_rrule(text: str, *, now: datetime, tz: ZoneInfo) -> tuple[str, dat
         if key in parts:
             raise _bad(f"RRULE part {key} is given twice.")
         parts[key] = value
-    freq = parts.get("FREQ")
+    return parts
+
+
+def _whole(key: str, text: str, limit: int) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= limit:
+        raise _bad(f"RRULE {key}={text} must be a whole number from 1 to {limit}.")
+    return int(text)
+
+
+def _read(text: str, tz: ZoneInfo) -> _Parts:
+    """Each part checked on its own: its values, ranges and spelling."""
+    given = _split(text)
+    freq = given.get("FREQ", "")
     if freq not in _FREQS:
         raise _bad(f"RRULE FREQ must be one of {', '.join(_FREQS)}" + (f", not {freq}." if freq else "."))
-    if "COUNT" in parts and "UNTIL" in parts:
-        raise _bad("RRULE takes COUNT or UNTIL, not both.")
-    out: dict[str, str] = {"FREQ": freq}
-    for key, limit in (("INTERVAL", MAX_INTERVAL), ("COUNT", MAX_COUNT)):
-        if key in parts:
-            if not parts[key].isdigit() or not 1 <= int(parts[key]) <= limit:
-                raise _bad(f"RRULE {key}={parts[key]} must be a whole number from 1 to {limit}.")
-            if key == "COUNT" or int(parts[key]) > 1:
-                out[key] = str(int(parts[key]))
-    if parts.get("WKST", "MO") != "MO":
-        if parts["WKST"] not in _DAYS:
-            raise _bad(f"RRULE WKST={parts['WKST']} is not a weekday (MO ... SU).")
-        out["WKST"] = parts["WKST"]
-    nums = {key: _numbers(key, parts[key]) for key in _NUMBER_LISTS if key in parts}
-    days = _bydays(parts["BYDAY"], freq) if "BYDAY" in parts else []
-    if "BYSETPOS" in nums and (freq not in ("WEEKLY", "MONTHLY", "YEARLY") or len(parts) <= 2):
-        raise _bad("RRULE BYSETPOS needs FREQ=WEEKLY, MONTHLY or YEARLY and another BY part.")
-    start = _dtstart(now, tz).astimezone(tz)
-    # the parts RFC 5545 takes from DTSTART, written out (see _rrule_start in timing.py)
-    level = _FREQS.index(freq)
-    nums.setdefault("BYSECOND", [0])
+    p = _Parts(given, freq)
+    if "INTERVAL" in given:
+        p.interval = _whole("INTERVAL", given["INTERVAL"], _MAX_INTERVALS.get(freq, MAX_INTERVAL))
+    if "COUNT" in given:
+        p.count = _whole("COUNT", given["COUNT"], MAX_COUNT)
+    p.wkst = given.get("WKST", "MO")
+    if p.wkst not in _DAYS:
+        raise _bad(f"RRULE WKST={p.wkst} is not a weekday (MO ... SU).")
+    p.nums = {key: _numbers(key, given[key]) for key in _NUMBER_LISTS if key in given}
+    p.days = _bydays(given["BYDAY"], freq) if "BYDAY" in given else []
+    p.until = _until(given["UNTIL"], tz) if "UNTIL" in given else None
+    return p
+
+
+def _complete(p: _Parts, start: datetime) -> None:
+    """Write out the parts RFC 5545 takes from DTSTART (``start``, local), so that the rule means the
+    same from whatever DTSTART it is iterated (see _rrule_start in timing.py); seconds are 0."""
+    level = _FREQS.index(p.freq)
+    p.nums.setdefault("BYSECOND", [0])
     if level >= _FREQS.index("HOURLY"):
-        nums.setdefault("BYMINUTE", [start.minute])
+        p.nums.setdefault("BYMINUTE", [start.minute])
     if level >= _FREQS.index("DAILY"):
-        nums.setdefault("BYHOUR", [start.hour])
-    if freq == "WEEKLY" and not days:
-        days = [(0, start.weekday())]
-    if freq in ("MONTHLY", "YEARLY") and not days and "BYMONTHDAY" not in nums:
-        nums["BYMONTHDAY"] = [start.day]
-        if freq == "YEARLY":
-            nums.setdefault("BYMONTH", [start.month])
-    if not _fits(nums.get("BYMONTH", []), nums.get("BYMONTHDAY", [])):
-        raise _bad("This RRULE never fires: no month it names has that day.")
-    if "BYSETPOS" in nums:
-        per = max(1, len(days) * (5 if freq != "WEEKLY" else 1), len(nums.get("BYMONTHDAY", []))) * (
-            53 if freq == "YEARLY" else 1) * len(nums["BYHOUR"]) * len(nums["BYMINUTE"])
-        if max(abs(p) for p in nums["BYSETPOS"]) > per:
-            raise _bad("This RRULE never fires: BYSETPOS is beyond the runs of one period.")
-    for key in _ORDER:
-        if key == "BYDAY" and days:
-            out[key] = ",".join(f"{n or ''}{_DAYS[d]}" for n, d in days)
-        elif key in nums:
-            out[key] = ",".join(str(n) for n in nums[key])
-        elif key == "UNTIL" and "UNTIL" in parts:
-            out[key] = _until(parts["UNTIL"], tz).strftime("%Y%m%dT%H%M%SZ")
-    value = ";".join(f"{k}={out[k]}" for k in _ORDER if k in out)
+        p.nums.setdefault("BYHOUR", [start.hour])
+    if p.freq == "WEEKLY" and not p.days:
+        p.days = [(0, start.weekday())]
+    if p.freq in ("MONTHLY", "YEARLY") and not p.days and "BYMONTHDAY" not in p.nums:
+        p.nums["BYMONTHDAY"] = [start.day]
+        if p.freq == "YEARLY":
+            p.nums.setdefault("BYMONTH", [start.month])
+
+
+# ---- what the parts mean together: each check returns why the rule is refused, or None ----------
+# A rule that never fires, or whose runs drift so that it may go centuries without one, is refused
+# here: iterating it would walk the calendar to the year 9999 (issue 29; timing.rrule_instants).
+
+
+def _both_ends(p: _Parts, start: datetime) -> str | None:
+    return "RRULE takes COUNT or UNTIL, not both." if p.count is not None and p.until is not None else None
+
+
+def _until_too_far(p: _Parts, start: datetime) -> str | None:
+    if p.until is not None and p.until - start > timedelta(days=365.25 * MAX_UNTIL_YEARS):
+        return f"RRULE UNTIL is more than {MAX_UNTIL_YEARS} years ahead; leave it out for a rule without an end."
+    return None
+
+
+def _setpos_alone(p: _Parts, start: datetime) -> str | None:
+    if "BYSETPOS" in p.nums and (p.freq not in ("WEEKLY", "MONTHLY", "YEARLY") or len(p.given) <= 2):
+        return "RRULE BYSETPOS needs FREQ=WEEKLY, MONTHLY or YEARLY and another BY part."
+    return None
+
+
+def _setpos_with_day_limits(p: _Parts, start: datetime) -> str | None:
+    if "BYSETPOS" in p.nums and ("BYMONTHDAY" in p.given or (p.freq == "WEEKLY" and "BYMONTH" in p.given)):
+        return ("RRULE BYSETPOS cannot be combined with BYMONTHDAY (nor, weekly, with BYMONTH): how many runs a "
+                "period has would change from one to the next. Pick the days with BYDAY.")
+    return None
+
+
+def _mixed_weekdays(p: _Parts, start: datetime) -> str | None:
+    numbered = {bool(n) for n, _ in p.days}
+    if len(numbered) == 2:
+        return ("RRULE BYDAY mixes numbered (1FR, -1MO) and plain (MO) weekdays, which would mean days that are "
+                "both. Use one kind, or two schedules.")
+    return None
+
+
+def _no_such_day(p: _Parts, start: datetime) -> str | None:
+    if not _fits(p.nums.get("BYMONTH", []), p.nums.get("BYMONTHDAY", [])):
+        return "This RRULE never fires: no month it names has that day."
+    return None
+
+
+def _numbered_days_fit(p: _Parts, start: datetime) -> str | None:
+    """A weekday numbered within a month (FREQ=MONTHLY, or YEARLY with BYMONTH) is one of its 1st-7th,
+    ..., 29th-31st days: BYMONTHDAY must name one of them, in some month the rule names."""
+    ordinals = [k for k, _ in p.days if k]
+    if not ordinals or not (p.freq == "MONTHLY" or "BYMONTH" in p.nums):
+        return None
+    if any(abs(k) > 5 for k in ordinals):
+        return "This RRULE never fires: a month has at most 5 of each weekday (BYDAY 1MO to 5MO, -1MO to -5MO)."
+    if "BYMONTHDAY" not in p.given:
+        return None
+    months = p.nums.get("BYMONTH") or list(range(1, 13))
+    lengths = {_MONTH_DAYS[m - 1] for m in months} | ({28} if 2 in months else set())
+    for length in lengths:
+        days = {d if d > 0 else length + 1 + d for d in p.nums["BYMONTHDAY"] if abs(d) <= length}
+        for k in ordinals:
+            first = 7 * (k - 1) + 1 if k > 0 else length + 7 * k + 1
+            if any(first <= d < first + 7 for d in days):
+                return None
+    return "This RRULE never fires: no day BYMONTHDAY names can be the numbered weekday BYDAY names."
+
+
+def _runs_per_period(p: _Parts) -> int:
+    """The most runs one period (week, month, year) can have: what BYSETPOS picks from."""
+    plain = sum(1 for n, _ in p.days if not n)
+    numbered = len(p.days) - plain
+    months = len(p.nums.get("BYMONTH", [])) or 12
+    monthdays = len(p.nums.get("BYMONTHDAY", []))
+    if p.freq == "WEEKLY":
+        dates = plain
+    elif p.freq == "MONTHLY":
+        dates = plain * 5 + numbered or monthdays
+    elif "BYMONTH" in p.nums:
+        dates = (plain * 5 + numbered or monthdays) * months
+    else:
+        dates = plain * 53 + numbered or monthdays * 12
+    return dates * len(p.nums.get("BYHOUR", [0])) * len(p.nums.get("BYMINUTE", [0]))
+
+
+def _setpos_beyond(p: _Parts, start: datetime) -> str | None:
+    if "BYSETPOS" in p.nums and max(abs(x) for x in p.nums["BYSETPOS"]) > _runs_per_period(p):
+        return "This RRULE never fires: BYSETPOS is beyond the runs of one period."
+    return None
+
+
+def _drifting_times(p: _Parts, start: datetime) -> str | None:
+    n = p.interval
+    same_times = n in _SAME_TIMES_EVERY_DAY.get(p.freq, (n,))
+    if not same_times and (p.days or p.limits_days()):
+        steps = ", ".join(map(str, _SAME_TIMES_EVERY_DAY[p.freq]))
+        return (f"With BYMONTH, BYMONTHDAY or BYDAY, a FREQ={p.freq} rule takes INTERVAL {steps} (the same times "
+                f"every day); with {n} its times drift from day to day, and the days it names may go centuries "
+                "without one.")
+    return None
+
+
+def _drifting_days(p: _Parts, start: datetime) -> str | None:
+    if p.freq in ("DAILY", "WEEKLY") and p.interval > 1 and p.limits_days():
+        return (f"A FREQ={p.freq} rule with BYMONTH or BYMONTHDAY takes no INTERVAL: its days would drift through "
+                "the months (use FREQ=MONTHLY or YEARLY, or leave INTERVAL out).")
+    if p.freq == "DAILY" and p.interval % 7 == 0 and p.days and start.weekday() not in {d for _, d in p.days}:
+        return (f"This RRULE never fires: every {p.interval} days from now is a {_DAY_NAMES[start.weekday()]}, "
+                "which BYDAY leaves out.")
+    return None
+
+
+def _months_never_reached(p: _Parts, start: datetime) -> str | None:
+    step = math.gcd(p.interval, 12)
+    if p.freq == "MONTHLY" and "BYMONTH" in p.nums and all((m - start.month) % step for m in p.nums["BYMONTH"]):
+        return (f"This RRULE never fires: every {p.interval} months from {_MONTH_NAMES[start.month - 1]} never "
+                "reaches the months BYMONTH names.")
+    return None
+
+
+_CHECKS: tuple[Callable[[_Parts, datetime], str | None], ...] = (
+    _both_ends, _until_too_far, _setpos_alone, _setpos_with_day_limits, _mixed_weekdays, _no_such_day,
+    _numbered_days_fit, _setpos_beyond, _drifting_times, _drifting_days, _months_never_reached,
+)
+
+
+def _written(p: _Parts) -> str:
+    """The normal form: the parts in ``_ORDER``, lists sorted, UNTIL in UTC; INTERVAL=1 and WKST=MO
+    left out."""
+    out: dict[str, str] = {"FREQ": p.freq}
+    if p.interval > 1:
+        out["INTERVAL"] = str(p.interval)
+    if p.wkst != "MO":
+        out["WKST"] = p.wkst
+    out.update({key: ",".join(str(n) for n in values) for key, values in p.nums.items()})
+    if p.days:
+        out["BYDAY"] = ",".join(f"{n or ''}{_DAYS[d]}" for n, d in p.days)
+    if p.count is not None:
+        out["COUNT"] = str(p.count)
+    if p.until is not None:
+        out["UNTIL"] = p.until.strftime("%Y%m%dT%H%M%SZ")
+    return ";".join(f"{k}={out[k]}" for k in _ORDER if k in out)
+
+
+def normalize_rrule(text: str, *, now: datetime, tz: ZoneInfo) -> tuple[str, datetime]:
+    """An RRULE -> (its normal form, its DTSTART). The normal form has its parts in one order, upper
+    case, lists sorted, UNTIL in UTC, and names every part dateutil would otherwise take from DTSTART
+    (so the rule means the same whatever DTSTART it is iterated from). ``invalid_cron`` says what is
+    wrong: a part (``_read``), or the parts together (``_CHECKS``), e.g. a rule that never fires."""
+    p = _read(text, tz)
+    dtstart = _dtstart(now, tz)
+    start = dtstart.astimezone(tz)
+    _complete(p, start)
+    for check in _CHECKS:
+        problem = check(p, start)
+        if problem is not None:
+            raise _bad(problem)
+    value = _written(p)
     if len(value) > MAX_RULE_CHARS:
         raise _bad(f"The rule is longer than {MAX_RULE_CHARS} characters written out ({value[:60]}...).")
-    return value, _dtstart(now, tz)
+    return value, dtstart
 
 
 # ---- natural recurrence -------------------------------------------------------------------------

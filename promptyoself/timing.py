@@ -35,16 +35,22 @@ from promptyoself.errors import (
     InvalidArgument,
     InvalidCron,
     InvalidInterval,
+    OutOfRange,
     PromptYoSelfError,
 )
 
 __all__ = [
+    "FIRST_INSTANT",
+    "LAST_INSTANT",
     "MAX_INTERVAL",
     "MAX_RULE_CHARS",
+    "RULE_HORIZON_YEARS",
+    "check_in_range",
     "cron_instants",
     "describe_cron",
     "ensure_aware",
     "format_duration",
+    "interval_slots_fit",
     "local_to_utc",
     "next_cron",
     "next_interval_slot",
@@ -60,6 +66,11 @@ __all__ = [
 ]
 
 MAX_RULE_CHARS = 100
+FIRST_INSTANT = datetime(1, 1, 3, tzinfo=UTC)
+LAST_INSTANT = datetime(9999, 12, 29, tzinfo=UTC)
+"""The instants a schedule may use: every timezone can show them (offsets are within a day of UTC) and
+a day after the last is still a date (the calendar ends with 9999-12-31)."""
+INTERVAL_SLOTS_SHOWN = 5
 MAX_ZONE_CHARS = 64
 MAX_INTERVAL = timedelta(days=3660)  # ~10 years
 _MAX_CRON_STEPS = 10_000
@@ -438,6 +449,10 @@ def cron_instants(expr: str, tz: ZoneInfo, after: datetime) -> Iterator[datetime
 # RFC 5545 rules (normal form from promptyoself/recurrence.py)
 
 _WEEK = timedelta(days=7)
+_CYCLE = timedelta(days=146_097)  # 400 Gregorian years
+RULE_HORIZON_YEARS = 200
+_LAST_CYCLE_YEAR = 9999 - RULE_HORIZON_YEARS
+"""How far ahead a rule's next run is looked for: a rule without a run in that span has ended."""
 
 
 def rfc5545_to_utc(wall: datetime, tz: ZoneInfo) -> datetime:
@@ -460,6 +475,52 @@ def _rrule_parts(value: str) -> tuple[str, Any, datetime | None]:
     shape = du.rrule(getattr(du, fields["FREQ"]), interval=int(fields.get("INTERVAL", "1")),
                      count=int(fields["COUNT"]) if "COUNT" in fields else None, dtstart=datetime(2000, 1, 1))  # noqa: DTZ001
     return parts, shape, until_at
+
+
+_DAY_LIMITS = ("BYMONTH", "BYMONTHDAY", "BYDAY")
+
+
+def _hours_minutes(fields: dict[str, str], hour: int, minute: int) -> tuple[list[int], list[int]] | None:
+    """The hours and minutes of the day a FREQ=DAILY/WEEKLY (INTERVAL 1), HOURLY (INTERVAL dividing 24)
+    or MINUTELY (INTERVAL dividing 60, or whole hours dividing 24) rule runs at, every day alike; None
+    for other rules, whose times differ from day to day. ``hour:minute`` is DTSTART's (the phase)."""
+    freq, n = fields["FREQ"], int(fields.get("INTERVAL", "1"))
+    hours = [int(h) for h in fields["BYHOUR"].split(",")] if "BYHOUR" in fields else list(range(24))
+    minutes = [int(m) for m in fields["BYMINUTE"].split(",")] if "BYMINUTE" in fields else list(range(60))
+    if freq in ("DAILY", "WEEKLY") and n == 1:
+        return hours, minutes
+    if freq == "HOURLY" and 24 % n == 0:
+        return [h for h in hours if (h - hour) % n == 0], minutes
+    if freq == "MINUTELY" and 60 % n == 0:
+        return hours, [m for m in minutes if (m - minute) % n == 0]
+    if freq == "MINUTELY" and n % 60 == 0 and 1440 % n == 0:
+        return [h for h in hours if (h - hour) % (n // 60) == 0], [m for m in minutes if m == minute]
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _as_yearly(parts: str, hour: int, minute: int) -> str | None:
+    """A rule that names months or days (BYMONTH, BYMONTHDAY; BYDAY below WEEKLY) and runs at the same
+    times each day it runs, as the FREQ=YEARLY rule with the same runs (the days all its parts allow, at
+    those times; COUNT counts the same runs): dateutil walks it a year at a time, not a day or a minute
+    at a time (a rule on 29 February that is a Sunday waits up to 40 years). ``""`` when it has no
+    time of day (it never runs); None when it is not such a rule (it is walked as it is)."""
+    fields = dict(p.split("=", 1) for p in parts.split(";"))
+    freq = fields["FREQ"]
+    limited = any(k in fields for k in _DAY_LIMITS[:2]) or ("BYDAY" in fields and freq != "WEEKLY")
+    if not limited or freq in ("MONTHLY", "YEARLY") or "BYSETPOS" in fields:
+        return None
+    times = _hours_minutes(fields, hour, minute)
+    if times is None:
+        return None
+    hours, minutes = times
+    if not hours or not minutes:
+        return ""
+    if "BYMONTHDAY" not in fields and "BYDAY" not in fields:  # (else dateutil takes the day from DTSTART)
+        fields["BYDAY"] = "MO,TU,WE,TH,FR,SA,SU"
+    out = ["FREQ=YEARLY", *(f"{k}={fields[k]}" for k in _DAY_LIMITS if k in fields),
+           f"BYHOUR={','.join(map(str, hours))}", f"BYMINUTE={','.join(map(str, minutes))}", "BYSECOND=0"]
+    return ";".join(out + ([f"COUNT={fields['COUNT']}"] if "COUNT" in fields else []))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -494,20 +555,52 @@ def _rrule_start(rule: Any, dtstart: datetime, since: datetime) -> datetime:
     return datetime(dtstart.year + total // 12, total % 12 + 1, 1)  # noqa: DTZ001 (wall clock)
 
 
+def _years_later(wall: datetime, years: int) -> datetime:
+    """The same wall time ``years`` later (28 February for a 29th); ``datetime.max`` past the year 9999."""
+    if wall.year + years > 9999:
+        return datetime.max  # noqa: DTZ901 (a wall time, as ``wall``)
+    try:
+        return wall.replace(year=wall.year + years)
+    except ValueError:  # 29 February in a year that has none
+        return wall.replace(year=wall.year + years, day=28)
+
+
+def _cycle_shift(since: datetime) -> timedelta:
+    """Whole 400-year cycles that move the wall time ``since`` into the years 9400-9799 (none when it
+    is later), so that at least ``RULE_HORIZON_YEARS`` follow it. The Gregorian calendar repeats exactly
+    every 400 years (146,097 days, 20,871 weeks: the same dates on the same weekdays), so a rule
+    iterated from a DTSTART moved by this much has
+    the same occurrences, moved by this much. dateutil ends its walk at the year 9999: a rule that
+    never fires (or not for centuries) costs a walk of at most 600 years, not one to 9999."""
+    return _CYCLE * max(0, (_LAST_CYCLE_YEAR - since.year) // 400)
+
+
 def rrule_instants(value: str, tz: ZoneInfo, *, anchor: datetime, after: datetime) -> Any:
     """The rule's occurrences strictly after ``after``, increasing, each instant once (an iterator
-    of aware UTC instants; it ends with the rule). ``anchor`` is the rule's DTSTART (an instant; its
-    wall time in ``tz`` counts). Wall times map monotonically except just after a gap: a candidate
-    inside it keeps the offset from before the gap, so it lands later than the real wall times of
-    the next ``shift``; those are read before it is given out."""
+    of aware UTC instants; it ends with the rule, or when the next run is more than ``RULE_HORIZON_YEARS``
+    after ``after``). ``anchor`` is the rule's DTSTART (an instant; its wall time in ``tz`` counts).
+    Wall times map monotonically except just after a gap: a candidate inside it keeps the offset
+    from before the gap, so it lands later than the real wall times of the next ``shift``; those
+    are read before it is given out. dateutil's walk is bounded whatever the rule (``_cycle_shift``);
+    ``recurrence.normalize_rrule`` refuses the rules for which it would still be long (issue 29)."""
     parts, shape, until = _rrule_parts(value)
     after_utc = ensure_aware(after)
     since = after_utc.astimezone(tz).replace(tzinfo=None) - timedelta(days=1)  # offsets differ by < 1 day
     dtstart = ensure_aware(anchor).astimezone(tz).replace(tzinfo=None)
     last, held, hold_until = after_utc, set[datetime](), since  # held: instants waiting for a gap's shift
+    horizon = _years_later(since, RULE_HORIZON_YEARS)
+    shift = _cycle_shift(since)
+    yearly = _as_yearly(parts, dtstart.hour, dtstart.minute)
+    if yearly == "":
+        return
+    if yearly is not None:
+        parts, shape = yearly, _rrule_parts(yearly)[1]
     try:
-        rule = _rrule_at(parts, _rrule_start(shape, dtstart, since))
-        for wall in rule.xafter(since, inc=True):
+        rule = _rrule_at(parts, _rrule_start(shape, dtstart, since) + shift)
+        for moved in rule.xafter(since + shift, inc=True):
+            wall = moved - shift
+            if wall > horizon:
+                return
             if held and wall > hold_until:
                 for t in sorted(held):
                     if until is not None and t > until:
@@ -531,7 +624,7 @@ def rrule_instants(value: str, tz: ZoneInfo, *, anchor: datetime, after: datetim
             if t > last and (until is None or t <= until):
                 last = t
                 yield t
-    except (OverflowError, ValueError):  # past year 9999: the rule has ended
+    except (OverflowError, ValueError, IndexError):  # past year 9999 (or dateutil finds no such day): ended
         return
 
 
@@ -545,16 +638,42 @@ def next_rrule(value: str, tz: ZoneInfo, after: datetime, *, anchor: datetime) -
 # intervals and dispatch
 
 
+def check_in_range(when: datetime, what: str = "Time") -> datetime:
+    """``when`` (aware UTC) when it lies within ``FIRST_INSTANT`` .. ``LAST_INSTANT``; else ``out_of_range``."""
+    at = ensure_aware(when)
+    if FIRST_INSTANT <= at <= LAST_INSTANT:
+        return at
+    raise OutOfRange(f"{what} {at.isoformat()} is out of range: schedules use instants from "
+                     f"{FIRST_INSTANT:%Y-%m-%d} to {LAST_INSTANT:%Y-%m-%d} (UTC), which every timezone can show.")
+
+
+def interval_slots_fit(start: datetime, every: timedelta) -> None:
+    """``out_of_range`` unless an interval schedule's first ``INTERVAL_SLOTS_SHOWN`` runs (``start``,
+    ``start + every``, ...: what ``list`` shows) all lie within the range of ``check_in_range``. A
+    slot past ``LAST_INSTANT`` is never computed: the schedule ends before it (``next_run_after``)."""
+    check_in_range(start, "start_at")
+    last = ensure_aware(start).timestamp() + (INTERVAL_SLOTS_SHOWN - 1) * every.total_seconds()
+    if last > LAST_INSTANT.timestamp():
+        raise OutOfRange(
+            f"Every {format_duration(every)} from {ensure_aware(start).isoformat()} leaves the calendar: its "
+            f"{INTERVAL_SLOTS_SHOWN}th run would be after {LAST_INSTANT:%Y-%m-%d} (UTC). Start earlier or use "
+            "a shorter interval.")
+
+
 def next_interval_slot(start: datetime, every: timedelta, after: datetime) -> datetime:
-    """Smallest ``start + k*every`` (k >= 0) strictly after ``after``; exact, O(1)."""
+    """Smallest ``start + k*every`` (k >= 0) strictly after ``after``; exact, O(1). ``out_of_range``
+    (never OverflowError) when that slot is past ``LAST_INSTANT``."""
     if every <= timedelta(0):
         raise InvalidInterval("Interval must be positive, e.g. '5m'.")
     start_utc = ensure_aware(start)
     after_utc = ensure_aware(after)
     if start_utc > after_utc:
-        return start_utc
+        return check_in_range(start_utc, "The next run")
     k = (after_utc - start_utc) // every + 1  # integer microsecond arithmetic
-    return start_utc + k * every
+    if (LAST_INSTANT - start_utc) // every < k:  # (the subtraction cannot overflow; start + k*every could)
+        raise OutOfRange(f"The next run of every {format_duration(every)} from {start_utc.isoformat()} after "
+                         f"{after_utc.isoformat()} is past {LAST_INSTANT:%Y-%m-%d}: the schedule has no more runs.")
+    return check_in_range(start_utc + k * every, "The next run")
 
 
 def next_run_after(
@@ -578,7 +697,10 @@ def next_run_after(
     if schedule_type == "interval":
         if anchor is None:
             raise InvalidArgument("An interval schedule needs its start time (anchor) for the next run.")
-        return next_interval_slot(anchor, parse_interval(schedule_value), after)
+        try:
+            return next_interval_slot(anchor, parse_interval(schedule_value), after)
+        except OutOfRange:  # the calendar ends before its next slot: so does the schedule
+            return None
     raise InvalidArgument(f"Unknown schedule type {schedule_type!r}; use 'once', 'cron', 'rrule' or 'interval'.")
 
 

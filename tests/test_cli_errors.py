@@ -77,6 +77,8 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("time_in_past", "core", ("schedule", "--prompt", "p", "--time", "2001-01-01T00:00:00+00:00", *SKIP)),
     ("invalid_cron", "core", ("schedule", "--prompt", "p", "--cron", "61 * * * *", *SKIP)),
     ("invalid_interval", "core", ("schedule", "--prompt", "p", "--every=-5m", *SKIP)),
+    ("interval_too_short", "core", ("schedule", "--prompt", "p", "--every", "1s", *SKIP)),
+    ("out_of_range", "core", ("schedule", "--prompt", "p", "--time", "9999-12-31T23:59:59Z", *SKIP)),
     ("invalid_argument", "core", ("cancel", "abc")),
     ("invalid_argument", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--agent-id", "bob smith")),
     ("agent_required", "core", ("schedule", "--prompt", "p", "--time", "in 5m", "--skip-validation")),

@@ -627,7 +627,7 @@ def test_quota_min_interval(quota_world):
     for every in ("30s", "59", "PT59S", 10):
         err = tool_error(w.mcp.call("promptyoself_schedule_every", {"prompt": "p", "every": every, "agent_id": agent,
                                                                     "skip_validation": True}))
-        assert err["code"] == "quota_exceeded", err
+        assert err["code"] == "interval_too_short", err
         assert "1m" in err["error"] and "PROMPTYOSELF_MIN_INTERVAL" in err["error"]
     assert w.snapshot() == before
     ok = w.mcp.call("promptyoself_schedule_every", {"prompt": "p", "every": "60s", "agent_id": agent,
@@ -665,7 +665,7 @@ def test_quotas_come_from_the_environment(tmp_path, monkeypatch, capsys):
         code, out, _ = run_cli(["schedule", "--prompt", "x" * 21, "--time", "in 5m", *agent], core, capsys)
         assert code == 1 and json.loads(out)["code"] == "quota_exceeded" and "limit is 20" in out
         code, out, _ = run_cli(["schedule", "--prompt", "x", "--every", "90s", *agent], core, capsys)
-        assert code == 1 and json.loads(out)["code"] == "quota_exceeded" and "2m" in out
+        assert code == 1 and json.loads(out)["code"] == "interval_too_short" and "2m" in out
         code, out, _ = run_cli(["schedule", "--prompt", "x", "--every", "2m", *agent], core, capsys)
         assert code == 0, out
         code, out, _ = run_cli(["schedule", "--prompt", "y", "--time", "in 5m", *agent], core, capsys)

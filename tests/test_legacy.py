@@ -181,7 +181,7 @@ def test_bad_rows_are_reported_with_codes(core, legacy_db, capsys):
     assert errors[7]["code"] == "invalid_argument" and "weekly" in errors[7]["error"]
     assert errors[8]["code"] == "invalid_cron"
     assert errors[9]["code"] == "invalid_argument" and "agent_id" in errors[9]["error"]
-    assert errors[11]["code"] == "quota_exceeded" and "PROMPTYOSELF_MIN_INTERVAL" in errors[11]["error"]
+    assert errors[11]["code"] == "interval_too_short" and "PROMPTYOSELF_MIN_INTERVAL" in errors[11]["error"]
     assert errors[12]["code"] == "invalid_argument" and "next_run" in errors[12]["error"]
     assert errors[7]["agent_id"] == AGENT_A
     for e in result["errors"]:

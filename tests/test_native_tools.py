@@ -64,7 +64,7 @@ def test_the_tools_raise_our_error_text_on_failure_and_return_json_on_success(db
         assert str(err.value) == f"No schedule 424242 of agent {AGENT}. (not_found)"
         with pytest.raises(RuntimeError) as err:
             tool("schedule_prompt_every", env)("p", "1s")
-        assert "PROMPTYOSELF_MIN_INTERVAL" in str(err.value) and str(err.value).endswith("(quota_exceeded)")
+        assert "PROMPTYOSELF_MIN_INTERVAL" in str(err.value) and str(err.value).endswith("(interval_too_short)")
         with pytest.raises(RuntimeError) as err:
             tool("schedule_prompt_at", {**env, "PROMPTYOSELF_SERVICE_TOKEN": "stale"}, agent)("p", "in 5m")
         assert "(unauthorized)" in str(err.value)

@@ -105,7 +105,7 @@ def test_one_error_shape_with_fitting_statuses_and_rest_words(db_path: Path, fak
         assert_error_shape(post("/api/schedules/time", json={"prompt": "x" * 51, "time": "in 5m", "agent_id": agent}),
                            413, "quota_exceeded")
         assert_error_shape(post("/api/schedules/every", json={"prompt": "x", "every": "1s", "agent_id": agent}),
-                           422, "quota_exceeded")
+                           422, "interval_too_short")
         assert_error_shape(post("/api/schedules/time", json={"time": "in 5m"}), 422, "invalid_argument")
         assert_error_shape(post("/api/schedules/time", json={"prompt": "x", "time": "2000-01-01T00:00:00Z",
                                                             "agent_id": agent}), 400, "time_in_past")

@@ -97,20 +97,19 @@ async def test_a_value_of_the_wrong_type_names_the_argument(client: Client[Any])
     assert body["error"].startswith("invalid values for promptyoself_list: 'limit': ") and "'offset': " in body["error"]
 
 
-async def test_every_below_the_minimum_is_quota_exceeded_as_documented(client: Client[Any]) -> None:
+async def test_every_below_the_minimum_is_interval_too_short_as_documented(client: Client[Any]) -> None:
     body = await error_of(client, "promptyoself_schedule_every",
                           {"prompt": "p", "every": "5s", "agent_id": "agent-1", "skip_validation": True})
-    assert body["code"] == "quota_exceeded"
+    assert body["code"] == "interval_too_short"  # (issue 32 point 5: it was quota_exceeded)
     assert "minimum interval 10s (PROMPTYOSELF_MIN_INTERVAL)" in body["error"]
     unreadable = await error_of(client, "promptyoself_schedule_every",
                                 {"prompt": "p", "every": "0s", "agent_id": "agent-1", "skip_validation": True})
     assert unreadable["code"] == "invalid_interval"
     doc = (ROOT / "docs" / "promptyoself-tools.md").read_text(encoding="utf-8")
     every_row = next(line for line in doc.splitlines() if line.startswith("| `every` |"))
-    assert "`PROMPTYOSELF_MIN_INTERVAL` (else `quota_exceeded`)" in every_row
-    quota = next(line for line in doc.splitlines() if line.startswith("| `quota_exceeded` |"))
-    interval = next(line for line in doc.splitlines() if line.startswith("| `invalid_interval` |"))
-    assert "minimum interval" in quota and "shorter than `PROMPTYOSELF_MIN_INTERVAL` is `quota_exceeded`" in interval
+    assert "`PROMPTYOSELF_MIN_INTERVAL` (else `interval_too_short`, naming the minimum)" in every_row
+    short = next(line for line in doc.splitlines() if line.startswith("| `interval_too_short` |"))
+    assert "shorter than `PROMPTYOSELF_MIN_INTERVAL`" in short and "names the minimum" in short
 
 
 # ---- point 6 --------------------------------------------------------------------------------------

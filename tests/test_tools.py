@@ -314,6 +314,9 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     await expect("promptyoself_schedule_cron", {"prompt": "p", "cron": "61 * * * *", "agent_id": agent}, "invalid_cron")
     await expect("promptyoself_schedule_cron", {"prompt": "p", "cron": "0 0 31 2 *", "agent_id": agent}, "invalid_cron")
     await expect("promptyoself_schedule_every", {"prompt": "p", "every": "1x", "agent_id": agent}, "invalid_interval")
+    await expect("promptyoself_schedule_every", {"prompt": "p", "every": "1s", "agent_id": agent}, "interval_too_short")
+    await expect("promptyoself_schedule_every", {"prompt": "p", "every": "10s", "agent_id": agent,
+                                                 "start_at": "9999-12-31T23:59:55Z"}, "out_of_range")
     await expect("promptyoself_list", {"limit": 0}, "invalid_argument")
     required = await expect("promptyoself_schedule_time", {"prompt": "p", "time": "in 5m"}, "agent_required")
     assert "PROMPTYOSELF_DEFAULT_AGENT_ID" in required["error"]

@@ -214,7 +214,7 @@ def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> NewSche
                 raise RowError(
                     f"interval {value!r} is shorter than the minimum interval {core.settings.min_interval} "
                     "(PROMPTYOSELF_MIN_INTERVAL).",
-                    "quota_exceeded",
+                    "interval_too_short",
                 )
             if next_run is None:
                 next_run = now + step

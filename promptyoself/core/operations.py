@@ -224,6 +224,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             anchor = read.instant
             phrases.ensure_future(anchor, now=now, tz=tz)
             fixed = phrases.read_time(raw, now=now + timedelta(seconds=1), tz=tz).instant == anchor
+        timing.interval_slots_fit(anchor, step)  # its first runs within the calendar (issue 29 item 2)
         value = every.strip() if isinstance(every, str) else str(every)
         reps_text = f", {reps} times" if reps else ""
         message = (

@@ -276,12 +276,14 @@ def rule_views(s: ListedSchedule) -> RuleViews:
         tz = resolve_zone("UTC")
     remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
     waiting = s.state in ("active", "pending_approval")  # (paused: its slots until resume are skipped)
-    runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if waiting else None,
-                               anchor=s.anchor, remaining=remaining)
-    return {
-        "upcoming": [to_local_iso(at, tz) for at in runs],
-        "description": recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions),
-    }
+    description = recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions)
+    try:
+        runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if waiting else None,
+                                   anchor=s.anchor, remaining=remaining)
+        return {"upcoming": [to_local_iso(at, tz) for at in runs], "description": description}
+    except Exception as exc:  # one row stored before today's checks (issue 29 item 2): it shows why, the list answers
+        why = exc.message if isinstance(exc, PromptYoSelfError) else f"{type(exc).__name__}: {exc}"
+        return {"upcoming": [], "description": f"{description} (its next runs cannot be computed: {why})"}
 
 
 def schedule_record(s: ListedSchedule) -> ScheduleRecord:

@@ -89,7 +89,7 @@ def when(value: object, zone: str | None = None) -> str:
     if zone:
         try:
             dt = dt.astimezone(ZoneInfo(zone))
-        except (ValueError, KeyError, OSError):  # not a zone name this system knows: keep the instant's offset
+        except (ValueError, KeyError, OSError, OverflowError):  # an unknown zone, or past 9999 there: as stored
             pass
     offset = dt.strftime("%z")
     return f"{dt:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"

@@ -85,7 +85,10 @@ def show_time(value: str, zone: ZoneInfo) -> str:
         return value
     if when.tzinfo is None:
         return value
-    local = when.astimezone(zone).replace(microsecond=0)
+    try:
+        local = when.astimezone(zone).replace(microsecond=0)
+    except OverflowError:  # a row stored near the end of the calendar (issue 29 item 2): as stored
+        return value
     offset = local.strftime("%z")
     name = local.tzname() or ""
     named = f" {name}" if name.isalpha() else ""  # 'CET', 'UTC'; not '+03', which repeats the offset

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
-from promptyoself.errors import InvalidArgument, InvalidTime, TimeInPast
+from promptyoself.errors import InvalidArgument, InvalidTime, PromptYoSelfError, TimeInPast
 from promptyoself.timing import (
     _US,
     _UTC_NAMES,
@@ -47,6 +47,7 @@ from promptyoself.timing import (
     _is_naive,
     _rule_text,
     _zone_suggestion,
+    abbreviation_advice,
     check_in_range,
     ensure_aware,
     local_to_utc,
@@ -88,7 +89,7 @@ _WD, _MON = _alternatives(WEEKDAYS), _alternatives(MONTHS)
 CLOCK = (r"(?:(?P<word>noon|midday|midnight)|(?P<h>\d{1,2})(?::(?P<m>\d{2})(?::(?P<s>\d{2}))?)?"
          r"\s*(?P<ampm>[ap]\.?m\.?)?)")
 """A time of day (named groups word, h, m, s, ampm); ``clock_time`` reads a match."""
-_DAY = (rf"(?:(?P<rel>today|tomorrow)|(?:(?P<next>next|this)\s+)?(?P<wd>{_WD})"
+_DAY = (rf"(?:(?P<rel>today|tomorrow|yesterday)|(?:(?P<next>next|this)\s+)?(?P<wd>{_WD})"
         rf"|(?P<mon1>{_MON})\.?\s+(?P<d1>\d{{1,2}})(?:st|nd|rd|th)?(?:,?\s+(?P<y1>\d{{4}}))?"
         rf"|(?P<d2>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<mon2>{_MON})\.?(?:,?\s+(?P<y2>\d{{4}}))?"
         r"|(?P<iso>\d{4}-\d{2}-\d{2}))")
@@ -167,7 +168,7 @@ def _read_natural(body: str, shown: str, now: datetime, zone: ZoneInfo) -> datet
                           f"'{body.replace('midnight', '00:00')}' or '... 23:59'. {TIME_FORMS}")
     clock = clock_time(m, shown)
     if m.group("rel"):
-        return at(today + timedelta(days=1 if m.group("rel") == "tomorrow" else 0), clock)
+        return at(today + timedelta(days={"tomorrow": 1, "today": 0, "yesterday": -1}[m.group("rel")]), clock)
     if m.group("wd"):
         ahead = (WEEKDAYS[m.group("wd")] - today.weekday()) % 7 or 7
         return at(today + timedelta(days=ahead), clock)
@@ -282,6 +283,11 @@ def _read_time(text: str, *, now: datetime, tz: ZoneInfo) -> When:
         except InvalidArgument as exc:
             raise InvalidTime(f"{exc.message} (in time {shown!r})") from None
         body = zm.group("body").strip()
+    else:
+        rest, _, last = shown.rpartition(" ")
+        abbreviation = abbreviation_advice(last) if rest.strip() else None
+        if abbreviation is not None:  # as the timezone argument says of it
+            raise InvalidTime(f"{abbreviation} (in time {shown!r})")
     zone = written or tz
     lowered = " ".join(body.lower().split()).rstrip(".")
     if lowered == "now":
@@ -307,11 +313,24 @@ def _read_time(text: str, *, now: datetime, tz: ZoneInfo) -> When:
             "('2026-12-25 10:00 America/New_York')."
         ) from None
     if parsed is None:
-        last = lowered.rsplit(" ", 1)[-1]
-        hint = _zone_suggestion(last) if last.isalpha() and len(last) > 2 else ""
-        hint = f" A zone goes last as its IANA name.{hint}" if hint else ""
+        hint = _zone_hint(body, now=now_utc, tz=zone)
         raise InvalidTime(f"Cannot read time {shown!r}.{hint} {TIME_FORMS}")
     return When(_to_instant(parsed, zone, shown), written)
+
+
+def _zone_hint(body: str, *, now: datetime, tz: ZoneInfo) -> str:
+    """' A zone goes last as its IANA name. Did you mean ...?' when the last word of an unreadable
+    time is zone-like: what comes before it is a time ('tomorrow 9am Berlin'). Not for a word that is
+    all there is ('christmas' is not 'Indian/Christmas')."""
+    rest, _, last = body.rpartition(" ")
+    if not rest.strip() or not last.isalpha() or len(last) < 3:
+        return ""
+    try:
+        _read_time(rest, now=now, tz=tz)
+    except PromptYoSelfError:
+        return ""
+    found = _zone_suggestion(last)
+    return f" A zone goes last as its IANA name.{found}" if found else ""
 
 
 def parse_time(text: str, *, now: datetime, tz: ZoneInfo) -> datetime:

@@ -386,6 +386,7 @@ def normalize_rrule(text: str, *, now: datetime, tz: ZoneInfo) -> tuple[str, dat
 _WD = "(?:" + "|".join(sorted(WEEKDAYS, key=len, reverse=True)) + ")"
 _MON = "(?:" + "|".join(sorted(MONTHS, key=len, reverse=True)) + ")"
 _WDLIST = rf"{_WD}s?(?:\s*(?:,|and|&|,\s*and)\s*{_WD}s?)*"
+_WDPLURAL = rf"{_WD}s(?:\s*(?:,|and|&|,\s*and)\s*{_WD}s)*"  # 'mondays at 10', 'mondays and fridays at 9'
 _ORDINALS = {"first": 1, "1st": 1, "second": 2, "2nd": 2, "third": 3, "3rd": 3, "fourth": 4, "4th": 4,
              "fifth": 5, "5th": 5, "last": -1, "second to last": -2}
 _ORD = "(?:" + "|".join(sorted(_ORDINALS, key=len, reverse=True)) + ")"
@@ -399,7 +400,7 @@ _SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((name, re.compile(patte
     ("weekdays", r"(?:every|each|on)\s+weekdays?|weekdays"),
     ("weekends", r"(?:every|each|on)\s+weekends?(?:\s+days?)?|weekends"),
     ("weekly", rf"(?:(?:every|each)\s+(?:(?P<n>\d+)\s+weeks|(?P<other>other)\s+week|week)\s+on\s+|(?:every|each|on)\s+"
-               rf"|weekly\s+on\s+)(?P<days>{_WDLIST})"),
+               rf"|weekly\s+on\s+)(?P<days>{_WDLIST})|(?P<plural>{_WDPLURAL})"),
     ("nth", rf"(?:on\s+)?(?:the\s+)?(?P<ord>{_ORD})\s+(?P<wd>{_WD})\s+of\s+{_EVERY_MONTH}"
             rf"|(?:every|each)\s+month\s+on\s+the\s+(?P<ord2>{_ORD})\s+(?P<wd2>{_WD})"),
     ("monthday", r"(?:on\s+)?the\s+(?P<md>\d{1,2})(?:st|nd|rd|th)\s+of\s+" + _EVERY_MONTH
@@ -419,64 +420,88 @@ def _days_of(text: str) -> str:
     return ",".join(_DAYS[d] for d in found)
 
 
-def natural_rule(text: str) -> str | None:
-    """Words -> an RRULE (not yet normalized); None when ``text`` is not in the grammar (see
-    ``RULE_FORMS``). A rule on days needs its time ('at 9'); hours without am/pm are 24-hour."""
-    lowered = " ".join(text.lower().split()).rstrip(".")
+_Groups = dict[str, "str | None"]
+
+
+def _first(g: _Groups, *names: str) -> str:
+    """The first of the named groups that matched (a shape spells one thing in several ways)."""
+    return next(value for name in names if (value := g.get(name)) is not None)
+
+
+_ON_DAYS: dict[str, Callable[[_Groups], str]] = {  # each shape of _SHAPES -> its RRULE without the time
+    "daily": lambda g: "FREQ=DAILY",
+    "days": lambda g: f"FREQ=DAILY;INTERVAL={g['n']}",
+    "weekdays": lambda g: "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR",
+    "weekends": lambda g: "FREQ=WEEKLY;BYDAY=SA,SU",
+    "weekly": lambda g: (f"FREQ=WEEKLY;INTERVAL={2 if g['other'] else int(g['n'] or 1)};"
+                         f"BYDAY={_days_of(_first(g, 'days', 'plural'))}"),
+    "nth": lambda g: (f"FREQ=MONTHLY;BYDAY={_ORDINALS[_first(g, 'ord', 'ord2')]}"
+                      f"{_DAYS[WEEKDAYS[_first(g, 'wd', 'wd2')]]}"),
+    "monthday": lambda g: f"FREQ=MONTHLY;BYMONTHDAY={int(_first(g, 'md', 'md2'))}",
+    "lastday": lambda g: "FREQ=MONTHLY;BYMONTHDAY=-1",
+    "yearly": lambda g: (f"FREQ=YEARLY;BYMONTH={MONTHS[_first(g, 'mon', 'mon2', 'mon3')]};"
+                         f"BYMONTHDAY={int(_first(g, 'd', 'd2', 'd3'))}"),
+}
+
+
+def _ends(lowered: str) -> tuple[str, str] | None:
+    """'..., 5 times' / '... until 2027-06-30' -> (the rest, ';COUNT=5' / ';UNTIL=20270630' / '')."""
     tail = _TAIL.fullmatch(lowered)
     if tail is None:
         return None
-    body, extra = tail.group("body"), ""
     if tail.group("count"):
-        extra = f";COUNT={tail.group('count')}"
-    elif tail.group("until"):
-        extra = f";UNTIL={tail.group('until').replace('-', '')}"
+        return tail.group("body"), f";COUNT={tail.group('count')}"
+    if tail.group("until"):
+        return tail.group("body"), f";UNTIL={tail.group('until').replace('-', '')}"
+    return tail.group("body"), ""
+
+
+def _every_step(plain: re.Match[str], body: str) -> str:
+    """'every 2 hours', 'every 15 minutes', 'hourly': on the clock when the step divides the day or the
+    hour (every 15 minutes: :00, :15, ...), else every that long from the start."""
+    n = int(plain.group("n") or 1)
+    if n < 1:
+        raise _bad("The step must be at least 1.")
+    if body == "hourly" or (plain.group("unit") or "").startswith("h"):
+        if 24 % n == 0 and n > 1:
+            return f"FREQ=DAILY;BYHOUR={','.join(str(h) for h in range(0, 24, n))};BYMINUTE=0"
+        return f"FREQ=HOURLY;INTERVAL={n};BYMINUTE=0"
+    if 60 % n == 0:
+        return f"FREQ=HOURLY;BYMINUTE={','.join(str(m) for m in range(0, 60, n))}"
+    return f"FREQ=MINUTELY;INTERVAL={n}"
+
+
+def _at_time(clocked: re.Match[str] | None, body: str, shown: str) -> str:
+    """';BYHOUR=9;BYMINUTE=0' of a rule on days ('... at 9'); a rule on days without one is refused."""
+    if clocked is None:
+        raise _bad(f"{shown!r} does not say at what time: add it, e.g. '{body} at 9:00'.")
+    try:
+        at = clock_time(clocked, shown)
+    except InvalidTime as exc:  # the time of day is wrong: say so with the rule forms
+        raise _bad(exc.message.split(" Accepted forms")[0]) from None
+    if at.second:
+        raise _bad("Rules run on whole minutes; leave out the seconds.")
+    return f";BYHOUR={at.hour};BYMINUTE={at.minute}"
+
+
+def natural_rule(text: str) -> str | None:
+    """Words -> an RRULE (not yet normalized); None when ``text`` is not in the grammar (see
+    ``RULE_FORMS``). A rule on days needs its time ('at 9'); hours without am/pm are 24-hour. The
+    words are read in three steps: how it ends (``_ends``), a step ('every 2 hours', ``_every_step``),
+    or days (a shape of ``_SHAPES``, built by ``_ON_DAYS``) at a time (``_at_time``)."""
+    ends = _ends(" ".join(text.lower().split()).rstrip("."))
+    if ends is None:
+        return None
+    body, extra = ends
     plain = _UNCLOCKED.fullmatch(body)
-    if plain:  # on the clock when the step divides the hour or the day (every 15 minutes: :00, :15, ...)
-        hourly = body == "hourly" or (plain.group("unit") or "").startswith("h")
-        n = int(plain.group("n") or 1)
-        if n < 1:
-            raise _bad("The step must be at least 1.")
-        if hourly:
-            if 24 % n == 0 and n > 1:
-                return f"FREQ=DAILY;BYHOUR={','.join(str(h) for h in range(0, 24, n))};BYMINUTE=0{extra}"
-            return f"FREQ=HOURLY;INTERVAL={n};BYMINUTE=0{extra}"
-        if 60 % n == 0:
-            return f"FREQ=HOURLY;BYMINUTE={','.join(str(m) for m in range(0, 60, n))}{extra}"
-        return f"FREQ=MINUTELY;INTERVAL={n}{extra}"
+    if plain:
+        return _every_step(plain, body) + extra
     clocked = _CLOCKED.fullmatch(body)
     shape = clocked.group("rule") if clocked else body
     for name, pattern in _SHAPES:
         m = pattern.fullmatch(shape)
-        if m is None:
-            continue
-        if clocked is None:
-            raise _bad(f"{text.strip()!r} does not say at what time: add it, e.g. '{body} at 9:00'.")
-        try:
-            at = clock_time(clocked, text.strip())
-        except InvalidTime as exc:  # the time of day is wrong: say so with the rule forms
-            raise _bad(exc.message.split(" Accepted forms")[0]) from None
-        when = f";BYHOUR={at.hour};BYMINUTE={at.minute}"
-        if at.second:
-            raise _bad("Rules run on whole minutes; leave out the seconds.")
-        g = m.groupdict()
-        if name == "daily":
-            return f"FREQ=DAILY{when}{extra}"
-        if name == "days":
-            return f"FREQ=DAILY;INTERVAL={g['n']}{when}{extra}"
-        if name in ("weekdays", "weekends"):
-            return f"FREQ=WEEKLY;BYDAY={'MO,TU,WE,TH,FR' if name == 'weekdays' else 'SA,SU'}{when}{extra}"
-        if name == "weekly":
-            n = 2 if g["other"] else int(g["n"] or 1)
-            return f"FREQ=WEEKLY;INTERVAL={n};BYDAY={_days_of(g['days'])}{when}{extra}"
-        if name == "nth":
-            n = _ORDINALS[g["ord"] or g["ord2"]]
-            return f"FREQ=MONTHLY;BYDAY={n}{_DAYS[WEEKDAYS[g['wd'] or g['wd2']]]}{when}{extra}"
-        if name in ("monthday", "lastday"):
-            day = -1 if name == "lastday" else int(g["md"] or g["md2"])
-            return f"FREQ=MONTHLY;BYMONTHDAY={day}{when}{extra}"
-        month = MONTHS[g["mon"] or g["mon2"] or g["mon3"]]
-        return f"FREQ=YEARLY;BYMONTH={month};BYMONTHDAY={int(g['d'] or g['d2'] or g['d3'])}{when}{extra}"
+        if m is not None:
+            return _ON_DAYS[name](m.groupdict()) + _at_time(clocked, body, text.strip()) + extra
     return None
 
 
@@ -528,57 +553,114 @@ def _nth(n: int, *, words: bool = False) -> str:
     return f"{n}{suffix}"
 
 
+@dataclass(frozen=True)
+class _Said:
+    """A normal-form rule's parts, as the describer reads them."""
+
+    parts: dict[str, str]
+    freq: str
+    interval: int
+    every: str  # 'every week', 'every 2 months'
+    hours: list[int]
+    minutes: list[int]
+    plain: tuple[str, ...]  # weekdays without a number: ('Monday', 'Friday')
+    numbered: list[str]  # 'last Friday', 'second Tuesday'
+    months: list[str]
+    monthdays: list[int]
+
+
+_UNITS = {"MINUTELY": "minute", "HOURLY": "hour", "DAILY": "day", "WEEKLY": "week", "MONTHLY": "month",
+          "YEARLY": "year"}
+
+
+def _said(value: str) -> _Said:
+    p = dict(item.split("=", 1) for item in value.split(";"))
+    n, unit = int(p.get("INTERVAL", "1")), _UNITS[p["FREQ"]]
+    days = [m for m in (_BYDAY_RE.fullmatch(d) for d in p.get("BYDAY", "").split(",") if d) if m]
+    return _Said(
+        parts=p, freq=p["FREQ"], interval=n, every=f"every {unit}" if n == 1 else f"every {n} {unit}s",
+        hours=[int(h) for h in p.get("BYHOUR", "").split(",") if h],
+        minutes=[int(m) for m in p.get("BYMINUTE", "").split(",") if m],
+        plain=tuple(_DAY_NAMES[_DAYS.index(d.group(2))] for d in days if not d.group(1)),
+        numbered=[f"{_nth(int(d.group(1)), words=True)} {_DAY_NAMES[_DAYS.index(d.group(2))]}"
+                  for d in days if d.group(1)],
+        months=[_MONTH_NAMES[int(m) - 1] for m in p.get("BYMONTH", "").split(",") if m],
+        monthdays=[int(d) for d in p.get("BYMONTHDAY", "").split(",") if d],
+    )
+
+
+def _on_days(r: _Said) -> str:
+    """' on Monday and Friday', ' on weekdays', ' on weekends' (or nothing)."""
+    if r.plain == _DAY_NAMES[:5]:
+        return " on weekdays"
+    if r.plain == _DAY_NAMES[5:]:
+        return " on weekends"
+    return f" on {_join(list(r.plain))}" if r.plain else ""
+
+
+def _dates_words(r: _Said) -> str:
+    """A monthly or yearly rule on dates: 'on the last Friday of every month', 'every year on the 25th of
+    December'; plain weekdays then narrow it ('(if a Friday)')."""
+    which = r.numbered + [("last day" if d == -1 else f"{_nth(d)} day" if d < 0 else _nth(d)) for d in r.monthdays]
+    of = f" of {_join(r.months)}" if r.freq == "YEARLY" and r.months else ""
+    text = f"on the {_join(which)}{of} of {r.every}" if not of else f"{r.every} on the {_join(which)}{of}"
+    return text + (_on_days(r) and f" (if a{_on_days(r)[3:]})")
+
+
+def _days_words(r: _Said) -> str:
+    """The days a rule runs on, the first part of its description."""
+    if r.freq == "WEEKLY" and r.interval == 1 and r.plain:
+        return "every weekday" if _on_days(r) == " on weekdays" else f"every {_join(list(r.plain))}"
+    if r.freq in ("MONTHLY", "YEARLY") and (r.numbered or r.monthdays):
+        return _dates_words(r)
+    if r.freq == "YEARLY" and r.months:
+        return f"{r.every} in {_join(r.months)}{_on_days(r)}"
+    text = f"{r.every}{_on_days(r)}"
+    if r.monthdays:
+        text += f" on the {_join([_nth(d) for d in r.monthdays])} of the month"
+    return text
+
+
+def _times_words(r: _Said, text: str) -> str:
+    """``text`` with the times of day: ' at 09:00', ' on the hour', ', every 2 hours from 00:00'."""
+    hours, minutes = r.hours, r.minutes
+    if r.freq == "MINUTELY":
+        return text
+    if r.freq == "HOURLY":
+        return text + (f" at minute {_join([str(m) for m in minutes])}" if minutes != [0] else " on the hour")
+    if len(hours) > 4 and len(minutes) == 1 and hours == list(range(hours[0], 24, hours[1] - hours[0])):
+        step = f"every {hours[1] - hours[0]} hours from {hours[0]:02d}:{minutes[0]:02d}"
+        return step if text == "every day" else f"{text}, {step}"
+    if hours and minutes:
+        return text + " at " + _join([f"{h:02d}:{m:02d}" for h in hours for m in minutes])
+    return text
+
+
+def _until_words(value: str, tz: ZoneInfo) -> str:
+    until = datetime.strptime(value, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).astimezone(tz)
+    return f", until {until:%Y-%m-%d %H:%M}"
+
+
+_TAILS: tuple[tuple[str, Callable[[str, str, ZoneInfo], str]], ...] = (  # said last, in this order: (part,
+    # its words from its value, the rule's unit and the zone)
+    ("BYSETPOS", lambda v, unit, tz: f" (only the {_join([_nth(int(x)) for x in v.split(',')])} of each {unit})"),
+    ("COUNT", lambda v, unit, tz: f", {v} times"),
+    ("UNTIL", lambda v, unit, tz: _until_words(v, tz)),
+)
+
+
 @functools.lru_cache(maxsize=1024)  # pure; list describes every row
 def _describe_rrule(value: str, tz: ZoneInfo) -> str:
-    p = dict(item.split("=", 1) for item in value.split(";"))
-    freq, n = p["FREQ"], int(p.get("INTERVAL", "1"))
-    hours = [int(h) for h in p.get("BYHOUR", "").split(",") if h]
-    minutes = [int(m) for m in p.get("BYMINUTE", "").split(",") if m]
-    days = [_BYDAY_RE.fullmatch(d) for d in p.get("BYDAY", "").split(",") if d]
-    months = [_MONTH_NAMES[int(m) - 1] for m in p.get("BYMONTH", "").split(",") if m]
-    monthdays = [int(d) for d in p.get("BYMONTHDAY", "").split(",") if d]
-    plain = tuple(_DAY_NAMES[_DAYS.index(d.group(2))] for d in days if d and not d.group(1))
-    numbered = [f"{_nth(int(d.group(1)), words=True)} {_DAY_NAMES[_DAYS.index(d.group(2))]}"
-                for d in days if d and d.group(1)]
-    unit = {"MINUTELY": "minute", "HOURLY": "hour", "DAILY": "day", "WEEKLY": "week", "MONTHLY": "month",
-            "YEARLY": "year"}[freq]
-    every = f"every {unit}" if n == 1 else f"every {n} {unit}s"
-    on_days = "" if not plain else f" on {_join(list(plain))}"
-    if plain == _DAY_NAMES[:5]:
-        on_days = " on weekdays"
-    elif plain == _DAY_NAMES[5:]:
-        on_days = " on weekends"
-    if freq == "WEEKLY" and n == 1 and plain:
-        text = "every weekday" if on_days == " on weekdays" else f"every {_join(list(plain))}"
-    elif freq in ("MONTHLY", "YEARLY") and (numbered or monthdays):
-        which = numbered + [("last day" if d == -1 else f"{_nth(d)} day" if d < 0 else _nth(d)) for d in monthdays]
-        of = f" of {_join(months)}" if freq == "YEARLY" and months else ""
-        text = f"on the {_join(which)}{of} of {every}" if not of else f"{every} on the {_join(which)}{of}"
-        text += on_days and f" (if a{on_days[3:]})"
-    elif freq == "YEARLY" and months:
-        text = f"{every} in {_join(months)}{on_days}"
-    else:
-        text = f"{every}{on_days}"
-        if monthdays:
-            text += f" on the {_join([_nth(d) for d in monthdays])} of the month"
-    if months and freq != "YEARLY":
-        text += f" in {_join(months)}"
-    if freq in ("MINUTELY",):
-        pass
-    elif freq == "HOURLY":
-        text += f" at minute {_join([str(m) for m in minutes])}" if minutes != [0] else " on the hour"
-    elif len(hours) > 4 and len(minutes) == 1 and hours == list(range(hours[0], 24, hours[1] - hours[0])):
-        step = f"every {hours[1] - hours[0]} hours from {hours[0]:02d}:{minutes[0]:02d}"
-        text = step if text == "every day" else f"{text}, {step}"
-    elif hours and minutes:
-        text += " at " + _join([f"{h:02d}:{m:02d}" for h in hours for m in minutes])
-    if "BYSETPOS" in p:
-        text += f" (only the {_join([_nth(int(x)) for x in p['BYSETPOS'].split(',')])} of each {unit})"
-    if "COUNT" in p:
-        text += f", {p['COUNT']} times"
-    if "UNTIL" in p:
-        until = datetime.strptime(p["UNTIL"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).astimezone(tz)
-        text += f", until {until:%Y-%m-%d %H:%M}"
+    """A normal-form rule in words: its days (``_days_words``), months when not yearly, its times
+    (``_times_words``), then BYSETPOS, COUNT and UNTIL (``_TAILS``)."""
+    r = _said(value)
+    text = _days_words(r)
+    if r.months and r.freq != "YEARLY":
+        text += f" in {_join(r.months)}"
+    text = _times_words(r, text)
+    for key, said in _TAILS:
+        if key in r.parts:
+            text += said(r.parts[key], _UNITS[r.freq], tz)
     return text[0].upper() + text[1:] + f" ({tz.key})"
 
 

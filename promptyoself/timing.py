@@ -78,6 +78,16 @@ _MAX_CRON_STEPS = 10_000
 _US = timedelta(microseconds=1)
 _SEC_US = 1_000_000
 _UTC_NAMES = {"UTC", "Z", "GMT", "UT", "ETC/UTC", "ETC/GMT", "ZULU"}
+_ABBREVIATIONS = {  # zone abbreviations people write -> the IANA zone suggested instead
+    "EST": "America/New_York", "EDT": "America/New_York", "CST": "America/Chicago", "CDT": "America/Chicago",
+    "MST": "America/Denver", "MDT": "America/Denver", "PST": "America/Los_Angeles", "PDT": "America/Los_Angeles",
+    "AKST": "America/Anchorage", "AKDT": "America/Anchorage", "HST": "Pacific/Honolulu", "CET": "Europe/Berlin",
+    "CEST": "Europe/Berlin", "MET": "Europe/Berlin", "MEST": "Europe/Berlin", "EET": "Europe/Athens",
+    "EEST": "Europe/Athens", "WET": "Europe/Lisbon", "WEST": "Europe/Lisbon", "BST": "Europe/London",
+    "IST": "Asia/Kolkata", "JST": "Asia/Tokyo", "KST": "Asia/Seoul", "AEST": "Australia/Sydney",
+    "AEDT": "Australia/Sydney", "ACST": "Australia/Adelaide", "AWST": "Australia/Perth",
+    "NZST": "Pacific/Auckland", "NZDT": "Pacific/Auckland", "SAST": "Africa/Johannesburg", "MSK": "Europe/Moscow",
+}
 
 _INTERVAL_FORMS = (
     "Accepted forms: '30s', '5m', '1h', '1d', '1h30m', '2h 15m', bare seconds "
@@ -210,6 +220,17 @@ def _zone_suggestion(text: str) -> str:
     return f" Did you mean {' or '.join(repr(f) for f in found)}?" if found else ""
 
 
+def abbreviation_advice(name: str) -> str | None:
+    """What to write instead of a zone abbreviation ('EST'), or None when ``name`` is not one. One rule
+    for the timezone argument and a zone written in a time: abbreviations are refused in both (IANA
+    keeps a few, EST and CET among them, as fixed offsets that ignore daylight saving)."""
+    zone = _ABBREVIATIONS.get(name.strip().upper())
+    if zone is None:
+        return None
+    return (f"Timezone abbreviation {name.strip()!r} is ambiguous (which places? with daylight saving?): write "
+            f"the IANA name, e.g. {zone!r}, or an offset in the time ('2026-12-25T10:00:00-05:00').")
+
+
 def resolve_zone(name: str | None, default: str | ZoneInfo = "UTC") -> ZoneInfo:
     """IANA zone name, in any case -> ZoneInfo. None/blank means ``default`` (a name, or the parsed
     setting); UTC/Z/GMT -> UTC. An unknown name is ``invalid_argument`` naming the nearest ones."""
@@ -228,6 +249,9 @@ def resolve_zone(name: str | None, default: str | ZoneInfo = "UTC") -> ZoneInfo:
         raise InvalidArgument(f"Unknown timezone {shown!r}. {advice}")
     if text.upper() in _UTC_NAMES:
         return ZoneInfo("UTC")
+    abbreviation = abbreviation_advice(text)
+    if abbreviation is not None:
+        raise InvalidArgument(abbreviation)
     try:
         return ZoneInfo(text)
     except (ZoneInfoNotFoundError, ValueError, OSError, TypeError):

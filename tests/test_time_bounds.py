@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -139,9 +140,20 @@ def test_every_leaving_the_calendar_is_refused_and_stores_nothing(core: Core, st
     assert core.list_schedules(agent_id=AGENT)["total"] == 0
 
 
+@contextmanager
+def service(core: Core) -> Iterator[TestClient]:
+    """The service's routes (REST and console) without its lifespan (no delivery, no MCP session task,
+    nothing that waits for a clock that is fixed here), as tests/test_console.py uses them."""
+    client = TestClient(build_service_app(core, core.settings, delivery=False), base_url="http://127.0.0.1:8000",
+                        headers={"Authorization": f"Bearer {TOKEN}"}, follow_redirects=False)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
 def test_rest_answers_4xx_for_a_start_at_past_the_calendar(core: Core) -> None:
-    with TestClient(build_service_app(core, core.settings, delivery=False), base_url="http://127.0.0.1:8000",
-                    headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+    with service(core) as client:
         r = client.post("/api/schedules/every", json={"prompt": "p", "every": "10s", "agent_id": AGENT,
                                                       "start_at": "9999-12-31T23:59:55Z", "skip_validation": True})
         assert r.status_code == 400 and r.json()["code"] == "out_of_range", r.text
@@ -169,8 +181,7 @@ async def test_every_list_survives_a_bad_row_stored_before_the_fix(core: Core,
         assert rows[bad]["upcoming"] == [] and "cannot be computed" in rows[bad]["description"]
 
     check(dict(core.list_schedules(agent_id=AGENT)))
-    with TestClient(build_service_app(core, core.settings, delivery=False), base_url="http://127.0.0.1:8000",
-                    headers={"Authorization": f"Bearer {TOKEN}"}, follow_redirects=False) as client:
+    with service(core) as client:
         r = client.get("/api/schedules", params={"agent_id": AGENT})
         assert r.status_code == 200, r.text
         check(r.json())

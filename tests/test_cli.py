@@ -69,7 +69,7 @@ def test_table_on_a_terminal(capsys: pytest.CaptureFixture[str], core: Core, mon
     code, out, _ = run(capsys, core, "list")
     assert code == 0
     header, row = out.splitlines()[:2]
-    assert header.split()[:3] == ["ID", "AGENT", "TYPE"]
+    assert header.split()[:4] == ["ID", "AGENT", "TARGET", "TYPE"]
     assert "water the plants" in row and "0 9 * * *" in row
     with pytest.raises(json.JSONDecodeError):
         json.loads(out)

@@ -164,3 +164,28 @@ def test_the_cli_and_rest_take_the_same_arguments(tcore: Core, hooks: None, tmp_
                                                         "endpoint": "nope"})
         assert bad.status_code in (400, 422) and bad.json()["code"] == "invalid_argument"
     rest.close()
+
+
+def test_list_and_the_console_show_each_schedules_target(db_path: Path, hooks: None, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from promptyoself.faces import tables
+    from promptyoself.faces.http import build_service_app
+
+    settings = make_settings(db_path, http_token="console-t0ken", letta_base_url="http://127.0.0.1:9")
+    core = Core(settings)
+    core.schedule_every("to letta", "30m", agent_id="agent-1", skip_validation=True)
+    core.schedule_every("to a hook", "30m", target="webhook", endpoint="ops")
+    core.schedule_every("to a session", "30m", target="claude-code", session_id=SESSION, cwd=str(tmp_path))
+    listed = core.list_schedules()
+    assert sorted(s["target"] for s in listed["schedules"]) == ["claude-code", "letta", "webhook"]
+    text = tables.render(dict(listed), width=200)
+    assert "TARGET" in text and "claude-code" in text and "webhook" in text
+    app = build_service_app(core, settings, delivery=False)
+    with TestClient(app, base_url="http://127.0.0.1:8000", follow_redirects=False) as client:
+        assert client.post("/console/login", data={"token": "console-t0ken", "next": "/"}).status_code == 303
+        page = client.get("/").text
+    assert "<th>target</th>" in page
+    cells = [c for c in page.split('<td class="small target">')[1:]]
+    assert sorted(c.split("<", 1)[0] for c in cells) == ["claude-code", "letta", "webhook"]
+    core.close()

@@ -28,7 +28,8 @@ from zoneinfo import ZoneInfo
 from promptyoself import timing
 
 ROW_COLUMNS: dict[str, tuple[str, ...]] = {
-    "schedules": ("id", "agent_id", "schedule_type", "schedule_value", "timezone", "state", "next_run", "prompt_text"),
+    "schedules": ("id", "agent_id", "target", "schedule_type", "schedule_value", "timezone", "state", "next_run",
+                  "prompt_text"),
     "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
     "agents": ("id", "name", "created_at", "last_updated"),
     "executed": ("id", "agent_id", "outcome", "delivered", "next_run", "repetition_count", "error"),

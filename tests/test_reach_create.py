@@ -182,9 +182,10 @@ def test_list_and_the_console_show_each_schedules_target(db_path: Path, hooks: N
     text = tables.render(dict(listed), width=200)
     assert "TARGET" in text and "claude-code" in text and "webhook" in text
     app = build_service_app(core, settings, delivery=False)
-    with TestClient(app, base_url="http://127.0.0.1:8000", follow_redirects=False) as client:
-        assert client.post("/console/login", data={"token": "console-t0ken", "next": "/"}).status_code == 303
-        page = client.get("/").text
+    client = TestClient(app, base_url="http://127.0.0.1:8000", follow_redirects=False)  # no lifespan: no delivery
+    assert client.post("/console/login", data={"token": "console-t0ken", "next": "/"}).status_code == 303
+    page = client.get("/").text
+    client.close()
     assert "<th>target</th>" in page
     cells = [c for c in page.split('<td class="small target">')[1:]]
     assert sorted(c.split("<", 1)[0] for c in cells) == ["claude-code", "letta", "webhook"]

@@ -62,7 +62,9 @@ def with_otid(payload: dict[str, Any], otid: str | None) -> dict[str, Any]:
     return body
 
 
-def _retry_after(resp: httpx.Response) -> float | None:
+def retry_after(resp: httpx.Response) -> float | None:
+    """A 429's or 503's ``Retry-After`` in seconds (the delta-seconds form; a date is ignored), the same for
+    every HTTP target; ``RetryPolicy`` caps it."""
     raw = resp.headers.get("retry-after")
     if raw is None:
         return None
@@ -123,7 +125,7 @@ def raise_for_letta(resp: httpx.Response, *, agent_id: str | None = None) -> Non
         )
     if status == 429 or status >= 500:
         err = LettaUnavailable(f"Letta answered HTTP {status}; try again shortly.", http_status=status)
-        err.details["retry_after"] = _retry_after(resp)
+        err.details["retry_after"] = retry_after(resp)
         raise err
     if status == 422:
         raise InvalidArgument(f"Letta rejected the request (HTTP 422): {_detail(resp)}")

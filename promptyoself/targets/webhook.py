@@ -34,6 +34,7 @@ from promptyoself.errors import (
     TargetGone,
     TargetRejected,
 )
+from promptyoself.letta.client import retry_after
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
 NAME = "webhook"
@@ -80,16 +81,6 @@ def signature(secrets: tuple[str, ...], msg_id: str, sent_at: datetime, body: by
     """``webhook-signature``: one ``v1,<base64>`` per secret, space-separated."""
     text = body.decode()
     return " ".join(Webhook(secret).sign(msg_id, sent_at, text) for secret in secrets)
-
-
-def _retry_after(resp: httpx.Response) -> float | None:
-    raw = resp.headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return None
 
 
 class WebhookTarget:
@@ -173,7 +164,7 @@ class WebhookTarget:
         if status == 429 or status >= 500:
             err = LettaUnavailable(f"webhook endpoint {ep.name!r} answered HTTP {status}; trying again later.",
                                    http_status=status)
-            err.details["retry_after"] = _retry_after(resp)
+            err.details["retry_after"] = retry_after(resp)
             err.details[IN_DOUBT] = status in (502, 504)  # a gateway: the receiver may have it
             raise err
         raise TargetRejected(f"webhook endpoint {ep.name!r} refused the delivery with HTTP {status}.",

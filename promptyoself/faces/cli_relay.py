@@ -127,9 +127,7 @@ def run(argv: list[str]) -> int | None:
         return None
     if sock is None:
         return None
-    if os.environ.get("PROMPTYOSELF_RELAY_DUMP_MODULES"):  # tests: which modules this process loaded
-        with open(os.environ["PROMPTYOSELF_RELAY_DUMP_MODULES"], "w", encoding="utf-8") as fh:
-            fh.write("\n".join(sorted(sys.modules)))
+    relay.dump_loaded_modules()
     try:
         sock.settimeout(TIMEOUT)
         result = call(sock, *planned)

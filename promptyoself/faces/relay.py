@@ -298,9 +298,7 @@ def try_relay() -> int | None:
         return None
     if sock is None:
         return None
-    if os.environ.get("PROMPTYOSELF_RELAY_DUMP_MODULES"):  # tests: which modules this process loaded
-        with open(os.environ["PROMPTYOSELF_RELAY_DUMP_MODULES"], "w", encoding="utf-8") as fh:
-            fh.write("\n".join(sorted(sys.modules)))
+    dump_loaded_modules()
     return pump(sock)
 
 
@@ -328,3 +326,12 @@ def is_stdio_args(argv: list[str], *, default_stdio: bool) -> bool:
             return False
         i += 1
     return transport == "stdio"
+
+
+def dump_loaded_modules() -> None:
+    """Tests: write the names of the modules this process loaded to ``PROMPTYOSELF_RELAY_DUMP_MODULES``
+    (a relayed process must load none of the server's)."""
+    path = os.environ.get("PROMPTYOSELF_RELAY_DUMP_MODULES")
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(sorted(sys.modules)))

@@ -45,9 +45,12 @@ def cli_main(argv: list[str] | None = None, *, run_as: str = "-m promptyoself") 
             return handed
     try:
         from promptyoself.faces.cli import main
+
+        # The CLI parses with the standard library and imports the rest after parsing (issue 32 point 3),
+        # so a missing dependency shows up inside main, not at this import.
+        return main(argv)
     except ModuleNotFoundError as exc:
         return missing_dependency(exc, run_as, args)
-    return main(argv)
 
 
 def missing_dependency(exc: ModuleNotFoundError, run_as: str, args: list[str]) -> int:

@@ -102,6 +102,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _GUARD.install()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test against a real Letta (``letta``) talks to a real server and starts ours: it is slow, so
+    the guard never refuses its servers and the fast tier never selects it."""
+    for item in items:
+        if item.get_closest_marker("letta") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     _GUARD.uninstall()
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import logging.handlers
 import re
 import sys
 from datetime import UTC, datetime
@@ -177,8 +176,10 @@ def setup_logging(settings: Settings, *, stream: Any = None) -> None:
     if settings.log_file:
         path = settings.log_file  # a Path, ~ expanded when the settings loaded
         path.parent.mkdir(parents=True, exist_ok=True)
+        from logging.handlers import RotatingFileHandler  # only with a log file: it imports pickle and queue
+
         handlers.append(
-            logging.handlers.RotatingFileHandler(
+            RotatingFileHandler(
                 path,
                 maxBytes=settings.log_max_bytes,
                 backupCount=settings.log_backups,

@@ -19,8 +19,7 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.errors import InvalidArgument, NotFound
-from promptyoself.letta.code import is_local_agent
-from promptyoself.letta.target import LETTA_CODE, REST, TARGETS
+from promptyoself.letta.target import LETTA_CODE, REST, TARGETS, is_local_agent
 
 MAX_CONVERSATION_CHARS = 200
 

@@ -57,7 +57,6 @@ HISTORY_PAGE = 100
 HISTORY_PAGES = 10
 """``find`` reads at most this many pages of ``HISTORY_PAGE`` messages, newest first."""
 BUSY = "already has an active run"
-LOCAL_AGENT_PREFIX = "agent-local-"
 RESEND_MARK = "~"
 
 
@@ -79,11 +78,6 @@ class ConversationState:
         """Items wait while nothing runs: a queue restored after a restart (Letta Code runs a live
         queue as soon as the loop is idle)."""
         return bool(self.queue) and not self.running and self.status in ("", "WAITING_ON_INPUT")
-
-
-def is_local_agent(agent_id: str) -> bool:
-    """An agent of a Letta Code App Server's local backend (``agent-local-<uuid>``)."""
-    return agent_id.startswith(LOCAL_AGENT_PREFIX)
 
 
 def message_id_for(otid: str, attempt: int) -> str:

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 REST = "letta"
 LETTA_CODE = "letta-code"
 TARGETS = (REST, LETTA_CODE)
+LOCAL_AGENT_PREFIX = "agent-local-"
+
+
+def is_local_agent(agent_id: str) -> bool:
+    """An agent of a Letta Code App Server's local backend (``agent-local-<uuid>``). Here, not in
+    ``letta.code``: choosing a schedule's target must not import httpx and websockets (~0.1-0.3 s of
+    a CLI call, httpx's own command line pulling in rich and pygments)."""
+    return agent_id.startswith(LOCAL_AGENT_PREFIX)
 
 
 class DeliveryTarget(Protocol):

@@ -128,9 +128,10 @@ class Schedule(Base):
         Index("ix_schedules_agent", "agent_id", "id"),
         Index("ix_schedules_state_id", "state", "id"),  # list's pages in id order by state (0002)
         Index("ux_schedules_idempotency", "agent_id", "idempotency_key", unique=True),
-        # the rows held by a claim, a few dozen: "is this agent busy?" without reading the table (0006)
-        Index("ix_schedules_claimed", "agent_id", postgresql_where=text("claimed_by IS NOT NULL"),
-              sqlite_where=text("claimed_by IS NOT NULL")),
+        # the rows held by a claim, a few dozen: "is this agent busy?" without reading the table. Partial
+        # (WHERE claimed_by IS NOT NULL), as migration 0006 makes it; the WHERE is not repeated here: its
+        # postgresql_where= would make every SQLite process import the PostgreSQL dialect (~20 ms of a CLI call)
+        Index("ix_schedules_claimed", "agent_id"),
     )
 
 

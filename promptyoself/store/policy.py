@@ -28,9 +28,9 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from promptyoself.config import Settings, parse_duration_or_off
 from promptyoself.store.db import PolicyValue, Store
@@ -157,15 +157,27 @@ def _read(store: Store) -> dict[str, Entry]:
         return {r.name: Entry(r.value, r.source, r.updated_at) for r in s.execute(select(PolicyValue)).scalars()}
 
 
+def _insert(dialect: str) -> Any:
+    """The dialect's own INSERT (it has ON CONFLICT), imported here: the engine imports only its own
+    dialect, and the PostgreSQL one costs a SQLite process (a CLI call) ~20 ms."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
 def _seed(store: Store, values: Mapping[str, tuple[str, str]], rows: Mapping[str, Entry], now: datetime) -> None:
-    dialect = postgresql if store.dialect == "postgresql" else sqlite
+    insert = _insert(store.dialect)
     with store.session() as s:
         for name, (value, source) in values.items():
             if name in rows:  # a default row this environment sets: once, and only while still default
                 s.execute(update(PolicyValue).where(PolicyValue.name == name, PolicyValue.source == DEFAULT)
                           .values(value=value, source=source, updated_at=now))
             else:  # another process may seed at the same moment: the first row stays
-                s.execute(dialect.insert(PolicyValue).values(name=name, value=value, source=source, updated_at=now)
+                s.execute(insert(PolicyValue).values(name=name, value=value, source=source, updated_at=now)
                           .on_conflict_do_nothing(index_elements=["name"]))
 
 

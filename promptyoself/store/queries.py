@@ -18,6 +18,7 @@ schedules (bench/latency.py measures it):
 from __future__ import annotations
 
 import logging
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -35,7 +36,6 @@ from sqlalchemy import (
     text,
     tuple_,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from promptyoself.store import LIVE_STATES
@@ -88,10 +88,16 @@ _FOLD_TAKE = (
     .where(tuple_(_SC.state, _SC.shard).in_(bindparam("keys", expanding=True)))
     .returning(_SC.state, _SC.n)
 )
-_fold_add = pg_insert(STATE_COUNTS).values(state=bindparam("state"), shard=0, n=bindparam("n"))
-_FOLD_ADD = _fold_add.on_conflict_do_update(
-    index_elements=[_SC.state, _SC.shard], set_={"n": _SC.n + _fold_add.excluded.n}
-)
+
+
+@cache
+def _fold_add() -> Any:
+    """PostgreSQL's upsert of a shard-0 count, built once on first use: importing the PostgreSQL dialect
+    costs a SQLite process (a CLI call) ~20 ms for a statement it never runs."""
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+    add = pg_insert(STATE_COUNTS).values(state=bindparam("state"), shard=0, n=bindparam("n"))
+    return add.on_conflict_do_update(index_elements=[_SC.state, _SC.shard], set_={"n": _SC.n + add.excluded.n})
 
 
 def fold_state_counts(store: Store) -> int:
@@ -128,7 +134,7 @@ def fold_state_counts(store: Store) -> int:
             sums[state] = sums.get(state, 0) + int(n)
         for state in sorted(sums):
             if sums[state]:
-                conn.execute(_FOLD_ADD, {"state": state, "n": sums[state]})
+                conn.execute(_fold_add(), {"state": state, "n": sums[state]})
     return len(keys)
 
 

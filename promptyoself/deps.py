@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NotRequired, Protocol, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from typing_extensions import TypedDict
 
@@ -34,50 +34,8 @@ def system_clock() -> datetime:
     return datetime.now(UTC)
 
 
-# ---- the shapes the delivery side hands across the seam ------------------------------------------
-# Defined here, below both the core and delivery (which may not import each other), and re-exported
-# by ``promptyoself.core.results`` with the other tool results.
-
-
-class ExecutedItem(TypedDict):
-    id: int
-    agent_id: str
-    delivered: bool
-    next_run: str | None
-    repetition_count: int
-    max_repetitions: int | None
-    completed: bool
-    error: NotRequired[str | None]
-    outcome: NotRequired[str]  # delivered | retry | failed | missed | paused | lost
-    attempt: NotRequired[int]
-    state: NotRequired[str | None]
-    letta_run_id: NotRequired[str | None]
-
-
-class ExecuteResult(TypedDict):
-    status: str
-    executed: NotRequired[list[ExecutedItem]]
-    message: str
-    running: NotRequired[bool]
-    interval: NotRequired[float]
-
-
-class ExecutorStatus(TypedDict):
-    status: str
-    running: bool
-    interval: float
-    last_tick: str | None
-    next_due: str | None
-    due_now: int
-    delivered_total: int
-    failed_total: int
-    retry_total: NotRequired[int]
-    missed_total: NotRequired[int]
-    mode: NotRequired[str]
-    executor: NotRequired[dict[str, Any] | None]
-    worker: NotRequired[dict[str, Any] | None]
-    auth_error: NotRequired[str | None]
-
+# ---- what the core may ask of the delivery side of its process ---------------------------------
+# Defined here, below both the core and delivery (which may not import each other).
 
 
 class DeliveryHealth(TypedDict):
@@ -90,7 +48,7 @@ class DeliveryHealth(TypedDict):
 
 class DeliveryView(Protocol):
     """What the core may ask of the delivery side of its process (implemented by
-    ``promptyoself.delivery.entry_points.DeliveryService``, which registers itself as ``Deps.delivery``)."""
+    ``promptyoself.delivery.service.DeliveryService``, which registers itself as ``Deps.delivery``)."""
 
     def health_info(self) -> DeliveryHealth: ...
 

@@ -8,7 +8,7 @@ is False. Its users:
 * ``promptyoself.faces.interrupt``: Ctrl-C ends ``serve`` and the stdio server with exit code 130.
 * ``promptyoself.delivery.worker.StopOnSignals``: SIGTERM and Ctrl-C stop ``worker`` and
   ``execute --loop`` gracefully.
-* ``promptyoself.delivery.entry_points``: SIGTERM stops the MCP server's delivery gracefully.
+* ``promptyoself.delivery.service.delivering``: SIGTERM stops the MCP server's delivery gracefully.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from promptyoself.catchup import CATCH_UP_ALL_MAX, MAX_MISSED_ROWS, ON_TIME, catch_up
-from promptyoself.delivery.entry_points import run_once_result
 from promptyoself.delivery.metrics import registry_for, render
 from promptyoself.errors import InvalidArgument
+from promptyoself.faces.delivery import run_once_result
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import Clock, get, history, make_core
 

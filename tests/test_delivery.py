@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from promptyoself.delivery.attempt import Claim, envelope
-from promptyoself.delivery.entry_points import Executor, run_once_result, service_for, status_tool
+from promptyoself.delivery.loop import Executor
 from promptyoself.delivery.recorder import deliver
 from promptyoself.delivery.retry import backoff_delay
+from promptyoself.delivery.service import service_for
+from promptyoself.faces.delivery import run_once_result, status_tool
 from promptyoself.store.claims import claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, history, make_core

@@ -16,8 +16,10 @@ from fastmcp import Client
 from sqlalchemy import event
 
 from promptyoself.delivery.attempt import Claim
-from promptyoself.delivery.entry_points import Executor, server_lifespan, service_for
+from promptyoself.delivery.loop import Executor
 from promptyoself.delivery.recorder import deliver
+from promptyoself.delivery.service import service_for
+from promptyoself.faces.delivery import server_lifespan
 from promptyoself.faces.mcp import build_server
 from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from promptyoself.core.operations import Core
-from promptyoself.delivery.entry_points import run_once_result
 from promptyoself.delivery.metrics import registry_for, render
 from promptyoself.errors import InvalidArgument, RateLimited
+from promptyoself.faces.delivery import run_once_result
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, history, make_core
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from promptyoself.config import redact_credentials
-from promptyoself.delivery.entry_points import run_once_result
+from promptyoself.faces.delivery import run_once_result
 from promptyoself.logs import Redactor
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, get, history, make_core

@@ -23,8 +23,8 @@ from websockets.sync.client import connect
 
 from promptyoself.core import letta_code
 from promptyoself.core.health import assess
-from promptyoself.delivery.entry_points import run_once_result
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
+from promptyoself.faces.delivery import run_once_result
 from promptyoself.letta.code import LettaCodeClient, endpoints, message_id_for
 from promptyoself.store.db import Schedule
 from testkit.fake_letta_code import FakeLettaCode

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.entry_points import Executor, service_for
+from promptyoself.delivery.loop import Executor
 from promptyoself.delivery.retry import RetryPolicy
+from promptyoself.delivery.service import service_for
 from promptyoself.errors import DatabaseUnavailable
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import Clock, add_schedule, get, history, make_core, wait_until

@@ -528,7 +528,7 @@ def test_pass_through_sends_are_counted_atomically(db_path: Path) -> None:
 def test_pass_through_sends_count_against_the_daily_budget(db_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from promptyoself.delivery.entry_points import run_once_result
+    from promptyoself.faces.delivery import run_once_result
     from promptyoself.faces.rest import build_rest_app
     from testkit.fake_letta import FakeLetta
     from tests.helpers_delivery import add_schedule

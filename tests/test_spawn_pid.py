@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from promptyoself.delivery import starter, worker
-from promptyoself.delivery.entry_points import service_for
+from promptyoself.delivery.service import service_for
 from promptyoself.store.lease import SPAWN_PREFIX
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, make_core, wait_until

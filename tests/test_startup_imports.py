@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: t
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
-         "promptyoself.store.db", "promptyoself.delivery.entry_points", "promptyoself.delivery.worker",
-         "promptyoself.delivery.attempt", "promptyoself.delivery.loop", "promptyoself.letta.client")
+         "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.faces.delivery",
+         "promptyoself.delivery.worker", "promptyoself.delivery.attempt", "promptyoself.delivery.loop",
+         "promptyoself.letta.client")
 
 PROBE = """
 import json, sys

@@ -23,7 +23,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
 
-from promptyoself.delivery.entry_points import run_once_result
+from promptyoself.faces.delivery import run_once_result
 from promptyoself.store import db as store_module
 from promptyoself.store import queries
 from promptyoself.store.claims import claim_due, release_claims, renew_claims

@@ -73,7 +73,7 @@ def test_a_check_that_found_nothing_never_skips_the_next_start(
 
 
 def test_this_process_delivering_is_the_only_shortcut(db: Path, fake: FakeLetta) -> None:
-    from promptyoself.delivery.entry_points import service_for
+    from promptyoself.delivery.service import service_for
 
     core = make_core(db, fake, executor_mode="worker", executor_autostart=True)
     svc = service_for(core)

@@ -9,15 +9,11 @@ from typing import TYPE_CHECKING, Any, NotRequired
 from typing_extensions import TypedDict
 
 from promptyoself import recurrence
-from promptyoself.deps import ExecutedItem, ExecuteResult, ExecutorStatus
 from promptyoself.errors import PromptYoSelfError
 from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
 if TYPE_CHECKING:
     from promptyoself.store.records import DeliveryRow, ListedSchedule
-
-__all__ = ["ExecuteResult", "ExecutedItem", "ExecutorStatus"]  # the delivery side's shapes, defined in deps.py
-
 
 class ScheduleRecord(TypedDict):
     id: int

@@ -22,8 +22,8 @@ from typing import Any
 
 from promptyoself import __version__
 from promptyoself.delivery import worker
-from promptyoself.delivery.entry_points import service_for
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, make_owner
+from promptyoself.delivery.service import service_for
 from promptyoself.deps import Deps
 
 log = logging.getLogger(__name__)

@@ -361,9 +361,9 @@ def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    from promptyoself.delivery import entry_points as executor
+    from promptyoself.faces import delivery
 
-    return dict(executor.execute_cli(core, loop=a.loop, interval=a.interval))
+    return dict(delivery.execute_cli(core, loop=a.loop, interval=a.interval))
 
 
 def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
@@ -374,9 +374,9 @@ def _worker(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
         return {"status": "success" if found.by != "failed" else "error", "delivering": found.by,
                 "pid": found.pid, "message": found.message,
                 **({"code": "internal", "error": found.message} if found.by == "failed" else {})}
-    from promptyoself.delivery import entry_points as executor
+    from promptyoself.faces import delivery
 
-    return executor.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
+    return delivery.worker_cli(core, status=a.status, stop=a.stop, shared=a.shared)
 
 
 def _service(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:

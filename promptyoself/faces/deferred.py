@@ -1,6 +1,6 @@
 """Start the server's delivery side after the MCP handshake, not before it.
 
-``promptyoself.delivery.entry_points.server_lifespan`` checks the worker lease (``worker`` mode) or runs the loop
+``promptyoself.faces.delivery.server_lifespan`` checks the worker lease (``worker`` mode) or runs the loop
 (``embedded``). Entering it needs SQLAlchemy, the store and the delivery modules: ~0.3 s of imports
 and ~20 MB that the handshake itself does not need. Run as the server's lifespan directly, that work
 happens before (or, in a thread, during) the client's ``initialize``/``tools/list``, and every
@@ -70,7 +70,7 @@ class DeferredDelivery(Middleware):
                 await asyncio.wait_for(self._go.wait(), START_AFTER)
             if stop.is_set():
                 return
-            executor = await asyncio.to_thread(importlib.import_module, "promptyoself.delivery.entry_points")
+            executor = await asyncio.to_thread(importlib.import_module, "promptyoself.faces.delivery")
             if stop.is_set():  # the server ended while the delivery side was loading
                 return
             async with executor.server_lifespan(self.core)(server):

@@ -52,8 +52,6 @@ from promptyoself.core.results import (
     CancelResult,
     DefaultAgentResult,
     DiagnosticsResult,
-    ExecuteResult,
-    ExecutorStatus,
     HealthResult,
     HistoryResult,
     ListResult,
@@ -64,6 +62,7 @@ from promptyoself.core.results import (
 )
 from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError
 from promptyoself.faces import jsonrpc_repair
+from promptyoself.faces.delivery_results import ExecuteResult, ExecutorStatus
 from promptyoself.faces.jsonrpc_repair import MARK as INVALID_UNICODE
 
 log = logging.getLogger(__name__)
@@ -565,17 +564,17 @@ def promptyoself_execute(
 ) -> ExecuteResult:
     """Deliver every due prompt now (once), or start the background delivery loop (loop=true)."""
     # Imported on first call: it pulls in SQLAlchemy, which the MCP handshake does not need.
-    from promptyoself.delivery import entry_points as service
+    from promptyoself.faces import delivery
 
-    return service.execute_tool(core, loop=loop, interval=interval)
+    return delivery.execute_tool(core, loop=loop, interval=interval)
 
 
 @tool(read_only=True)
 def promptyoself_executor_status(*, core: TheCore) -> ExecutorStatus:
     """The delivery loop's state: running, last tick, next due, counts, auth errors, worker."""
-    from promptyoself.delivery import entry_points as service  # on first call, as in promptyoself_execute
+    from promptyoself.faces import delivery  # on first call, as in promptyoself_execute
 
-    return service.status_tool(core)
+    return delivery.status_tool(core)
 
 
 @tool(read_only=True, open_world=True)

@@ -374,7 +374,7 @@ class RelayListener:
         from fastmcp.server.context import reset_transport, set_transport
         from mcp.server.stdio import stdio_server
 
-        from promptyoself.delivery.entry_points import DeliveryService, service_for
+        from promptyoself.delivery.service import DeliveryService, service_for
 
         # As a fresh stdio process: its delivery side exists when its settings enable delivery (the
         # service, holding the worker lease, is then the worker it sees).

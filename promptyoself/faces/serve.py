@@ -71,7 +71,7 @@ def _stop_for_exit(core: Core) -> None:
     """After Ctrl-C in the stdio server: stop this process's delivery (in-flight sends get their
     grace), then close the store."""
     if core.delivery is not None:
-        from promptyoself.delivery.entry_points import DeliveryService
+        from promptyoself.delivery.service import DeliveryService
 
         if isinstance(core.delivery, DeliveryService):
             core.delivery.stop()

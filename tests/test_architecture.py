@@ -15,7 +15,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "promptyoself"
 
 # root: promptyoself/__init__.py
-SHARED = {"root", "errors", "limits", "config", "logs", "deps", "signals", "cli", "__main__"}
+SHARED = {"root", "errors", "limits", "config", "logs", "deps", "signals", "processes", "who_delivers", "cli",
+          "__main__"}
 # room -> rooms it may import (besides itself and the shared leaves)
 ALLOWED: dict[str, set[str]] = {
     "faces": {"core", "delivery", "timing"},
@@ -36,6 +37,10 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"timing"},
     "logs": set(),
     "signals": set(),
+    # standard library only, importable before the MCP handshake (issue 30 point 7): this host's
+    # processes (the lease, the Claude Code target) and the one rule of who delivers (pure)
+    "processes": set(),
+    "who_delivers": set(),
     "deps": {"store", "letta"},
     "root": set(),
     "cli": {"faces"},

@@ -256,7 +256,7 @@ def test_the_spawned_worker_fails_fast_and_logs_the_line(tmp_path: Path, monkeyp
     """The detached worker the server starts reads the same environment: with a bad value it exits at
     once and its log (its stderr) holds the line."""
     from promptyoself.delivery.starter import spawn, worker_log_path
-    from promptyoself.store.startup_check import pid_alive
+    from promptyoself.processes import pid_alive
 
     settings = Settings(db=str(tmp_path / "w.db"), executor_autostart=False)
     monkeypatch.setenv("PROMPTYOSELF_MISFIRE_GRACE", "bogus")

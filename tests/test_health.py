@@ -11,8 +11,8 @@ import pytest
 
 from promptyoself.core.operations import Core
 from promptyoself.faces import cli
+from promptyoself.processes import hostname
 from promptyoself.store.db import WorkerLease
-from promptyoself.store.startup_check import hostname
 from testkit.fake_letta import FakeLetta
 from tests.conftest import FIXED_NOW, make_settings
 from tests.helpers_delivery import add_schedule

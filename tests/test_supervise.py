@@ -117,8 +117,8 @@ def test_service_status_shows_the_worker_lease(home: Path, tmp_path: Path, capsy
     from promptyoself.config import load_settings
     from promptyoself.core.operations import Core
     from promptyoself.deps import system_clock as utcnow
+    from promptyoself.processes import hostname
     from promptyoself.store.db import WorkerLease
-    from promptyoself.store.startup_check import hostname
 
     core = Core(load_settings())
     now = utcnow()

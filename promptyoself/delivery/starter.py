@@ -33,7 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from promptyoself.store.startup_check import hostname, quick_check, who_delivers
+from promptyoself.processes import hostname, pid_alive
+from promptyoself.store.startup_check import quick_check
+from promptyoself.who_delivers import Host, Lease, decide, mode_of
 
 if TYPE_CHECKING:
     from promptyoself.config import Settings
@@ -145,10 +147,9 @@ def at_launch(settings: Settings) -> int | None:
     worker's pid when one was started, else None (also for other databases: ``Starter.ensure`` at the
     first write, or the check after the handshake, covers them). Never raises."""
     try:
-        if not settings.executor_enabled or settings.executor_mode != "worker":
-            return None
         db_file = sqlite_path(settings.db_url)
-        if db_file is None or quick_check(db_file, datetime.now(UTC)) is not True:
+        mode = mode_of(settings.executor_enabled, settings.executor_mode)
+        if db_file is None or quick_check(db_file, datetime.now(UTC), mode) is not True:
             return None
         pid = spawn(settings)  # no reservation (that needs the store): a second racing worker exits at once
         log.info("started the delivery worker pid %d at start-up (log: %s)", pid, worker_log_path(settings))
@@ -193,31 +194,41 @@ class Starter:
         return found
 
     def _decide(self) -> Delivering:
-        core = self.core
-        settings = core.settings
-        if not settings.executor_enabled:
-            return OFF
-        here = core.delivery
-        if here is not None and here.delivers_here():
-            return Delivering("this_process", os.getpid(), "This process delivers it.")
-        if settings.executor_mode == "embedded":
-            return EMBEDDED
-        with self._lock:  # one check-and-start at a time in this process
-            return self._ensure_worker()
-
-    def _ensure_worker(self) -> Delivering:
+        """``who_delivers.decide`` over this process and its store; a worker started when it says so."""
         from promptyoself.store import lease as store_lease
         from promptyoself.store.db import has_state
 
         core = self.core
+        settings = core.settings
+        rows: list[LeaseRow | None] = []
+
+        def lease() -> Lease | None:  # the store is opened only when the answer depends on it
+            row = store_lease.read_lease(core.store)
+            rows.append(row)
+            return Lease(row.pid, row.host, row.lease_until) if row is not None else None
+
+        here = core.delivery is not None and core.delivery.delivers_here()
+        with self._lock:  # one check-and-start at a time in this process
+            decision = decide(mode_of(settings.executor_enabled, settings.executor_mode), here=here, lease=lease,
+                              active=lambda: has_state(core.store, "active"), now=core.now(),
+                              host=Host(hostname(), pid_alive))
+            if decision == "off":
+                return OFF
+            if decision == "this_process":
+                return Delivering("this_process", os.getpid(), "This process delivers it.")
+            if decision == "embedded":
+                return EMBEDDED
+            if decision == "worker" and rows and rows[-1] is not None:
+                return _held(rows[-1])
+            if decision == "nobody":
+                return Delivering("nothing_active", None, "Nothing is active: no delivery worker is needed.")
+            return self._start_worker()
+
+    def _start_worker(self) -> Delivering:
+        from promptyoself.store import lease as store_lease
+
+        core = self.core
         store = core.store
-        row = store_lease.read_lease(store)
-        lease = (row.pid, row.host, row.lease_until) if row is not None else None
-        decision = who_delivers(lambda: has_state(store, "active"), lease, core.now())
-        if decision == "worker" and row is not None:
-            return _held(row)
-        if decision == "nobody":
-            return Delivering("nothing_active", None, "Nothing is active: no delivery worker is needed.")
         # The reservation carries this process's pid (it lives while this process does) until the
         # worker's is known: store.health.lease shows no pid meanwhile, never this process's.
         token = f"{store_lease.SPAWN_PREFIX}{hostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

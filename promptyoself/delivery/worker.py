@@ -35,6 +35,7 @@ from promptyoself import __version__
 from promptyoself.config import Settings
 from promptyoself.delivery.starter import TOKEN_ENV
 from promptyoself.deps import Deps
+from promptyoself.processes import hostname, pid_alive
 from promptyoself.signals import OnSignals
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
@@ -42,7 +43,7 @@ from promptyoself.store.db import sqlite_file as _sqlite_file
 from promptyoself.store.health import lease
 from promptyoself.store.lease import lease_alive, read_lease, release, worker_pid
 from promptyoself.store.records import LeaseRow
-from promptyoself.store.startup_check import LEASE_NAME, hostname, pid_alive
+from promptyoself.store.startup_check import LEASE_NAME
 
 if TYPE_CHECKING:
     from promptyoself.delivery.loop import Executor

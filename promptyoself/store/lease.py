@@ -14,9 +14,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, update
 from sqlalchemy.exc import IntegrityError
 
+from promptyoself.processes import hostname, pid_alive
 from promptyoself.store.db import Store, WorkerLease
 from promptyoself.store.records import LeaseRow, record_of
-from promptyoself.store.startup_check import LEASE_NAME, hostname, lease_live
+from promptyoself.store.startup_check import LEASE_NAME
+from promptyoself.who_delivers import Host, Lease, lease_live
 
 SPAWN_PREFIX = "spawn:"
 """Owner of a server's reservation: ``spawn:<host>:<server pid>:<nonce>``, until the worker takes over."""
@@ -38,8 +40,8 @@ def worker_pid(row: LeaseRow) -> int | None:
 
 def lease_alive(row: LeaseRow, now: datetime) -> bool:
     """Live while ``lease_until`` is ahead and, on this host, its pid is a running process
-    (``startup_check.lease_live``: one rule for the store and the standard-library check)."""
-    return lease_live(row.pid, row.host, row.lease_until, now)
+    (``who_delivers.lease_live``: one rule for the store and the standard-library check)."""
+    return lease_live(Lease(row.pid, row.host, row.lease_until), now, Host(hostname(), pid_alive))
 
 
 def read_lease(store: Store) -> LeaseRow | None:

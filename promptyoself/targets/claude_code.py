@@ -30,6 +30,7 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.errors import LettaUnavailable, NotSent, TargetGone
+from promptyoself.processes import pid_alive
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
 NAME = "claude-code"
@@ -104,7 +105,7 @@ def live_holder(session_id: str, home: Path | None = None) -> int | None:
             pid = int(path.stem)
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and data.get("sessionId") == session_id and _alive(pid):
+        if isinstance(data, dict) and data.get("sessionId") == session_id and pid_alive(pid):
             return pid
     return None
 
@@ -126,16 +127,6 @@ def resuming(session_id: str) -> list[int]:
         if any(a == b"--resume" and i + 1 < len(argv) and argv[i + 1] == want for i, a in enumerate(argv)):
             found.append(int(entry.name))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ClaudeCodeTarget:

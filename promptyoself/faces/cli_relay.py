@@ -108,7 +108,7 @@ def run(argv: list[str]) -> int | None:
     from promptyoself.faces import cli
 
     try:
-        args = cli.build_parser().parse_args(argv)
+        args = cli.cli_parser().parse_args(argv)
     except SystemExit as exc:  # --help or a usage error, said by the CLI's own parser: done (no settings read)
         return int(exc.code or 0)
     if os.name != "posix" or os.environ.get("CLAUDECODE") or os.environ.get("CLAUDE_CODE_SESSION_ID"):

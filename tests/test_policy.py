@@ -426,6 +426,27 @@ def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
         core.close()
 
 
+def test_metrics_show_the_stored_policy_not_this_processs_environment(db_path: Path) -> None:
+    """/metrics' guardrail gauges read the operator's policy, as every writer and the delivery do: a
+    scraping process started with other values in its environment shows the stored ones."""
+    from promptyoself.delivery.metrics import registry_for, render
+
+    writer = Core(make_settings(db_path), clock=fixed())
+    try:
+        writer.policy_set({"max_deliveries_per_agent_per_day": 7, "approval_below": "10m",
+                           "max_active_per_agent": 3})
+    finally:
+        writer.close()
+    scraper = Core(make_settings(db_path, max_deliveries_per_agent_per_day=500, approval_below="1h"), clock=fixed())
+    try:
+        text = render(registry_for(scraper)).decode()
+    finally:
+        scraper.close()
+    assert 'promptyoself_guardrail_limit{guardrail="max_deliveries_per_agent_per_day"} 7.0' in text
+    assert 'promptyoself_guardrail_limit{guardrail="approval_below_seconds"} 600.0' in text
+    assert 'promptyoself_guardrail_limit{guardrail="max_active_per_agent"} 3.0' in text
+
+
 # ---- issue 29 item 11: approval by the agent's combined rate ---------------------------------------
 
 

@@ -21,6 +21,7 @@ from promptyoself.deps import Deps
 from promptyoself.store import PENDING_APPROVAL
 from promptyoself.store import health as queries
 from promptyoself.store.operator import count_state, outcomes_since
+from promptyoself.store.policy import Policy, load
 from promptyoself.timing import day_start
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class DeliveryCollector(Collector):
             targets = queries.by_target(store, now)
             pending = count_state(store, PENDING_APPROVAL)
             today = outcomes_since(store, day_start(now, self.core.settings.timezone))
+            policy = load(store, self.core.settings, now)
         except Exception as exc:
             log.warning("metrics: the database cannot be read: %s", str(exc).splitlines()[0][:200])
             up.add_metric([], 0)
@@ -98,7 +100,7 @@ class DeliveryCollector(Collector):
             c.add_metric([kind], n)
         yield c
 
-        yield from self._guardrails(pending, today)
+        yield from self._guardrails(policy, pending, today)
 
         running = False
         delivery: Any = self.core.delivery
@@ -111,18 +113,19 @@ class DeliveryCollector(Collector):
         yield g
 
 
-    def _guardrails(self, pending: int, today: dict[str, int]) -> Iterator[Metric]:
-        """The guardrails: their settings (0 = off) and what they hold back (docs/console.md)."""
-        settings = self.core.settings
-        g = GaugeMetricFamily("promptyoself_guardrail_limit", "A guardrail's setting (0 = no limit / off).",
-                              labels=["guardrail"])
-        g.add_metric(["max_deliveries_per_agent_per_day"], settings.max_deliveries_per_agent_per_day)
-        g.add_metric(["max_schedules_per_agent_per_hour"], settings.max_schedules_per_agent_per_hour)
-        below = settings.approval_below
+    def _guardrails(self, policy: Policy, pending: int, today: dict[str, int]) -> Iterator[Metric]:
+        """The guardrails as the stored policy holds them (``store/policy.py``: what every writer
+        enforces, whatever this process's environment says; 0 = off) and what they hold back."""
+        g = GaugeMetricFamily("promptyoself_guardrail_limit", "A guardrail's value in the operator's policy "
+                              "(0 = no limit / off).", labels=["guardrail"])
+        g.add_metric(["max_deliveries_per_agent_per_day"], policy.max_deliveries_per_agent_per_day)
+        g.add_metric(["max_schedules_per_agent_per_hour"], policy.max_schedules_per_agent_per_hour)
+        g.add_metric(["max_active_per_agent"], policy.max_active_per_agent)
+        below = policy.approval_below
         g.add_metric(["approval_below_seconds"], below.total_seconds() if below is not None else 0)
         yield g
         g = GaugeMetricFamily("promptyoself_schedules_pending_approval",
-                              "Schedules waiting for an operator's approval (PROMPTYOSELF_APPROVAL_BELOW).")
+                              "Schedules waiting for an operator's approval (the policy's approval_below).")
         g.add_metric([], pending)
         yield g
         g = GaugeMetricFamily("promptyoself_deliveries_today", "History rows since the budget day began "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Annotated
 
 from pydantic import Strict
@@ -50,18 +51,24 @@ def check_limit(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def json_leaves(value: object, where: str) -> Iterator[tuple[object, str]]:
+    """Every leaf of a JSON value (not a dict or a list) with its path (``where.key[0]``), depth first."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_leaves(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from json_leaves(item, f"{where}[{i}]")
+    else:
+        yield value, where
+
+
 def check_finite(value: object, where: str) -> None:
     """No NaN or Infinity anywhere in a JSON value (Python's ``json`` reads both; they are not JSON
     numbers, nothing downstream can send them, and a stored one breaks every read of its row)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadNumber(f"{where} is {value!r}: NaN and Infinity are not numbers JSON can carry.")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_finite(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            check_finite(item, f"{where}[{i}]")
+    for leaf, at in json_leaves(value, where):
+        if isinstance(leaf, float) and not math.isfinite(leaf):
+            raise BadNumber(f"{at} is {leaf!r}: NaN and Infinity are not numbers JSON can carry.")
 
 
 def check_text(name: str, value: object, max_chars: int) -> str | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.core.checks import check_finite, check_limit, check_unicode, parse_schedule_id
+from promptyoself.core.checks import check_finite, check_limit, check_unicode, json_leaves, parse_schedule_id
 from promptyoself.core.results import (
     LettaScheduleCreated,
     LettaScheduleDeleted,
@@ -140,16 +140,11 @@ def check_payload(body: dict[str, Any]) -> dict[str, Any]:
 def _check_strings(value: object, where: str) -> None:
     """No NUL and no lone surrogate anywhere in the payload: neither can be stored (PostgreSQL text
     refuses NUL, UTF-8 refuses surrogates) nor sent, so they are a 400 now, not a failure later."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidArgument(f"{where} must not contain NUL characters.")
-        check_unicode(where, value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_strings(item, f"{where}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_strings(item, f"{where}[{i}]")
+    for leaf, at in json_leaves(value, where):
+        if isinstance(leaf, str):
+            if "\x00" in leaf:
+                raise InvalidArgument(f"{at} must not contain NUL characters.")
+            check_unicode(at, leaf)
 
 
 def payload_chars(payload: dict[str, Any]) -> int:

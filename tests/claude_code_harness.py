@@ -111,3 +111,19 @@ class ClaudeHarness:
     def live_holders(self, session_id: str) -> list[dict[str, Any]]:
         """Running Claude Code processes holding ``session_id`` open (``sessions/<pid>.json``)."""
         return [s for s in self.h.live_sessions() if s.get("sessionId") == session_id]
+
+
+def allow_channel(home: Path, marketplace: str, plugin: str) -> None:
+    """Put ``plugin@marketplace`` on the harness's channel allowlist (``tengu_harbor_ledger`` in the
+    cached feature flags of ``~/.claude.json``, as ``harness.install_channel_plugin`` does): stands in
+    for Anthropic's approved list, which a local plugin is not on. Run before sessions start."""
+    path = home / ".claude.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    flags = data.setdefault("cachedGrowthBookFeatures", {})
+    flags["tengu_harbor"] = True
+    ledger = flags.setdefault("tengu_harbor_ledger", [])
+    if {"marketplace": marketplace, "plugin": plugin} not in ledger:
+        ledger.append({"marketplace": marketplace, "plugin": plugin})
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)

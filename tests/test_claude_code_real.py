@@ -54,7 +54,8 @@ def project(cch: ClaudeHarness, tmp_path: Path) -> tuple[Path, Path]:
     proj = tmp_path / "proj"
     proj.mkdir()
     db = tmp_path / "cc.db"
-    out = claude_code.install(Settings(PROMPTYOSELF_DB=str(db)), str(proj), write=True)  # type: ignore[call-arg]
+    out = claude_code.install(Settings(PROMPTYOSELF_DB=str(db)), str(proj), write=True,  # type: ignore[call-arg]
+                              mcp_json=True)
     assert out["written"] == str(proj / ".mcp.json")
     data = json.loads((proj / ".mcp.json").read_text())
     # The test starts its own worker (below), so that it can kill it; production lets the server start one.

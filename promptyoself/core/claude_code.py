@@ -1,6 +1,7 @@
 """Claude Code on the core's side (issue 31 points 1, 3): which session a schedule made from inside
-Claude Code belongs to, and ``claude-code install`` (our MCP server in a project's ``.mcp.json``, or
-the ``claude mcp add`` line).
+Claude Code belongs to, and ``claude-code install`` (our MCP server as a Claude Code plugin, for live
+delivery through Channels: ``core.claude_plugin``; or with ``--mcp-json`` in a project's
+``.mcp.json``, or the ``claude mcp add`` line).
 
 A session is found, first to last:
 
@@ -28,6 +29,12 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.errors import InvalidArgument
+from promptyoself.targets import claude_channel
+
+# The channel's socket and checks, for the stdio server's side (faces.channels): one definition.
+channel_socket = claude_channel.socket_path
+channel_peer_uid = claude_channel.peer_uid
+channels_on = claude_channel.channels_on
 
 TARGET = "claude-code"
 MAX_ANCESTORS = 12
@@ -188,20 +195,29 @@ def mcp_server(settings: Settings) -> dict[str, Any]:
     script = Path(sys.executable).parent / "promptyoself-mcp"
     command, args = (str(script), []) if script.exists() else (sys.executable, ["-m", "promptyoself", "serve",
                                                                                  "--transport", "stdio"])
-    return {"type": "stdio", "command": command, "args": args, "env": {"PROMPTYOSELF_DB": settings.db_url}}
+    env = {"PROMPTYOSELF_DB": settings.db_url}
+    if not settings.executor_autostart:  # the installer's choice: a service or worker of its own delivers
+        env["PROMPTYOSELF_EXECUTOR_AUTOSTART"] = "false"
+    return {"type": "stdio", "command": command, "args": args, "env": env}
 
 
-def install(settings: Settings, project: object = None, *, write: bool = False) -> dict[str, Any]:
-    """The ``.mcp.json`` entry and the ``claude mcp add`` line for our server; with ``write``, merge
-    the entry into ``<project>/.mcp.json`` (other servers kept)."""
+def install(settings: Settings, project: object = None, *, write: bool = False,
+            mcp_json: bool = False) -> dict[str, Any]:
+    """Our server as a Claude Code plugin (``core.claude_plugin``: live delivery through Channels);
+    with ``mcp_json``, the ``.mcp.json`` entry and the ``claude mcp add`` line instead, and with
+    ``write`` the entry merged into ``<project>/.mcp.json`` (other servers kept)."""
     if project is not None and not isinstance(project, str):
         raise InvalidArgument("--project must be a directory.")
     folder = Path(project or os.getcwd()).expanduser().resolve()
     entry = mcp_server(settings)
+    if not mcp_json:
+        from promptyoself.core.claude_plugin import install_plugin
+
+        return install_plugin(settings, folder, entry, write=write)
     env_flags = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in entry["env"].items())
     command = " ".join(shlex.quote(x) for x in [entry["command"], *entry["args"]])
     line = f"claude mcp add --scope project {env_flags} {MCP_NAME} -- {command}"
-    out: dict[str, Any] = {"status": "success", "mcp_json": {"mcpServers": {MCP_NAME: entry}},
+    out: dict[str, Any] = {"status": "success", "mode": "mcp_json", "mcp_json": {"mcpServers": {MCP_NAME: entry}},
                            "claude_mcp_add": line, "written": None}
     if write:
         if not folder.is_dir():

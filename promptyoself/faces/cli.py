@@ -198,11 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
         lp.add_argument("--letta-home", help="Letta Code's home folder (default ~/.letta)")
         _add_json(lp)
 
-    p = sub.add_parser("claude-code", help="Claude Code: print or write the MCP entry of this server")
+    p = sub.add_parser("claude-code", help="Claude Code: install this server as a plugin (live delivery)")
     cc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    cp = cc.add_parser("install", help="print the .mcp.json entry and the claude mcp add line (--write: write it)")
-    cp.add_argument("--project", help="the project folder whose .mcp.json gets the entry (default: here)")
-    cp.add_argument("--write", action="store_true", help="merge the entry into PROJECT/.mcp.json")
+    cp = cc.add_parser("install", help="print (--write: install) our Claude Code plugin; the session then starts "
+                                       "with --channels plugin:promptyoself@promptyoself-local")
+    cp.add_argument("--project", help="the project folder the plugin is enabled in (default: here)")
+    cp.add_argument("--write", action="store_true", help="write the plugin and run claude plugin install")
+    cp.add_argument("--mcp-json", action="store_true",
+                    help="a plain .mcp.json entry instead (no live delivery: prompts arrive once the session closes)")
     _add_json(cp)
 
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
@@ -416,7 +419,7 @@ def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 def _claude_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import claude_code
 
-    return claude_code.install(core.settings, a.project, write=a.write)
+    return claude_code.install(core.settings, a.project, write=a.write, mcp_json=a.mcp_json)
 
 
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:

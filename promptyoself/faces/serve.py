@@ -152,8 +152,10 @@ def _serve(args: argparse.Namespace) -> int:
             if stdin_is_terminal():  # a person, not a client: say what this is (stdout stays JSON-RPC only)
                 sys.stderr.write(STDIO_TERMINAL_HINT.format(readme=_readme()) + "\n")
                 sys.stderr.flush()
+            from promptyoself.faces.channels import run_stdio
+
             with StdioSigintExits(lambda: _stop_for_exit(core)):
-                mcp.run("stdio", show_banner=False)
+                run_stdio(mcp)  # as a Claude Code plugin: with the channel (live delivery)
         else:
             from promptyoself.faces.http_auth import agent_resolver, http_token, transport_middleware
 

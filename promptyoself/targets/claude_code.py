@@ -11,8 +11,12 @@ the prompt on stdin (issue 31 point 2; docs/claude-code.md).
   the session's transcript (``<claude home>/projects/*/<session_id>.jsonl``) for that marker in a
   user line; while a ``claude`` process resuming the session still runs (a run started by a worker
   that died), the answer is ``pending``.
-- Never into an open session: a ``claude`` process that holds the session (``sessions/<pid>.json``)
-  would fork its transcript, so the send waits (transient) until it closes.
+- Never ``--resume`` an open session (it would fork its transcript). A session that a running
+  ``claude`` holds (``sessions/<pid>.json``, the pid alive) started with ``--channels`` naming our
+  plugin, whose server listens on its socket, gets the prompt live instead
+  (``promptyoself.targets.claude_channel``): only while idle (else transient, a short retry), then
+  confirmed by the marker in its transcript before it counts as delivered. Any other open session
+  waits (transient) until it closes.
 - Errors: binary missing or failing to start, a failed or timed-out turn: ``LettaUnavailable``
   (transient; in doubt once the process started); the session or its directory gone: ``TargetGone``.
 """
@@ -31,6 +35,7 @@ from typing import Any
 from promptyoself.config import Settings
 from promptyoself.errors import LettaUnavailable, NotSent, TargetGone
 from promptyoself.processes import pid_alive
+from promptyoself.targets import claude_channel
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
 NAME = "claude-code"
@@ -38,6 +43,9 @@ MARKER = "[PromptYoSelf occurrence {}]"
 MAX_OUTPUT = 4 * 1024 * 1024
 MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
 PROBE_TIMEOUT = 20.0
+CONFIRM_SECONDS = 30.0  # a pushed notification is in the transcript within ms when it was taken
+BUSY_RETRY = 3.0  # seconds before asking a busy session again
+PUSH_PENDING = 120.0  # a push this old not yet in the transcript is taken as lost (look-ups answer absent)
 # Variables of a Claude Code session the worker may itself run in: the delivered turn must not see them.
 _SESSION_ENV = ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_PROJECT_DIR",
                 "CLAUDE_CODE_CHILD_SESSION", "CLAUDE_CODE_EXECPATH", "CLAUDE_EFFORT")
@@ -142,6 +150,7 @@ class ClaudeCodeTarget:
         self._version: str | None = None
         self._problem: str | None = None
         self._binary: str | None = None
+        self._pushed: dict[str, float] = {}  # occurrence id -> monotonic time of its push
 
     # ---- the binary --------------------------------------------------------------------------------
 
@@ -176,9 +185,8 @@ class ClaudeCodeTarget:
             raise TargetGone(f"Claude Code session {session_id} has no transcript under {claude_home()}/projects: "
                              "it does not exist (or belongs to another user or CLAUDE_CONFIG_DIR).")
         holder = live_holder(session_id)
-        if holder is not None:  # resuming an open session forks its transcript: wait until it closes
-            raise LettaUnavailable(f"Claude Code session {session_id} is open (claude pid {holder}); the prompt "
-                                   "waits until it closes.", transient=True)
+        if holder is not None:  # resuming an open session forks its transcript: live, or wait until it closes
+            return await self._live(occ, session_id, holder, fence)
         text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
         argv = [binary, "-p", "--resume", session_id, "--output-format", "json", *self.extra_args]
         if not fence():  # right before the process starts: nothing has been sent yet
@@ -201,6 +209,53 @@ class ClaudeCodeTarget:
             late.details["in_doubt"] = True
             raise late from None
         return self._outcome(session_id, proc.returncode, out, err)
+
+    async def _live(self, occ: Occurrence, session_id: str, pid: int, fence: Fence) -> Sent:
+        """Push into the open session through its channel; confirmed by the marker in its transcript."""
+        path = claude_channel.socket_path(pid)
+        if not claude_channel.channels_on(pid) or not os.path.exists(path):
+            raise LettaUnavailable(
+                f"Claude Code session {session_id} is open (claude pid {pid}) without PromptYoSelf's channel "
+                f"(start it with --channels plugin:{claude_channel.PLUGIN}@...); the prompt waits until it "
+                "closes.", transient=True)
+        if not await asyncio.to_thread(claude_channel.session_idle, transcripts(session_id)):
+            busy = LettaUnavailable(f"Claude Code session {session_id} is busy with a turn; the prompt is "
+                                    "pushed once it is idle.", transient=True)
+            busy.details["retry_after"] = BUSY_RETRY
+            raise busy
+        content = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
+        meta = claude_channel.meta_for(occ.schedule_id, occ.occurrence_id, occ.due.isoformat())
+        if not fence():
+            raise NotSent("the claim's fence refused the push before it was handed to the session")
+        request = {"op": "push", "session_id": session_id, "content": content, "meta": meta}
+        self._pushed[occ.occurrence_id] = asyncio.get_running_loop().time()
+        try:
+            answer = await claude_channel.ask(path, request)
+        except claude_channel.ChannelError as exc:
+            failed = LettaUnavailable(f"Claude Code session {session_id}: {exc}", transient=True)
+            failed.details["in_doubt"] = exc.sent
+            raise failed from None
+        if not answer.get("ok"):
+            raise LettaUnavailable(f"Claude Code session {session_id}: its PromptYoSelf server refused the push: "
+                                   f"{str(answer.get('error'))[:200]}", transient=True)
+        if await self._confirmed(session_id, occ.occurrence_id):
+            self._problem = None
+            self._pushed.pop(occ.occurrence_id, None)
+            return Sent("channel", session_id, {"claude_pid": pid})
+        lost = LettaUnavailable(f"pushed into Claude Code session {session_id} (claude pid {pid}) but not in its "
+                                f"transcript after {CONFIRM_SECONDS:g}s", transient=True)
+        lost.details["in_doubt"] = True
+        raise lost
+
+    async def _confirmed(self, session_id: str, occurrence_id: str) -> bool:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + CONFIRM_SECONDS
+        while True:
+            if await asyncio.to_thread(marker_in_transcript, session_id, occurrence_id):
+                return True
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.25)
 
     def _outcome(self, session_id: str, code: int | None, out: bytes, err: bytes) -> Sent:
         stderr = err.decode(errors="replace").strip()
@@ -236,6 +291,9 @@ class ClaudeCodeTarget:
             return Found("found", session_id)
         if await asyncio.to_thread(resuming, session_id):  # a run started earlier may still write it
             return Found("pending")
+        pushed = self._pushed.get(occ.occurrence_id)
+        if pushed is not None and asyncio.get_running_loop().time() - pushed < PUSH_PENDING:
+            return Found("pending")  # a push of this process may still be on its way into the session
         return Found("absent")
 
     async def probe(self) -> None:
@@ -259,7 +317,7 @@ class ClaudeCodeTarget:
         if self._problem:
             return f"claude at {where}: not ready: {self._problem}"
         if self._version:
-            return f"claude {self._version} at {self._binary or where}"
+            return f"claude {self._version} at {self._binary or where}; {claude_channel.readiness(claude_home())}"
         return f"claude at {where}: not probed yet"
 
     async def aclose(self) -> None:

@@ -1,0 +1,112 @@
+"""Live delivery into Claude Code (issue 31 point 3), fast tier: the pieces that decide without a
+process or a socket. When a session counts as idle (its transcript), when its ``claude`` runs our
+channel (its command line), what the stdio server's listener answers and writes to Claude Code, and
+what ``claude-code install`` prints. The real thing runs in tests/test_claude_code_channels.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from promptyoself.core import claude_code, claude_plugin
+from promptyoself.faces.channels import METHOD, ChannelListener
+from promptyoself.targets.claude_channel import channel_named, meta_for, transcript_idle
+from tests.conftest import make_settings
+
+SESSION = "4f7c1f0e-1111-4222-8333-944455556666"
+
+
+def _assistant(stop: str | None) -> dict[str, Any]:
+    return {"type": "assistant", "message": {"role": "assistant", "stop_reason": stop}}
+
+
+USER = {"type": "user", "message": {"role": "user", "content": "hi"}}
+ENQ = {"type": "queue-operation", "operation": "enqueue", "content": "next"}
+DEQ = {"type": "queue-operation", "operation": "dequeue"}
+
+
+@pytest.mark.parametrize(("entries", "idle"), [
+    ([], True),
+    ([ENQ, DEQ, USER, _assistant("end_turn"), {"type": "last-prompt"}], True),
+    ([USER], False),  # the model is asked
+    ([USER, _assistant("tool_use")], False),  # a tool runs
+    ([USER, _assistant("tool_use"), {"type": "user", "message": {"content": [{"type": "tool_result"}]}}], False),
+    ([USER, _assistant("end_turn"), ENQ], False),  # a prompt is queued
+    ([USER, _assistant(None)], False),  # still streaming
+])
+def test_a_session_is_idle_when_its_last_turn_ended(entries: list[dict[str, Any]], idle: bool) -> None:
+    assert transcript_idle(entries) is idle
+
+
+@pytest.mark.parametrize(("argv", "on"), [
+    (["node", "claude", "--channels", "plugin:promptyoself@promptyoself-local"], True),
+    (["claude", "--channels", "plugin:other@m", "plugin:promptyoself@x", "--verbose"], True),
+    (["claude", "--channels=plugin:promptyoself@x"], True),
+    (["claude", "--dangerously-load-development-channels", "plugin:promptyoself@x"], True),
+    (["claude", "--channels", "plugin:other@m", "--verbose", "plugin:promptyoself@x"], False),
+    (["claude", "-p", "--resume", "x"], False),
+])
+def test_channels_on_reads_the_claude_command_line(argv: list[str], on: bool) -> None:
+    assert channel_named(argv) is on
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send(self, message: Any) -> None:
+        self.sent.append(message)
+
+
+def _listener(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ChannelListener, _Stream]:
+    home = tmp_path / "claude"
+    (home / "sessions").mkdir(parents=True)
+    (home / "sessions" / "4242.json").write_text(json.dumps({"pid": 4242, "sessionId": SESSION, "cwd": "/w"}))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home))
+    stream = _Stream()
+    return ChannelListener(stream, 4242), stream
+
+
+def test_the_listener_pushes_a_channel_notification_into_its_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener, stream = _listener(tmp_path, monkeypatch)
+    meta = meta_for(7, "promptyoself-7-1000", "2026-01-01T00:00:00+00:00")
+    request = {"op": "push", "session_id": SESSION, "content": "check the CI", "meta": meta}
+    answer = anyio.run(listener.answer, json.dumps(request).encode())
+    assert answer == {"ok": True, "session_id": SESSION}
+    [message] = stream.sent
+    wire = json.loads(message.message.model_dump_json(by_alias=True, exclude_unset=True))
+    assert wire == {"jsonrpc": "2.0", "method": METHOD, "params": {"content": "check the CI", "meta": meta}}
+    assert METHOD == "notifications/claude/channel"
+
+
+@pytest.mark.parametrize(("request_", "why"), [
+    ({"op": "push", "session_id": "another-session", "content": "x", "meta": {}}, "holds session"),
+    ({"op": "push", "session_id": SESSION, "content": "", "meta": {}}, "content"),
+    ({"op": "push", "session_id": SESSION, "content": "x", "meta": {"a": 1}}, "meta"),
+    ({"op": "drop"}, "unknown op"),
+    ([1], "object"),
+])
+def test_the_listener_refuses_what_is_not_for_its_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request_: Any, why: str) -> None:
+    listener, stream = _listener(tmp_path, monkeypatch)
+    answer = asyncio.run(listener.answer(json.dumps(request_).encode()))
+    assert answer["ok"] is False and why in answer["error"] and stream.sent == []
+
+
+def test_install_prints_the_plugin_and_how_to_start_the_session(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "p.db")
+    out = claude_code.install(settings, str(tmp_path))
+    assert out["mode"] == "plugin" and out["written"] is None
+    assert out["start"] == "claude --channels plugin:promptyoself@promptyoself-local"
+    server = out["files"]["plugins/promptyoself/.mcp.json"]["mcpServers"]["promptyoself"]
+    assert server["env"]["PROMPTYOSELF_DB"] == settings.db_url
+    assert out["commands"][-1] == f"claude plugin install --scope local {claude_plugin.REF}"
+    assert "mcp_json" not in out and not (tmp_path / ".mcp.json").exists()  # one registration: the plugin
+    plain = claude_code.install(settings, str(tmp_path), mcp_json=True)
+    assert plain["mode"] == "mcp_json" and "claude mcp add" in plain["claude_mcp_add"]

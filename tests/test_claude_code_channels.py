@@ -1,0 +1,183 @@
+"""Claude Code live delivery through Channels (issue 31 points 3 and 4) against the real Claude Code
+2.1.197 in the shared harness (tests/claude_code_harness.py).
+
+From an empty database with nothing else running: ``promptyoself claude-code install --write`` makes
+our server a Claude Code plugin; a session started with ``--channels plugin:promptyoself@...`` has its
+agent (the mock driving a tool call) schedule a prompt "in 20 seconds"; a worker (its own process, in
+the namespace) hands it to our stdio server inside that session, which pushes it as a
+``notifications/claude/channel``: the open session takes it as a turn of its own, exactly once, and no
+``claude -p --resume`` runs. A session busy with a turn is not pushed to until that turn ends; with no
+open session the prompt arrives as a resumed turn. Assertions are on states (the mock's request log,
+the transcript, history), never on durations.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptyoself.core import claude_plugin
+from tests.claude_code_harness import ClaudeHarness, allow_channel
+from tests.helpers_delivery import child_env, get, history, make_core, wait_until
+from tests.test_claude_code_real import cch, marker_of, only_schedule, stop, worker
+
+pytestmark = pytest.mark.slow
+__all__ = ["cch"]  # the harness fixture, shared with test_claude_code_real
+
+TOOL = "mcp__plugin_promptyoself_promptyoself__promptyoself_schedule_time"
+CHANNEL_SOURCE = 'source="plugin:promptyoself:promptyoself"'
+
+
+@pytest.fixture
+def plugin_project(cch: ClaudeHarness, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A project with our plugin installed by the install command (run inside the namespace, with the
+    harness's HOME and claude), on the harness's channel allowlist, and an empty database."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    db = tmp_path / "cc.db"
+    # The server started by Claude Code does not start a worker of its own: the test runs the worker.
+    env = child_env(db, None, PROMPTYOSELF_EXECUTOR_AUTOSTART="false")
+    done = subprocess.run([cch.h.ccx, sys.executable, "-m", "promptyoself", "claude-code", "install", "--project",
+                           str(proj), "--write", "--json"], cwd=proj, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout)
+    assert out["channels"] == claude_plugin.CHANNELS_ARG and out["written"]
+    assert not (proj / ".mcp.json").exists()  # registered once: as the plugin only
+    assert claude_plugin.REF in (proj / ".claude" / "settings.local.json").read_text()
+    allow_channel(cch.home, claude_plugin.MARKETPLACE, claude_plugin.PLUGIN)
+    yield proj, db
+
+
+def session_args(*extra: str) -> list[str]:
+    return ["--channels", claude_plugin.CHANNELS_ARG, "--allowedTools", TOOL, *extra]
+
+
+def schedule_in(s: Any, prompt: str, when: str = "in 20 seconds") -> str:
+    """The open session's agent calls promptyoself_schedule_time (asked again until the plugin's server
+    has connected); returns the tool's answer."""
+    call = json.dumps({"name": TOOL, "input": {"prompt": prompt, "time": when}})
+
+    def called() -> str | None:
+        s.send(f"MOCK_TOOL_CALL {call}")
+        text = str(s.next_result(timeout=120).get("result"))
+        if text.startswith("MOCK_TOOL_DONE"):
+            return text
+        assert "MOCK_TOOL_UNAVAILABLE" in text, text
+        return None
+
+    text = wait_until(called, timeout=120, interval=1)
+    assert "success" in text, text
+    return text
+
+
+def channel_lines(cch: ClaudeHarness, session: str, marker: str) -> list[dict[str, Any]]:
+    return [e for e in cch.transcript_user_lines(session, marker) if (e.get("origin") or {}).get("kind") == "channel"]
+
+
+def folded(cch: ClaudeHarness, marker: str, since: int) -> list[dict[str, Any]]:
+    """Requests where the prompt came in mid-turn ("A message arrived from ... while you were working")."""
+    return [r for r in cch.main_requests(since) if marker in json.dumps(r.get("messages"))
+            and "while you were working" in json.dumps(r.get("messages"))]
+
+
+def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
+    proj, db = plugin_project
+    with cch.h.stream_session(cwd=str(proj), args=session_args()) as s:
+        schedule_in(s, "check the CI")
+        session = str(s.session_id)
+        row = only_schedule(db)
+        assert row["target_options"] == {"session_id": session, "cwd": str(proj)}
+        marker = marker_of(db, row["id"])
+        mark = cch.h.log_mark()
+        w = worker(cch, db)
+        core = make_core(db)
+        try:
+            result = s.next_result(timeout=180)  # the open session's own turn for the pushed prompt
+            wait_until(lambda: get(core.store, row["id"]).state == "completed", timeout=120)
+        finally:
+            stop(w)
+        assert cch.live_holders(session)  # still open: it was never closed nor resumed
+        assert str(result.get("result")).startswith("MOCK_ACK <channel ")  # the session's answer to it
+        [req] = cch.prompts_with(marker, since=mark)
+        assert req["session_id"] == session
+        assert req["last_user_text"].startswith("<channel ") and CHANNEL_SOURCE in req["last_user_text"]
+        assert f'occurrence_id="{marker[len("[PromptYoSelf occurrence "):-1]}"' in req["last_user_text"]
+        assert "check the CI" in req["last_user_text"]
+        # the same conversation: the scheduling turn is in the delivered request's history
+        assert "promptyoself_schedule_time" in json.dumps(req["messages"])
+        [line] = cch.transcript_user_lines(session, marker)
+        assert line["origin"]["kind"] == "channel" and line["isMeta"] is True
+        assert folded(cch, marker, mark) == []
+        [entry] = history(core.store, row["id"])
+        assert entry.outcome == "delivered" and entry.letta_run_id == session
+        core.close()
+    # nothing else arrived afterwards (no second push, no resumed run once the session closed)
+    assert len(cch.prompts_with(marker, since=mark)) == 1
+
+
+def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_project: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    """The session runs a turn that waits for a file (a Bash command) while the prompt falls due: the
+    worker records "busy" and pushes nothing; once the test lets the turn end, the prompt arrives as a
+    turn of its own, not folded into the running one."""
+    proj, db = plugin_project
+    gate = tmp_path / "go"
+    wait = json.dumps({"name": "Bash", "input": {"command": f"while [ ! -e {gate} ]; do sleep 0.2; done"}})
+    with cch.h.stream_session(cwd=str(proj), args=session_args("Bash")) as s:
+        schedule_in(s, "after the long turn")
+        session = str(s.session_id)
+        row = only_schedule(db)
+        marker = marker_of(db, row["id"])
+        mark = cch.h.log_mark()
+        s.send(f"MOCK_TOOL_CALL {wait}")
+        assert cch.h.wait_request(lambda r: "MOCK_TOOL_CALL" in (r.get("last_user_text") or "")
+                                  and "while [ ! -e" in (r.get("last_user_text") or ""), since=mark, timeout=60)
+        w = worker(cch, db)
+        core = make_core(db)
+        try:
+            wait_until(lambda: any("busy" in (h.error or "") for h in history(core.store, row["id"])), timeout=180)
+            assert cch.prompts_with(marker, since=mark) == [] and cch.transcript_user_lines(session, marker) == []
+            gate.touch()
+            assert "MOCK_TOOL_DONE Bash" in str(s.next_result(timeout=120).get("result"))
+            result = s.next_result(timeout=180)  # the prompt's own turn
+            wait_until(lambda: get(core.store, row["id"]).state == "completed", timeout=120)
+        finally:
+            stop(w)
+        assert str(result.get("result")).startswith("MOCK_ACK <channel ")
+        [req] = cch.prompts_with(marker, since=mark)
+        assert req["last_user_text"].startswith("<channel ")
+        assert folded(cch, marker, mark) == []
+        assert len(channel_lines(cch, session, marker)) == 1
+        outcomes = [h.outcome for h in history(core.store, row["id"])]
+        assert outcomes.count("delivered") == 1 and set(outcomes) == {"delivered", "retry"}
+        core.close()
+
+
+def test_no_open_session_gets_it_as_a_resumed_turn(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
+    proj, db = plugin_project
+    with cch.h.stream_session(cwd=str(proj), args=session_args()) as s:
+        schedule_in(s, "durable when closed")
+        session = str(s.session_id)
+    assert not cch.live_holders(session)
+    row = only_schedule(db)
+    marker = marker_of(db, row["id"])
+    mark = cch.h.log_mark()
+    w = worker(cch, db)
+    core = make_core(db)
+    try:
+        wait_until(lambda: get(core.store, row["id"]).state == "completed", timeout=180)
+    finally:
+        stop(w)
+    [req] = cch.prompts_with(marker, since=mark)
+    assert req["session_id"] == session and not req["last_user_text"].startswith("<channel")
+    assert channel_lines(cch, session, marker) == [] and len(cch.transcript_user_lines(session, marker)) == 1
+    [entry] = history(core.store, row["id"])
+    assert entry.outcome == "delivered"
+    core.close()

@@ -65,3 +65,40 @@ def test_schedule_and_list_go_through_the_running_service(tmp_path: Path, runtim
     code, alone = cli(env, tmp_path, "schedule", "--prompt", "q", "--every", "1h", "--agent-id", AGENT,
                       "--skip-validation")
     assert code == 0 and alone["delivery"] != HANDED  # no service: in process
+
+
+def test_a_claude_code_session_s_calls_go_through_the_service_with_its_session(tmp_path: Path,
+                                                                             runtime: Path) -> None:
+    """From Claude Code's Bash tool: the session is found in the CLI's process (its environment here;
+    no ``sessions/<pid>.json`` under an empty CLAUDE_CONFIG_DIR) and sent to the service, which makes
+    the schedule the in-process command makes; ``list`` is handed over too."""
+    db = tmp_path / "claude.db"
+    project = tmp_path / "project"
+    project.mkdir()
+    session = {"CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": "sess-1", "CLAUDE_PROJECT_DIR": str(project),
+               "CLAUDE_CONFIG_DIR": str(tmp_path / "claude-home")}
+    schedule = ("schedule", "--prompt", "p", "--time", "in 1h")
+    wanted = ("agent_id", "target", "target_options")
+    alone = stdio_env(db, runtime, PROMPTYOSELF_STDIO_RELAY="off", PROMPTYOSELF_EXECUTOR_MODE="off", **session)
+    code, in_process = cli(alone, tmp_path, *schedule)
+    assert code == 0 and in_process["target"] == "claude-code" and in_process["delivery"] != HANDED, in_process
+    svc = Service(db, runtime)
+    try:
+        dump = tmp_path / "modules.txt"
+        env = stdio_env(db, runtime, PROMPTYOSELF_RELAY_DUMP_MODULES=str(dump), **session)
+        code, made = cli(env, tmp_path, *schedule)
+        assert code == 0 and made["delivery"] == HANDED, made
+        assert {k: made[k] for k in wanted} == {k: in_process[k] for k in wanted}
+        assert made["target_options"] == {"session_id": "sess-1", "cwd": str(project)}
+        modules = set(dump.read_text().split())
+        assert not {m for m in modules if m.split(".")[0] in ("pydantic", "sqlalchemy", "httpx")}
+        dump.unlink()
+        code, listed = cli(env, tmp_path, "list", "--agent-id", "claude-code-sess-1")
+        assert code == 0 and {s["id"] for s in listed["schedules"]} == {in_process["id"], made["id"]}
+        assert "sqlalchemy" not in dump.read_text().split()  # handed over, not run in process
+        # named explicitly: the same session, whatever this process runs in
+        code, named = cli(stdio_env(db, runtime), tmp_path, *schedule, "--target", "claude-code", "--session-id",
+                          "sess-2", "--cwd", str(project))
+        assert code == 0 and named["delivery"] == HANDED and named["agent_id"] == "claude-code-sess-2", named
+    finally:
+        svc.stop()

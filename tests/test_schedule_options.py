@@ -60,8 +60,9 @@ def test_the_cli_schedule_flags_are_the_models_options() -> None:
 
 def test_the_cli_relay_forwards_the_models_options() -> None:
     """``faces/cli_relay.py`` stays on the standard library (no pydantic: issue 32 point 3), so it names
-    the options it forwards to the service's MCP tools itself; those and the three it leaves to the
-    in-process command (a Claude Code or webhook schedule) are the model's."""
+    the options it forwards to the service's MCP tools itself; those, the Claude Code session's two
+    (found in the CLI's process: ``cli_relay.destination``) and a webhook's endpoint (left to the
+    in-process command) are the model's."""
     from promptyoself.faces import cli_relay
 
     assert set(cli_relay.SCHEDULE_ARGS) | {"endpoint", "session_id", "cwd"} == set(OPTION_NAMES)

@@ -25,9 +25,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from promptyoself.config import Settings
 from promptyoself.errors import InvalidArgument
 from promptyoself.targets import claude_channel
 
@@ -35,6 +34,9 @@ from promptyoself.targets import claude_channel
 channel_socket = claude_channel.socket_path
 channel_peer_uid = claude_channel.peer_uid
 channels_on = claude_channel.channels_on
+
+if TYPE_CHECKING:  # the session's rules need the standard library only: the CLI's relay asks them
+    from promptyoself.config import Settings
 
 TARGET = "claude-code"
 MAX_ANCESTORS = 12
@@ -61,6 +63,19 @@ def in_claude_code(environ: Mapping[str, str] | None = None) -> bool:
     """This process runs under Claude Code (its MCP server, or a command of its Bash tool)."""
     env = os.environ if environ is None else environ
     return bool(env.get("CLAUDE_CODE_SESSION_ID") or env.get("CLAUDECODE"))
+
+
+def given(value: object) -> bool:
+    """An argument that says something: not None and not a blank string."""
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
+def goes_to_session(agent_id: object, endpoint: object, session_id: object,
+                    environ: Mapping[str, str] | None = None) -> bool:
+    """A scheduling call that names no target goes back to a Claude Code session when it names no agent
+    and no endpoint, and names a session or runs in one (``core.destinations``; the CLI's relay asks
+    the same before it hands a schedule to the service, with this process's session)."""
+    return not given(agent_id) and not given(endpoint) and (given(session_id) or detect(environ) is not None)
 
 
 def check_session_id(value: object) -> str:

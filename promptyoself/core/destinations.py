@@ -39,8 +39,7 @@ class Destination:
     validate: bool = False  # ask the target whether the agent exists (the Letta targets)
 
 
-def _given(value: object) -> bool:
-    return value is not None and not (isinstance(value, str) and not value.strip())
+_given = claude_code.given
 
 
 def destination(options: ScheduleOptions, ctx: CallContext | None, resolve_agent: Any, settings: Any,
@@ -55,8 +54,7 @@ def destination(options: ScheduleOptions, ctx: CallContext | None, resolve_agent
         raise InvalidArgument(f"target must be one of {', '.join(ALL_TARGETS)}, not {target[:40]!r}.")
     endpoint, session_id, cwd = options.endpoint, options.session_id, options.cwd
     explicit_agent = options.agent_id
-    if target is None and not _given(explicit_agent) and not _given(endpoint) and (
-            _given(session_id) or claude_code.detect(environ) is not None):
+    if target is None and claude_code.goes_to_session(explicit_agent, endpoint, session_id, environ):
         target = CLAUDE_CODE  # from inside a Claude Code session, with nothing else said: back to it
     if target != WEBHOOK and _given(endpoint):
         raise InvalidArgument("endpoint applies to webhook schedules only (target 'webhook').")

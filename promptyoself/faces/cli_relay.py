@@ -10,9 +10,13 @@ one MCP tool call the command stands for (``promptyoself_schedule_time|cron|ever
 ``promptyoself_list``). The answer is printed as the CLI prints it: the same JSON, errors in the CLI's
 words with the CLI's exit codes.
 
-Anything else falls back to the in-process command, with nothing sent: no service or socket, a
-refused handshake, a terminal (tables need the full program), a Claude Code session or a Claude
-Code or webhook target (their defaults come from this process), or ``PROMPTYOSELF_STDIO_RELAY=off``.
+A schedule that goes back to a Claude Code session (made from inside one, or ``--target claude-code``)
+is handed over too, with its session found here (``core.claude_code``: this process's environment
+and parent ``claude``, which the service does not see) and sent as explicit ``session_id`` and
+``cwd``. Anything else falls back to the in-process command, with nothing sent: no service or
+socket, a refused handshake, a terminal (tables need the full program), a webhook target (its
+endpoints come from this process's environment), a Claude Code schedule whose session cannot be
+found (the in-process command says what to pass), or ``PROMPTYOSELF_STDIO_RELAY=off``.
 """
 
 from __future__ import annotations
@@ -31,18 +35,19 @@ SCHEDULE_ARGS = ("agent_id", "timezone", "skip_validation", "idempotency_key", "
                  "catch_up", "max_per_day")
 
 
-def tool_call(args: Any) -> tuple[str, dict[str, Any]] | None:
-    """The MCP tool and arguments for parsed CLI arguments, or None when this command stays in process."""
+def tool_call(args: Any, values: dict[str, str] | None = None) -> tuple[str, dict[str, Any]] | None:
+    """The MCP tool and arguments for parsed CLI arguments (``values``: this process's settings), or None
+    when this command stays in process."""
     if args.command == "list":
         return "promptyoself_list", {"agent_id": args.agent_id, "include_cancelled": args.include_cancelled,
                                      "limit": args.limit, "offset": args.offset}
     if args.command != "schedule":
         return None
-    if (args.target not in (None, "letta", "letta-code") or getattr(args, "endpoint", None)
-            or getattr(args, "session_id", None) or getattr(args, "cwd", None)):
+    where = destination(args, agent_token=bool((values or {}).get("PROMPTYOSELF_AGENT_TOKEN", "").strip()))
+    if where is None:
         return None
     common = {name: getattr(args, name) for name in SCHEDULE_ARGS if getattr(args, name, None) is not None}
-    common["prompt"] = args.prompt
+    common.update(where, prompt=args.prompt)
     if args.time is not None or args.cron is not None:
         if args.start_at or args.max_repetitions is not None:
             return None  # the in-process command words this usage error
@@ -50,6 +55,29 @@ def tool_call(args: Any) -> tuple[str, dict[str, Any]] | None:
         return f"promptyoself_schedule_{kind}", {**common, kind: getattr(args, kind)}
     extra = {k: v for k, v in (("start_at", args.start_at), ("max_repetitions", args.max_repetitions)) if v is not None}
     return "promptyoself_schedule_every", {**common, "every": args.every, **extra}
+
+
+def destination(args: Any, *, agent_token: bool = False) -> dict[str, str] | None:
+    """The target arguments that make the service judge a schedule's destination as this process
+    would (``core.destinations``): none for the Letta targets, the session for a Claude Code one;
+    None when the schedule stays in process (also a Claude Code one under an agent token, which
+    names the agent in process: faces/cli.py's ``scope_to_agent``)."""
+    from promptyoself.core import claude_code
+
+    if args.target == "webhook" or claude_code.given(args.endpoint):
+        return None  # a webhook's endpoints are read from the environment of the process that judges it
+    if args.target == claude_code.TARGET or (
+            args.target is None and claude_code.goes_to_session(args.agent_id, args.endpoint, args.session_id)):
+        if agent_token:
+            return None
+        try:
+            session = claude_code.session_for(args.session_id, args.cwd)
+        except Exception:
+            return None  # the in-process command says what to pass
+        return {"target": claude_code.TARGET, "session_id": session.session_id, "cwd": session.cwd}
+    if claude_code.given(args.session_id) or claude_code.given(args.cwd):
+        return None  # refused in process, in the CLI's words
+    return {}
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -111,14 +139,14 @@ def run(argv: list[str]) -> int | None:
         args = cli.cli_parser().parse_args(argv)
     except SystemExit as exc:  # --help or a usage error, said by the CLI's own parser: done (no settings read)
         return int(exc.code or 0)
-    if os.name != "posix" or os.environ.get("CLAUDECODE") or os.environ.get("CLAUDE_CODE_SESSION_ID"):
-        return None  # a Claude Code session: the schedule's session is found from this process
+    if os.name != "posix":
+        return None
     if not getattr(args, "json", False) and sys.stdout.isatty():
         return None  # a table: the in-process command draws it
     values = relay.visible_settings()
     if not relay.relay_enabled(values):
         return None
-    planned = tool_call(args)
+    planned = tool_call(args, values)
     if planned is None:
         return None
     try:

@@ -99,6 +99,15 @@ def test_the_parser_path_needs_the_standard_library_only() -> None:
     assert outside == []
 
 
+def test_a_relayed_schedule_finds_its_claude_code_session_on_the_standard_library() -> None:
+    """faces/cli_relay.py asks core.claude_code for the session of a Claude Code schedule it hands over."""
+    loaded = loaded_by(("promptyoself.faces.cli_relay", "promptyoself.core.claude_code"))
+    outside = sorted(m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names
+                     and m.split(".")[0] != "promptyoself")
+    assert outside == []
+    assert _named(loaded, ("asyncio", "promptyoself.config")) == []
+
+
 def test_a_command_loads_no_http_client_and_no_other_dialect() -> None:
     assert _named(loaded_by(PARSER_MODULES + COMMAND_MODULES), NOT_FOR_A_COMMAND) == []
 

@@ -24,7 +24,6 @@ hands the notification to that server over a private Unix socket:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -168,6 +167,8 @@ class ChannelError(Exception):
 async def ask(path: str, request: Mapping[str, Any], timeout: float = 10.0) -> dict[str, Any]:
     """One request to the stdio server behind ``path``; its answer. ``ChannelError`` when it cannot be
     reached (``sent`` False: nothing was handed over) or answers nothing (``sent`` True for a push)."""
+    import asyncio  # here: the CLI imports this module (through core.claude_code) to find a session
+
     pushing = request.get("op") == "push"
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path, limit=MAX_LINE), timeout)

@@ -15,7 +15,7 @@ import pytest
 
 from promptyoself.core import claude_code, claude_plugin
 from promptyoself.faces.channels import METHOD, ChannelListener
-from promptyoself.targets.claude_channel import channel_named, meta_for, transcript_idle
+from promptyoself.targets.claude_channel import channel_named, meta_for, readiness, transcript_idle
 from tests.conftest import make_settings
 
 SESSION = "4f7c1f0e-1111-4222-8333-944455556666"
@@ -110,3 +110,10 @@ def test_install_prints_the_plugin_and_how_to_start_the_session(tmp_path: Path) 
     assert "mcp_json" not in out and not (tmp_path / ".mcp.json").exists()  # one registration: the plugin
     plain = claude_code.install(settings, str(tmp_path), mcp_json=True)
     assert plain["mode"] == "mcp_json" and "claude mcp add" in plain["claude_mcp_add"]
+
+
+def test_readiness_says_when_no_open_session_runs_the_channel(tmp_path: Path) -> None:
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "999999999.json").write_text(json.dumps({"sessionId": SESSION, "cwd": "/w"}))  # gone
+    text = readiness(tmp_path)
+    assert text.startswith("live delivery (Channels) not available") and "(0 open)" in text

@@ -95,6 +95,10 @@ def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_pr
         row = only_schedule(db)
         assert row["target_options"] == {"session_id": session, "cwd": str(proj)}
         marker = marker_of(db, row["id"])
+        health = subprocess.run([cch.h.ccx, sys.executable, "-m", "promptyoself", "health", "--json"],
+                                env=child_env(db, None), capture_output=True, text=True, timeout=120, check=False)
+        ready = json.loads(health.stdout)["readiness"]["claude-code"]
+        assert "live delivery (Channels) available in 1 of 1 open session" in ready, ready
         mark = cch.h.log_mark()
         w = worker(cch, db)
         core = make_core(db)
@@ -181,3 +185,33 @@ def test_no_open_session_gets_it_as_a_resumed_turn(cch: ClaudeHarness, plugin_pr
     [entry] = history(core.store, row["id"])
     assert entry.outcome == "delivered"
     core.close()
+
+
+def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
+    """The same with an interactive ``claude`` (in tmux), the way people run it: registered on connect,
+    the prompt typed, the channel message shown on screen and answered in the same session."""
+    proj, db = plugin_project
+    call = json.dumps({"name": TOOL, "input": {"prompt": "interactive check", "time": "in 20 seconds"}})
+    with cch.h.tmux_session(cwd=str(proj), args=session_args()) as t:
+        t.wait_channel_registered("plugin:promptyoself:promptyoself", timeout=120)
+        t.type_line(f"MOCK_TOOL_CALL {call}")
+        t.wait_for("MOCK_TOOL_DONE", timeout=120)
+        session = str(t.session_id())
+        row = only_schedule(db)
+        assert row["target_options"]["session_id"] == session
+        marker = marker_of(db, row["id"])
+        mark = cch.h.log_mark()
+        w = worker(cch, db)
+        core = make_core(db)
+        try:
+            wait_until(lambda: get(core.store, row["id"]).state == "completed", timeout=180)
+            assert cch.h.wait_request(lambda r: marker in (r.get("last_user_text") or ""), since=mark, timeout=60)
+        finally:
+            stop(w)
+        assert cch.live_holders(session)
+        [req] = cch.prompts_with(marker, since=mark)
+        assert req["session_id"] == session and req["last_user_text"].startswith("<channel ")
+        assert len(channel_lines(cch, session, marker)) == 1 and folded(cch, marker, mark) == []
+        [entry] = history(core.store, row["id"])
+        assert entry.outcome == "delivered"
+        core.close()

@@ -150,7 +150,7 @@ def test_a_claim_lost_before_the_write_sends_nothing_and_is_given_back(tmp_path:
         asked.append(1)
         return len(asked) == 1
 
-    out = attempt(deps, Claim.from_row(row), "A", may_send=fence)
+    out = asyncio.run(attempt(deps, Claim.from_row(row), "A", may_send=fence))
     assert getattr(out, "outcome", None) == "released" and target.received == []
     assert mem.get(sid).claimed_by is None and mem.outcomes() == []
 
@@ -198,3 +198,71 @@ def test_a_clock_jump_back_rearms_recurring_schedules(tmp_path: Path, target: Fa
                   schedule_value="1h", anchor=T0 + timedelta(hours=3))
     assert rearm_recurring(deps, T0) == 1  # the clock went back 2 h: the next slot is an hour away
     assert mem.get(sid).next_run == T0 + timedelta(hours=1)
+
+
+class HeldTarget(FakeTarget):
+    """Holds every send (it has started: ``started``) until ``let_through`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+        self.let_through = asyncio.Event()
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        self.started.set()
+        await self.let_through.wait()
+        return await super().send(occ, fence)
+
+
+def test_a_stop_gives_back_what_is_unsent_and_records_what_was_in_flight(tmp_path: Path, clock: Clock) -> None:
+    held = HeldTarget()
+    registry.register("held", lambda _settings: held)
+    try:
+        deps, mem = deps_for(tmp_path, clock, max_in_flight=1)
+        ids = [mem.add(f"agent-{i}", f"p{i}", T0 - timedelta(seconds=10 - i), target="held") for i in range(6)]
+        claimed = threading.Event()  # the backlog's claim ahead has come back (from the pool's thread)
+        claim = mem.claim
+
+        def claim_and_tell(*args: Any, **kw: Any) -> Any:
+            rows = claim(*args, **kw)
+            if sum(mem.get(i).claimed_by is not None for i in ids) >= 4:
+                claimed.set()
+            return rows
+
+        mem.claim = claim_and_tell  # type: ignore[method-assign]
+
+        async def scenario() -> Executor:
+            ex = Executor(deps, role="test")
+            task = ex.start_task("test-executor")
+            await held.started.wait()  # one send in flight (1 sender), the first claim came back full
+            await asyncio.to_thread(claimed.wait)  # the claims run ahead: 3 wait for the sender
+            ex.request_stop()
+            held.let_through.set()  # the send in flight finishes within the grace
+            await task
+            return ex
+
+        ex = asyncio.run(scenario())
+        assert ex.state.phase == "stopped" and ex.info()["stopped_because"] is None
+        assert mem.outcomes() == ["delivered"] and len(held.received) == 1
+        assert all(mem.get(i).claimed_by is None for i in ids)  # the rest given back, nothing recorded
+        assert [i for i in ids if mem.get(i).state == "completed"] == [ids[0]]
+    finally:
+        registry.unregister("held")
+
+
+def test_a_part_that_dies_stops_the_engine_and_says_why(tmp_path: Path, target: FakeTarget, clock: Clock,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    deps, mem = deps_for(tmp_path, clock)
+    mem.add("agent-a", "p", T0 + timedelta(hours=1), target="fake")
+
+    def broken(self: Any, wall: datetime, mono: float) -> float | None:
+        raise RuntimeError("the clock watch's bug")
+
+    monkeypatch.setattr("promptyoself.delivery.clock.ClockWatch.check", broken)
+    ex = Executor(deps, role="test")
+    asyncio.run(ex.run())  # returns: the run ended, by itself
+    why = ex.info()["stopped_because"]
+    assert ex.state.phase == "failed" and not ex.running and ex.wait_stopped(0)
+    assert why is not None and "clock watch" in why and "the clock watch's bug" in why
+    assert any("stopped: the clock watch failed" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)

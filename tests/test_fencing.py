@@ -4,6 +4,7 @@ lost claim is dropped. Fake monotonic clock, real SQLite file, the fake Letta.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -11,11 +12,18 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.attempt import Claim, attempt
+from promptyoself.delivery.attempt import Claim
+from promptyoself.delivery.attempt import attempt as send_attempt
 from promptyoself.delivery.claim_keeper import ClaimKeeper
 from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import T0, Clock, add_schedule, get, make_core
+
+
+def attempt(*args: Any, **kw: Any) -> Any:
+    """``attempt.attempt`` (a coroutine) run to its end from these synchronous tests."""
+    return asyncio.run(send_attempt(*args, **kw))
+
 
 pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
 
@@ -57,14 +65,11 @@ def take(core: Any, owner: str) -> list[Claim]:
 
 
 class UnstartedKeeper(ClaimKeeper):
-    """A keeper whose renewal thread never starts (``add`` starts it in production): the tests
-    drive renewals with ``renew_now()``. A live thread races the fake monotonic clock: a renewal it
+    """A keeper whose renewal task never runs (the executor's task group runs it in production): the
+    tests drive renewals with ``renew_now()``. A live renewer races the fake monotonic clock: a renewal it
     makes after a test moved ``mono`` to model a frozen process really extends the claim in the
     database (the wall clock did not move; a frozen process's thread would be frozen too), so the
     fence rightly says yes and the test, not the product, is wrong (1 run in 3 under load)."""
-
-    def start(self) -> None:
-        pass
 
 
 def keeper(core: Any, owner: str, mono: Mono) -> ClaimKeeper:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from promptyoself.delivery.attempt import Attempt, Claim
-from promptyoself.delivery.recorder import Basis, next_state, outcome_of, record_attempt
+from promptyoself.delivery.outcomes import Basis, next_state, outcome_of
+from promptyoself.delivery.recorder import record_attempt
 from promptyoself.store.claims import claim_due, record_outcomes
 from tests.helpers_delivery import add_schedule, get, history, make_core
 

@@ -1,7 +1,7 @@
 """Delivering one claimed occurrence: decide (missed? late?), send, and record the outcome.
 
-Synchronous, in a sender thread of the executor; the target's coroutines run on the executor's event
-loop (``delivery.bridge``). The protocol:
+A coroutine, in a sender task of the executor (``delivery.senders``), awaiting the target directly;
+the store's blocking calls run off the loop (``io``). The protocol:
 
 1. The executor claimed the occurrence ``(id, next_run)`` (``DeliveryStore.claim``).
 2. ``attempt`` builds the message envelope and hands it to the schedule's target, or, for a one-time
@@ -20,10 +20,11 @@ it is there, also past the misfire grace. A claim taken over is never given back
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 from promptyoself import catchup, timing
 from promptyoself.delivery import budget
 from promptyoself.delivery.bridge import Targets, open_fence
+from promptyoself.delivery.envelope import envelope
 from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Deps
 from promptyoself.errors import PromptYoSelfError, StillPending
@@ -41,13 +43,15 @@ log = logging.getLogger(__name__)
 
 SENT_ON_LOST_CLAIM = "sent_lost_claim"
 """History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
-LATE_AFTER = timedelta(seconds=60)
-"""A delivery at least this late says so in its envelope."""
-MAX_COUNTED_SLOTS = 1000
-"""Counting the cron slots a catch-up coalesces stops here ("1000+")."""
 AUTH_PREFIX = "letta_auth:"
 
 _rng = random.Random()
+IO = Callable[..., Awaitable[Any]]
+"""How an attempt runs a blocking store call: ``await io(fn, *args)``."""
+__all__ = ["AUTH_PREFIX", "IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result", "attempt",
+           "envelope", "give_back", "occurrence_of", "otid_for", "policy"]
+
+
 @dataclass(frozen=True)
 class Claim(ScheduleRow):
     """A claimed schedule, as the claim saw it (``store.records.ScheduleRow``: every column, so a new
@@ -126,60 +130,6 @@ def otid_for(claim: Claim) -> str:
     return f"promptyoself-{claim.id}-{slot}"
 
 
-def rule_text(claim: Claim) -> str:
-    if claim.schedule_type == "once":
-        return "one-time"
-    if claim.schedule_type == "cron":
-        return f"cron '{claim.schedule_value}'"
-    if claim.schedule_type == "rrule":
-        return f"rule '{claim.schedule_value}'"
-    try:
-        return f"every {timing.format_duration(timing.parse_interval(claim.schedule_value))}"
-    except PromptYoSelfError:
-        return f"every {claim.schedule_value}"
-
-
-def slots_up_to(claim: Claim, now: datetime) -> tuple[int, bool]:
-    """How many of the schedule's slots fall in ``[next_run, now]`` (>= 1), and whether the count
-    was cut off at ``MAX_COUNTED_SLOTS``. A catch-up delivery coalesces all of them."""
-    if claim.schedule_type == "once" or now <= claim.next_run:
-        return 1, False
-    try:
-        if claim.schedule_type == "interval":
-            every = timing.parse_interval(claim.schedule_value)
-            return 1 + (now - claim.next_run) // every, False
-        tz = timing.resolve_zone(claim.timezone, "UTC")
-        count, at = 1, claim.next_run
-        while count < MAX_COUNTED_SLOTS:
-            nxt = timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=at, anchor=claim.anchor)
-            if nxt is None or nxt > now:
-                return count, False
-            at = nxt
-            count += 1
-        return count, True
-    except PromptYoSelfError:
-        return 1, False
-
-
-def envelope(claim: Claim, now: datetime, message_format: str = "annotated") -> str:
-    """The text sent to the agent: one header line (schedule id, rule, timezone, lateness if late),
-    then the prompt. ``plain`` sends the prompt alone."""
-    if message_format == "plain":
-        return claim.prompt_text
-    tz = timing.resolve_zone(claim.timezone, "UTC")
-    header = f"[PromptYoSelf] Scheduled prompt #{claim.id} ({rule_text(claim)}, timezone {tz.key})"
-    late = now - claim.next_run
-    if late >= LATE_AFTER:
-        header += (
-            f" - late by {timing.format_duration(late)}: it was due "
-            f"{timing.to_local_iso(claim.next_run, tz)}"
-        )
-        count, capped = slots_up_to(claim, now) if claim.catch_up == "latest" else (1, False)
-        if count > 1:
-            header += f"; {count}{'+' if capped else ''} missed runs coalesced into this one"
-    return f"{header}\n{claim.prompt_text}"
-
-
 # ---- the delivery ----------------------------------------------------------------------------
 
 
@@ -195,25 +145,27 @@ def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
                       conversation_id=claim.conversation_id, options=options)
 
 
-def attempt(
+async def attempt(
     core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None,
-    targets: Targets | None = None,
+    targets: Targets | None = None, io: IO | None = None,
 ) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
     (stopping, or the fence ``may_send`` says the claim is lost or about to run out: it is released,
     nothing is sent). Never raises for a target's errors. ``targets``: the executor's; without, the
-    attempt opens its own and closes them after."""
+    attempt opens its own and closes them after. ``io`` runs the blocking store calls off the event
+    loop (the executor's pool; ``asyncio.to_thread`` without)."""
+    run = io or asyncio.to_thread
     if targets is not None:
-        return _attempt(core, claim, owner, stopping, may_send, targets)
+        return await _attempt(core, claim, owner, stopping, may_send, targets, run)
     own = Targets(core.settings)
     try:
-        return _attempt(core, claim, owner, stopping, may_send, own)
+        return await _attempt(core, claim, owner, stopping, may_send, own, run)
     finally:
-        own.close()
+        await own.aclose()
 
 
-def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
-             targets: Targets) -> Attempt | Result:
+async def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
+                   targets: Targets, io: IO) -> Attempt | Result:
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
@@ -224,17 +176,17 @@ def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Call
             return Attempt(claim, owner, "missed", now, number, error=missed, skip_to=plan.deliver,
                            also_missed=plan.missed[1:])
     if stopping is not None and stopping.is_set():
-        give_back(core, owner, [claim])
+        await io(give_back, core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
     if may_send is not None and not may_send():
-        give_back(core, owner, [claim])  # a no-op when someone else holds it now
+        await io(give_back, core, owner, [claim])  # a no-op when someone else holds it now
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
     occ = occurrence_of(claim, envelope(claim, now, settings.message_format), number)
     otid = occ.occurrence_id
     try:
         target = targets.get(claim.target)
         if claim.in_doubt:  # an earlier attempt may have reached the agent: ask before sending again
-            found = targets.call(target.lookup(occ))
+            found = await target.lookup(occ)
             if found.state == "found":  # history names the run that carried it (when the target says)
                 return Attempt(claim, owner, "delivered", now, number, run_id=found.run_id,
                                error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
@@ -245,17 +197,17 @@ def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Call
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
-        verdict = budget.check(core, claim, now)  # the daily budgets: over them, record, do not send
+        verdict = await io(budget.check, core, claim, now)  # the daily budgets: over them, record, do not send
         if verdict.over is not None:
             return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
         occ = replace(occ, text=budget.announce(occ.text, verdict))
         # The claim's fence is asked again by the target right before the request is written (after
         # the look-up above, and as late as it can): a holder that stalled since gives the claim back.
-        sent = targets.call(target.send(occ, may_send or open_fence))
+        sent = await target.send(occ, may_send or open_fence)
     except Exception as exc:  # what it means, and what next, is the retry policy's decision
         if not isinstance(exc, PromptYoSelfError):
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return _after_failure(core, claim, owner, now, number, exc)
+        return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed)
 

@@ -2,28 +2,22 @@
 ``target`` column is looked up in ``promptyoself.targets.registry``, and the target is reached only
 through ``DeliveryTarget`` (send behind the claim's fence, look-up, probe).
 
-A target's coroutines run on the executor's event loop (a target may hold clients bound to it: the
-webhook target's ``httpx.AsyncClient``); a sender thread hands them over (``call``) and waits. Called
-without an executor (``attempt`` on its own: tests, a one-off), each call runs in a loop of its own,
-and the targets are closed after the attempt."""
+A target's coroutines are awaited by the executor's sender tasks on its event loop (a target may hold
+clients bound to it: the webhook target's ``httpx.AsyncClient``); the targets are built per run of
+the executor and closed when it stops. Called without an executor (``attempt`` on its own: tests, a
+one-off), the attempt opens its own and closes them after."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
 from promptyoself.config import Settings
-from promptyoself.errors import LettaUnavailable, NotSent
 from promptyoself.targets import registry
 from promptyoself.targets.base import DeliveryTarget
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 def open_fence() -> bool:
@@ -32,11 +26,10 @@ def open_fence() -> bool:
 
 
 class Targets:
-    def __init__(self, settings: Settings, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.loop = loop
         self._held: dict[str, DeliveryTarget] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # ``get`` is also called off the loop (the executor's warm-up)
 
     def get(self, name: str | None) -> DeliveryTarget:
         """The target ``name`` (the default one for None), built from the registry on first use."""
@@ -46,24 +39,6 @@ class Targets:
             if found is None:
                 found = self._held[key] = registry.create(key, self.settings)
         return found
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a target's coroutine (from a sender thread) and return its answer. A loop that has
-        stopped before the call: ``NotSent`` (nothing was written). A loop that stopped during it: the
-        answer is lost, so a send is in doubt (the next attempt looks it up first)."""
-        loop = self.loop
-        if loop is None:
-            return asyncio.run(coro)
-        try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
-        except RuntimeError:  # the loop is closed
-            coro.close()
-            raise NotSent("the delivery loop has stopped") from None
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError:
-            raise LettaUnavailable("the delivery loop stopped during the call; a send may have arrived",
-                                   transient=True, in_doubt=True) from None
 
     def held(self) -> list[DeliveryTarget]:
         with self._lock:

@@ -1,12 +1,15 @@
 """The claim keeper under the delivery loop: ``ClaimKeeper`` renews this executor's claims while it
-holds them and fences a send whose claim may have run out."""
+holds them (``run``, one task of the executor's task group) and fences a send whose claim may have
+run out (``may_send``)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -51,9 +54,8 @@ class ClaimKeeper:
         self.mono = mono
         self._ids: set[int] = set()
         self._deadline: dict[int, float] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the fence is asked from the blocking targets' threads too
+        self._stop = asyncio.Event()
 
     def add(self, ids: Collection[int], claimed_at: float | None = None) -> None:
         """Keep ``ids`` renewed; ``claimed_at`` is the monotonic time taken BEFORE the claim query
@@ -63,12 +65,15 @@ class ClaimKeeper:
             self._ids.update(ids)
             for i in ids:
                 self._deadline[i] = until
-        self.start()
 
     def discard(self, schedule_id: int) -> None:
         with self._lock:
             self._ids.discard(schedule_id)
             self._deadline.pop(schedule_id, None)
+
+    def held(self) -> list[int]:
+        with self._lock:
+            return list(self._ids)
 
     def may_send(self, schedule_id: int) -> bool:
         """True while the claim is known held with more than ``margin`` of its lease left."""
@@ -77,7 +82,7 @@ class ClaimKeeper:
         return deadline is not None and self.mono() < deadline - self.margin
 
     def renew_now(self) -> None:
-        """One renewal round (the keeper thread's work; tests call it directly)."""
+        """One renewal round (blocking: the keeper task runs it off the loop; tests call it directly)."""
         with self._lock:
             ids = list(self._ids)
         if not ids:
@@ -100,26 +105,28 @@ class ClaimKeeper:
         if lost:
             log.warning("claims lost on schedule(s) %s; not sending them", ", ".join(map(str, lost[:20])))
 
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="promptyoself-claims", daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        """Stop once no claim is left (claims of sends still running keep being renewed)."""
-        self._stop.set()
-
-    def _run(self) -> None:
+    async def run(self, io: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
+        """The keeper's task: a renewal every third of the lease (``io`` runs it off the loop), until
+        ``stop`` was asked and no claim is held any more (claims of sends still running keep being
+        renewed while the executor stops)."""
         period = max(0.05, self.lease / 3)
         while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), period)
             with self._lock:
                 empty = not self._ids
             if empty and self._stop.is_set():
                 return
-            self.renew_now()
-            if self._stop.is_set():  # stopping: keep renewing until the last running send ends
-                time.sleep(min(period, 0.2))
-            else:
-                self._stop.wait(period)
+            await io(self.renew_now)
+            if self._stop.is_set():  # stopping: look again soon, until the last running send ends
+                await asyncio.sleep(min(period, 0.2))
+
+    def stop(self) -> None:
+        """(On the loop.) Stop once no claim is left."""
+        self._stop.set()
+
+    def let_go(self, ids: Collection[int]) -> None:
+        """Stop renewing ``ids`` and fence them off at once (sends cancelled at shutdown: their claims
+        run out after the lease, and whoever claims them next looks them up first)."""
+        for i in ids:
+            self.discard(i)

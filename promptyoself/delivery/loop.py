@@ -1,41 +1,44 @@
-"""The delivery loop: ``Executor`` joins four parts, each a module of its own:
+"""The delivery loop: ``Executor`` runs one asyncio task group per run, its tasks each a module of
+its own, meeting only through the run's shared state (``delivery.parts``):
 
-- the claim planner (``delivery.planner``, pure): how many to claim, what a claim's answer means;
-- the holdings (``delivery.holdings``): the claims held and where each is, under one lock;
-- the sender pool (``delivery.senders``): threads that send the claims held, behind their fence;
-- the recorder (``delivery.recorder``): a thread that records attempts in batches, claiming ahead
-  during a backlog, through one store verb.
+- the alarm (``delivery.alarm.Alarm``): sleeps until the earliest due time and claims;
+- the senders (``delivery.senders``): ``max_in_flight`` tasks sending the claims held, behind their fence;
+- the recorder (``delivery.senders.run_recorder``): records attempts in batches, claiming ahead during a
+  backlog, through one store verb;
+- the claim keeper (``delivery.claim_keeper``): renews the claims held;
+- the outage probe and the clock watch (``delivery.alarm``).
 
-The loop itself sleeps until the earliest due time, claims, and watches the things around delivery:
-an outage of Letta, refused credentials, a wall clock that jumps back. ``delivery.claim_keeper``
-renews the claims held; ``delivery.entry_points`` holds the entry points that run the loop."""
+Blocking store calls run in the run's thread pool (``Parts.io``). One shutdown path (``_shutdown``):
+claim no more, give back what is unsent, let the sends in flight finish (up to ``SHUTDOWN_GRACE``),
+record them, and stop renewing once nothing is held. A task that dies with an error stops the whole
+run, which logs why and keeps it (``info()["stopped_because"]``), as procrastinate's worker does.
+``delivery.entry_points`` holds the entry points that run the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-import random
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt, give_back, policy
+from promptyoself.delivery.alarm import Alarm, probe_outage, watch_clock
+from promptyoself.delivery.attempt import Result, policy
 from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.claim_keeper import ClaimKeeper
-from promptyoself.delivery.clock import ClockWatch, rearm_recurring
+from promptyoself.delivery.clock import ClockWatch
 from promptyoself.delivery.holdings import Holdings
-from promptyoself.delivery.recorder import Recorder, record_batch
-from promptyoself.delivery.senders import SenderPool
-from promptyoself.delivery.watch import AuthBackoff, Drain, Outage, Round, Totals, Wakeup
+from promptyoself.delivery.parts import Parts
+from promptyoself.delivery.senders import run_recorder, run_sender
+from promptyoself.delivery.watch import AuthBackoff, Drain, Gate, LoopState, Outage, Outcomes, Totals, Wakeup
 from promptyoself.deps import Deps
-from promptyoself.store.claims import ClaimAsk, ClaimReport
-from promptyoself.targets.blocking import DaemonPool
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +47,12 @@ SHUTDOWN_GRACE = 2.0
 then expire after the lease and another process retries)."""
 ONCE_BUDGET = 120.0
 """``drain`` (``execute`` without ``--loop``) stops claiming after this many seconds."""
-BACKLOG_POLL = 0.05
-"""When a claim came back short although something was due (other processes took the rows first),
-an executor with free send slots looks again after about this long (jittered), not after
-``interval``: several workers on one database then share a backlog instead of the one that just
-finished winning every claim. Each claim that still finds nothing doubles the wait, up to 1 s or
-``interval`` (a row whose agent another process holds for long is not polled for 20 times a second)."""
 CLOCK_JUMP_SHOWN = 600.0
 """Seconds a jump of the wall clock back stays in ``info()`` (and so in health)."""
+
+
+class PartFailed(Exception):
+    """A task of the executor's task group died: the run stops, saying which and why."""
 
 
 def make_owner(role: str) -> str:
@@ -63,15 +64,20 @@ def _iso(dt: datetime | None) -> str | None:
     return timing.to_utc_iso(dt) if dt is not None else None
 
 
+async def _part(name: str, coro: Coroutine[Any, Any, None]) -> None:
+    """Run one task of the group; an error names the part that died."""
+    try:
+        await coro
+    except Exception as exc:
+        raise PartFailed(f"the {name} failed: {type(exc).__name__}: {exc}") from exc
+
+
 class Executor:
     """One delivery loop over ``core``'s store. ``role`` names it in claims, logs and status.
 
-    The loop (``run``, a coroutine) decides when to claim: it sleeps until the earliest due time,
-    wakes on a local write (``wake``), re-reads at least every ``interval``, and claims due
-    occurrences in batches into the holdings. ``max_in_flight`` senders take them, send, and hand the
-    attempts to the recorder, which commits them in batches and, while claims come back full (a
-    backlog), refills the holdings before they run dry; once a claim comes back short, the loop takes
-    over again and is nudged each time an attempt is recorded (the agent it freed may have more due)."""
+    ``run`` (a coroutine, safe as a task in any event loop) delivers until ``request_stop``;
+    ``start_task``, ``start_in_thread`` and ``drain`` run it for other callers. ``state`` is the
+    engine's phase (``watch.LoopState``)."""
 
     def __init__(
         self, core: Deps, *, interval: float | None = None, role: str = "executor", owner: str | None = None
@@ -83,29 +89,34 @@ class Executor:
         self.interval = float(interval if interval is not None else s.executor_interval)
         self.lease = float(s.lease_seconds)
         self.max_in_flight = int(s.max_in_flight)
-        self._pool = DaemonPool(self.max_in_flight + 2, f"promptyoself-{role}")
-        self._keeper = ClaimKeeper(core.deliveries, self.owner, self.lease, core.now)
-        self.targets = Targets(s)  # the targets it sends to, on its event loop (set by ``run``)
-        self._stop = threading.Event()
+        self.state = LoopState()
         self._done = threading.Event()
         self._done.set()
         self.wakeup = Wakeup()
-        self.holdings = Holdings(self.max_in_flight, self.lease, may_claim=self._may_claim,
-                                 may_send=self._may_take)
-        self.senders = SenderPool(self.holdings, self.max_in_flight, send=self._send, released=self._released)
-        self.recorder = Recorder(self.holdings, record=self._record, claim=self._claim_rows, nudge=self._nudge)
-        self.running = False
         self.started_at: datetime | None = None
-        self.last_tick: datetime | None = None
-        self.next_due: datetime | None = None
         self.totals = Totals()
         self.auth = AuthBackoff()
-        self._listening = False
         # A target's outage (a transient send failure): prompts wait out their backoff; when it answers
         # again (a probe, or any delivery) they are made due at once (DeliveryStore.resume_waiting).
         self.outage = Outage(self._probe_every())
         self._clock = ClockWatch()
         self._drain: Drain | None = None  # draining (``drain``)
+        self._listening = False
+        self._parts: Parts | None = None  # the current run's
+
+    @property
+    def running(self) -> bool:
+        return self.state.running
+
+    @property
+    def last_tick(self) -> datetime | None:
+        """When the loop last read the earliest due time."""
+        return self._parts.round.last_tick if self._parts is not None else None
+
+    @property
+    def next_due(self) -> datetime | None:
+        """The earliest due time, as last read."""
+        return self._parts.round.earliest if self._parts is not None else None
 
     @property
     def auth_error(self) -> str | None:
@@ -118,13 +129,9 @@ class Executor:
         """Re-read the earliest due time now (called after this process writes a schedule)."""
         self.wakeup.wake()
 
-    def _nudge(self) -> None:
-        """From a sender or the recorder: let the loop look again (one wake-up until it has)."""
-        self.wakeup.nudge()
-
     def request_stop(self) -> None:
         """Stop claiming; in-flight deliveries finish (or are let go after ``SHUTDOWN_GRACE``)."""
-        self._stop.set()
+        self.state.stop()
         self.wake()
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
@@ -132,8 +139,7 @@ class Executor:
 
     def start_in_thread(self) -> threading.Thread:
         """Run the loop in a daemon thread with its own event loop; returns the thread."""
-        self._done.clear()
-        self.running = True  # true from now on, not only once the thread gets to run(): callers report it
+        self._starting()
         thread = threading.Thread(target=lambda: asyncio.run(self.run()), name="promptyoself-loop", daemon=True)
         thread.start()
         return thread
@@ -141,290 +147,118 @@ class Executor:
     def start_task(self, name: str) -> asyncio.Task[None]:
         """Run the loop as a task of the running event loop; ``running`` is true from this call on (not
         only once the task gets to run), as with ``start_in_thread``."""
-        self._done.clear()
-        self.running = True
+        self._starting()
         return asyncio.get_running_loop().create_task(self.run(), name=name)
 
-    def close(self) -> None:
-        self._keeper.stop()
-        self._pool.shutdown(wait=False)
-        self.holdings.close()
+    def _starting(self) -> None:
+        self._done.clear()
+        self.state.start()  # running from now on, not only once the loop gets to run: callers report it
 
-    # ---- the loop --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the loop if it runs (its resources are the run's, released when it ends)."""
+        self.request_stop()
+
+    # ---- the run ---------------------------------------------------------------------------------
+
+    def _build(self) -> Parts:
+        gate = Gate(self.state, self.auth, self._drain)
+        pool = ThreadPoolExecutor(self.max_in_flight + 4, thread_name_prefix=f"promptyoself-{self.role}")
+        outcomes = Outcomes(self.totals, self.auth, self.outage, policy(self.core).auth_pause)
+        keeper = ClaimKeeper(self.core.deliveries, self.owner, self.lease, self.core.now)
+        return Parts(self.core, self.owner, self.lease, Holdings(self.max_in_flight, self.lease, gate), keeper,
+                     Targets(self.core.settings), self.wakeup, outcomes, self.state, self._drain, pool)
 
     async def run(self) -> None:
-        """Deliver until ``request_stop``. Safe to run as a task in any event loop."""
-        loop = asyncio.get_running_loop()
-        self.targets.loop = loop
-        self.wakeup.bind(loop)
-        self._done.clear()
+        """Deliver until ``request_stop`` (or, draining, until nothing due is left)."""
+        if not self.state.running:
+            self._starting()
+        parts = self._parts = self._build()
+        self.wakeup.bind(asyncio.get_running_loop())
         if not self._listening and self._drain is None:  # wake when this process adds or changes a schedule
             self.core.on_change(self.wake)
             self._listening = True
-        self.running = True
         self.started_at = self.core.now()
-        self.holdings.open()
-        self.senders.start()
-        self.recorder.start()
-        await self._io(self._warm_up)
-        log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
-                 self.max_in_flight)
         try:
-            await self._loop_body()
+            await parts.io(self._warm_up, parts)
+            log.info("delivery loop %s started (interval %.3gs, max in flight %d)", self.owner, self.interval,
+                     self.max_in_flight)
+            await self._run_group(parts)
         finally:
-            self._stop.set()
-            try:
-                await self._release_ready()
-            except Exception:
-                log.exception("releasing unsent claims failed; they expire after the lease")
-            deadline = time.monotonic() + SHUTDOWN_GRACE
-            while self.holdings.under_way() and time.monotonic() < deadline:
-                await self._sleep(min(0.05, deadline - time.monotonic()))
-            if self.holdings.under_way():
-                log.warning("%d deliveries still in flight at shutdown; their claims expire after "
-                            "the lease and another process retries", self.holdings.under_way())
-            self.holdings.close()
-            self._keeper.stop()
-            await self.targets.aclose()
-            self.running = False
+            await parts.targets.aclose()
+            parts.pool.shutdown(wait=False)
+            self.state.ended()
             self.wakeup.unbind()
             self._done.set()
             log.info("delivery loop %s stopped", self.owner)
 
-    def _warm_up(self) -> None:
+    async def _run_group(self, parts: Parts) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                senders = [tg.create_task(_part("sender", run_sender(parts)), name=f"promptyoself-send-{i}")
+                           for i in range(self.max_in_flight)]
+                recorder = tg.create_task(_part("recorder", run_recorder(parts)), name="promptyoself-record")
+                keeper = tg.create_task(_part("claim keeper", parts.keeper.run(parts.io)), name="promptyoself-claims")
+                clock = watch_clock(parts, self._clock, min(self.interval, 5.0))
+                watchers = [tg.create_task(_part("outage probe", probe_outage(parts)), name="promptyoself-outage"),
+                            tg.create_task(_part("clock watch", clock), name="promptyoself-clock")]
+                await Alarm(parts, self.interval).run()
+                await self._shutdown(parts, senders, recorder)
+                for task in watchers:
+                    task.cancel()
+                await keeper
+        except* PartFailed as group:
+            why = "; ".join(str(e) for e in group.exceptions)
+            self.state.failed(why)
+            log.error("delivery loop %s stopped: %s", self.owner, why, exc_info=group.exceptions[0])
+            await self._give_back(parts)
+
+    async def _shutdown(self, parts: Parts, senders: list[asyncio.Task[None]], recorder: asyncio.Task[None]) -> None:
+        """The one way a run ends: claim no more; give back the claims no sender has taken; let the
+        sends in flight finish, up to ``SHUTDOWN_GRACE`` (the rest are let go: their claims run out
+        after the lease, and whoever claims them next looks them up first); record what was sent;
+        then the keeper stops renewing, once nothing is held."""
+        self.state.stop()
+        holdings, keeper = parts.holdings, parts.keeper
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        await self._give_back(parts)
+        holdings.close_senders()
+        _, late = await asyncio.wait(senders, timeout=SHUTDOWN_GRACE)
+        if late:
+            log.warning("%d deliveries still in flight at shutdown; their claims expire after the lease and "
+                        "another process retries", len(late))
+            ids = holdings.in_flight_ids()
+            for task in late:
+                task.cancel()
+            await asyncio.wait(late)
+            holdings.let_go(ids)
+            keeper.let_go(ids)
+        holdings.close_recorder()
+        _, stuck = await asyncio.wait([recorder], timeout=max(deadline - time.monotonic(), 0.0) + 1.0)
+        if stuck:
+            log.warning("recording the last attempts did not finish at shutdown; their claims expire after the lease")
+            recorder.cancel()
+            await asyncio.wait([recorder])
+        keeper.let_go(keeper.held())
+        keeper.stop()
+
+    async def _give_back(self, parts: Parts) -> None:
+        try:
+            await parts.release_ready()
+        except Exception:
+            log.exception("releasing unsent claims failed; they expire after the lease")
+
+    def _warm_up(self, parts: Parts) -> None:
         """Open the default target (its client imports httpx) before anything is due, not in the first
         send: when a burst falls due, every worker would otherwise spend its first ~0.1 s importing."""
         try:
-            self.targets.get(None)
+            parts.targets.get(None)
         except Exception:  # the first send reports what is wrong
             log.debug("opening the default target failed; the first send will retry", exc_info=True)
 
-    async def _loop_body(self) -> None:
-        """While claims come back full (a backlog), claims run ahead, up to ``3 * max_in_flight``
-        more than the senders can take, in batches (the recorder thread refills the queue), so a
-        sender that finishes starts its next send at once and one claim query serves several
-        deliveries; the loop then neither re-reads the earliest due time nor claims after every
-        delivery. A claim that came back short while more was due (other processes took the rest)
-        keeps the backlog (``planner.after_claim``). When a claim comes back short otherwise, nothing more is due
-        for a free agent now: the loop goes back to sleeping until the earliest due time, re-reading
-        it when a delivery has been recorded (its agent may have more due), on a local write
-        (``wake``), and at least every ``interval``."""
-        st = Round(poll_s=BACKLOG_POLL / 2)
-        while not self._stop.is_set():
-            try:
-                await self._look(st)
-                if self._drained_all(st.earliest, st.complete):
-                    break
-                auth_wait = self.auth.wait(time.monotonic())
-                if auth_wait > 0:
-                    await self._release_ready()  # the credentials are wrong: do not sit on claims
-                timeout = self.interval - (time.monotonic() - st.read_at)
-                if st.earliest is not None:
-                    wait_s = (st.earliest - self._claim_now()).total_seconds()
-                    if wait_s <= 0:
-                        if await self._claim_due(st):
-                            continue
-                        # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
-                        # a delivery to finish, a local write, or the next re-read.
-                    else:
-                        timeout = min(timeout, wait_s)
-                await self._wait(st, timeout, auth_wait)
-            except Exception:
-                log.exception("delivery loop error; retrying in %.3gs", self.interval)
-                st.must_read = True
-                await self._sleep(self.interval)
-
-    async def _look(self, st: Round) -> None:
-        """The start of a round: what woke the loop (a write, a delivery, an outage's end, the clock
-        going back) and, when asked or every ``interval``, the earliest due time read again."""
-        if self.wakeup.looked():
-            st.must_read = True
-        if self.outage.watching() and await self._after_outage():
-            st.must_read = True
-        if await self._clock_went_back():
-            st.must_read = True
-        if st.must_read or time.monotonic() - st.read_at >= self.interval:
-            st.complete = self.holdings.idle()
-            st.earliest = await self._io(self.core.deliveries.next_due, self._claim_now(),
-                                         self.holdings.busy_agents())
-            st.read_at = time.monotonic()
-            st.must_read = False
-            self.holdings.news()
-            self.last_tick = self.core.now()
-            self.next_due = st.earliest
-            if st.earliest is None or st.earliest > self.core.now():
-                st.contended = False
-
-    async def _claim_due(self, st: Round) -> bool:
-        """Something is due: claim what the holdings want (False when they want nothing now)."""
-        want = self.holdings.claim_wanted()
-        if want <= 0:
-            return False
-        claims: list[Claim] = []
-        more = False
-        try:
-            claims, more = await self._io(self._claim_rows, want)
-        finally:
-            full = self.holdings.took(claims, want, more)
-        st.must_read = not full and bool(claims)  # find the next alarm at once
-        # due rows, yet none (or too few) for us: other processes took them
-        st.contended = not full
-        st.poll_s = BACKLOG_POLL / 2 if claims else min(st.poll_s * 2, self.interval, 1.0)
-        return True
-
-    async def _wait(self, st: Round, timeout: float, auth_wait: float) -> None:
-        """Sleep until the earliest of: ``timeout``, the credentials' pause, the outage's next probe,
-        a contended backlog's next look, or a wake-up."""
-        if auth_wait > 0:
-            timeout = min(timeout, auth_wait)
-        probe_in = self.outage.wake_in(time.monotonic())
-        if probe_in is not None:
-            timeout = min(timeout, probe_in)
-        poll = st.contended and auth_wait <= 0 and self.holdings.has_room()
-        if poll:  # a backlog others share: look again soon, not after `interval`
-            timeout = min(timeout, st.poll_s * random.uniform(0.5, 1.5))
-        if await self._sleep(max(timeout, 0.0)) and not self.holdings.backlog():
-            st.must_read = True  # a delivery ended: its agent's next occurrence may be due
-        elif poll:
-            st.must_read = True
-
-    async def _clock_went_back(self) -> bool:
-        """The wall clock jumped back: say so (health) and re-arm recurring schedules from now."""
-        now = self.core.now()
-        back = self._clock.check(now, time.monotonic())
-        if back is None:
-            return False
-        moved = await self._io(rearm_recurring, self.core, now)
-        log.warning("the system clock went back %.0fs; %d recurring schedule(s) re-armed from the current time",
-                    back, moved)
-        return True
-
     def _probe_every(self) -> float:
-        """How often Letta is asked during an outage: every few loop intervals (5 s by default)."""
+        """How often the target is asked during an outage: every few loop intervals (5 s by default)."""
         settings = self.core.settings
         return max(0.05, min(15.0, float(settings.retry_max), 5 * float(settings.executor_interval)))
-
-    async def _after_outage(self) -> bool:
-        """During an outage, ask Letta every few seconds whether it answers again; once it does (or a
-        delivery succeeded), the prompts waiting out a backoff are due now. True when some were."""
-        if self.outage.probe_due(time.monotonic()):
-            try:
-                await self.targets.probe()  # a target this executor sends to answers again
-            except Exception:
-                return False
-            self.outage.probe_answered()
-        if not self.outage.take_resume():
-            return False
-        resumed = await self._io(self.core.deliveries.resume_waiting, self.core.now())
-        if resumed:
-            log.info("Letta answers again: %d prompt(s) waiting after the outage are due now", resumed)
-        return bool(resumed)
-
-    def _claim_rows(self, limit: int) -> tuple[list[Claim], bool]:
-        """Claim up to ``limit`` (in a pool thread or the recorder) and keep the claims renewed;
-        also whether more was due than asked for (``ClaimReport.more_due``)."""
-        claimed_at = self._keeper.mono()
-        taken: set[int] = set()
-        report = ClaimReport()
-        now = self._claim_now()
-        rows = self.core.deliveries.claim(self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
-                         exclude_agents=self.holdings.busy_agents(), taken_over=taken, report=report)
-        claims = [Claim.from_row(r, taken_over=r.id in taken) for r in rows]
-        if claims:
-            self._keeper.add([c.id for c in claims], claimed_at)
-        return claims, report.more_due
-
-    async def _release_ready(self) -> None:
-        """Give back the claims that wait for a sender (stopping, or Letta refuses our credentials);
-        ``give_back`` leaves those taken over from an expired holder to run out."""
-        claims = self.holdings.take_ready()
-        if not claims:
-            return
-        for claim in claims:
-            self._keeper.discard(claim.id)
-        await self._io(give_back, self.core, self.owner, claims)
-
-    async def _sleep(self, seconds: float) -> bool:
-        """Wait up to ``seconds``; True if woken early."""
-        return await self.wakeup.sleep(seconds)
-
-    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(*args))
-
-    # ---- what the senders and the recorder call ----------------------------------------------------
-
-    def _may_take(self) -> bool:
-        """A sender may take a claim: not stopping (those are released), credentials not refused."""
-        return not self._stop.is_set() and self.auth.wait(time.monotonic()) <= 0
-
-    def _may_claim(self) -> bool:
-        """A claim may be made: a sender could take it, and a drain's budget is not spent."""
-        return self._may_take() and not self._out_of_time()
-
-    def _send(self, claim: Claim) -> Attempt | Result:
-        return attempt(self.core, claim, self.owner, stopping=self._stop, may_send=self._may_send(claim),
-                       targets=self.targets)
-
-    def _released(self, claim: Claim, res: Result | None) -> None:
-        """Released unsent (stopping, or fenced off), or a bug: the claim expires; the loop may claim again."""
-        self._nudge()
-        self._keeper.discard(claim.id)
-        if res is not None:
-            self._account(res)
-
-    def _record(self, batch: list[Attempt], claim: int = 0) -> tuple[list[Claim], bool]:
-        """Record ``batch``; with ``claim``, claim up to that many in the same transaction (the agents
-        recorded are free by then) and return the claims and whether more was due (``_claim_rows``)."""
-        claimed_at = self._keeper.mono()
-        ask: ClaimAsk | None = None
-        if claim:
-            now = self._claim_now()
-            ask = ClaimAsk(self.owner, now, now + timedelta(seconds=self.lease), claim,
-                           frozenset(self.holdings.busy_agents(recorded={a.claim.id for a in batch})))
-        recorded = None
-        try:
-            recorded = record_batch(self.core, batch, ask)
-        except Exception as exc:
-            for a in batch:
-                a.failure = a.failure or exc
-        for a in batch:
-            self._keeper.discard(a.claim.id)
-            if a.result is not None:
-                self._account(a.result)
-            else:  # the claim stays until its lease runs out; then the occurrence is retried
-                log.error("recording the attempt on schedule %s failed: %s", a.claim.id, a.failure)
-        self.holdings.recorded(batch)
-        if self.holdings.drained() or self._stop.is_set():
-            self._nudge()  # the agents just recorded may have more due
-        if recorded is None:
-            return [], False
-        claims = [Claim.from_row(r, taken_over=r.id in recorded.taken_over) for r in recorded.claimed]
-        if claims:
-            self._keeper.add([c.id for c in claims], claimed_at)
-        return claims, recorded.more_due
-
-    def _may_send(self, claim: Claim) -> Callable[[], bool]:
-        """The fence a sender passes right before its send: the claim is still ours, with time left."""
-        return lambda: self._keeper.may_send(claim.id)
-
-    # ---- outcomes --------------------------------------------------------------------------------
-
-    def _account(self, res: Result) -> None:
-        with self.totals.lock:
-            self.totals.count(res.outcome, res)
-            if res.auth_error:
-                pause = self.auth.refused(res.error, policy(self.core).auth_pause, time.monotonic())
-                log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
-            elif res.outcome == "delivered":
-                self.auth.delivered()
-            if res.outcome == "retry" and "letta_unavailable" in (res.error or ""):
-                self.outage.send_failed(time.monotonic())
-            elif res.outcome == "delivered":
-                self.outage.delivered()
-        level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
-        log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
-                f": {res.error}" if res.error else "")
 
     # ---- once ------------------------------------------------------------------------------------
 
@@ -441,29 +275,10 @@ class Executor:
         thread.join()
         return list(results)
 
-    def _claim_now(self) -> datetime:
-        """The time claims are made at: now, or, while draining, the drain's start (what was due then)."""
-        now = self.core.now()
-        return self._drain.claim_now(now) if self._drain is not None else now
-
-    def _out_of_time(self) -> bool:
-        return self._drain is not None and self._drain.out_of_time(time.monotonic())
-
-    def _drained_all(self, earliest: datetime | None, complete: bool) -> bool:
-        """While draining: stop? Nothing due by the drain's start is claimable and nothing is under
-        way, or its budget is spent, or Letta refused the credentials. ``earliest`` counts only when
-        it was read with nothing held (``complete``): read while agents were busy, it leaves their
-        next occurrences out, and those sends may all have been recorded since (the in-memory store's
-        scenarios found a drain that stopped with half a burst left that way)."""
-        if self._drain is None:
-            return False
-        if self._out_of_time() or self.auth.streak:
-            return True
-        return complete and self.holdings.idle() and (earliest is None or earliest > self._drain.cutoff)
-
     # ---- reporting -------------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
+        parts = self._parts
         with self.totals.lock:
             return {
                 "running": self.running,
@@ -474,11 +289,12 @@ class Executor:
                 "started_at": _iso(self.started_at),
                 "last_tick": _iso(self.last_tick),
                 "next_due": _iso(self.next_due),
-                "in_flight": self.holdings.in_flight(),
+                "in_flight": parts.holdings.in_flight() if parts is not None else 0,
                 "delivered": self.totals.delivered,
                 "failed": self.totals.failed,
                 "retried": self.totals.retried,
                 "missed": self.totals.missed,
                 "auth_error": self.auth.error,
                 "clock_jump": self._clock.shown(time.monotonic(), CLOCK_JUMP_SHOWN),
+                "stopped_because": self.state.why,
             }

@@ -1,49 +1,56 @@
-"""The sender pool: ``max_in_flight`` threads, each taking the next claim the executor holds
-(``Holdings.next_to_send``), sending it (``send``: ``attempt.attempt`` behind the claim's fence) and
-handing the attempt to the recorder (``Holdings.sent``), then taking the next, with no round trip
-through the event loop per delivery. A claim released unsent goes to ``released``."""
+"""The senders and the recorder, tasks of the executor's task group. ``run_sender`` (``max_in_flight``
+of them): take the next claim the executor holds (``Holdings.next_to_send``), send it
+(``attempt.attempt``, awaiting the target, behind the claim's fence), hand the attempt to the
+recorder (``Holdings.sent``), take the next; a claim released unsent is let go (``Parts.released``).
+``run_recorder`` (one): records what the senders sent, in batches (``delivery.recorder``)."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 import time
-from collections.abc import Callable
 
-from promptyoself.delivery.attempt import Attempt, Claim, Result
-from promptyoself.delivery.holdings import Holdings
+from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
+from promptyoself.delivery.parts import Parts
 
 log = logging.getLogger(__name__)
 
 
-class SenderPool:
-    def __init__(self, holdings: Holdings, size: int, *, send: Callable[[Claim], Attempt | Result],
-                 released: Callable[[Claim, Result | None], None]) -> None:
-        self.holdings = holdings
-        self.size = size
-        self._send = send
-        self._released = released
-        self._threads: list[threading.Thread] = []
+async def run_sender(parts: Parts) -> None:
+    """One sender; ends once the holdings close the senders (after its send in flight, if any)."""
+    holdings, keeper = parts.holdings, parts.keeper
+    while (claim := await holdings.next_to_send()) is not None:
+        sent: Attempt | Result | None = None
+        began = time.monotonic()
+        try:
+            sent = await attempt(parts.core, claim, parts.owner, stopping=parts.state, targets=parts.targets,
+                                 may_send=functools.partial(keeper.may_send, claim.id), io=parts.io)
+        except Exception:
+            log.exception("delivery of schedule %s failed", claim.id)
+        holdings.sent(claim, sent if isinstance(sent, Attempt) else None, time.monotonic() - began)
+        if not isinstance(sent, Attempt):  # released unsent (stopping, fenced off), or a bug
+            parts.released(claim, sent)
 
-    def start(self) -> None:
-        """Start the threads not running (again, after a stop)."""
-        self._threads = [t for t in self._threads if t.is_alive()]
-        for i in range(len(self._threads), self.size):
-            t = threading.Thread(target=self._run, name=f"promptyoself-send-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
 
-    def _run(self) -> None:
-        while (claim := self.holdings.next_to_send()) is not None:
-            sent: Attempt | Result | None = None
-            began = time.monotonic()
-            try:
-                sent = self._send(claim)
-            except Exception:
-                log.exception("delivery of schedule %s failed", claim.id)
-            try:
-                self.holdings.sent(claim, sent if isinstance(sent, Attempt) else None, time.monotonic() - began)
-                if not isinstance(sent, Attempt):  # released unsent (stopping, fenced off), or a bug
-                    self._released(claim, sent)
-            except Exception:  # never let the thread die
-                log.exception("delivery of schedule %s: handing over the attempt failed", claim.id)
+async def run_recorder(parts: Parts) -> None:
+    """The executor's recorder task. During a backlog it refills the holdings when they run low (so
+    no sender waits for a claim query before its send). And it records what the senders sent, in
+    batches: everything that finished while the previous batch was being committed goes into one
+    transaction (each attempt still conditional on its own claim), with the next claims when a
+    backlog wants them. A sender does not wait for this; its agent stays claimed until it is done.
+    Ends once the holdings close the recorder and nothing is left to record."""
+    holdings = parts.holdings
+    while (work := await holdings.next_batch()) is not None:
+        batch, want = work
+        if not want:
+            await parts.record(batch, 0)
+            continue
+        got: list[Claim] = []
+        more = False
+        try:  # with attempts to record: one transaction records them and claims
+            got, more = await (parts.record(batch, want) if batch else parts.claim(want))
+        except Exception:
+            log.exception("claiming due prompts failed; the loop retries")
+        finally:
+            if not holdings.took(got, want, more):
+                parts.wakeup.nudge()  # the backlog is done: back to the loop's alarm

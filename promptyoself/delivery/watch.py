@@ -1,22 +1,61 @@
 """What the delivery loop watches besides the claims, each one explicit state with named transitions
-(issue 30 point 2): ``Outage`` (the target stopped answering: probe, then resume the prompts waiting
+(issue 30 point 2): ``LoopState`` (the engine itself: running, stopping, stopped, failed and why),
+``Outage`` (the target stopped answering: probe, then resume the prompts waiting
 out a backoff) and ``AuthBackoff`` (the target refused our credentials: pause every send); and what
 it counts: ``Totals`` (outcomes, and a drain's results) and ``Drain`` (``execute`` without a loop);
-and how other threads wake it: ``Wakeup``. Plain
-state: the loop asks, the senders and the recorder report through ``Executor._account``; nothing here
-calls anyone back. ``mono`` is the caller's monotonic time (tests pass their own)."""
+``Gate`` (may a claim be made, or taken for a send, now); and how other threads wake it: ``Wakeup``.
+Plain state: the loop asks, the senders and the recorder report outcomes (``Outcomes.count``);
+nothing here calls anyone back. ``mono`` is the caller's monotonic time (tests pass their own)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+log = logging.getLogger("promptyoself.delivery.loop")
+
 OutageState = Literal["up", "down", "probed"]
+Phase = Literal["stopped", "running", "stopping", "failed"]
+
+
+@dataclass
+class LoopState:
+    """The engine's phase. ``stopped`` -> (``start``) ``running`` -> (``stop``: claim no more, give
+    back what is unsent, let the sends in flight finish) ``stopping`` -> (``ended``) ``stopped``; any
+    phase -> (``failed``: a part of the engine died) ``failed``, with ``why``. Read from any thread
+    (one attribute at a time); changed by the loop, and by ``stop`` from any thread."""
+
+    phase: Phase = "stopped"
+    why: str | None = None
+
+    def start(self) -> None:
+        self.phase, self.why = "running", None
+
+    def stop(self) -> None:
+        if self.phase == "running":
+            self.phase = "stopping"
+
+    def ended(self) -> None:
+        if self.phase != "failed":
+            self.phase = "stopped"
+
+    def failed(self, why: str) -> None:
+        self.phase, self.why = "failed", why
+
+    @property
+    def running(self) -> bool:
+        return self.phase in ("running", "stopping")
+
+    def is_set(self) -> bool:
+        """Stopping (or stopped): what ``attempt`` asks of its ``stopping`` (a ``threading.Event``'s test)."""
+        return self.phase != "running"
 
 
 @dataclass
@@ -114,6 +153,36 @@ class Totals:
 
 
 @dataclass
+class Outcomes:
+    """What an attempt's outcome changes: the totals, the credentials' pause (``auth``), the outage.
+    ``count`` is told each result (on the loop); True when the outage's state changed (the loop's
+    outage probe looks again)."""
+
+    totals: Totals
+    auth: AuthBackoff
+    outage: Outage
+    pause_for: Callable[[int], float]
+
+    def count(self, res: Any) -> bool:
+        outage_was = (self.outage.state, self.outage.resume_pending)
+        with self.totals.lock:
+            self.totals.count(res.outcome, res)
+            if res.auth_error:
+                pause = self.auth.refused(res.error, self.pause_for, time.monotonic())
+                log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
+            elif res.outcome == "delivered":
+                self.auth.delivered()
+            if res.outcome == "retry" and "letta_unavailable" in (res.error or ""):
+                self.outage.send_failed(time.monotonic())
+            elif res.outcome == "delivered":
+                self.outage.delivered()
+        level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
+        log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
+                f": {res.error}" if res.error else "")
+        return (self.outage.state, self.outage.resume_pending) != outage_was
+
+
+@dataclass
 class Drain:
     """``execute`` without ``--loop``: claim only what was due at ``cutoff``, until ``deadline``
     (monotonic seconds)."""
@@ -126,6 +195,24 @@ class Drain:
 
     def out_of_time(self, mono: float) -> bool:
         return mono >= self.deadline
+
+
+@dataclass
+class Gate:
+    """May a claim be made, or taken for a send, now? Read by the holdings from the loop's state."""
+
+    state: LoopState
+    auth: AuthBackoff
+    drain: Drain | None = None
+    mono: Callable[[], float] = time.monotonic
+
+    def may_send(self) -> bool:
+        """Not stopping (those claims are released), credentials not refused."""
+        return not self.state.is_set() and self.auth.wait(self.mono()) <= 0
+
+    def may_claim(self) -> bool:
+        """A sender could take it, and a drain's budget is not spent."""
+        return self.may_send() and not (self.drain is not None and self.drain.out_of_time(self.mono()))
 
 
 class Wakeup:
@@ -186,7 +273,9 @@ class Wakeup:
 
 @dataclass
 class Round:
-    """The delivery loop's own state from one round to the next (``Executor._loop_body``)."""
+    """The delivery loop's alarm from one round to the next (``delivery.alarm``): when it read the
+    earliest due time and what it found, and whether it must read it again now (``asked``), poll a
+    backlog that other processes share (``contended``), or may sleep until that time."""
 
     earliest: datetime | None = None
     """The earliest due time, as last read."""
@@ -200,3 +289,26 @@ class Round:
     """The last claim came back short while rows were due (other processes took them): poll."""
     poll_s: float = 0.0
     """The contended loop's next look, doubled per claim that finds nothing."""
+    last_tick: datetime | None = None
+    """The wall-clock time of the last read (health)."""
+
+    def asked(self) -> None:
+        """Something changed what is due (a write, a delivery, the outage's end, the clock going back)."""
+        self.must_read = True
+
+    def due(self, mono: float, interval: float) -> bool:
+        return self.must_read or mono - self.read_at >= interval
+
+    def read(self, earliest: datetime | None, complete: bool, mono: float, now: datetime) -> None:
+        self.earliest, self.complete, self.read_at, self.last_tick = earliest, complete, mono, now
+        self.must_read = False
+        if earliest is None or earliest > now:
+            self.contended = False
+
+    def claimed(self, got: bool, full: bool, first_poll: float, max_poll: float) -> None:
+        """A claim came back: full (a backlog, the recorder goes on), or short. Short with some got:
+        read the next alarm at once. Short at all: other processes took the rows; poll them, sooner
+        while claims still find some, each empty one doubling the wait up to ``max_poll``."""
+        self.must_read = not full and got
+        self.contended = not full
+        self.poll_s = first_poll if got else min(self.poll_s * 2, max_poll)

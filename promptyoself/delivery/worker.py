@@ -130,6 +130,8 @@ def run_worker(core: Deps, *, shared: bool = False,
                 log.exception("could not release the worker lease")
         ex.close()
     log.info("worker %s exited", owner)
+    if ex.state.why is not None:  # a part of the engine died: the worker stops and says why
+        trouble.append(ex.state.why)
     if trouble:
         return {"status": "error", "code": "internal", "error": f"The worker stopped: {trouble[-1]}."}
     return None
@@ -152,12 +154,12 @@ async def _lease_and_idle(core: Deps, ex: Executor, owner: str, shared: bool, tr
         try:
             if db_file is not None and not db_file.exists():  # open connections would not notice
                 raise FileNotFoundError(f"the database file {db_file} is gone")
-            if not shared and not await ex._io(heartbeat, core, owner, settings.lease_seconds, _info(ex)):
+            if not shared and not await asyncio.to_thread(heartbeat, core, owner, settings.lease_seconds, _info(ex)):
                 trouble.append("lost the worker lease (another worker took it over)")
                 log.error("worker %s %s; stopping", owner, trouble[-1])
                 ex.request_stop()
                 return
-            active = await ex._io(has_state, core.store, "active") if idle_exit > 0 else True
+            active = await asyncio.to_thread(has_state, core.store, "active") if idle_exit > 0 else True
             failing_since = None
         except Exception as exc:
             failing_since = failing_since if failing_since is not None else time.monotonic()

@@ -1,0 +1,180 @@
+"""The tasks of the delivery loop besides the senders, the recorder and the claim keeper:
+
+- ``Alarm.run`` (the loop's own): sleeps until the earliest due time, wakes on a local write or a
+  delivery (``Wakeup``), re-reads at least every ``interval``, and claims due occurrences into the
+  holdings; while claims come back full (a backlog) the recorder claims ahead and the alarm waits;
+- ``probe_outage``: during an outage of a target, asks it every few seconds whether it answers
+  again; once it does (or a delivery succeeded), the prompts waiting out a backoff are due now;
+- ``watch_clock``: the wall clock jumping back re-arms the recurring schedules from now.
+
+Each tells the alarm what changed through the ``Wakeup`` (an event the loop owns)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from datetime import datetime
+
+from promptyoself.delivery.attempt import Claim
+from promptyoself.delivery.clock import ClockWatch, rearm_recurring
+from promptyoself.delivery.parts import Parts
+
+log = logging.getLogger("promptyoself.delivery.loop")
+
+BACKLOG_POLL = 0.05
+"""When a claim came back short although something was due (other processes took the rows first),
+an executor with free send slots looks again after about this long (jittered), not after
+``interval``: several workers on one database then share a backlog instead of the one that just
+finished winning every claim. Each claim that still finds nothing doubles the wait, up to 1 s or
+``interval`` (a row whose agent another process holds for long is not polled for 20 times a second)."""
+
+
+class Alarm:
+    """While claims come back full (a backlog), claims run ahead, up to ``3 * max_in_flight`` more
+    than the senders can take, in batches (the recorder task refills the queue), so a sender that
+    finishes starts its next send at once and one claim query serves several deliveries; the alarm
+    then neither re-reads the earliest due time nor claims after every delivery. A claim that came
+    back short while more was due (other processes took the rest) keeps the backlog
+    (``planner.after_claim``). When a claim comes back short otherwise, nothing more is due for a
+    free agent now: the alarm goes back to sleeping until the earliest due time, re-reading it when a
+    delivery has been recorded (its agent may have more due), on a local write (``wake``), and at
+    least every ``interval``. Ends when the executor stops, or a drain has nothing left."""
+
+    def __init__(self, parts: Parts, interval: float) -> None:
+        self.parts = parts
+        self.interval = interval
+
+    async def run(self) -> None:
+        parts, st = self.parts, self.parts.round
+        st.poll_s = BACKLOG_POLL / 2
+        while not parts.state.is_set():
+            try:
+                await self._look()
+                if self._drained_all():
+                    return
+                auth_wait = parts.outcomes.auth.wait(time.monotonic())
+                if auth_wait > 0:
+                    await parts.release_ready()  # the credentials are wrong: do not sit on claims
+                timeout = self.interval - (time.monotonic() - st.read_at)
+                if st.earliest is not None:
+                    wait_s = (st.earliest - parts.claim_now()).total_seconds()
+                    if wait_s <= 0:
+                        if await self._claim_due():
+                            continue
+                        # Nothing claimable now (agents busy, senders busy, auth backoff): wait for
+                        # a delivery to finish, a local write, or the next re-read.
+                    else:
+                        timeout = min(timeout, wait_s)
+                await self._wait(timeout, auth_wait)
+            except Exception:
+                log.exception("delivery loop error; retrying in %.3gs", self.interval)
+                st.asked()
+                await parts.wakeup.sleep(self.interval)
+
+    async def _look(self) -> None:
+        """The start of a round: what woke the loop and, when asked or every ``interval``, the
+        earliest due time read again."""
+        parts, st = self.parts, self.parts.round
+        if parts.wakeup.looked():
+            st.asked()
+        if st.due(time.monotonic(), self.interval):
+            complete = parts.holdings.idle()
+            earliest = await parts.io(parts.core.deliveries.next_due, parts.claim_now(),
+                                      parts.holdings.busy_agents())
+            st.read(earliest, complete, time.monotonic(), parts.core.now())
+            parts.holdings.news()
+
+    async def _claim_due(self) -> bool:
+        """Something is due: claim what the holdings want (False when they want nothing now)."""
+        holdings = self.parts.holdings
+        want = holdings.claim_wanted()
+        if want <= 0:
+            return False
+        claims: list[Claim] = []
+        more = False
+        try:
+            claims, more = await self.parts.claim(want)
+        finally:
+            full = holdings.took(claims, want, more)
+        self.parts.round.claimed(bool(claims), full, BACKLOG_POLL / 2, min(self.interval, 1.0))
+        return True
+
+    async def _wait(self, timeout: float, auth_wait: float) -> None:
+        """Sleep until the earliest of: ``timeout``, the credentials' pause, a contended backlog's
+        next look, or a wake-up."""
+        parts, st = self.parts, self.parts.round
+        if auth_wait > 0:
+            timeout = min(timeout, auth_wait)
+        poll = st.contended and auth_wait <= 0 and parts.holdings.has_room()
+        if poll:  # a backlog others share: look again soon, not after `interval`
+            timeout = min(timeout, st.poll_s * random.uniform(0.5, 1.5))
+        if await parts.wakeup.sleep(max(timeout, 0.0)) and not parts.holdings.backlog():
+            st.asked()  # a delivery ended: its agent's next occurrence may be due
+        elif poll:
+            st.asked()
+        if auth_wait > 0 and parts.outcomes.auth.wait(time.monotonic()) <= 0:
+            parts.holdings.wake_senders()  # the credentials' pause is over
+
+    def _drained_all(self) -> bool:
+        """While draining: stop? Nothing due by the drain's start is claimable and nothing is under
+        way, or its budget is spent, or the target refused the credentials. ``earliest`` counts only
+        when it was read with nothing held (``complete``): read while agents were busy, it leaves their
+        next occurrences out, and those sends may all have been recorded since (the in-memory store's
+        scenarios found a drain that stopped with half a burst left that way)."""
+        parts, st = self.parts, self.parts.round
+        if parts.drain is None:
+            return False
+        if parts.out_of_time() or parts.outcomes.auth.streak:
+            return True
+        cutoff: datetime = parts.drain.cutoff
+        return st.complete and parts.holdings.idle() and (st.earliest is None or st.earliest > cutoff)
+
+
+async def probe_outage(parts: Parts) -> None:
+    """The outage probe's task: while a target is down, probe it on the outage's schedule; once it
+    answers (or a delivery succeeded), make the prompts waiting out a backoff due now."""
+    outage = parts.outcomes.outage
+    while True:
+        if outage.probe_due(time.monotonic()):
+            try:
+                await parts.targets.probe()  # a target this executor sends to answers again
+            except Exception:
+                log.debug("the outage probe found the target still down", exc_info=True)
+            else:
+                outage.probe_answered()
+        if outage.take_resume():
+            try:
+                resumed = await parts.io(parts.core.deliveries.resume_waiting, parts.core.now())
+            except Exception:
+                log.exception("making the prompts waiting after the outage due failed; the next delivery retries")
+                resumed = 0
+            if resumed:
+                log.info("Letta answers again: %d prompt(s) waiting after the outage are due now", resumed)
+                parts.wakeup.wake()
+        parts.outage_changed.clear()
+        wait = outage.wake_in(time.monotonic())
+        if outage.resume_pending:
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(parts.outage_changed.wait(), None if wait is None else max(wait, 0.0))
+
+
+async def watch_clock(parts: Parts, clock: ClockWatch, every: float) -> None:
+    """The clock watch's task: each ``every`` seconds, has the wall clock jumped back? Then say so
+    (health) and re-arm recurring schedules from now."""
+    while True:
+        now = parts.core.now()
+        back = clock.check(now, time.monotonic())
+        if back is not None:
+            try:
+                moved = await parts.io(rearm_recurring, parts.core, now)
+            except Exception:
+                log.exception("re-arming recurring schedules after the clock went back failed")
+            else:
+                log.warning("the system clock went back %.0fs; %d recurring schedule(s) re-armed from the "
+                            "current time", back, moved)
+            parts.wakeup.wake()
+        await asyncio.sleep(every)

@@ -19,8 +19,6 @@ MAX_ATTRIBUTES = 20
 KNOWN_LONG_MODULES: set[str] = set()
 KNOWN_COMPLEX = {
     "store/claims.py:claim_due_in",
-    "store/claims.py:write_schedules",
-    "store/claims.py:add_deliveries",
 }
 KNOWN_BIG_CLASSES: set[str] = set()
 

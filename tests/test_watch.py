@@ -83,3 +83,26 @@ def test_wakeup_wakes_the_loop_once_per_nudge_round_and_asks_a_reread_on_wake() 
         return seen
 
     assert asyncio.run(scenario()) == [False, True, False, False, True, True, False]
+
+
+def test_the_engine_phase_moves_by_named_transitions_and_a_stop_before_the_start_holds() -> None:
+    from promptyoself.delivery.watch import LoopState
+
+    s = LoopState()
+    seen = [s.is_set()]
+    s.start()
+    seen += [s.phase, s.is_set()]
+    s.stop()
+    seen += [s.phase, s.is_set()]
+    s.ended()
+    seen.append(s.phase)
+    s.start()
+    s.failed("the recorder failed: boom")
+    s.ended()  # a failed run stays failed, with its reason
+    seen += [s.phase, s.why]
+    early = LoopState()
+    early.stop()  # a signal before the run started
+    early.start()
+    seen.append(early.phase)
+    assert seen == [True, "running", False, "stopping", True, "stopped", "failed", "the recorder failed: boom",
+                    "stopping"]

@@ -106,7 +106,8 @@ class Executor:
 
     @property
     def running(self) -> bool:
-        return self.state.running
+        """A run is under way, or about to start (``start_task``, ``start_in_thread``)."""
+        return not self._done.is_set()
 
     @property
     def last_tick(self) -> datetime | None:
@@ -156,7 +157,8 @@ class Executor:
 
     def close(self) -> None:
         """Stop the loop if it runs (its resources are the run's, released when it ends)."""
-        self.request_stop()
+        if self.running:
+            self.request_stop()
 
     # ---- the run ---------------------------------------------------------------------------------
 
@@ -170,7 +172,7 @@ class Executor:
 
     async def run(self) -> None:
         """Deliver until ``request_stop`` (or, draining, until nothing due is left)."""
-        if not self.state.running:
+        if not self.running:
             self._starting()
         parts = self._parts = self._build()
         self.wakeup.bind(asyncio.get_running_loop())

@@ -29,17 +29,20 @@ Phase = Literal["stopped", "running", "stopping", "failed"]
 class LoopState:
     """The engine's phase. ``stopped`` -> (``start``) ``running`` -> (``stop``: claim no more, give
     back what is unsent, let the sends in flight finish) ``stopping`` -> (``ended``) ``stopped``; any
-    phase -> (``failed``: a part of the engine died) ``failed``, with ``why``. Read from any thread
-    (one attribute at a time); changed by the loop, and by ``stop`` from any thread."""
+    phase -> (``failed``: a part of the engine died) ``failed``, with ``why``. A stop asked before the
+    run starts (a signal in that instant) holds: ``start`` leaves ``stopping`` as it is, and the run
+    ends at once. Read from any thread (one attribute at a time); changed by the loop, and by
+    ``stop`` from any thread."""
 
     phase: Phase = "stopped"
     why: str | None = None
 
     def start(self) -> None:
-        self.phase, self.why = "running", None
+        if self.phase != "stopping":
+            self.phase, self.why = "running", None
 
     def stop(self) -> None:
-        if self.phase == "running":
+        if self.phase in ("running", "stopped"):
             self.phase = "stopping"
 
     def ended(self) -> None:
@@ -48,10 +51,6 @@ class LoopState:
 
     def failed(self, why: str) -> None:
         self.phase, self.why = "failed", why
-
-    @property
-    def running(self) -> bool:
-        return self.phase in ("running", "stopping")
 
     def is_set(self) -> bool:
         """Stopping (or stopped): what ``attempt`` asks of its ``stopping`` (a ``threading.Event``'s test)."""

@@ -468,22 +468,32 @@ def write_schedules(conn: Any, changes: list[tuple[int, dict[str, Any]]]) -> Non
             groups.setdefault(cols, []).append({"sid_": sid, **{f"v_{k}": v for k, v in values.items()}})
     pg = _unnests(conn)
     for cols, params in groups.items():
-        if not pg:
-            stmt = _write_cache.get((pg, *cols))
-            if stmt is None:
-                stmt = _write_cache[(pg, *cols)] = (
-                    update(_S).where(_S.c.id == bindparam("sid_"))
-                    .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols}))
-            conn.execute(stmt, params)
-            continue
-        columns = {k: [p[k] for p in params] for k in params[0]}
-        same = tuple(c for c in cols if len(params) > 1 and _same(columns[f"v_{c}"]))
-        stmt = _write_cache.get((pg, cols, same))
-        if stmt is None:  # one statement for the whole group (see _unnest)
-            v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols if c not in same))
-            values = {c: bindparam(f"v_{c}", type_=_S.c[c].type) if c in same else v.c[f"v_{c}"] for c in cols}
-            stmt = _write_cache[(pg, cols, same)] = update(_S).where(_S.c.id == v.c.sid_).values(values)
-        _write(conn, stmt, {k: vs[0] if k[2:] in same else vs for k, vs in columns.items()})
+        if pg:
+            _write_unnested(conn, cols, params)
+        else:
+            conn.execute(_write_stmt(cols), params)
+
+
+def _write_stmt(cols: tuple[str, ...]) -> Any:
+    """``UPDATE`` of ``cols`` by id, executed once per row (SQLite's executemany)."""
+    stmt = _write_cache.get((False, *cols))
+    if stmt is None:
+        stmt = _write_cache[(False, *cols)] = (
+            update(_S).where(_S.c.id == bindparam("sid_"))
+            .values({c: bindparam(f"v_{c}", type_=_S.c[c].type) for c in cols}))
+    return stmt
+
+
+def _write_unnested(conn: Any, cols: tuple[str, ...], params: list[dict[str, Any]]) -> None:
+    """One ``UPDATE ... FROM unnest(...)`` for the whole group (PostgreSQL; see _unnest)."""
+    columns = {k: [p[k] for p in params] for k in params[0]}
+    same = tuple(c for c in cols if len(params) > 1 and _same(columns[f"v_{c}"]))
+    stmt = _write_cache.get((True, cols, same))
+    if stmt is None:
+        v = _unnest("v", ("sid_", Integer()), *((f"v_{c}", _S.c[c].type) for c in cols if c not in same))
+        values = {c: bindparam(f"v_{c}", type_=_S.c[c].type) if c in same else v.c[f"v_{c}"] for c in cols}
+        stmt = _write_cache[(True, cols, same)] = update(_S).where(_S.c.id == v.c.sid_).values(values)
+    _write(conn, stmt, {k: vs[0] if k[2:] in same else vs for k, vs in columns.items()})
 
 
 _D_COLUMNS = [c for c in _D.c if c.name != "id"]
@@ -503,12 +513,17 @@ def add_deliveries(conn: Any, rows: list[dict[str, Any]]) -> None:
     columns = {c.name: [r.get(c.name) for r in rows] for c in _D_COLUMNS}
     # (schedule_id stays an array whatever its values: unnest's length is the number of rows)
     same = tuple(c.name for c in _D_COLUMNS[1:] if len(rows) > 1 and _same(columns[c.name]))
+    _write(conn, _deliveries_stmt(same), {k: vs[0] if k in same else vs for k, vs in columns.items()})
+
+
+def _deliveries_stmt(same: tuple[str, ...]) -> Any:
+    """The ``INSERT ... SELECT ... FROM unnest`` of history rows, ``same`` columns bound once."""
     stmt = _deliveries_cache.get(same)
     if stmt is None:
         h = _unnest("h", *((c.name, c.type) for c in _D_COLUMNS if c.name not in same))
         picked = [bindparam(c.name, type_=c.type) if c.name in same else h.c[c.name] for c in _D_COLUMNS]
         stmt = _deliveries_cache[same] = insert(_D).from_select([c.name for c in _D_COLUMNS], select(*picked))
-    _write(conn, stmt, {k: vs[0] if k in same else vs for k, vs in columns.items()})
+    return stmt
 
 
 @dataclass(frozen=True)

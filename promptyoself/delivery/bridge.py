@@ -9,7 +9,6 @@ one-off), the attempt opens its own and closes them after."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 
@@ -68,8 +67,3 @@ class Targets:
                 await target.aclose()
             except Exception:
                 log.exception("closing the %s target failed", target.name)
-
-    def close(self) -> None:
-        """``aclose`` from outside any event loop (after an ``attempt`` made on its own)."""
-        if self._held:
-            asyncio.run(self.aclose())

@@ -235,7 +235,7 @@ class Executor:
             holdings.let_go(ids)
             keeper.let_go(ids)
         holdings.close_recorder()
-        _, stuck = await asyncio.wait([recorder], timeout=max(deadline - time.monotonic(), 0.0) + 1.0)
+        _, stuck = await asyncio.wait([recorder], timeout=max(deadline - time.monotonic(), 0.5))
         if stuck:
             log.warning("recording the last attempts did not finish at shutdown; their claims expire after the lease")
             recorder.cancel()

@@ -3,7 +3,8 @@ beside a bare ``python -c pass`` start on the same machine in the same run.
 
 Commands: ``--help``, a usage error (``schedule`` with no flags), and ``schedule`` / ``list`` with the
 service running for the database (they are handed to it over the stdio relay's socket:
-promptyoself/faces/cli_relay.py) and without one (in process; ``PROMPTYOSELF_EXECUTOR_MODE=off`` so
+promptyoself/faces/cli_relay.py; also a schedule from a Claude Code session's Bash tool, which goes
+back to that session) and without one (in process; ``PROMPTYOSELF_EXECUTOR_MODE=off`` so
 no worker is started). Output is piped, as from an agent's Bash tool. Figures are medians over the
 runs, each command run in turn (order rotating) after one warm-up. Targets: ``--help`` and usage
 errors <= 150 ms; ``schedule`` and ``list`` <= 300 ms with the service, <= 600 ms without. Run alone:
@@ -47,6 +48,7 @@ def run(args: Any) -> list[Row]:
     cli = [python(), "-m", "promptyoself"]
     schedule = [*cli, "schedule", "--prompt", "bench", "--every", "1h", "--agent-id", AGENT, "--skip-validation"]
     listing = [*cli, "list", "--agent-id", AGENT, "--limit", "5"]
+    schedule_here = [*cli, "schedule", "--prompt", "bench", "--every", "1h"]
     times: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="pys-bench-cli-") as tmp:
         cwd = Path(tmp)
@@ -54,12 +56,17 @@ def run(args: Any) -> list[Row]:
                          PROMPTYOSELF_BENCH_MARK=marker, PROMPTYOSELF_ENV_FILE=str(cwd / "none.env"),
                          PYTHONPATH=str(ROOT))
         alone = {**base, "PROMPTYOSELF_DB": str(cwd / "alone.db"), "PROMPTYOSELF_EXECUTOR_MODE": "off"}
+        # a Claude Code session's Bash tool: the session from the environment (no sessions/<pid>.json
+        # under an empty CLAUDE_CONFIG_DIR), the schedule goes back to it (target claude-code)
+        claude = {**base, "CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": "bench-session",
+                  "CLAUDE_PROJECT_DIR": str(cwd), "CLAUDE_CONFIG_DIR": str(cwd / "claude-home")}
         cases: dict[str, tuple[list[str], dict[str, str]]] = {
             "python -c pass": ([python(), "-c", "pass"], base),
             "--help": ([*cli, "--help"], base),
             "usage error (schedule, no flags)": ([*cli, "schedule"], base),
             "schedule, service running": (schedule, base),
             "list, service running": (listing, base),
+            "schedule from Claude Code, service running": (schedule_here, claude),
             "schedule, no service": (schedule, alone),
             "list, no service": (listing, alone),
         }
@@ -92,7 +99,8 @@ def run(args: Any) -> list[Row]:
     cmd = bench_command(args, "cli_speed", [f"--cli-runs={runs}"] if args.cli_runs else [])
     load = f"load average (1 min) {load_before:.2f} before, {load_after:.2f} after, {os.cpu_count()} CPUs"
     targets = {"--help": 150.0, "usage error (schedule, no flags)": 150.0, "schedule, service running": 300.0,
-               "list, service running": 300.0, "schedule, no service": 600.0, "list, no service": 600.0}
+               "list, service running": 300.0, "schedule from Claude Code, service running": 300.0,
+               "schedule, no service": 600.0, "list, no service": 600.0}
     rows: list[Row] = []
     for name, values in times.items():
         ms = [v * 1000 for v in values]

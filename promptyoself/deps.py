@@ -20,7 +20,6 @@ from promptyoself.config import Settings
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
     from promptyoself.letta.code import LettaCodeClient
-    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
 
@@ -82,7 +81,6 @@ class Deps:
         self._letta = wiring.get("letta")
         self._letta_code = wiring.get("letta_code")
         self._deliveries = wiring.get("deliveries")
-        self._targets: dict[str, DeliveryTarget] = {}
         self._lock = threading.Lock()
         self.clock: Clock = wiring.get("clock") or system_clock
         self._listeners: list[Callable[[], None]] = []
@@ -159,17 +157,6 @@ class Deps:
                     self._letta_code = LettaCodeClient(url, timeout=self.settings.letta_timeout,
                                                        turn_timeout=self.settings.letta_code_turn_timeout)
         return self._letta_code
-
-    def target(self, name: str | None) -> DeliveryTarget:
-        """The delivery target a schedule names (``letta`` | ``letta-code``)."""
-        key = name or "letta"
-        found = self._targets.get(key)
-        if found is None:
-            from promptyoself.letta.target import LETTA_CODE, RestTarget
-
-            found = self.letta_code if key == LETTA_CODE else RestTarget(self.letta)
-            self._targets[key] = found
-        return found
 
     def now(self) -> datetime:
         return self.clock()

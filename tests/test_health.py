@@ -82,7 +82,7 @@ def test_letta_unreachable_and_the_probe_is_cached(db_path: Path, fake: FakeLett
         core.health()
     assert len(fake.requests) == before, "health probed Letta on every call"
     fake.stop()
-    core._letta_probe = None  # type: ignore[attr-defined]  # the cache expired
+    core.settings.health_letta_cache = 0.0  # the cached answer expired
     h = core.health()
     assert codes(h) == ["letta_unreachable"] and "promptyoself test" in h["reasons"][0]["fix"]
     core.close()

@@ -23,7 +23,6 @@ from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
-    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
 
 
@@ -45,9 +44,6 @@ class AdminOperations:
         raise NotImplementedError
 
     def now(self) -> datetime:
-        raise NotImplementedError
-
-    def target(self, name: str | None) -> DeliveryTarget:
         raise NotImplementedError
 
     def _single_agent(self) -> str | None:

@@ -8,11 +8,14 @@ repairs it. The checks:
 * ``no_delivery``: a schedule is active and no live delivery runs (no live worker lease, no loop in
   this process), whether or not anything is due yet.
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
-* ``letta_unreachable`` / ``letta_auth``: a probe of Letta (one small authenticated GET), cached for
-  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll. Skipped when
-  ``LETTA_CODE_URL`` is set and no active schedule goes to the REST API.
-* ``letta_code_unreachable``: the Letta Code App Server (``LETTA_CODE_URL``) does not answer its
-  ``/healthz``, or active schedules go to Letta Code and ``LETTA_CODE_URL`` is not set (same cache).
+* The targets: every target configured here or with active schedules is made by its plug-in
+  (``targets.registry``) and asked ``probe()`` through the ``DeliveryTarget`` protocol; ``readiness``
+  has its one line. A failed probe is ``letta_unreachable`` / ``letta_auth`` (the Letta REST API: the
+  default target unless ``LETTA_CODE_URL`` is set), ``letta_code_unreachable`` (the App Server does not
+  answer, or schedules go to Letta Code and ``LETTA_CODE_URL`` is not set), ``claude_code_unready``
+  (the claude binary is missing or does not run), ``webhook_unreachable`` (a configured endpoint does
+  not answer) or ``target_unreachable`` (a target registered beyond these). Each answer is cached for
+  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
 * ``database_read_only`` (down): the database cannot be written because it is read-only: a SQLite
   file, ``-wal`` or ``-shm`` this process may not write (``chattr +i``, a read-only mount, its
   permissions), a PostgreSQL standby or read-only transaction. Reads still work, so without this
@@ -28,9 +31,6 @@ repairs it. The checks:
   reads of Letta may still work (a Letta that fails only message sends).
 * ``delivery_waiting``: prompts wait for a retry after failed sends and the oldest is later than
   ``PROMPTYOSELF_HEALTH_MAX_LATENESS``; ``retry_waiting`` always says how many wait.
-* ``claude_code_unready`` / ``webhook_unreachable``: the claude binary of ``PROMPTYOSELF_CLAUDE_BIN`` (or
-  PATH) is missing or does not run, or a configured webhook endpoint does not answer; probed when the
-  target is configured or has active schedules (same cache). ``readiness`` has one line per target.
 * ``clock_jump``: the wall clock went back (the delivery loop saw it); recurring schedules were
   re-armed from the current time.
 """
@@ -41,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,8 +53,6 @@ from promptyoself.deps import DeliveryHealth, DeliveryView
 from promptyoself.errors import LettaAuth, PromptYoSelfError
 
 if TYPE_CHECKING:
-    from promptyoself.letta.client import LettaClient
-    from promptyoself.letta.target import DeliveryTarget
     from promptyoself.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -97,7 +96,44 @@ RECENT_ATTEMPTS = 50
 WRITE_CODES = ("database_read_only", "database_write_failed")
 """The reasons that mean nothing can be written: health is down and delivery has stopped."""
 
+FIX_CLAUDE = ("Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set PROMPTYOSELF_CLAUDE_BIN to the "
+              "claude executable the delivery worker can run; see docs/claude-code.md.")
+FIX_WEBHOOK = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
+FIX_TARGET = "Check the target's receiver and its settings, then run `promptyoself health` again."
+PROBE_WAIT = 30.0
+"""Seconds health waits for a target's probe."""
+
 _probe_lock = threading.Lock()
+
+
+def _webhooks_configured(settings: Settings) -> bool:
+    from promptyoself.config import webhook_endpoints
+
+    try:
+        return bool(webhook_endpoints())
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True)
+class Watched:
+    """How health reports on one target: the reason's code and fix when its probe fails, and whether
+    it is configured here (a target with active schedules is probed whether or not it is)."""
+
+    code: str
+    fix: str
+    configured: Callable[[Settings], bool]
+
+
+WATCHED: dict[str, Watched] = {
+    # the default target, unless LETTA_CODE_URL says this deployment's agents live in Letta Code
+    "letta": Watched("letta_unreachable", FIX_LETTA, lambda s: not s.letta_code_url),
+    "letta-code": Watched("letta_code_unreachable", FIX_LETTA_CODE, lambda s: bool(s.letta_code_url)),
+    "claude-code": Watched("claude_code_unready", FIX_CLAUDE, lambda s: bool(s.claude_bin)),
+    "webhook": Watched("webhook_unreachable", FIX_WEBHOOK, _webhooks_configured),
+}
+ANY_TARGET = Watched("target_unreachable", FIX_TARGET, lambda s: False)
+"""A target registered beyond the built-in ones: probed while schedules go to it."""
 
 
 class Checked(Protocol):
@@ -111,12 +147,7 @@ class Checked(Protocol):
     @property
     def store(self) -> Store: ...
 
-    @property
-    def letta(self) -> LettaClient: ...
-
     def now(self) -> datetime: ...
-
-    def target(self, name: str | None) -> DeliveryTarget: ...
 
 
 def _first_line(exc: BaseException) -> str:
@@ -124,123 +155,73 @@ def _first_line(exc: BaseException) -> str:
     return redact_url(text[0])[:300] if text else type(exc).__name__
 
 
-def _cached(core: Checked, attr: str, probe: Callable[[], Reason | None]) -> Reason | None:
-    """``probe()``'s reason, asked at most once per ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process
-    (kept on the core as ``attr``), so health is cheap to poll."""
-    cached = getattr(core, attr, None)
-    if cached is not None and time.monotonic() - cached[0] < float(core.settings.health_letta_cache):
-        return cached[1]
-    with _probe_lock:
-        reason = probe()
-        setattr(core, attr, (time.monotonic(), reason))
-    return reason
-
-
-def letta_probe(core: Checked) -> Reason | None:
-    """Is Letta reachable and does it accept our credentials? Cached per process."""
-
-    def probe() -> Reason | None:
-        try:
-            core.letta.list_agents(limit=1)
-        except LettaAuth as exc:
-            return Reason(code="letta_auth", message=exc.message, fix=FIX_AUTH)
-        except PromptYoSelfError as exc:
-            return Reason(code="letta_unreachable", message=exc.message, fix=FIX_LETTA)
-        except Exception as exc:
-            return Reason(code="letta_unreachable", message=f"Letta probe failed: {_first_line(exc)}", fix=FIX_LETTA)
-        return None
-
-    return _cached(core, "_letta_probe", probe)
-
-
-def letta_code_probe(core: Checked, wanted: int) -> Reason | None:
-    """Is the Letta Code App Server up (``wanted``: active schedules that go to it)? Cached per process."""
-    if not core.settings.letta_code_url:
-        if not wanted:
-            return None
-        return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
-                      message=f"{wanted} active schedule(s) go to Letta Code and LETTA_CODE_URL is not set.")
-
-    def probe() -> Reason | None:
-        try:
-            core.target("letta-code").probe()
-        except PromptYoSelfError as exc:
-            return Reason(code="letta_code_unreachable", message=exc.message, fix=FIX_LETTA_CODE)
-        except Exception as exc:
-            return Reason(code="letta_code_unreachable", fix=FIX_LETTA_CODE,
-                          message=f"Letta Code probe failed: {_first_line(exc)}")
-        return None
-
-    return _cached(core, "_letta_code_probe", probe)
-
-
-FIX_CLAUDE = ("Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set PROMPTYOSELF_CLAUDE_BIN to the "
-              "claude executable the delivery worker can run; see docs/claude-code.md.")
-FIX_WEBHOOK = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
-
-
-def _probe_target(name: str, settings: Settings) -> tuple[str, str | None]:
-    """``(readiness line, problem or None)`` of the target ``name`` (a probe on a loop of its own,
-    in a thread: health may be asked from inside an event loop)."""
+def probe_targets(names: list[str], settings: Settings) -> dict[str, tuple[str, BaseException | None]]:
+    """``{name: (readiness line, what the probe raised or None)}``: each target made by its plug-in
+    (``targets.registry``) and probed through the ``DeliveryTarget`` protocol, all at once on an
+    event loop of their own in a thread (health may be asked from inside an event loop)."""
     import asyncio
 
     from promptyoself.targets import registry
 
-    box: dict[str, tuple[str, str | None]] = {}
+    box: dict[str, tuple[str, BaseException | None]] = {}
 
-    async def go() -> None:
+    async def one(name: str) -> None:
         target = registry.create(name, settings)
         try:
             try:
-                await target.probe()
-                problem = None
-            except PromptYoSelfError as exc:
-                problem = exc.message
-            box["out"] = (target.readiness(), problem)
+                await asyncio.wait_for(target.probe(), PROBE_WAIT)
+                problem: BaseException | None = None
+            except Exception as exc:
+                problem = exc
+            box[name] = (target.readiness(), problem)
         finally:
             await target.aclose()
 
+    async def all_of() -> None:
+        found = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+        for name, failed in zip(names, found, strict=True):
+            if isinstance(failed, BaseException) and name not in box:
+                box[name] = (f"{name}: probe failed", failed)
+
     def run() -> None:
         try:
-            asyncio.run(go())
-        except Exception as exc:  # a probe must never break health
-            box["out"] = (f"{name}: probe failed", f"{name} probe failed: {_first_line(exc)}")
+            asyncio.run(all_of())
+        except Exception:  # a probe must never break health
+            log.debug("health: the target probes failed", exc_info=True)
 
-    worker = threading.Thread(target=run, name=f"promptyoself-probe-{name}", daemon=True)
+    worker = threading.Thread(target=run, name="promptyoself-probe-targets", daemon=True)
     worker.start()
-    worker.join(30)
-    return box.get("out", (f"{name}: probe did not finish in 30s", f"the {name} probe did not finish in 30s"))
+    worker.join(PROBE_WAIT + 5)
+    return {n: box.get(n, (f"{n}: probe did not finish in {PROBE_WAIT:g}s", TimeoutError(
+        f"the {n} probe did not finish in {PROBE_WAIT:g}s"))) for n in names}
 
 
-def reach_readiness(core: Checked, targets: dict[str, tuple[int, int]]) -> tuple[dict[str, str], list[Reason]]:
-    """Readiness of the Claude Code and webhook targets that are configured or have active schedules
-    (``claude_code_unready``: the claude binary missing or not running; ``webhook_unreachable``: an
-    endpoint does not answer). Cached per process like the Letta probes."""
-    from promptyoself.config import webhook_endpoints
+def _reason(name: str, problem: BaseException) -> Reason:
+    watched = WATCHED.get(name, ANY_TARGET)
+    if isinstance(problem, LettaAuth) and name == "letta":
+        return Reason(code="letta_auth", message=problem.message, fix=FIX_AUTH)
+    if isinstance(problem, PromptYoSelfError):
+        return Reason(code=watched.code, message=problem.message, fix=watched.fix)
+    return Reason(code=watched.code, message=f"{name} probe failed: {_first_line(problem)}", fix=watched.fix)
 
+
+def target_readiness(core: Checked, targets: dict[str, tuple[int, int]]) -> tuple[dict[str, str], list[Reason]]:
+    """Readiness of every target that is configured here or has active schedules: one line each, and a
+    reason for each one whose probe fails (``letta_unreachable``/``letta_auth``, ``letta_code_unreachable``,
+    ``claude_code_unready``, ``webhook_unreachable``, ``target_unreachable``). Each answer is kept for
+    ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll."""
     settings = core.settings
-    wanted: list[tuple[str, str, str]] = []
-    if settings.claude_bin or targets.get("claude-code", (0, 0))[0] > 0:
-        wanted.append(("claude-code", "claude_code_unready", FIX_CLAUDE))
-    try:
-        hooks = bool(webhook_endpoints())
-    except Exception:
-        hooks = False
-    if hooks or targets.get("webhook", (0, 0))[0] > 0:
-        wanted.append(("webhook", "webhook_unreachable", FIX_WEBHOOK))
-    lines: dict[str, str] = {}
-    reasons: list[Reason] = []
-    cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_reach_cache", None) or {}
-    for name, code, fix in wanted:
-        hit = cache.get(name)
-        if hit is None or time.monotonic() - hit[0] >= float(settings.health_letta_cache):
-            line, problem = _probe_target(name, settings)
-            hit = (time.monotonic(), line, None if problem is None else Reason(code=code, message=problem, fix=fix))
-            cache[name] = hit
-        lines[name] = hit[1]
-        if hit[2] is not None:
-            reasons.append(hit[2])
-    core._reach_cache = cache  # type: ignore[attr-defined]
+    wanted = sorted({n for n, w in WATCHED.items() if w.configured(settings)}
+                    | {n for n, (active, _) in targets.items() if active > 0})
+    cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_target_probes", None) or {}
+    with _probe_lock:
+        stale = [n for n in wanted
+                 if n not in cache or time.monotonic() - cache[n][0] >= float(settings.health_letta_cache)]
+        for name, (line, problem) in probe_targets(stale, settings).items() if stale else ():
+            cache[name] = (time.monotonic(), line, None if problem is None else _reason(name, problem))
+        core._target_probes = cache  # type: ignore[attr-defined]
+    lines = {n: cache[n][1] for n in wanted}
+    reasons = [r for n in wanted if (r := cache[n][2]) is not None]
     return lines, reasons
 
 
@@ -338,15 +319,7 @@ def assess(core: Checked) -> HealthResult:
                 "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
                 fix=FIX_LATE,
             ))
-    rest_used = targets.get("letta", (0, 0))[0] > 0
-    if rest_used or not settings.letta_code_url:
-        letta = letta_probe(core)
-        if letta is not None:
-            reasons.append(letta)
-    code = letta_code_probe(core, targets.get("letta-code", (0, 0))[0])
-    if code is not None:
-        reasons.append(code)
-    readiness, unready = reach_readiness(core, targets)
+    readiness, unready = target_readiness(core, targets)
     out["readiness"] = readiness
     reasons.extend(unready)
     jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None

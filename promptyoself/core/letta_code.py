@@ -19,9 +19,21 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.errors import InvalidArgument, NotFound
-from promptyoself.letta.target import LETTA_CODE, REST, TARGETS, is_local_agent
+from promptyoself.targets.registry import LETTA as REST
+from promptyoself.targets.registry import LETTA_CODE
+
+TARGETS = (REST, LETTA_CODE)
+"""The targets a Letta agent's schedule may name (``choose_target``)."""
+LOCAL_AGENT_PREFIX = "agent-local-"
 
 MAX_CONVERSATION_CHARS = 200
+
+
+def is_local_agent(agent_id: str) -> bool:
+    """An agent of a Letta Code App Server's local backend (``agent-local-<uuid>``). Decided here with
+    no import of ``letta.code``: choosing a schedule's target must not import httpx and websockets
+    (~0.1-0.3 s of a CLI call, httpx's own command line pulling in rich and pygments)."""
+    return agent_id.startswith(LOCAL_AGENT_PREFIX)
 
 
 def choose_target(agent_id: str, target: object, conversation_id: object, settings: Settings) -> tuple[str, str | None]:

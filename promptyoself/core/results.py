@@ -185,7 +185,7 @@ class HealthResult(TypedDict, total=False):
     letta_auth_error: str | None
     letta_code_url: str | None
     targets: dict[str, dict[str, int]] | None  # {target: {active, due}}
-    readiness: dict[str, str]  # {claude-code|webhook: one line}, the targets configured or in use
+    readiness: dict[str, str]  # {target: one line}, the targets configured or in use
     guardrails: dict[str, Any]
 
 

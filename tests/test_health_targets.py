@@ -1,0 +1,92 @@
+"""Health asks every target through its plug-in (issue 30 point 7): the ``DeliveryTarget`` that
+``targets.registry`` makes for a name is probed, its ``readiness()`` line shown, a failed probe is a
+reason with the target's code, and each answer is cached. Fake targets, no network."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from promptyoself.config import Settings
+from promptyoself.core import health
+from promptyoself.errors import LettaAuth, LettaUnavailable
+from promptyoself.targets import registry
+from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+
+
+class Probed:
+    """A target whose probe answers what the test says, counting the probes."""
+
+    problem: Exception | None = None
+    probes = 0
+    closed = 0
+
+    def __init__(self, settings: Settings) -> None:
+        self.name = "probed"
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        raise AssertionError("health never sends")
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        raise AssertionError("health never looks up")
+
+    async def probe(self) -> None:
+        Probed.probes += 1
+        if Probed.problem is not None:
+            raise Probed.problem
+
+    def readiness(self) -> str:
+        return "probed: ready" if Probed.problem is None else "probed: not ready"
+
+    async def aclose(self) -> None:
+        Probed.closed += 1
+
+
+@pytest.fixture
+def probed(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Probed]]:
+    monkeypatch.setattr(health, "WATCHED", {})  # only the targets the test names: no real receiver asked
+    Probed.problem, Probed.probes, Probed.closed = None, 0, 0
+    registry.register("probed", Probed)
+    yield Probed
+    registry.unregister("probed")
+
+
+def checked(tmp_path: Path, cache: float = 30.0) -> Any:
+    return SimpleNamespace(settings=Settings(db=str(tmp_path / "h.db"), executor_autostart=False,
+                                             health_letta_cache=cache))
+
+
+def test_a_target_with_active_schedules_is_probed_through_its_plug_in(tmp_path: Path, probed: type[Probed]) -> None:
+    core = checked(tmp_path)
+    lines, reasons = health.target_readiness(core, {"probed": (2, 0)})
+    assert lines == {"probed": "probed: ready"} and reasons == []
+    assert (probed.probes, probed.closed) == (1, 1)
+    assert health.target_readiness(core, {"probed": (0, 0)}) == ({}, [])  # none active, not configured: not asked
+
+
+def test_a_failed_probe_is_a_reason_and_the_answer_is_cached(tmp_path: Path, probed: type[Probed]) -> None:
+    probed.problem = LettaUnavailable("the receiver does not answer")
+    core = checked(tmp_path)
+    lines, reasons = health.target_readiness(core, {"probed": (1, 0)})
+    assert lines == {"probed": "probed: not ready"}
+    assert [(r["code"], r["message"]) for r in reasons] == [("target_unreachable", "the receiver does not answer")]
+    for _ in range(3):
+        health.target_readiness(core, {"probed": (1, 0)})
+    assert probed.probes == 1  # cached for PROMPTYOSELF_HEALTH_LETTA_CACHE seconds
+    fresh = checked(tmp_path, cache=0.0)
+    probed.problem = None
+    assert health.target_readiness(fresh, {"probed": (1, 0)}) == ({"probed": "probed: ready"}, [])
+    assert probed.probes == 2
+
+
+def test_the_built_in_targets_keep_their_codes() -> None:
+    assert health._reason("letta", LettaAuth("refused"))["code"] == "letta_auth"
+    assert health._reason("letta", LettaUnavailable("down"))["code"] == "letta_unreachable"
+    assert health._reason("letta-code", LettaUnavailable("down"))["code"] == "letta_code_unreachable"
+    assert health._reason("claude-code", LettaUnavailable("no claude"))["code"] == "claude_code_unready"
+    assert health._reason("webhook", RuntimeError("boom"))["message"] == "webhook probe failed: boom"
+    assert set(health.WATCHED) <= set(registry.names())  # health reports on registered targets only

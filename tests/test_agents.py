@@ -128,6 +128,6 @@ async def test_single_agent_fallback_against_letta(db_path: Path) -> None:
         made = core.schedule_time("p", "in 5m")
         assert made["agent_id"] == fake.agent_ids[0]
         fake.add_agent()
-        diag = core.inference_diagnostics(None)
+        diag = core.agents.inference_diagnostics(None)
         assert diag["inferred_agent_id"] is None
         core.close()

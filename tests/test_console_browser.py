@@ -99,7 +99,8 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
     ops, research = world["ops"], world["research"]
     core = world["core"]
     # the one-time hello is delivered by the service before the tour starts (history to show)
-    wait_for(lambda: core.console_schedule(ids["hello"])["schedule"]["state"] == "completed", "the first delivery")
+    wait_for(lambda: core.operator.console_schedule(ids["hello"])["schedule"]["state"] == "completed",
+             "the first delivery")
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -147,7 +148,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             # 3. approve the pending schedule
             submit(row("poll").locator("button", has_text="Approve"))
             assert f"Approved schedule {ids['poll']}" in page.inner_text(".flash")
-            assert core.console_schedule(ids["poll"])["schedule"]["state"] == "active"
+            assert core.operator.console_schedule(ids["poll"])["schedule"]["state"] == "active"
             shot("04-approved")
 
             # 4. pause
@@ -183,7 +184,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             submit("#confirm-cancel button[type=submit]")
             assert f"Cancelled schedule {ids['cert']}" in page.inner_text(".flash")
             assert row("cert").count() == 0, "cancelled schedules leave the live list"
-            assert core.console_schedule(ids["cert"])["schedule"]["state"] == "cancelled"
+            assert core.operator.console_schedule(ids["cert"])["schedule"]["state"] == "cancelled"
             shot("09-cancelled")
 
             # 7. the agent view

@@ -77,18 +77,18 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
         with pytest.raises(InvalidArgument):
             core.resume(often["id"])
         with pytest.raises(InvalidArgument):
-            core.run_now(often["id"])
+            core.operator.run_now(often["id"])
         assert core.health()["guardrails"]["pending_approval"] == 2
 
         clock.advance(minutes=11)  # past the pending schedule's first slot
         assert often["id"] not in {e["id"] for e in run_once_result(core).get("executed") or []}
-        approved = core.approve(often["id"])
+        approved = core.operator.approve(often["id"])
         assert approved["state"] == "active" and approved["next_run"] is not None
         assert approved["next_run"] > (clock.now).isoformat().replace("+00:00", "Z")
-        rejected = core.reject(cron["id"])
+        rejected = core.operator.reject(cron["id"])
         assert rejected["state"] == "cancelled"
         with pytest.raises(InvalidArgument):
-            core.approve(cron["id"])
+            core.operator.approve(cron["id"])
         clock.advance(minutes=10)
         assert "delivered" in drain(core)
         assert any(d.schedule_id == often["id"] and d.outcome == "delivered" for d in history(core.store))
@@ -123,7 +123,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         hist = core.history(agent_id=agent)
         assert hist["guardrails"]["usage"]["delivered_today"] == 2
         assert hist["guardrails"]["usage"]["budget_left"] == 0 and hist["guardrails"]["usage"]["held_back"] == 1
-        assert core.today()["over_budget"] == 1 and core.today()["delivered"] == 2
+        assert core.operator.today()["over_budget"] == 1 and core.operator.today()["delivered"] == 2
         assert core.health()["guardrails"]["over_budget_today"] == 1
         text = render(registry_for(core)).decode()
         assert 'promptyoself_deliveries_total{outcome="over_budget"} 1.0' in text
@@ -136,7 +136,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         last = fake.received_texts()[-1]
         assert last.startswith("[PromptYoSelf] Your delivery budget ran out: 1 scheduled prompt was not delivered")
         assert last.endswith("\nthe next day")
-        assert core.agent_usage(agent)["held_back"] == 0, "announced once"
+        assert core.operator.agent_usage(agent)["held_back"] == 0, "announced once"
     finally:
         core.close()
 
@@ -168,16 +168,16 @@ def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Cloc
         made = core.schedule_every("every two hours", "2h", agent_id=agent)
         first: Any = made["next_run"]
         assert drain(core) == []
-        result = core.run_now(made["id"])
+        result = core.operator.run_now(made["id"])
         assert result["state"] == "active"
         assert drain(core) == ["delivered"]
-        row = core.console_schedule(made["id"])
+        row = core.operator.console_schedule(made["id"])
         assert row["schedule"]["next_run"] is not None and row["schedule"]["next_run"] > first
         assert row["deliveries"][0]["outcome"] == "delivered"
         assert len(row["upcoming"]) == 5 and row["rule"] == "Every 2h"
         core.pause(made["id"])
         with pytest.raises(InvalidArgument, match="Resume it first"):
-            core.run_now(made["id"])
+            core.operator.run_now(made["id"])
     finally:
         core.close()
 
@@ -227,7 +227,7 @@ def test_approval_below_off_and_budgets_zero(monkeypatch: pytest.MonkeyPatch, db
     core = make_core(db_path, approval_below=None, max_deliveries_per_agent_per_day=0)
     try:
         assert core.schedule_every("fast", "10s", agent_id="agent-z", skip_validation=True)["state"] == "active"
-        usage = core.agent_usage("agent-z")
+        usage = core.operator.agent_usage("agent-z")
         assert usage["daily_budget"] is None and usage["budget_left"] is None
     finally:
         core.close()

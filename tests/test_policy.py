@@ -75,7 +75,7 @@ def race(cores: list[Core], n: int, make: Callable[[Core, int], object]) -> tupl
 def cores_on(db: str | Path, k: int = 4, **overrides: Any) -> list[Core]:
     cores = [Core(make_settings(cast(Path, db), **overrides), clock=fixed()) for _ in range(k)]
     for c in cores:
-        c.policy()  # opened (and migrated) one after the other, before any race
+        c.operator.policy()  # opened (and migrated) one after the other, before any race
     return cores
 
 
@@ -211,26 +211,26 @@ def test_the_year_9999_interval_stores_no_row(db_path: Path) -> None:
 def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
     first = Core(make_settings(db_path, approval_below="10m"), clock=fixed())
     try:
-        shown = {e["name"]: e for e in first.policy_show()["policy_entries"]}
+        shown = {e["name"]: e for e in first.operator.policy_show()["policy_entries"]}
         assert shown["approval_below"]["value"] == "10m" and shown["approval_below"]["source"] == "environment seed"
         assert "PROMPTYOSELF_APPROVAL_BELOW" in shown["approval_below"]["origin"]
         assert shown["max_active_per_agent"]["source"] == "default"
-        result = first.policy_set({"max-active-per-agent": "3", "max_schedules_per_agent_per_hour": 4})
+        result = first.operator.policy_set({"max-active-per-agent": "3", "max_schedules_per_agent_per_hour": 4})
         assert result["policy"]["max_active_per_agent"] == 3
         assert result["policy"]["max_schedules_per_agent_per_hour"] == 4
         with pytest.raises(PromptYoSelfError) as bad:
-            first.policy_set({"approval_below": "soon"})
+            first.operator.policy_set({"approval_below": "soon"})
         assert bad.value.code == "invalid_argument"
         with pytest.raises(PromptYoSelfError):
-            first.policy_set({"nonsense": "1"})
+            first.operator.policy_set({"nonsense": "1"})
         with pytest.raises(PromptYoSelfError):
-            first.policy_set({"max_active_per_agent": "0"})
+            first.operator.policy_set({"max_active_per_agent": "0"})
     finally:
         first.close()
     # a later process with another environment: the stored values stand, and show says so
     later = Core(make_settings(db_path, approval_below="1h", max_active_per_agent=50), clock=fixed())
     try:
-        shown = {e["name"]: e for e in later.policy_show()["policy_entries"]}
+        shown = {e["name"]: e for e in later.operator.policy_show()["policy_entries"]}
         assert shown["approval_below"]["value"] == "10m", "the environment only seeds"
         assert shown["max_active_per_agent"]["value"] == 3 and shown["max_active_per_agent"]["source"] == "database"
         note = shown["max_active_per_agent"]["note"]
@@ -241,13 +241,13 @@ def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
         later.close()
     third = Core(make_settings(db_path, max_deliveries_per_agent_per_day=7), clock=fixed())
     try:
-        assert third.policy().max_deliveries_per_agent_per_day == 7
-        assert third.policy_show()["policy_entries"][0]["source"] == "environment seed"
+        assert third.operator.policy().max_deliveries_per_agent_per_day == 7
+        assert third.operator.policy_show()["policy_entries"][0]["source"] == "environment seed"
     finally:
         third.close()
     fourth = Core(make_settings(db_path, max_deliveries_per_agent_per_day=9), clock=fixed())
     try:
-        assert fourth.policy().max_deliveries_per_agent_per_day == 7
+        assert fourth.operator.policy().max_deliveries_per_agent_per_day == 7
     finally:
         fourth.close()
 
@@ -255,9 +255,9 @@ def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
 @pytest.fixture
 def policy_db(db_path: Path) -> Path:
     """A database whose policy an operator set once: approval below 10m, at most 3 live schedules."""
-    operator = Core(make_settings(db_path), clock=fixed())
-    operator.policy_set({"approval_below": "10m", "max_active_per_agent": "3"})
-    operator.close()
+    setter = Core(make_settings(db_path), clock=fixed())
+    setter.operator.policy_set({"approval_below": "10m", "max_active_per_agent": "3"})
+    setter.close()
     return db_path
 
 
@@ -370,7 +370,7 @@ def test_rest_policy_routes(db_path: Path) -> None:
             for refused in (http.get("/api/policy", headers=agent),
                             http.put("/api/policy", headers=agent, json={"max_active_per_agent": 1000})):
                 assert refused.status_code == 403 and refused.json()["code"] == "forbidden"
-        assert core.policy().max_active_per_agent == 9
+        assert core.operator.policy().max_active_per_agent == 9
     finally:
         core.close()
 
@@ -391,11 +391,11 @@ def test_console_policy_page_needs_its_csrf_token(db_path: Path) -> None:
             assert csrf is not None
             refused = http.post("/console/policy", data={"approval_below": "5m"})
             assert refused.status_code == 403
-            assert core.policy().approval_below is None
+            assert core.operator.policy().approval_below is None
             saved = http.post("/console/policy", data={"csrf": csrf.group(1), "approval_below": "5m",
                                                        "max_active_per_agent": "100"}, follow_redirects=False)
             assert saved.status_code == 303
-            assert core.policy().approval_below == timedelta(minutes=5)
+            assert core.operator.policy().approval_below == timedelta(minutes=5)
             bad = http.post("/console/policy", data={"csrf": csrf.group(1), "max_active_per_agent": "lots"})
             assert bad.status_code == 400 and "max_active_per_agent takes" in bad.text
     finally:
@@ -408,14 +408,14 @@ def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
 
     core = Core(make_settings(db_path, max_deliveries_per_agent_per_day=500), clock=fixed())
     try:
-        core.policy_set({"max_deliveries_per_agent_per_day": 0})
+        core.operator.policy_set({"max_deliveries_per_agent_per_day": 0})
         sid = add_schedule(core.store, "agent-b", "p", FIXED_NOW)
         from promptyoself.store.schedules import get
 
         row = get(core.store, sid)
         assert row is not None
         assert budget.check(core, row, FIXED_NOW).over is None
-        core.policy_set({"max_deliveries_per_agent_per_day": 1})
+        core.operator.policy_set({"max_deliveries_per_agent_per_day": 1})
         from promptyoself.store.passthrough import record_send
 
         record_send(core.store, "agent-b", "/v1/agents/agent-b/messages", FIXED_NOW, budget=1,
@@ -433,7 +433,7 @@ def test_metrics_show_the_stored_policy_not_this_processs_environment(db_path: P
 
     writer = Core(make_settings(db_path), clock=fixed())
     try:
-        writer.policy_set({"max_deliveries_per_agent_per_day": 7, "approval_below": "10m",
+        writer.operator.policy_set({"max_deliveries_per_agent_per_day": 7, "approval_below": "10m",
                            "max_active_per_agent": 3})
     finally:
         writer.close()
@@ -575,7 +575,7 @@ def test_pass_through_sends_count_against_the_daily_budget(db_path: Path) -> Non
             executed = run_once_result(core).get("executed") or []
             assert [e.get("outcome") for e in executed] == ["over_budget"]
             assert len(fake.received_texts()) == 1
-            assert core.agent_usage(agent)["delivered_today"] == 1
+            assert core.operator.agent_usage(agent)["delivered_today"] == 1
         finally:
             core.close()
 
@@ -583,11 +583,11 @@ def test_pass_through_sends_count_against_the_daily_budget(db_path: Path) -> Non
 def test_quota_error_names_the_stored_limit(db_path: Path) -> None:
     core = Core(make_settings(db_path), clock=fixed())
     try:
-        core.policy_set({"max_active_per_agent": 1, "max_schedules_per_agent_per_hour": 0})
+        core.operator.policy_set({"max_active_per_agent": 1, "max_schedules_per_agent_per_hour": 0})
         core.schedule_every("a", "1h", agent_id="agent-q", skip_validation=True)
         with pytest.raises(QuotaExceeded, match="limit is 1"):
             core.schedule_every("b", "1h", agent_id="agent-q", skip_validation=True)
-        core.policy_set({"max_active_per_agent": 5, "max_schedules_per_agent_per_hour": 1})
+        core.operator.policy_set({"max_active_per_agent": 5, "max_schedules_per_agent_per_hour": 1})
         with pytest.raises(RateLimited):
             core.schedule_every("c", "1h", agent_id="agent-q", skip_validation=True)
     finally:

@@ -1,12 +1,12 @@
-"""The operations that are not about one schedule: talking to Letta (test, agents, upload), the default
-agents, inference diagnostics and health. ``Core`` inherits them; they share its settings and handles."""
+"""The operations about agents rather than one schedule: talking to Letta (test, agents, upload), the
+default agents and inference diagnostics. ``Core`` holds them as ``core.agents`` (an ``Agents`` over its
+``Deps``)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from promptyoself.config import Settings, redact_url
+from promptyoself.config import redact_url
 from promptyoself.core.agents import ENV_VARS, CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.core.checks import check_source, check_text
 from promptyoself.core.results import (
@@ -14,41 +14,27 @@ from promptyoself.core.results import (
     AgentsResult,
     DefaultAgentResult,
     DiagnosticsResult,
-    HealthResult,
     TestResult,
     UploadResult,
 )
-from promptyoself.deps import DeliveryView
+from promptyoself.deps import Deps
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
 if TYPE_CHECKING:
-    from promptyoself.letta.client import LettaClient
-    from promptyoself.store.db import Store
+    pass
 
 
-class AdminOperations:
-    """Mixed into ``Core``, which provides the attributes declared here."""
+class Agents:
+    """The agents' part of ``Core`` (``core.agents``): Letta's agents and tools, the default agents and
+    how an agent is inferred, over the process's ``Deps`` and its ``Defaults``."""
 
-    settings: Settings
-    defaults: Defaults
-    started_monotonic: float
-    tool_calls: int
-    delivery: DeliveryView | None
+    def __init__(self, deps: Deps, defaults: Defaults) -> None:
+        self.deps = deps
+        self.defaults = defaults
 
-    @property
-    def letta(self) -> LettaClient:
-        raise NotImplementedError
-
-    @property
-    def store(self) -> Store:
-        raise NotImplementedError
-
-    def now(self) -> datetime:
-        raise NotImplementedError
-
-    def _single_agent(self) -> str | None:
+    def single_agent(self) -> str | None:
         """The one agent Letta lists, for the single-agent fallback; ``None`` unless there is exactly one."""
-        agents = self.letta.list_agents(limit=2)
+        agents = self.deps.letta.list_agents(limit=2)
         if len(agents) == 1:
             return str(agents[0].get("id"))
         return None
@@ -56,12 +42,12 @@ class AdminOperations:
     # ---- Letta --------------------------------------------------------------------------------
 
     def test_connection(self) -> TestResult:
-        health = self.letta.health()
-        agents = self.letta.list_all_agents()
+        health = self.deps.letta.health()
+        agents = self.deps.letta.list_all_agents()
         return {
             "status": "success",
             "message": f"Connected to Letta {health.get('version', '?')} at "
-            f"{redact_url(self.settings.letta_base_url)}; {len(agents)} agent(s) visible.",
+            f"{redact_url(self.deps.settings.letta_base_url)}; {len(agents)} agent(s) visible.",
             "agent_count": len(agents),
         }
 
@@ -73,7 +59,7 @@ class AdminOperations:
                 "created_at": a.get("created_at"),
                 "last_updated": a.get("updated_at") or a.get("last_updated"),
             }
-            for a in self.letta.list_all_agents()
+            for a in self.deps.letta.list_all_agents()
         ]
         return {"status": "success", "agents": agents, "count": len(agents)}
 
@@ -86,7 +72,7 @@ class AdminOperations:
                 f"name '{wanted}' does not match a function in source_code (found: {', '.join(defs)}). "
                 "Letta names a tool after its function."
             )
-        tool = self.letta.create_tool(source, description=desc)
+        tool = self.deps.letta.create_tool(source, description=desc)
         return {"status": "success", "tool_id": tool.get("id"), "name": tool.get("name") or defs[0]}
 
     # ---- defaults and diagnostics ---------------------------------------------------------------
@@ -124,13 +110,13 @@ class AdminOperations:
     def inference_diagnostics(self, ctx: CallContext | None) -> DiagnosticsResult:
         meta = dict(ctx.meta) if ctx and ctx.meta else {}
         env_values = (
-            self.settings.default_agent_id,
-            self.settings.letta_agent_id,
-            self.settings.letta_default_agent_id,
+            self.deps.settings.default_agent_id,
+            self.deps.settings.letta_agent_id,
+            self.deps.settings.letta_default_agent_id,
         )
         debug: dict[str, Any]
         try:
-            found = infer_agent(None, ctx, self.settings, self.defaults, self._single_agent)
+            found = infer_agent(None, ctx, self.deps.settings, self.defaults, self.single_agent)
             inferred, debug = found.agent_id, {"source": found.source, **found.debug}
         except PromptYoSelfError as exc:
             inferred, debug = None, {"source": "error", "error": exc.message, "code": exc.code}
@@ -142,14 +128,7 @@ class AdminOperations:
             "env": {var: {"set": bool(val and val.strip())} for var, val in zip(ENV_VARS, env_values, strict=True)},
             "process_default_set": self.defaults.process is not None,
             "scoped_default_set": self.defaults.get_scoped(ctx.scope_key if ctx else None) is not None,
-            "single_agent_fallback_enabled": self.settings.use_single_agent_fallback,
+            "single_agent_fallback_enabled": self.deps.settings.use_single_agent_fallback,
             "inferred_agent_id": inferred,
             "inference_debug": debug,
         }
-
-    def health(self) -> HealthResult:
-        """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``
-        ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
-        from promptyoself.core.health import assess
-
-        return assess(self)

@@ -277,7 +277,7 @@ def import_legacy(
 
     now = core.now()
     store = core.store
-    limit = core.policy(now).max_active_per_agent
+    limit = core.operator.policy(now).max_active_per_agent
     live: dict[str, int] = {}
     imported_ids: list[int] = []
     errors: list[LegacyRowError] = []

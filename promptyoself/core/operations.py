@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -17,8 +16,9 @@ from zoneinfo import ZoneInfo
 
 from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
-from promptyoself.core.admin import AdminOperations
+from promptyoself.core.admin import Agents
 from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
+from promptyoself.core.changes import CHANGE_TRIES, change_schedule, not_found
 from promptyoself.core.checks import (
     MAX_LIMIT,
     MAX_MAX_REPETITIONS,
@@ -30,10 +30,11 @@ from promptyoself.core.checks import (
     parse_schedule_id,
     required_time,
 )
-from promptyoself.core.operator import HOUR, OperatorOperations
+from promptyoself.core.operator import HOUR, Operator
 from promptyoself.core.options import ScheduleOptions
 from promptyoself.core.results import (
     CancelResult,
+    HealthResult,
     HistoryResult,
     ListResult,
     ScheduleResult,
@@ -51,7 +52,6 @@ from promptyoself.errors import (
     IntervalTooShort,
     InvalidArgument,
     InvalidInterval,
-    NotFound,
     QuotaExceeded,
 )
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
@@ -62,8 +62,6 @@ if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the M
 log = logging.getLogger(__name__)
 
 DEDUPLICATED = "Already scheduled with this idempotency_key."
-CHANGE_TRIES = 5
-"""Times a pause, resume, cancel or operator action decides again on a schedule that changed under it."""
 
 
 @dataclass(frozen=True)
@@ -119,19 +117,34 @@ def differing_arguments(row: ScheduleRow, text: str, plan: Plan) -> list[str]:
     return differ
 
 
-class Core(Deps, AdminOperations, OperatorOperations):
-    """PromptYoSelf's operations over one store and one Letta server (the wiring is ``Deps``)."""
+class Core(Deps):
+    """PromptYoSelf's operations over one store and one Letta server. The wiring is ``Deps`` (settings,
+    store, clients, clock, change listeners); the schedule operations are the methods below; the other
+    parts are held, each over the same ``Deps``: ``agents`` (Letta's agents and tools, default agents,
+    inference: ``core/admin.py``) and ``operator`` (guardrails, policy, approvals, the console's read
+    model: ``core/operator.py``). Agent tokens, native tools, Letta's scheduling API, health and the
+    timeline are plain functions over a core (``core/agent_tokens.py``, ``core/native_tools.py``,
+    ``core/letta_schedules.py``, ``core/health.py``, ``core/timeline.py``)."""
 
     def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
         super().__init__(settings, **wiring)
         self.defaults = Defaults()
+        self.agents = Agents(self, self.defaults)
+        self.operator = Operator(self)
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
+
+    def health(self) -> HealthResult:
+        """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``
+        ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
+        from promptyoself.core.health import assess
+
+        return assess(self)
 
     # ---- agent inference ----------------------------------------------------------------------
 
     def resolve_agent(self, agent_id: object, ctx: CallContext | None) -> str:
-        found = infer_agent(agent_id, ctx, self.settings, self.defaults, self._single_agent)
+        found = infer_agent(agent_id, ctx, self.settings, self.defaults, self.agents.single_agent)
         if not found.agent_id:
             raise agent_required_error()
         return found.agent_id
@@ -256,7 +269,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
                 return self._repeated(existing, key, text, plan, catch_up)
-        policy = self.policy(now)  # the operator's, from the database: the same for every writer
+        policy = self.operator.policy(now)  # the operator's, from the database: the same for every writer
         target, conversation = dest.target, dest.conversation_id
         max_live = policy.max_active_per_agent
         if not options.skip_validation:
@@ -266,8 +279,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
                 validate_agent(self, agent, target)
         for _ in range(CHANGE_TRIES):
             # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
-            judged = self.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz, plan.next_run,
-                                          now, plan.anchor)
+            judged = self.operator.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz,
+                                                   plan.next_run, now, plan.anchor)
             state = PENDING_APPROVAL if judged.note else "active"
             limits = schedules.CreationLimits(max_live=max_live, per_hour=policy.max_schedules_per_agent_per_hour,
                                               hour_since=now - HOUR, rules_seen=judged.rules_seen)
@@ -302,7 +315,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             except schedules.QuotaReached as full:
                 raise self._quota_error(agent, full.live, max_live) from None
             except schedules.HourlyLimitReached as fast:
-                raise self.rate_limited(agent, limits.per_hour, fast.oldest, now) from None
+                raise self.operator.rate_limited(agent, limits.per_hour, fast.oldest, now) from None
             except schedules.DuplicateKey:  # the same key raced in from another call: return that schedule
                 existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
                 if existing is None or key is None:
@@ -381,31 +394,8 @@ class Core(Deps, AdminOperations, OperatorOperations):
             "count": len(rows),
             "total": int(total),
             "agent_id": found.agent_id,
-            "guardrails": self.guardrails_for(found.agent_id),
+            "guardrails": self.operator.guardrails_for(found.agent_id),
         }
-
-    @staticmethod
-    def _not_found(schedule_id: int) -> NotFound:
-        return NotFound(
-            f"No schedule with id {schedule_id}. Call promptyoself_list (with "
-            "include_cancelled=true for ended ones) to see the ids."
-        )
-
-    def _change(self, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
-        """Apply ``change`` (it may raise to refuse) to the schedule as it is now, and write the result
-        if the schedule did not change meanwhile; else decide again on the new row (a delivery may
-        have recorded an attempt on it). NotFound when there is none."""
-        from promptyoself.store import schedules
-
-        for _ in range(CHANGE_TRIES):
-            row = schedules.get(self.store, schedule_id)
-            if row is None:
-                raise self._not_found(schedule_id)
-            after = change(row)
-            if schedules.replace(self.store, row, after):
-                return after
-        raise DatabaseUnavailable(f"Schedule {schedule_id} kept changing while it was being changed "
-                                  f"({CHANGE_TRIES} tries); try again.")
 
     def history(
         self,
@@ -423,7 +413,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
         if schedule_id is not None and not (isinstance(schedule_id, str) and not schedule_id.strip()):
             sid = parse_schedule_id(schedule_id)
             if schedules.get(self.store, sid) is None:
-                raise self._not_found(sid)
+                raise not_found(sid)
         else:
             agent = infer_agent(agent_id, ctx, self.settings, self.defaults, None).agent_id or None
         rows = history.deliveries(self.store, schedule_id=sid, agent_id=agent, limit=lim)
@@ -431,7 +421,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             "status": "success",
             "deliveries": [delivery_record(d) for d in rows],
             "count": len(rows),
-            "guardrails": self.guardrails_for(agent),
+            "guardrails": self.operator.guardrails_for(agent),
         }
 
     # ---- changing state -----------------------------------------------------------------------
@@ -447,7 +437,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
                 return row  # already cancelled or ended: nothing to write
             return replace(row, state="cancelled", due_at=None, updated_at=now)
 
-        self._change(sid, change)
+        change_schedule(self, sid, change)
         was = before[0].state
         if was == "cancelled":
             return {
@@ -481,7 +471,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
                 raise InvalidArgument(f"Schedule {sid} is {row.state}; only active schedules can be paused.")
             return replace(row, state="paused", due_at=None, updated_at=now)
 
-        result = self._state_result(self._change(sid, change), f"Paused schedule {sid}.")
+        result = self._state_result(change_schedule(self, sid, change), f"Paused schedule {sid}.")
         self.changed()
         return result
 
@@ -509,7 +499,7 @@ class Core(Deps, AdminOperations, OperatorOperations):
             return replace(row, state=state, next_run=next_run, due_at=next_run, attempt=0,
                            claimed_by=None, claim_until=None, updated_at=now)
 
-        result = self._state_result(self._change(sid, change), f"Resumed schedule {sid}.")
+        result = self._state_result(change_schedule(self, sid, change), f"Resumed schedule {sid}.")
         self.changed()
         return result
 

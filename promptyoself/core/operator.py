@@ -1,7 +1,7 @@
 """What an operator does and sees: the guardrails against a runaway agent (a daily delivery budget, a
 limit on schedules created per hour, approval of schedules that fire too often), the operations
 ``approve``, ``reject`` and ``run_now``, and the read model of the console (faces/console.py).
-``Core`` inherits these; they share its settings, store and clock.
+``Core`` holds them as ``core.operator`` (an ``Operator`` over its ``Deps``).
 
 The budgets themselves are enforced where prompts are sent (promptyoself/delivery/budget.py); this
 module refuses what is created (``rate_limited``), parks what must be approved (state
@@ -20,8 +20,10 @@ from typing_extensions import TypedDict
 
 from promptyoself import timing
 from promptyoself.config import Settings
+from promptyoself.core.changes import change_schedule
 from promptyoself.core.checks import MAX_LIMIT, check_limit, check_text, parse_schedule_id
 from promptyoself.core.results import DeliveryRecord, ScheduleRecord, StateResult, delivery_record, iso, schedule_record
+from promptyoself.deps import Deps
 from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError, RateLimited
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
@@ -203,23 +205,12 @@ def _duration(value: timedelta | None) -> str | None:
     return None if value is None else timing.format_duration(value)
 
 
-class OperatorOperations:
-    """Mixed into ``Core``, which provides the attributes declared here."""
+class Operator:
+    """The operator's part of ``Core`` (``core.operator``): the guardrails, the policy, the operator's
+    actions and the console's read model, over the process's ``Deps``."""
 
-    settings: Settings
-
-    @property
-    def store(self) -> Store:
-        raise NotImplementedError
-
-    def now(self) -> datetime:
-        raise NotImplementedError
-
-    def changed(self) -> None:
-        raise NotImplementedError
-
-    def _change(self, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
-        raise NotImplementedError
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
 
     # ---- the guardrails ---------------------------------------------------------------------
 
@@ -228,18 +219,18 @@ class OperatorOperations:
         enforces; this process's environment only seeds a value nobody set yet."""
         from promptyoself.store.policy import load
 
-        return load(self.store, self.settings, now or self.now())
+        return load(self.deps.store, self.deps.settings, now or self.deps.now())
 
     def guardrail_settings(self) -> GuardrailSettings:
-        now = self.now()
+        now = self.deps.now()
         p = self.policy(now)
         return {
             "max_deliveries_per_agent_per_day": p.max_deliveries_per_agent_per_day,
             "max_schedules_per_agent_per_hour": p.max_schedules_per_agent_per_hour,
             "approval_below": _duration(p.approval_below),
             "max_active_per_agent": p.max_active_per_agent,
-            "budget_timezone": self.settings.timezone.key,
-            "budget_day_started": iso(timing.day_start(now, self.settings.timezone)),
+            "budget_timezone": self.deps.settings.timezone.key,
+            "budget_day_started": iso(timing.day_start(now, self.deps.settings.timezone)),
         }
 
     def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
@@ -254,12 +245,13 @@ class OperatorOperations:
         and one of its newest schedules)."""
         from promptyoself.store.operator import created_since, recent
 
-        now = self.now()
+        now = self.deps.now()
         p = self.policy(now)
         budget = p.max_deliveries_per_agent_per_day or None
-        day = recent(self.store, timing.day_start(now, self.settings.timezone), budget or 1, agent_id=agent_id)
+        since = timing.day_start(now, self.deps.settings.timezone)
+        day = recent(self.deps.store, since, budget or 1, agent_id=agent_id)
         hourly = p.max_schedules_per_agent_per_hour or None
-        made = created_since(self.store, agent_id, now - HOUR, CREATED_COUNTED)  # the count, not the limit
+        made = created_since(self.deps.store, agent_id, now - HOUR, CREATED_COUNTED)  # the count, not the limit
         return {
             "agent_id": agent_id,
             "delivered_today": day.delivered_today,
@@ -307,7 +299,7 @@ class OperatorOperations:
     def _live_rules(self, agent_id: str) -> list[ScheduleRow]:
         from promptyoself.store.schedules import RULE_STATES, recurring_of
 
-        return recurring_of(self.store, agent_id, RULE_STATES)
+        return recurring_of(self.deps.store, agent_id, RULE_STATES)
 
     @staticmethod
     def _rate_of(row: ScheduleRow, now: datetime) -> float:
@@ -337,7 +329,7 @@ class OperatorOperations:
         from promptyoself.store import policy as stored
 
         p = self.policy()
-        mine = stored.seeds(self.settings)
+        mine = stored.seeds(self.deps.settings)
         values: dict[str, int | str | None] = {}
         entries: list[PolicyEntryView] = []
         for name in stored.NAMES:
@@ -382,8 +374,8 @@ class OperatorOperations:
                 typed[name] = stored.parse(name, raw)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
-        stored.save(self.store, self.settings, typed, self.now())
-        self.changed()
+        stored.save(self.deps.store, self.deps.settings, typed, self.deps.now())
+        self.deps.changed()
         said = ", ".join(f"{n}={stored.text_of(n, v)}" for n, v in typed.items())
         return self.policy_show(f"Policy set: {said}.")
 
@@ -392,9 +384,9 @@ class OperatorOperations:
     def _operator_change(self, schedule_id: object, change: Callable[[ScheduleRow, datetime], ScheduleRow],
                          message: str) -> StateResult:
         sid = parse_schedule_id(schedule_id)
-        now = self.now()
-        row = self._change(sid, lambda r: change(r, now))
-        self.changed()
+        now = self.deps.now()
+        row = change_schedule(self.deps, sid, lambda r: change(r, now))
+        self.deps.changed()
         return {"status": "success", "id": row.id, "state": row.state, "next_run": iso(row.next_run),
                 "message": message.format(id=sid)}
 
@@ -441,8 +433,8 @@ class OperatorOperations:
     def today(self, agent_id: str | None = None) -> TodayCounts:
         from promptyoself.store.operator import outcomes_since
 
-        since = timing.day_start(self.now(), self.settings.timezone)
-        got = outcomes_since(self.store, since, agent_id)
+        since = timing.day_start(self.deps.now(), self.deps.settings.timezone)
+        got = outcomes_since(self.deps.store, since, agent_id)
         return {"day_started": iso(since), "delivered": got.get("delivered", 0), "failed": got.get("failed", 0),
                 "missed": got.get("missed", 0), "over_budget": got.get("over_budget", 0),
                 "retry": got.get("retry", 0)}
@@ -450,7 +442,7 @@ class OperatorOperations:
     def pending_approval_count(self) -> int:
         from promptyoself.store.operator import count_state
 
-        return count_state(self.store, PENDING_APPROVAL)
+        return count_state(self.deps.store, PENDING_APPROVAL)
 
     def console_schedules(self, *, agent_id: object = None, state: object = None, limit: object = 50,
                           offset: object = 0) -> ConsolePage:
@@ -470,8 +462,8 @@ class OperatorOperations:
             states = (wanted,)
         else:
             raise InvalidArgument(f"state must be live, all or one of {', '.join(STATES)}.")
-        rows, total = schedules_page(self.store, agent_id=agent, states=states, limit=lim, offset=off)
-        history = last_deliveries(self.store, [r.id for r in rows], UPCOMING)
+        rows, total = schedules_page(self.deps.store, agent_id=agent, states=states, limit=lim, offset=off)
+        history = last_deliveries(self.deps.store, [r.id for r in rows], UPCOMING)
         views: list[ScheduleView] = []
         for r in rows:
             record = schedule_record(r)
@@ -488,14 +480,14 @@ class OperatorOperations:
         """The agents that have schedules (the console's agent filter offers them)."""
         from promptyoself.store.operator import agents_by_state
 
-        return sorted(agents_by_state(self.store))
+        return sorted(agents_by_state(self.deps.store))
 
     def console_agents(self, limit: int = 100, offset: int = 0) -> tuple[list[AgentSummary], int]:
         """A page of the agents with schedules (by id): each one's schedules by state and its budgets'
         use today; and how many agents there are."""
         from promptyoself.store.operator import agents_by_state
 
-        every = sorted(agents_by_state(self.store).items())
+        every = sorted(agents_by_state(self.deps.store).items())
         page = every[offset:offset + limit]
         return [{"agent_id": agent, "states": states, "usage": self.agent_usage(agent)} for agent, states in page], len(
             every)
@@ -506,7 +498,7 @@ class OperatorOperations:
         from promptyoself.store.schedules import get
 
         sid = parse_schedule_id(schedule_id)
-        row = get(self.store, sid)
+        row = get(self.deps.store, sid)
         if row is None:
             raise NotFound(f"No schedule with id {sid}.")
         record = schedule_record(row)
@@ -515,5 +507,5 @@ class OperatorOperations:
             "max_per_day": row.max_per_day,
             "rule": record["description"] + (f", at most {row.max_per_day} a day" if row.max_per_day else ""),
             "upcoming": record["upcoming"],
-            "deliveries": [delivery_record(d) for d in last_deliveries(self.store, [sid], UPCOMING)[sid]],
+            "deliveries": [delivery_record(d) for d in last_deliveries(self.deps.store, [sid], UPCOMING)[sid]],
         }

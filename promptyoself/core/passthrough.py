@@ -46,7 +46,7 @@ def count_send(core: Core, method: str, path: str) -> None:
     from promptyoself.store.passthrough import BudgetReached, record_send
 
     now = core.now()
-    budget = core.policy(now).max_deliveries_per_agent_per_day
+    budget = core.operator.policy(now).max_deliveries_per_agent_per_day
     found = AGENT_SEND.match(path)
     if found is None:
         if budget and OTHER_SEND.match(path):

@@ -368,7 +368,7 @@ def _upload(core: Core, a: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"cannot read {shown!r}: {reason}") from None
     else:
         source = a.source_code
-    return dict(core.upload_tool(source, name=a.name, description=a.description))
+    return dict(core.agents.upload_tool(source, name=a.name, description=a.description))
 
 
 def _execute(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -452,14 +452,14 @@ def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 def _policy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.policy_command == "show":
-        return dict(core.policy_show())
+        return dict(core.operator.policy_show())
     changes: dict[str, str] = {}
     for item in a.values:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"write each value as NAME=VALUE, e.g. approval_below=30m (got {item[:60]!r})")
         changes[name.strip()] = value
-    return dict(core.policy_set(changes))
+    return dict(core.operator.policy_set(changes))
 
 
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -478,13 +478,13 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "cancel": lambda c, a: dict(c.cancel(a.id)),
     "pause": lambda c, a: dict(c.pause(a.id)),
     "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
-    "approve": lambda c, a: _with_delivery(c, dict(c.approve(a.id))),
-    "reject": lambda c, a: dict(c.reject(a.id)),
+    "approve": lambda c, a: _with_delivery(c, dict(c.operator.approve(a.id))),
+    "reject": lambda c, a: dict(c.operator.reject(a.id)),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,
-    "test": lambda c, a: dict(c.test_connection()),
-    "agents": lambda c, a: dict(c.list_agents()),
+    "test": lambda c, a: dict(c.agents.test_connection()),
+    "agents": lambda c, a: dict(c.agents.list_agents()),
     "health": lambda c, a: _health(c),
     "upload": _upload,
     "import-legacy": _import_legacy,

@@ -325,7 +325,7 @@ class Console:
         core = self.core
         health = await run_in_threadpool(core.health)
         try:
-            today = await run_in_threadpool(core.today)
+            today = await run_in_threadpool(core.operator.today)
         except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait
             today = {"day_started": None, "delivered": 0, "failed": 0, "missed": 0, "over_budget": 0, "retry": 0}
         return {"health": health, "today": today, "guardrails": health.get("guardrails") or {}}
@@ -342,11 +342,11 @@ class Console:
             offset = 0
         context = await self._overview()
         try:
-            listed = await run_in_threadpool(self.core.console_schedules, agent_id=agent, state=state,
+            listed = await run_in_threadpool(self.core.operator.console_schedules, agent_id=agent, state=state,
                                              limit=PAGE, offset=offset)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
-        known = await run_in_threadpool(self.core.console_agent_ids)
+        known = await run_in_threadpool(self.core.operator.console_agent_ids)
         context.update(listed=listed, agent=agent or "", state=state, known_agents=known,
                        states=("live", *STATES, "all"), offset=offset, page=PAGE)
         return self.page(request, "index.html", context)
@@ -357,7 +357,7 @@ class Console:
             offset = max(int(request.query_params.get("offset") or 0), 0)
         except ValueError:
             offset = 0
-        agents, total = await run_in_threadpool(self.core.console_agents, AGENTS_PAGE, offset)
+        agents, total = await run_in_threadpool(self.core.operator.console_agents, AGENTS_PAGE, offset)
         context.update(agents=agents, total=total, offset=offset, page=AGENTS_PAGE)
         return self.page(request, "agents.html", context)
 
@@ -365,9 +365,10 @@ class Console:
         agent = request.path_params["agent_id"]
         context = await self._overview()
         try:
-            listed = await run_in_threadpool(self.core.console_schedules, agent_id=agent, state="all", limit=PAGE)
-            usage = await run_in_threadpool(self.core.agent_usage, agent)
-            today = await run_in_threadpool(self.core.today, agent)
+            listed = await run_in_threadpool(self.core.operator.console_schedules, agent_id=agent, state="all",
+                                             limit=PAGE)
+            usage = await run_in_threadpool(self.core.operator.agent_usage, agent)
+            today = await run_in_threadpool(self.core.operator.today, agent)
             hist = await run_in_threadpool(self.core.history, agent_id=agent, limit=20)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
@@ -394,7 +395,7 @@ class Console:
     async def schedule(self, request: Request) -> Response:
         context = await self._overview()
         try:
-            view = await run_in_threadpool(self.core.console_schedule, request.path_params["sid"])
+            view = await run_in_threadpool(self.core.operator.console_schedule, request.path_params["sid"])
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
         context["view"] = view
@@ -403,7 +404,7 @@ class Console:
     async def confirm_cancel(self, request: Request) -> Response:
         context = await self._overview()
         try:
-            view = await run_in_threadpool(self.core.console_schedule, request.path_params["sid"])
+            view = await run_in_threadpool(self.core.operator.console_schedule, request.path_params["sid"])
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
         context.update(view=view, back=local_path(request.query_params.get("back")))
@@ -419,9 +420,9 @@ class Console:
         if action == "cancel" and form.get("confirm") != "yes":
             return RedirectResponse(f"/console/schedules/{sid}/cancel?" + urlencode({"back": back}), status_code=303)
         core = self.core
-        call: Callable[[object], Any] = {"pause": core.pause, "resume": core.resume, "run": core.run_now,
-                                         "cancel": core.cancel, "approve": core.approve,
-                                         "reject": core.reject}[action]
+        call: Callable[[object], Any] = {"pause": core.pause, "resume": core.resume, "run": core.operator.run_now,
+                                         "cancel": core.cancel, "approve": core.operator.approve,
+                                         "reject": core.operator.reject}[action]
         try:
             result = await run_in_threadpool(call, sid)
         except PromptYoSelfError as exc:
@@ -457,20 +458,20 @@ class Console:
 
     async def policy(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         context = await self._overview()
-        shown = await run_in_threadpool(self.core.policy_show)
+        shown = await run_in_threadpool(self.core.operator.policy_show)
         context.update(policy=shown, error=error)
         return self.page(request, "policy.html", context, status=status)
 
     async def set_policy(self, request: Request) -> Response:
         """The policy form (its CSRF token checked by ``_guard``): only the values that changed are set."""
         form = await self._form(request) or {}
-        current = await run_in_threadpool(self.core.policy_show)
+        current = await run_in_threadpool(self.core.operator.policy_show)
         changes = {e["name"]: form[e["name"]].strip() for e in current["policy_entries"]
                    if e["name"] in form and form[e["name"]].strip() != str(e["value"])}
         if not changes:
             return self._redirect(request, "/console/policy", "Nothing changed.")
         try:
-            result = await run_in_threadpool(self.core.policy_set, changes)
+            result = await run_in_threadpool(self.core.operator.policy_set, changes)
         except PromptYoSelfError as exc:
             return await self.policy(request, error=exc.message, status=400)
         log.info("console: policy set %s", ", ".join(sorted(changes)))

@@ -580,13 +580,13 @@ def promptyoself_executor_status(*, core: TheCore) -> ExecutorStatus:
 @tool(read_only=True, open_world=True)
 def promptyoself_test(*, core: TheCore) -> TestResult:
     """Check the connection to the Letta server and count its agents."""
-    return core.test_connection()
+    return core.agents.test_connection()
 
 
 @tool(read_only=True, open_world=True)
 def promptyoself_agents(*, core: TheCore) -> AgentsResult:
     """List the agents on the Letta server."""
-    return core.list_agents()
+    return core.agents.list_agents()
 
 
 @tool(open_world=True)
@@ -598,19 +598,19 @@ def promptyoself_upload(
     core: TheCore,
 ) -> UploadResult:
     """Upload a Python function to Letta as a tool."""
-    return core.upload_tool(source_code, name=name, description=description)
+    return core.agents.upload_tool(source_code, name=name, description=description)
 
 
 @tool(read_only=True)
 def promptyoself_inference_diagnostics(*, core: TheCore, call: TheCall) -> DiagnosticsResult:
     """Show how the agent id would be inferred for this call, and from where."""
-    return core.inference_diagnostics(call)
+    return core.agents.inference_diagnostics(call)
 
 
 @tool(idempotent=True)
 def promptyoself_set_default_agent(agent_id: NewDefaultAgent, *, core: TheCore) -> DefaultAgentResult:
     """Set the default agent for this server process."""
-    return core.set_default_agent(agent_id)
+    return core.agents.set_default_agent(agent_id)
 
 
 @tool(idempotent=True)
@@ -618,13 +618,13 @@ def promptyoself_set_scoped_default_agent(
     agent_id: NewDefaultAgent, *, core: TheCore, call: TheCall
 ) -> DefaultAgentResult:
     """Set the default agent for this client session only."""
-    return core.set_scoped_default_agent(agent_id, call)
+    return core.agents.set_scoped_default_agent(agent_id, call)
 
 
 @tool(read_only=True)
 def promptyoself_get_scoped_default_agent(*, core: TheCore, call: TheCall) -> DefaultAgentResult:
     """Show this client session's default agent."""
-    return core.get_scoped_default_agent(call)
+    return core.agents.get_scoped_default_agent(call)
 
 
 @tool(read_only=True)

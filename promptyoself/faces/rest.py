@@ -461,11 +461,11 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
 
     @app.get("/api/policy", tags=["operator"], summary="The guardrails every writer enforces, and their sources")
     async def policy_show(request: Request) -> JSONResponse:
-        return await call(core.policy_show, check=operator_only(request))
+        return await call(core.operator.policy_show, check=operator_only(request))
 
     @app.put("/api/policy", tags=["operator"], summary="Set guardrails (operator)")
     async def policy_set(request: Request, req: PolicyRequest) -> JSONResponse:
-        return await call(core.policy_set, req.model_dump(exclude_unset=True), check=operator_only(request))
+        return await call(core.operator.policy_set, req.model_dump(exclude_unset=True), check=operator_only(request))
 
     if core.settings.letta_proxy if letta_proxy is None else letta_proxy:
         _mount_proxy(app, core)

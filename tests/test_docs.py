@@ -253,6 +253,30 @@ def test_architecture_names_real_modules():
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
 
 
+def test_the_path_of_a_prompt_crosses_at_most_eight_boundaries() -> None:
+    """The hop table of docs/architecture.md (issue 30 point 7): at most 8 hops; each hop between two
+    rooms of the package is an import the rules allow and the code makes (some module of the first
+    room imports one of the second), and the module it names is in the second room."""
+    from tests.test_architecture import ALLOWED, graph, room
+
+    text = ARCH_DOC.read_text(encoding="utf-8")
+    section = text.split("## The path of a prompt", 1)[1].split("\n## ", 1)[0]
+    hops = [cells(line) for line in section.splitlines() if re.match(r"^\|\s*\d+\s*\|", line)]
+    assert 6 <= len(hops) <= 8, hops
+    assert [int(h[0]) for h in hops] == list(range(1, len(hops) + 1))
+    edges = {(room(a), room(b)) for a, targets in graph().items() for b in targets}
+    inside = 0
+    for number, crossing, where, _ in hops:
+        src, _, dst = crossing.partition(" -> ")
+        if src in ALLOWED and dst in ALLOWED:
+            inside += 1
+            assert dst in ALLOWED[src], f"hop {number}: {src} may not import {dst}"
+            assert (src, dst) in edges, f"hop {number}: nothing in {src}/ imports {dst}/"
+            module = re.search(r"`promptyoself/(\w+)/", where)
+            assert module is not None and module.group(1) == dst, f"hop {number} names {where}"
+    assert inside >= 5, hops
+
+
 # ---- the command blocks of README.md and docs/letta.md, run (issue 24 point 7) ------------------
 
 LETTA_DOC = ROOT / "docs" / "letta.md"

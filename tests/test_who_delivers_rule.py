@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -111,3 +112,14 @@ def test_the_start_up_check_asks_the_same_rule_of_the_file(tmp_path: Path) -> No
     old.execute("CREATE TABLE schedules (state TEXT)")
     old.close()
     assert quick_check(tmp_path / "old.db", NOW) is None  # an older schema: the store answers
+
+
+def test_the_rule_and_the_start_up_check_load_the_standard_library_only() -> None:
+    """They run before the MCP handshake's heavy imports: nothing of ours but the rule's own leaves."""
+    from tests.test_cli_imports import loaded_by
+
+    loaded = loaded_by(("promptyoself.store.startup_check", "promptyoself.who_delivers", "promptyoself.processes"))
+    ours = {m for m in loaded if m.split(".")[0] == "promptyoself"}
+    assert ours == {"promptyoself", "promptyoself.store", "promptyoself.store.startup_check",
+                    "promptyoself.who_delivers", "promptyoself.processes"}
+    assert sorted(m for m in loaded - ours if m.split(".")[0] not in sys.stdlib_module_names) == []

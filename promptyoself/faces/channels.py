@@ -6,7 +6,8 @@ routes channel notifications of plugin-sourced servers), it
 
 - declares the experimental capability ``claude/channel`` in its ``initialize`` answer, and
 - listens on ``<runtime dir>/promptyoself/cc-<claude pid>.sock`` (0600 in a 0700 folder; the parent
-  process is the ``claude`` that started it), where a delivering process of the same user hands it
+  process is the ``claude`` that started it; sockets of ``claude`` processes that are gone are removed
+  when the next one starts), where a delivering process of the same user hands it
   ``{"op": "push", "session_id", "content", "meta"}``. The push is written to Claude Code as
   ``notifications/claude/channel`` ``{"content", "meta"}`` on this server's stdout, beside FastMCP's
   own messages (the same stream), and only when ``session_id`` is the session this ``claude`` holds
@@ -30,6 +31,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from promptyoself.core import claude_code
+from promptyoself.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +93,24 @@ class ChannelListener:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             log.warning("Claude Code channel off: %s is not a private folder of this user", folder)
             return False
+        self._prune(folder)
         if os.path.lexists(self.path):  # a socket left by an earlier server of a claude with this pid
             if not stat.S_ISSOCK(os.lstat(self.path).st_mode):
                 log.warning("Claude Code channel off: %s exists and is not a socket", self.path)
                 return False
             os.unlink(self.path)
         return True
+
+    @staticmethod
+    def _prune(folder: str) -> None:
+        """Sockets of ``claude`` processes that are gone: a server ended by a signal (Claude Code
+        stopping its servers) leaves its socket behind."""
+        for name in os.listdir(folder):
+            pid = name.removeprefix("cc-").removesuffix(".sock")
+            if name.startswith("cc-") and name.endswith(".sock") and pid.isdigit() and not pid_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    if stat.S_ISSOCK(os.lstat(os.path.join(folder, name)).st_mode):
+                        os.unlink(os.path.join(folder, name))
 
     @contextlib.asynccontextmanager
     async def serving(self) -> AsyncIterator[ChannelListener]:

@@ -14,6 +14,8 @@ the transcript, history), never on durations.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -214,4 +216,44 @@ def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_
         assert len(channel_lines(cch, session, marker)) == 1 and folded(cch, marker, mark) == []
         [entry] = history(core.store, row["id"])
         assert entry.outcome == "delivered"
+        core.close()
+
+
+def test_a_worker_killed_after_the_push_still_delivers_once(cch: ClaudeHarness,
+                                                             plugin_project: tuple[Path, Path]) -> None:
+    """The session's claude is frozen (SIGSTOP) so that a pushed notification waits in its stdin; the
+    worker pushes, logs it, and is killed before it sees the prompt in the transcript. Once claude runs
+    again it takes the prompt; the next worker finds the marker in the transcript and records it
+    delivered without pushing again."""
+    proj, db = plugin_project
+    with cch.h.stream_session(cwd=str(proj), args=session_args()) as s:
+        schedule_in(s, "killed in between")
+        session = str(s.session_id)
+        row = only_schedule(db)
+        marker = marker_of(db, row["id"])
+        [holder] = cch.live_holders(session)
+        mark = cch.h.log_mark()
+        lease = {"PROMPTYOSELF_LEASE_SECONDS": "2"}
+        os.kill(holder["pid"], signal.SIGSTOP)
+        try:
+            first = worker(cch, db, **lease)
+            wait_until(lambda: first.saw(f"pushed occurrence promptyoself-{row['id']}-"), timeout=180)
+            first.popen.send_signal(signal.SIGKILL)
+            first.popen.wait(timeout=30)
+            assert cch.transcript_user_lines(session, marker) == []  # not taken yet
+        finally:
+            os.kill(holder["pid"], signal.SIGCONT)
+        result = s.next_result(timeout=180)
+        assert str(result.get("result")).startswith("MOCK_ACK <channel ")
+        rescuer = worker(cch, db, **lease)
+        core = make_core(db)
+        try:
+            wait_until(lambda: get(core.store, row["id"]).state == "completed", timeout=180)
+        finally:
+            stop(rescuer)
+        assert not rescuer.saw("pushed occurrence")
+        assert len(cch.prompts_with(marker, since=mark)) == 1
+        assert len(channel_lines(cch, session, marker)) == 1
+        outcomes = [h.outcome for h in history(core.store, row["id"])]
+        assert outcomes.count("delivered") == 1 and set(outcomes) <= {"delivered", "retry"}
         core.close()

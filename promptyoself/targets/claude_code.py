@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -37,6 +38,8 @@ from promptyoself.errors import LettaUnavailable, NotSent, TargetGone
 from promptyoself.processes import pid_alive
 from promptyoself.targets import claude_channel
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+
+log = logging.getLogger(__name__)
 
 NAME = "claude-code"
 MARKER = "[PromptYoSelf occurrence {}]"
@@ -238,6 +241,8 @@ class ClaudeCodeTarget:
         if not answer.get("ok"):
             raise LettaUnavailable(f"Claude Code session {session_id}: its PromptYoSelf server refused the push: "
                                    f"{str(answer.get('error'))[:200]}", transient=True)
+        log.info("pushed occurrence %s into Claude Code session %s (claude pid %s); waiting for it in the transcript",
+                 occ.occurrence_id, session_id, pid)
         if await self._confirmed(session_id, occ.occurrence_id):
             self._problem = None
             self._pushed.pop(occ.occurrence_id, None)

@@ -106,3 +106,32 @@ def test_the_engine_phase_moves_by_named_transitions_and_a_stop_before_the_start
     seen.append(early.phase)
     assert seen == [True, "running", False, "stopping", True, "stopped", "failed", "the recorder failed: boom",
                     "stopping"]
+
+
+def test_a_wait_cancelled_as_its_event_is_set_still_ends_the_task() -> None:
+    """The engine's tasks wait through ``wait_event``: a shutdown's cancellation that comes in the
+    same turn as the event (a delivery ending an outage as the outage probe is cancelled) is kept."""
+    import asyncio
+
+    from promptyoself.delivery.watch import wait_event
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        for timeout in (None, 10.0):
+            event = asyncio.Event()
+            task = asyncio.create_task(wait_event(event, timeout))
+            await asyncio.sleep(0)  # the task waits
+            event.set()
+            task.cancel()
+            try:
+                await task
+                seen.append("went on")
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+        quiet = asyncio.Event()
+        seen.append(str(await wait_event(quiet, 0.0)))
+        quiet.set()
+        seen.append(str(await wait_event(quiet, 0.0)))
+        return seen
+
+    assert asyncio.run(scenario()) == ["cancelled", "cancelled", "False", "True"]

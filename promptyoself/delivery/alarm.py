@@ -12,7 +12,6 @@ Each tells the alarm what changed through the ``Wakeup`` (an event the loop owns
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -21,6 +20,7 @@ from datetime import datetime
 from promptyoself.delivery.attempt import Claim
 from promptyoself.delivery.clock import ClockWatch, rearm_recurring
 from promptyoself.delivery.parts import Parts
+from promptyoself.delivery.watch import wait_event
 
 log = logging.getLogger("promptyoself.delivery.loop")
 
@@ -158,8 +158,7 @@ async def probe_outage(parts: Parts) -> None:
         wait = outage.wake_in(time.monotonic())
         if outage.resume_pending:
             continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(parts.outage_changed.wait(), None if wait is None else max(wait, 0.0))
+        await wait_event(parts.outage_changed, None if wait is None else max(wait, 0.0))
 
 
 async def watch_clock(parts: Parts, clock: ClockWatch, every: float) -> None:

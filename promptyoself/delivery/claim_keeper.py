@@ -5,7 +5,6 @@ run out (``may_send``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -13,6 +12,7 @@ from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from promptyoself.delivery.watch import wait_event
 from promptyoself.store.db import Store
 from promptyoself.store.delivery_store import SqlDeliveryStore
 
@@ -111,8 +111,7 @@ class ClaimKeeper:
         renewed while the executor stops)."""
         period = max(0.05, self.lease / 3)
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), period)
+            await wait_event(self._stop, period)
             with self._lock:
                 empty = not self._ids
             if empty and self._stop.is_set():

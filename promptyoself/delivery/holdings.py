@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 from collections.abc import Collection
 
 from promptyoself.delivery import planner
 from promptyoself.delivery.attempt import Attempt, Claim
-from promptyoself.delivery.watch import Gate
+from promptyoself.delivery.watch import Gate, wait_event
 
 RECORD_DELAY = 0.04
 """During a backlog, the recorder waits up to this long for a batch of attempts (up to
@@ -168,8 +167,7 @@ class Holdings:
         want = self.claim_wanted(bool(self._queued)) if self._ahead else 0
         if not want and len(self._queued) < self._batch and self._ahead and not self._drained:
             self._recorder.clear()  # a backlog: let a few more finish first
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._recorder.wait(), RECORD_DELAY)
+            await wait_event(self._recorder, RECORD_DELAY)
             want = self.claim_wanted(True) if self._ahead else 0
         batch, self._queued = self._queued, []
         return batch, want

@@ -21,6 +21,18 @@ from typing import Any, Literal
 
 log = logging.getLogger("promptyoself.delivery.loop")
 
+async def wait_event(event: asyncio.Event, seconds: float | None) -> bool:
+    """Wait for ``event`` up to ``seconds`` (None: no limit); True if it was set. Through
+    ``asyncio.timeout``: Python 3.11's ``asyncio.wait_for`` loses a cancellation that arrives as the
+    event is set (gh-86296), and a task of the engine cancelled at shutdown must end."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 OutageState = Literal["up", "down", "probed"]
 Phase = Literal["stopped", "running", "stopping", "failed"]
 
@@ -262,9 +274,7 @@ class Wakeup:
             return True
         if seconds <= 0:
             return False
-        try:
-            await asyncio.wait_for(event.wait(), seconds)
-        except TimeoutError:
+        if not await wait_event(event, seconds):
             return False
         event.clear()
         return True

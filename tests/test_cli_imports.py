@@ -94,9 +94,12 @@ def _named(modules: set[str], wanted: tuple[str, ...]) -> list[str]:
 
 
 def test_the_parser_path_needs_the_standard_library_only() -> None:
-    outside = sorted(m for m in loaded_by(PARSER_MODULES)
-                     if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "promptyoself")
+    loaded = loaded_by(PARSER_MODULES)
+    outside = sorted(m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names
+                     and m.split(".")[0] != "promptyoself")
     assert outside == []
+    # nor the parts of it only a command run in process uses (a relayed call and --help do without)
+    assert _named(loaded, ("logging", "zoneinfo", "asyncio")) == []
 
 
 def test_a_relayed_schedule_finds_its_claude_code_session_on_the_standard_library() -> None:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from promptyoself.faces.serve_args import add_serve_arguments
 from promptyoself.limits import MAX_LIMIT, MAX_MAX_REPETITIONS, MAX_PER_DAY
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # logging and zoneinfo are imported where used: --help and a relayed call need neither
+    from zoneinfo import ZoneInfo
+
     from promptyoself.core.operations import Core
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -295,6 +295,8 @@ def emit(result: dict[str, Any], as_json: bool, zone: ZoneInfo | None = None) ->
 def _zone(core: Core) -> ZoneInfo | None:
     """``PROMPTYOSELF_TIMEZONE``: where a terminal shows instants that belong to no schedule."""
     try:
+        from zoneinfo import ZoneInfo
+
         return ZoneInfo(str(core.settings.timezone))
     except Exception:  # a test double without settings, or a zone this machine lacks: UTC
         return None
@@ -507,6 +509,8 @@ def quiet_stderr(settings: Any, command: str) -> None:
     ``PROMPTYOSELF_LOG_LEVEL`` asks for them (a log file still gets them)."""
     if command in LONG_RUNNING or "log_level" in settings.model_fields_set:
         return
+    import logging
+
     from promptyoself.logs import StderrHandler
 
     for handler in logging.getLogger().handlers:
@@ -539,6 +543,8 @@ def announce_worker(core: Core) -> None:
         sys.stderr.write(WORKER_NOTICE.format(pid=last.pid, log=log_path))
         sys.stderr.flush()
     except Exception:  # a notice only
+        import logging
+
         logging.getLogger(__name__).debug("worker notice failed", exc_info=True)
 
 
@@ -631,6 +637,8 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C (long-running commands stop gracefully first): no traceback
         return 130  # 128 + SIGINT, as shells report an interrupted command
     except Exception:  # a bug: log it (stderr/log file), never print a traceback as the result
+        import logging
+
         logging.getLogger("promptyoself.faces.cli").exception("command %s failed", args.command)
         error = {
             "status": "error",

@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from promptyoself.faces.relay import is_stdio_args, try_relay
-
 
 def mcp_main(argv: list[str] | None = None) -> int:
     """``promptyoself-mcp`` / ``promptyoself_mcp_server.py``: relay, else the in-process server."""
+    from promptyoself.faces.relay import is_stdio_args, try_relay
+
     args = sys.argv[1:] if argv is None else argv
     if is_stdio_args(args, default_stdio=True):
         relayed = try_relay()
@@ -33,8 +33,10 @@ def mcp_main(argv: list[str] | None = None) -> int:
 def cli_main(argv: list[str] | None = None, *, run_as: str = "-m promptyoself") -> int:
     """``promptyoself`` / ``python -m promptyoself``: ``serve --transport stdio`` relays when it can."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["serve"] and is_stdio_args(args[1:], default_stdio=False):
-        relayed = try_relay()
+    if args[:1] == ["serve"]:
+        from promptyoself.faces.relay import is_stdio_args, try_relay  # the relay's sockets: only when used
+
+        relayed = try_relay() if is_stdio_args(args[1:], default_stdio=False) else None
         if relayed is not None:
             return relayed
     if args[:1] in (["schedule"], ["list"]):  # an agent's call: handed to a running service when there is one

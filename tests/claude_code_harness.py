@@ -113,17 +113,18 @@ class ClaudeHarness:
         return [s for s in self.h.live_sessions() if s.get("sessionId") == session_id]
 
 
-def allow_channel(home: Path, marketplace: str, plugin: str) -> None:
+def allow_channel(home: Path, marketplace: str, plugin: str, allowed: bool = True) -> None:
     """Put ``plugin@marketplace`` on the harness's channel allowlist (``tengu_harbor_ledger`` in the
-    cached feature flags of ``~/.claude.json``, as ``harness.install_channel_plugin`` does): stands in
-    for Anthropic's approved list, which a local plugin is not on. Run before sessions start."""
+    cached feature flags of ``~/.claude.json``, as ``harness.install_channel_plugin`` does), or with
+    ``allowed=False`` take it off: stands in for Anthropic's approved list, which a local plugin is not
+    on. Run before sessions start."""
     path = home / ".claude.json"
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     flags = data.setdefault("cachedGrowthBookFeatures", {})
     flags["tengu_harbor"] = True
-    ledger = flags.setdefault("tengu_harbor_ledger", [])
-    if {"marketplace": marketplace, "plugin": plugin} not in ledger:
-        ledger.append({"marketplace": marketplace, "plugin": plugin})
+    entry = {"marketplace": marketplace, "plugin": plugin}
+    ledger = [e for e in flags.get("tengu_harbor_ledger", []) if e != entry]
+    flags["tengu_harbor_ledger"] = [*ledger, entry] if allowed else ledger
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
     os.replace(tmp, path)

@@ -103,7 +103,7 @@ def test_install_prints_the_plugin_and_how_to_start_the_session(tmp_path: Path) 
     settings = make_settings(tmp_path / "p.db")
     out = claude_code.install(settings, str(tmp_path))
     assert out["mode"] == "plugin" and out["written"] is None
-    assert out["start"] == "claude --channels plugin:promptyoself@promptyoself-local"
+    assert out["start"] == "claude --dangerously-load-development-channels plugin:promptyoself@promptyoself-local"
     server = out["files"]["plugins/promptyoself/.mcp.json"]["mcpServers"]["promptyoself"]
     assert server["env"]["PROMPTYOSELF_DB"] == settings.db_url
     assert out["commands"][-1] == f"claude plugin install --scope local {claude_plugin.REF}"

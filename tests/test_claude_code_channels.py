@@ -37,9 +37,10 @@ CHANNEL_SOURCE = 'source="plugin:promptyoself:promptyoself"'
 
 
 @pytest.fixture
-def plugin_project(cch: ClaudeHarness, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+def plugin_project(cch: ClaudeHarness, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, Path]]:
     """A project with our plugin installed by the install command (run inside the namespace, with the
-    harness's HOME and claude), on the harness's channel allowlist, and an empty database."""
+    harness's HOME and claude), on the harness's channel allowlist (off it for a test whose name says
+    ``not_allowlisted``), and an empty database."""
     proj = tmp_path / "proj"
     proj.mkdir()
     db = tmp_path / "cc.db"
@@ -53,7 +54,8 @@ def plugin_project(cch: ClaudeHarness, tmp_path: Path) -> Iterator[tuple[Path, P
     assert out["channels"] == claude_plugin.CHANNELS_ARG and out["written"]
     assert not (proj / ".mcp.json").exists()  # registered once: as the plugin only
     assert claude_plugin.REF in (proj / ".claude" / "settings.local.json").read_text()
-    allow_channel(cch.home, claude_plugin.MARKETPLACE, claude_plugin.PLUGIN)
+    allowed = "not_allowlisted" not in request.node.name
+    allow_channel(cch.home, claude_plugin.MARKETPLACE, claude_plugin.PLUGIN, allowed=allowed)
     yield proj, db
 
 
@@ -189,12 +191,24 @@ def test_no_open_session_gets_it_as_a_resumed_turn(cch: ClaudeHarness, plugin_pr
     core.close()
 
 
-def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("how", ["channels", "dev_flag_not_allowlisted"])
+def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_project: tuple[Path, Path],
+                                                     how: str) -> None:
     """The same with an interactive ``claude`` (in tmux), the way people run it: registered on connect,
-    the prompt typed, the channel message shown on screen and answered in the same session."""
+    the prompt typed, answered in the same session. Started with ``--channels`` (the plugin on the
+    allowlist), or, the plugin off the allowlist as a local plugin is, with the start command that
+    ``claude-code install`` prints: ``--dangerously-load-development-channels``, whose warning is
+    confirmed with Enter."""
     proj, db = plugin_project
     call = json.dumps({"name": TOOL, "input": {"prompt": "interactive check", "time": "in 20 seconds"}})
-    with cch.h.tmux_session(cwd=str(proj), args=session_args()) as t:
+    if how == "channels":
+        args = session_args()
+    else:
+        args = [*claude_plugin.START_ARGS, "--allowedTools", TOOL]
+    with cch.h.tmux_session(cwd=str(proj), args=args) as t:
+        if how != "channels":
+            t.wait_for("development", timeout=120)
+            t.send_keys("Enter")
         t.wait_channel_registered("plugin:promptyoself:promptyoself", timeout=120)
         t.type_line(f"MOCK_TOOL_CALL {call}")
         t.wait_for("MOCK_TOOL_DONE", timeout=120)

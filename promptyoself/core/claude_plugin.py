@@ -1,6 +1,7 @@
 """``promptyoself claude-code install``: our MCP server as a Claude Code plugin (issue 31 point 3), so
-that an open session started with ``--channels plugin:promptyoself@promptyoself-local`` takes prompts
-live; ``--mcp-json`` keeps the plain ``.mcp.json`` entry (no live delivery).
+that an open session started with ``--dangerously-load-development-channels
+plugin:promptyoself@promptyoself-local`` (or ``--channels`` for a plugin on Claude Code's allowlist)
+takes prompts live; ``--mcp-json`` keeps the plain ``.mcp.json`` entry (no live delivery).
 
 The plugin lives in a local marketplace folder, ``<user data dir>/claude-code-plugin`` (platformdirs:
 ``~/.local/share/promptyoself/claude-code-plugin`` on Linux): ``.claude-plugin/marketplace.json`` and
@@ -29,6 +30,10 @@ PLUGIN = "promptyoself"
 MARKETPLACE = "promptyoself-local"
 REF = f"{PLUGIN}@{MARKETPLACE}"
 CHANNELS_ARG = f"plugin:{REF}"
+# A local plugin is not on Claude Code's channel allowlist (Anthropic's): an interactive session loads
+# it with the development flag (Claude Code asks to confirm a warning once per start). A plugin on the
+# allowlist would take ``--channels plugin:...`` instead.
+START_ARGS = ("--dangerously-load-development-channels", CHANNELS_ARG)
 VERSION = "1.0.0"
 CLAUDE_TIMEOUT = 120.0
 
@@ -90,7 +95,7 @@ def install_plugin(settings: Settings, project: Path, entry: dict[str, Any], *, 
     files = plugin_files(entry)
     commands = [["plugin", "marketplace", "add", str(folder)],
                 ["plugin", "install", "--scope", "local", REF]]
-    start = f"claude --channels {CHANNELS_ARG}"
+    start = " ".join(["claude", *START_ARGS])
     out: dict[str, Any] = {
         "status": "success", "mode": "plugin", "plugin_folder": str(folder), "files": files,
         "commands": [" ".join(["claude", *(shlex.quote(a) for a in c)]) for c in commands],

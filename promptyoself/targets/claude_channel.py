@@ -201,5 +201,5 @@ def readiness(home: Path) -> str:
     live = [p for p in pids if channels_on(p) and os.path.exists(socket_path(p))]
     if live:
         return f"live delivery (Channels) available in {len(live)} of {len(pids)} open session(s)"
-    return (f"live delivery (Channels) not available: no open session runs with --channels plugin:{PLUGIN}@... "
+    return (f"live delivery (Channels) not available: no open session runs our channel (plugin:{PLUGIN}@...) "
             f"({len(pids)} open); prompts to an open session wait until it closes")

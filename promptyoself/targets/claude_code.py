@@ -219,7 +219,8 @@ class ClaudeCodeTarget:
         if not claude_channel.channels_on(pid) or not os.path.exists(path):
             raise LettaUnavailable(
                 f"Claude Code session {session_id} is open (claude pid {pid}) without PromptYoSelf's channel "
-                f"(start it with --channels plugin:{claude_channel.PLUGIN}@...); the prompt waits until it "
+                f"(start it with --dangerously-load-development-channels plugin:{claude_channel.PLUGIN}@..., or "
+                f"--channels for an allowlisted plugin); the prompt waits until it "
                 "closes.", transient=True)
         if not await asyncio.to_thread(claude_channel.session_idle, transcripts(session_id)):
             busy = LettaUnavailable(f"Claude Code session {session_id} is busy with a turn; the prompt is "

@@ -266,3 +266,19 @@ def test_a_part_that_dies_stops_the_engine_and_says_why(tmp_path: Path, target: 
     assert ex.state.phase == "failed" and not ex.running
     assert why is not None and "clock watch" in why and "the clock watch's bug" in why
     assert any("stopped: the clock watch failed" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
+
+
+def test_the_worker_stops_when_a_part_dies_and_exits_saying_why(tmp_path: Path, target: FakeTarget, clock: Clock,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from promptyoself.delivery.worker import run_worker
+
+    deps, mem = deps_for(tmp_path, clock, worker_idle_exit=0)
+    mem.add("agent-a", "p", T0 + timedelta(hours=1), target="fake")
+
+    def broken(self: Any, wall: datetime, mono: float) -> float | None:
+        raise RuntimeError("the clock watch's bug")
+
+    monkeypatch.setattr("promptyoself.delivery.clock.ClockWatch.check", broken)
+    out = run_worker(deps, shared=True)  # returns: the worker stopped by itself
+    assert out is not None and out["status"] == "error"
+    assert "the clock watch failed" in out["error"] and "the clock watch's bug" in out["error"]

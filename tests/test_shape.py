@@ -17,9 +17,7 @@ MAX_COMPLEXITY = 15
 MAX_ATTRIBUTES = 20
 
 KNOWN_LONG_MODULES: set[str] = set()
-KNOWN_COMPLEX = {
-    "store/claims.py:claim_due_in",
-}
+KNOWN_COMPLEX: set[str] = set()
 KNOWN_BIG_CLASSES: set[str] = set()
 
 

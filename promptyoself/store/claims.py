@@ -258,37 +258,53 @@ def claim_due_in(
     attempts, so one transaction both frees agents and takes their next occurrences)."""
     if limit <= 0:
         return []
-    pg = conn.dialect.name == "postgresql"
-    batched = _unnests(conn)
-    tried: list[int] = []
     candidates, more = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
     if report is not None:
         report.more_due = more
-    if pg and candidates:
-        locked = {r[0] for r in _rows(conn, _PG_LOCK, {"ids": [c[0] for c in candidates]})}
-        candidates = [c for c in candidates if c[0] in locked]
-    picked = 0
+    candidates = _lockable(conn, candidates)
+    tried: list[int] = []
     claimed: list[Any] = []
+    picked = 0
     while candidates and picked < limit:
         batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
         tried.extend(sid for sid, _, _ in batch)
-        if batched:
-            got = _rows(conn, _PG_CLAIM, {
-                "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
-                "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
-            })
-            claimed.extend(got)
-            picked += len(got)
-            continue
-        params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
-                  for sid, agent, slot in batch]
-        picked += int(conn.execute(_CLAIM, params).rowcount)
+        got, rows = _compare_and_set(conn, batch, now, owner, until)
+        picked += got
+        claimed.extend(rows)
     if not picked:
         return []
-    if not batched:
+    if not _unnests(conn):  # SQLite's executemany returns no rows: read back what it took
         claimed = list(conn.execute(_CLAIMED, {"ids": tried, "owner": owner, "until": until}).all())
     order = {sid: i for i, sid in enumerate(tried)}
     return [record_of(ScheduleRow, row) for row in sorted(claimed, key=lambda row: order[row.id])]
+
+
+Candidate = tuple[int, str, datetime]
+"""A claim candidate: schedule id, agent, slot (``next_run``)."""
+
+
+def _lockable(conn: Any, candidates: list[Candidate]) -> list[Candidate]:
+    """On PostgreSQL, the candidates this transaction could lock (``FOR UPDATE SKIP LOCKED``: a row
+    another claimer holds is left to it); on SQLite (one writer at a time) all of them."""
+    if conn.dialect.name != "postgresql" or not candidates:
+        return candidates
+    locked = {r[0] for r in _rows(conn, _PG_LOCK, {"ids": [c[0] for c in candidates]})}
+    return [c for c in candidates if c[0] in locked]
+
+
+def _compare_and_set(conn: Any, batch: list[Candidate], now: datetime, owner: str,
+                     until: datetime) -> tuple[int, list[Any]]:
+    """Claim ``batch`` with one compare-and-set per row, sent as one batch: how many it took and, on
+    PostgreSQL (``UPDATE ... FROM unnest(...) RETURNING``), their rows."""
+    if _unnests(conn):
+        got = _rows(conn, _PG_CLAIM, {
+            "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
+            "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
+        })
+        return len(got), got
+    params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
+              for sid, agent, slot in batch]
+    return int(conn.execute(_CLAIM, params).rowcount), []
 
 
 def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:

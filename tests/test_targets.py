@@ -16,7 +16,7 @@ import pytest
 
 from promptyoself.config import Settings
 from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable, NotSent
-from promptyoself.letta.client import IN_DOUBT, LettaClient
+from promptyoself.letta.client import IN_DOUBT, AsyncLettaClient
 from promptyoself.targets import registry
 from promptyoself.targets.base import DeliveryTarget, Fence, Found, Occurrence, Sent
 from promptyoself.targets.letta_code import LettaCodeTarget
@@ -62,7 +62,7 @@ class Letta:
 
 
 def rest(tmp_path: Path, letta: Letta) -> LettaRestTarget:
-    client = LettaClient("http://letta.test", transport=httpx.MockTransport(letta))
+    client = AsyncLettaClient("http://letta.test", transport=httpx.MockTransport(letta))
     return LettaRestTarget(settings(tmp_path), client=client)
 
 

@@ -1,5 +1,10 @@
 """A small httpx client for the parts of Letta's REST API that PromptYoSelf uses (see shared/letta-api.md).
 
+Two faces over one set of routes: ``AsyncLettaClient`` (``httpx.AsyncClient``; the delivery target's
+sends, look-ups and probes, on the engine's event loop) and ``LettaClient`` (``httpx.Client``; agent
+validation, health, native tools). A route is written once, as a plan (a generator that yields the
+``Call``s it makes and reads their answers); each client only drives plans (``_drive``/``_adrive``).
+
 Errors come out as the core's exception tree: ``LettaUnavailable`` (connect error, timeout, 5xx, 429:
 transient, ``retry_after`` set from a 429's header), ``LettaAuth`` (401/403), ``AgentNotFound`` (404 on
 an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
@@ -7,13 +12,15 @@ an agent route), ``InvalidArgument`` (422: the server rejected what we sent).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -142,8 +149,166 @@ def _raise_for_send(resp: httpx.Response, agent_id: str) -> None:
         raise
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request a route makes. A ``send`` (a message POST) is fenced by ``guard`` and its
+    statuses are the route's to read; any other call's non-2xx answer raises (``raise_for_letta``)."""
+
+    method: str
+    path: str
+    agent_id: str | None = None
+    params: dict[str, Any] | None = None
+    json: Any = None
+    send: bool = False
+    guard: Callable[[], bool] | None = None
+
+    def options(self) -> dict[str, Any]:
+        """``httpx``'s keywords for this call."""
+        out: dict[str, Any] = {}
+        if self.params is not None:
+            out["params"] = self.params
+        if self.json is not None:
+            out["json"] = self.json
+        return out
+
+
+Plan = Generator[Call, httpx.Response, T]
+"""A route: yields the calls it makes, is sent their answers, returns its result."""
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _fenced(call: Call) -> None:
+    """A send whose guard says no before it starts: nothing is written."""
+    if call.send and call.guard is not None and not call.guard():
+        raise NotSent("the send's guard refused it before the request was written")
+
+
+def _head_written(guard: Callable[[], bool] | None, marks: dict[str, float] | None, started: float) -> None:
+    """httpcore's ``http11.send_request_headers.started``: the connection is ready and the request's
+    head is about to be written. The guard is asked here (see ``LettaClient._timed``)."""
+    if guard is not None and not guard():
+        raise NotSent("the send's guard refused it before the request was written")
+    if marks is not None:
+        marks[WRITTEN_AFTER] = time.monotonic() - started
+
+
+def _answer(call: Call, resp: httpx.Response) -> httpx.Response:
+    """A call's answer, raised as an error when not 2xx (a send's statuses are its route's to read)."""
+    if not call.send:
+        raise_for_letta(resp, agent_id=call.agent_id)
+    return resp
+
+
+def _failure(call: Call, exc: httpx.HTTPError, shown_url: str, marks: dict[str, float]) -> LettaUnavailable:
+    """A transport failure as ``LettaUnavailable``; for a send, whether Letta may have the request."""
+    timeout = isinstance(exc, httpx.TimeoutException)
+    if not call.send:
+        if timeout:
+            return LettaUnavailable(f"Letta at {shown_url} did not answer in time ({type(exc).__name__}). "
+                                    "Check that the server is up (LETTA_BASE_URL).", transient=True)
+        return LettaUnavailable(f"Cannot reach Letta at {shown_url} ({type(exc).__name__}). Start the Letta "
+                                "server or set LETTA_BASE_URL.", transient=True)
+    # Only a failure to connect proves Letta never saw the request.
+    doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+    if timeout:
+        err = LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True)
+    else:
+        err = LettaUnavailable(f"Cannot reach Letta at {shown_url} ({type(exc).__name__}).", transient=True)
+    err.details[IN_DOUBT] = doubt
+    if doubt and WRITTEN_AFTER in marks:
+        err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
+    return err
+
+
+# ---- routes (one plan each, driven by either client) ----------------------------------------
+
+
+def _health_plan() -> Plan[dict[str, Any]]:
+    return _object((yield Call("GET", "/v1/health/")))
+
+
+def _get_agent_plan(agent_id: str) -> Plan[dict[str, Any]]:
+    if not agent_id.startswith("agent-"):
+        # Letta answers 422 for a malformed id; say what is wrong instead.
+        raise AgentNotFound(
+            f"'{agent_id}' is not a Letta agent id (they look like agent-<uuid>). Call "
+            "promptyoself_agents to list the agents, or pass skip_validation=true."
+        )
+    try:
+        return _object((yield Call("GET", f"/v1/agents/{_seg(agent_id)}", agent_id=agent_id)))
+    except InvalidArgument:
+        raise AgentNotFound(
+            f"Letta does not accept '{agent_id}' as an agent id. Call promptyoself_agents to list the agents."
+        ) from None
+
+
+def _list_agents_plan(limit: int, after: str | None) -> Plan[list[dict[str, Any]]]:
+    params: dict[str, Any] = {"limit": limit, "order": "asc"}
+    if after:
+        params["after"] = after
+    body = (yield Call("GET", "/v1/agents/", params=params)).json()
+    return [dict(a) for a in body] if isinstance(body, list) else []
+
+
+def _send_plan(agent_id: str, text: str, otid: str | None, payload: dict[str, Any] | None,
+               guard: Callable[[], bool] | None) -> Plan[dict[str, Any]]:
+    """``send_message``: the async route first (returns a run); the sync route where it is missing
+    (405, or a 404 not about the agent)."""
+    body = message_body(text, otid) if not payload else with_otid(payload, otid)
+    resp = yield Call("POST", f"/v1/agents/{_seg(agent_id)}/messages/async", agent_id, json=body, send=True,
+                      guard=guard)
+    missing = resp.status_code == 405 or (resp.status_code == 404 and "agent" not in _detail(resp).lower())
+    if not missing:
+        _raise_for_send(resp, agent_id)
+        run = resp.json()
+        return {"run_id": run.get("id") if isinstance(run, dict) else None, "route": "async"}
+    sync = yield Call("POST", f"/v1/agents/{_seg(agent_id)}/messages", agent_id, json=body, send=True, guard=guard)
+    _raise_for_send(sync, agent_id)
+    data = sync.json()
+    run_id = None
+    if isinstance(data, dict):
+        msgs = data.get("messages") or []
+        if msgs and isinstance(msgs[-1], dict):
+            run_id = msgs[-1].get("run_id")
+    return {"run_id": run_id, "route": "sync"}
+
+
+def _find_plan(agent_id: str, otid: str) -> Plan[tuple[str, str | None]]:
+    """``find_message_run``: runs first, then the newest messages."""
+    runs = (yield Call("GET", "/v1/runs/", params={"agent_id": agent_id, "limit": CHECK_RUNS})).json()
+    pending = isinstance(runs, list) and any(
+        isinstance(r, dict) and r.get("status") in PENDING_RUN_STATUSES for r in runs
+    )
+    msgs = (yield Call("GET", f"/v1/agents/{_seg(agent_id)}/messages", agent_id,
+                       params={"limit": CHECK_MESSAGES})).json()
+    for m in msgs if isinstance(msgs, list) else ():
+        if isinstance(m, dict) and m.get("otid") == otid:
+            run = m.get("run_id")
+            return "found", run if isinstance(run, str) and run else None
+    return ("pending" if pending else "absent"), None
+
+
+def _create_tool_plan(source_code: str, description: str | None, tags: list[str] | None) -> Plan[dict[str, Any]]:
+    body: dict[str, Any] = {"source_code": source_code}
+    if description:
+        body["description"] = description
+    if tags:
+        body["tags"] = tags
+    return _object((yield Call("PUT", "/v1/tools/", json=body)))
+
+
 class LettaClient:
-    """Synchronous client. ``transport`` lets unit tests plug in ``httpx.MockTransport``."""
+    """Synchronous client (agent validation, health, native tools). ``transport`` lets unit tests plug
+    in ``httpx.MockTransport``."""
 
     def __init__(
         self,
@@ -153,15 +318,12 @@ class LettaClient:
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact_url(self.base_url)  # for messages: never the credentials in a URL
         self.timeout = timeout
         self._http = httpx.Client(
             base_url=self.base_url,
-            headers=headers,
+            headers=_headers(token),
             timeout=timeout,
             transport=transport,
             follow_redirects=False,
@@ -175,6 +337,28 @@ class LettaClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _drive(self, plan: Plan[T]) -> T:
+        try:
+            call = next(plan)
+            while True:
+                call = plan.send(self._call(call))
+        except StopIteration as done:
+            return done.value
+
+    def _call(self, call: Call) -> httpx.Response:
+        marks: dict[str, float] = {}
+        _fenced(call)
+        try:
+            resp = self._timed(call.method, call.path, guard=call.guard, marks=marks, **call.options())
+        except httpx.HTTPError as exc:
+            raise _failure(call, exc, self.shown_url, marks) from None
+        return _answer(call, resp)
+
+    def _request(self, method: str, path: str, *, agent_id: str | None = None,
+                 params: dict[str, Any] | None = None, json: Any = None) -> httpx.Response:
+        """One call that is not a send (``tools_api``'s routes): its answer, raised when not 2xx."""
+        return self._call(Call(method, path, agent_id, params=params, json=json))
 
     def _timed(self, method: str, path: str, *, guard: Callable[[], bool] | None = None,
                marks: dict[str, float] | None = None, **kw: Any) -> httpx.Response:
@@ -212,10 +396,7 @@ class LettaClient:
             if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
                 watch(info.get("return_value"))
             elif event == "http11.send_request_headers.started":
-                if guard is not None and not guard():
-                    raise NotSent("the send's guard refused it before the request was written")
-                if marks is not None:
-                    marks[WRITTEN_AFTER] = time.monotonic() - started
+                _head_written(guard, marks, started)
 
         def fire() -> None:
             with lock:
@@ -242,49 +423,16 @@ class LettaClient:
         finally:
             timer.cancel()
 
-    def _request(self, method: str, path: str, *, agent_id: str | None = None, **kw: Any) -> httpx.Response:
-        try:
-            resp = self._timed(method, path, **kw)
-        except httpx.TimeoutException as exc:
-            raise LettaUnavailable(
-                f"Letta at {self.shown_url} did not answer in time ({type(exc).__name__}). "
-                "Check that the server is up (LETTA_BASE_URL).",
-                transient=True,
-            ) from None
-        except httpx.HTTPError as exc:
-            raise LettaUnavailable(
-                f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}). Start the Letta "
-                "server or set LETTA_BASE_URL.",
-                transient=True,
-            ) from None
-        raise_for_letta(resp, agent_id=agent_id)
-        return resp
-
     # ---- routes -----------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        return _object(self._request("GET", "/v1/health/"))
+        return self._drive(_health_plan())
 
     def get_agent(self, agent_id: str) -> dict[str, Any]:
-        if not agent_id.startswith("agent-"):
-            # Letta answers 422 for a malformed id; say what is wrong instead.
-            raise AgentNotFound(
-                f"'{agent_id}' is not a Letta agent id (they look like agent-<uuid>). Call "
-                "promptyoself_agents to list the agents, or pass skip_validation=true."
-            )
-        try:
-            return _object(self._request("GET", f"/v1/agents/{_seg(agent_id)}", agent_id=agent_id))
-        except InvalidArgument:
-            raise AgentNotFound(
-                f"Letta does not accept '{agent_id}' as an agent id. Call promptyoself_agents to list the agents."
-            ) from None
+        return self._drive(_get_agent_plan(agent_id))
 
     def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"limit": limit, "order": "asc"}
-        if after:
-            params["after"] = after
-        body = self._request("GET", "/v1/agents/", params=params).json()
-        return [dict(a) for a in body] if isinstance(body, list) else []
+        return self._drive(_list_agents_plan(limit, after))
 
     def list_all_agents(self, *, page: int = 50, max_agents: int = 10_000) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -312,64 +460,11 @@ class LettaClient:
         ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
         ``otid`` is put on its first message (``with_otid``). Returns ``{"run_id": str|None, "route":
         "async"|"sync"}``. A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
-        Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked right before each
-        request is written; when it says no, ``NotSent`` is raised and Letta never saw that request.
+        Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked before each request
+        starts and again right before it is written (``_timed``); when it says no, ``NotSent`` is
+        raised and Letta never saw that request.
         """
-        body = message_body(text, otid) if not payload else with_otid(payload, otid)
-        resp = self._http_send(f"/v1/agents/{_seg(agent_id)}/messages/async", body, agent_id, guard)
-        if resp is not None:
-            run = resp.json()
-            run_id = run.get("id") if isinstance(run, dict) else None
-            return {"run_id": run_id, "route": "async"}
-        sync = self._post(f"/v1/agents/{_seg(agent_id)}/messages", body, agent_id, guard)
-        _raise_for_send(sync, agent_id)
-        data = sync.json()
-        run_id = None
-        if isinstance(data, dict):
-            msgs = data.get("messages") or []
-            if msgs and isinstance(msgs[-1], dict):
-                run_id = msgs[-1].get("run_id")
-        return {"run_id": run_id, "route": "sync"}
-
-    def _http_send(
-        self, path: str, body: dict[str, Any], agent_id: str, guard: Callable[[], bool] | None = None
-    ) -> httpx.Response | None:
-        """POST to the async route; ``None`` when the route itself is missing (404 not about the agent, 405)."""
-        resp = self._post(path, body, agent_id, guard)
-        if resp.status_code == 405:
-            return None
-        if resp.status_code == 404 and "agent" not in _detail(resp).lower():
-            return None
-        _raise_for_send(resp, agent_id)
-        return resp
-
-    def _post(
-        self,
-        path: str,
-        body: dict[str, Any],
-        agent_id: str,
-        guard: Callable[[], bool] | None = None,
-    ) -> httpx.Response:
-        """POST a send; transport failures become ``LettaUnavailable`` saying whether Letta may have it.
-        ``guard``: see ``send_message`` (asked before the request starts, and again right before
-        its first byte is written: ``_timed``)."""
-        marks: dict[str, float] = {}
-        try:
-            if guard is not None and not guard():
-                raise NotSent("the send's guard refused it before the request was written")
-            return self._timed("POST", path, guard=guard, marks=marks, json=body)
-        except httpx.HTTPError as exc:
-            # Only a failure to connect proves Letta never saw the request.
-            doubt = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-            if isinstance(exc, httpx.TimeoutException):
-                err = LettaUnavailable(f"Letta did not answer in time ({type(exc).__name__}).", transient=True)
-            else:
-                err = LettaUnavailable(f"Cannot reach Letta at {self.shown_url} ({type(exc).__name__}).",
-                                       transient=True)
-            err.details[IN_DOUBT] = doubt
-            if doubt and WRITTEN_AFTER in marks:
-                err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
-            raise err from None
+        return self._drive(_send_plan(agent_id, text, otid, payload, guard))
 
     def find_message(self, agent_id: str, otid: str) -> str:
         """Did a message with ``otid`` reach ``agent_id``? ``"found"``, ``"absent"``, or ``"pending"``
@@ -381,27 +476,97 @@ class LettaClient:
     def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
         """``find_message``'s answer and, when found, the Letta run that carried the message (its
         ``run_id``; None where Letta does not say), so history can name the run."""
-        runs = self._request("GET", "/v1/runs/", params={"agent_id": agent_id, "limit": CHECK_RUNS}).json()
-        pending = isinstance(runs, list) and any(
-            isinstance(r, dict) and r.get("status") in PENDING_RUN_STATUSES for r in runs
-        )
-        msgs = self._request(
-            "GET", f"/v1/agents/{_seg(agent_id)}/messages", agent_id=agent_id, params={"limit": CHECK_MESSAGES}
-        ).json()
-        for m in msgs if isinstance(msgs, list) else ():
-            if isinstance(m, dict) and m.get("otid") == otid:
-                run = m.get("run_id")
-                return "found", run if isinstance(run, str) and run else None
-        return ("pending" if pending else "absent"), None
+        return self._drive(_find_plan(agent_id, otid))
 
     def create_tool(
         self, source_code: str, *, description: str | None = None, tags: list[str] | None = None
     ) -> dict[str, Any]:
         """Create or update the tool named after the source's function (``PUT /v1/tools/``, an upsert:
         ``POST`` answers 409 when a tool of that name exists, so uploading a fixed version failed)."""
-        body: dict[str, Any] = {"source_code": source_code}
-        if description:
-            body["description"] = description
-        if tags:
-            body["tags"] = tags
-        return _object(self._request("PUT", "/v1/tools/", json=body))
+        return self._drive(_create_tool_plan(source_code, description, tags))
+
+
+class AsyncLettaClient:
+    """The delivery target's client: ``send_message``, ``find_message_run`` and ``list_agents`` as
+    coroutines over ``httpx.AsyncClient`` with an HTTP/1.1 pool of ``connections`` kept-alive
+    connections (the engine's sends in flight, plus a look-up and a probe). No thread per request:
+    the whole-request timeout is ``asyncio.timeout``; the guard is asked in httpcore's async trace
+    right before the request's head is written, as in ``LettaClient._timed``.
+
+    An ``httpx.AsyncClient`` belongs to the event loop it first ran on; called from another loop
+    (an attempt made on its own runs each call in a loop of its own), this client opens a new one."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        connections: int = 10,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.shown_url = redact_url(self.base_url)
+        self.timeout = timeout
+        self._headers = _headers(token)
+        self._connections = max(1, connections)
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._loop is not loop:
+            transport = self._transport or httpx.AsyncHTTPTransport(
+                limits=httpx.Limits(max_connections=self._connections,
+                                    max_keepalive_connections=self._connections, keepalive_expiry=30.0))
+            self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self.timeout,
+                                           transport=transport, follow_redirects=False)
+            self._loop = loop
+        return self._http
+
+    async def aclose(self) -> None:
+        http, self._http = self._http, None
+        if http is not None and self._loop is asyncio.get_running_loop():
+            await http.aclose()
+
+    async def _adrive(self, plan: Plan[T]) -> T:
+        try:
+            call = next(plan)
+            while True:
+                call = plan.send(await self._call(call))
+        except StopIteration as done:
+            return done.value
+
+    async def _call(self, call: Call) -> httpx.Response:
+        marks: dict[str, float] = {}
+        _fenced(call)
+        started = time.monotonic()
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "http11.send_request_headers.started":
+                _head_written(call.guard, marks, started)
+
+        try:
+            async with asyncio.timeout(self.timeout):
+                resp = await self._client().request(call.method, call.path, extensions={"trace": trace},
+                                                    **call.options())
+        except TimeoutError:
+            exc = httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
+            raise _failure(call, exc, self.shown_url, marks) from None
+        except httpx.HTTPError as exc:
+            raise _failure(call, exc, self.shown_url, marks) from None
+        return _answer(call, resp)
+
+    async def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
+        return await self._adrive(_list_agents_plan(limit, after))
+
+    async def send_message(self, agent_id: str, text: str, *, otid: str | None = None,
+                           payload: dict[str, Any] | None = None,
+                           guard: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """``LettaClient.send_message``, awaited."""
+        return await self._adrive(_send_plan(agent_id, text, otid, payload, guard))
+
+    async def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
+        """``LettaClient.find_message_run``, awaited."""
+        return await self._adrive(_find_plan(agent_id, otid))

@@ -1,12 +1,12 @@
 """The Letta REST API as a delivery target (``target = "letta"``): self-hosted Letta 0.16.x or Letta
-Cloud, through ``promptyoself.letta.client.LettaClient``.
+Cloud, through ``promptyoself.letta.client.AsyncLettaClient`` on the engine's event loop (no thread
+per send: issue 30 point 4).
 
 The occurrence's id travels as the message's ``otid``; ``lookup`` reads the agent's runs, then its
-newest messages (``LettaClient.find_message_run``). The fence is asked by the client when its
-connection is ready and the request's head is about to be written (httpcore's
-``http11.send_request_headers.started`` trace), and again on a pool retry: see ``LettaClient._timed``.
-A schedule made through Letta's scheduling API carries its stored body in ``options["payload"]``,
-sent as is with the otid on its first message.
+newest messages (``find_message_run``). The fence is asked by the client when its connection is ready
+and the request's head is about to be written (httpcore's ``http11.send_request_headers.started``
+trace), and again on a pool retry. A schedule made through Letta's scheduling API carries its stored
+body in ``options["payload"]``, sent as is with the otid on its first message.
 """
 
 from __future__ import annotations
@@ -14,36 +14,35 @@ from __future__ import annotations
 from typing import Any
 
 from promptyoself.config import Settings
-from promptyoself.letta.client import LettaClient
+from promptyoself.letta.client import AsyncLettaClient
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
-from promptyoself.targets.blocking import BlockingCalls
 
 
 class LettaRestTarget:
     name = "letta"
 
-    def __init__(self, settings: Settings, *, client: LettaClient | None = None) -> None:
-        self.client = client or LettaClient(settings.letta_base_url, settings.letta_token,
-                                            timeout=settings.letta_timeout)
-        self._calls = BlockingCalls(settings.max_in_flight + 2, "promptyoself-letta")
+    def __init__(self, settings: Settings, *, client: AsyncLettaClient | None = None) -> None:
+        # A kept connection for each send in flight, plus a look-up and a probe.
+        self.client = client or AsyncLettaClient(settings.letta_base_url, settings.letta_token,
+                                                 timeout=settings.letta_timeout,
+                                                 connections=settings.max_in_flight + 2)
 
     async def send(self, occ: Occurrence, fence: Fence) -> Sent:
         payload: Any = occ.options.get("payload")
-        sent = await self._calls.run(self.client.send_message, occ.agent_id, occ.text, otid=occ.occurrence_id,
-                                     payload=payload if isinstance(payload, dict) else None, guard=fence)
+        sent = await self.client.send_message(occ.agent_id, occ.text, otid=occ.occurrence_id,
+                                              payload=payload if isinstance(payload, dict) else None, guard=fence)
         return Sent(route=str(sent.get("route") or "async"), run_id=sent.get("run_id"))
 
     async def lookup(self, occ: Occurrence) -> Found:
-        state, run_id = await self._calls.run(self.client.find_message_run, occ.agent_id, occ.occurrence_id)
+        state, run_id = await self.client.find_message_run(occ.agent_id, occ.occurrence_id)
         return Found.of(state, run_id)
 
     async def probe(self) -> None:
         """One page of one agent: the server answers and takes our credentials."""
-        await self._calls.run(self.client.list_agents, limit=1)
+        await self.client.list_agents(limit=1)
 
     def readiness(self) -> str:
         return f"Letta REST API at {self.client.shown_url}"
 
     async def aclose(self) -> None:
-        self.client.close()
-        self._calls.close()
+        await self.client.aclose()

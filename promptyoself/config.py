@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dc_field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -452,6 +452,10 @@ class Settings(BaseSettings):
             if secret is not None and secret.get_secret_value().strip():
                 return secret.get_secret_value().strip()
         return None
+
+    def budget_day_start(self, now: datetime) -> datetime:
+        """The instant (UTC) the budget day of ``now`` began: midnight in ``PROMPTYOSELF_TIMEZONE``."""
+        return timing.day_start(now, self.timezone)
 
     @property
     def executor_enabled(self) -> bool:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from promptyoself.letta.code import LettaCodeClient
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
+    from promptyoself.store.records import DayAsk
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,15 @@ class Deps:
         if self._deliveries is None:
             from promptyoself.store.delivery_store import SqlDeliveryStore
 
-            self._deliveries = SqlDeliveryStore(self.store)
+            self._deliveries = SqlDeliveryStore(self.store, day=self.budget_day)
         return self._deliveries
+
+    def budget_day(self, now: datetime) -> DayAsk:
+        """What a claim counts its budget day against (``store.day_counts``): the day's start in
+        ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``."""
+        from promptyoself.store.records import DayAsk
+
+        return DayAsk(self.settings.budget_day_start(now), self.daily_budget(now))
 
     POLICY_MAX_AGE = 1.0
     """Seconds delivery reuses a policy read (an operator's change shows within that)."""

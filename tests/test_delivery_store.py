@@ -7,6 +7,7 @@ Claims are compare-and-sets, one live claim per agent; a lapsed claim is free an
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,17 +20,33 @@ from promptyoself.store.db import Schedule, Store
 from promptyoself.store.delivery_store import DeliveryStore, SqlDeliveryStore
 from promptyoself.store.health import Backlog
 from promptyoself.store.memory import MemoryDeliveryStore
+from promptyoself.store.records import DayAsk, DayCount
 from tests.helpers_delivery import add_schedule, get, history
 
 T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 
 
+DAY = T0 - timedelta(hours=6)
+"""The budget day's start (the stores count claims' days from it)."""
+
+
+class Budget:
+    """The stores' ``day``: the budget day and the agent's cap a test sets (0 by default: none)."""
+
+    def __init__(self) -> None:
+        self.cap = 0
+
+    def __call__(self, now: datetime) -> DayAsk:
+        return DayAsk(DAY, self.cap)
+
+
 class Env:
     """One implementation, with the seeding and reading a test needs besides the contract's verbs."""
 
-    def __init__(self, ds: DeliveryStore, store: Store | None = None) -> None:
+    def __init__(self, ds: DeliveryStore, budget: Budget, store: Store | None = None) -> None:
         self.ds = ds
+        self.budget = budget
         self.store = store
 
     def add(self, agent: str, due: datetime, **columns: Any) -> int:
@@ -56,15 +73,16 @@ class Env:
         return [(h.schedule_id, h.outcome) for h in history(self.store)]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
-    if request.param == "memory":
-        yield Env(MemoryDeliveryStore())
+@contextmanager
+def opened(kind: str, tmp_path: Path) -> Iterator[Env]:
+    budget = Budget()
+    if kind == "memory":
+        yield Env(MemoryDeliveryStore(day=budget), budget)
         return
-    if request.param == "sqlite":
+    if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'contract.db'}"
         store = Store(url)
-        yield Env(SqlDeliveryStore(store), store)
+        yield Env(SqlDeliveryStore(store, day=budget), budget, store)
         store.close()
         return
     from tests.pg import pg_schema, require_pg
@@ -72,8 +90,21 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
     require_pg()
     with pg_schema() as url:
         store = Store(url)
-        yield Env(SqlDeliveryStore(store), store)
+        yield Env(SqlDeliveryStore(store, day=budget), budget, store)
         store.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    with opened(request.param, tmp_path) as found:
+        yield found
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def sql_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    """The database stores only (what memory does not hold: pass-through sends)."""
+    with opened(request.param, tmp_path) as found:
+        yield found
 
 
 def outcome(env: Env, sid: int, owner: str, kind: str = "delivered", *, basis: tuple[tuple[str, Any], ...] = (),
@@ -178,6 +209,59 @@ def test_history_counts_for_the_budget_and_the_attempts(env: Env) -> None:
     env.ds.record([outcome(env, sid, "A", at=T0 + timedelta(hours=2))])
     seen = env.ds.recent(T0 - timedelta(hours=1), 5, schedule_id=sid)
     assert (seen.delivered_today, seen.over_budget_unannounced) == (1, 0)
+
+
+def deliver_at(env: Env, sid: int, at: datetime, kind: str = "delivered", *, then: datetime | None = None,
+               claim: ClaimAsk | None = None) -> Any:
+    """Claim ``sid`` at ``at`` and record ``kind`` then; an interval row moves on to ``then``."""
+    assert [r.id for r in env.ds.claim("A", at, at + LEASE, limit=1)] == [sid]
+    change = {"state": "active", "next_run": then, "due_at": then} if then else {}
+    return env.ds.record([outcome(env, sid, "A", kind, at=at, **change)], claim=claim)
+
+
+def test_a_claim_counts_each_rows_budget_day_in_its_own_transaction(env: Env) -> None:
+    every = env.add("agent-a", T0 - timedelta(hours=7), schedule_type="interval", value="1h", max_per_day=2)
+    deliver_at(env, every, T0 - timedelta(hours=7), then=T0 - timedelta(hours=2))  # the day before: not counted
+    deliver_at(env, every, T0 - timedelta(hours=2), then=T0 - timedelta(hours=1))
+    deliver_at(env, every, T0 - timedelta(hours=1), "over_budget", then=T0)
+    other = env.add("agent-b", T0 - timedelta(minutes=1))
+    env.budget.cap = 5
+    days = {r.id: r.day for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)}
+    # cap, the agent's delivered today, the schedule's, over_budget since the agent's last delivery
+    assert days == {every: DayCount(5, 1, 1, 1), other: DayCount(5, 0, 0, 0)}
+
+
+def test_the_claim_in_the_recording_transaction_counts_what_it_just_recorded(env: Env) -> None:
+    first = env.add("agent-a", T0 - timedelta(minutes=1))
+    second = env.add("agent-a", T0)
+    env.budget.cap = 3
+    recorded = deliver_at(env, first, T0, claim=ClaimAsk("A", T0, T0 + LEASE, 5))
+    assert [(r.id, r.day) for r in recorded.claimed] == [(second, DayCount(3, 1, 0, 0))]
+
+
+def test_without_a_budget_a_claim_counts_nothing(env: Env) -> None:
+    sid = env.add("agent-a", T0 - timedelta(hours=1), schedule_type="interval", value="1h")
+    deliver_at(env, sid, T0 - timedelta(hours=1), then=T0)
+    [row] = env.ds.claim("A", T0, T0 + LEASE, limit=1)
+    assert row.day == DayCount(0, 0, 0, 0)
+
+
+def test_a_pass_through_send_counts_in_a_claims_day_and_a_live_claim_in_its_own(sql_env: Env) -> None:
+    from promptyoself.store.passthrough import BudgetReached, record_send
+
+    env = sql_env
+    assert env.store is not None
+    record_send(env.store, "agent-a", "/v1/agents/agent-a/messages", T0 - timedelta(minutes=5), budget=0, since=DAY)
+    sid = env.add("agent-a", T0)
+    env.budget.cap = 2
+    [row] = env.ds.claim("A", T0, T0 + LEASE, limit=1)
+    assert row.id == sid and row.day == DayCount(2, 1, 0, 0)
+    # the claim's send is reserved: a pass-through send now would be the agent's third today
+    with pytest.raises(BudgetReached) as full:
+        record_send(env.store, "agent-a", "/v1/agents/agent-a/messages", T0, budget=2, since=DAY)
+    assert full.value.used == 2
+    env.ds.release("A", [sid])
+    assert record_send(env.store, "agent-a", "/v1/agents/agent-a/messages", T0, budget=2, since=DAY) == 1
 
 
 def test_recurring_schedules_ahead_are_rearmed_only_where_unchanged(env: Env) -> None:

@@ -73,8 +73,8 @@ class Claim(ScheduleRow):
         values = {name: getattr(row, name) for name in column_names(ScheduleRow)}
         attempt = values["attempt"] or 0
         last_error = values["last_error"] or ""
-        return cls(**values, in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)),
-                   taken_over=taken_over)
+        return cls(**values, day=getattr(row, "day", None), taken_over=taken_over,
+                   in_doubt=taken_over or (attempt > 0 and last_error.startswith(IN_DOUBT_PREFIX)))
 
 
 @dataclass

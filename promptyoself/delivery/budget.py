@@ -1,4 +1,5 @@
-"""Daily delivery budgets, checked right before a send (``attempt.attempt``).
+"""Daily delivery budgets, decided right before a send (``attempt.attempt``) from what the claim
+counted in its own transaction (``store.day_counts``: one read per claimed batch, not one per send).
 
 Each delivered prompt costs the agent an LLM turn, so an agent that schedules itself too often burns
 its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` (the budget day):
@@ -18,9 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
+from zoneinfo import ZoneInfo
 
 from promptyoself import timing
 from promptyoself.deps import Deps
+from promptyoself.store.records import DayCount
 
 OVER_BUDGET = "over_budget"
 
@@ -35,6 +38,9 @@ class Budgeted(Protocol):
     @property
     def max_per_day(self) -> int | None: ...
 
+    @property
+    def day(self) -> DayCount | None: ...
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -44,30 +50,44 @@ class Verdict:
     """Occurrences recorded ``over_budget`` since the agent's last delivered prompt."""
 
 
-def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
-    """Whether ``claim`` fits its agent's and its own budget for today. Costs one indexed read of the
-    agent's newest history rows (and one of the schedule's when it has ``max_per_day``); none when
-    neither budget is set."""
-    settings = core.settings
-    agent_cap = core.daily_budget(now)
-    own_cap = claim.max_per_day
+def decide(claim: Budgeted, day: DayCount, tz: ZoneInfo) -> Verdict:
+    """Whether ``claim`` fits its agent's and its own budget for today, from what its claim counted
+    (``day``: read in the claim's transaction, ``store.day_counts``). No I/O."""
+    agent_cap, own_cap = day.agent_cap, claim.max_per_day
     if not agent_cap and not own_cap:
         return Verdict(None, 0)
-    since = timing.day_start(now, settings.timezone)
-    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id)
-    if agent_cap and agent.delivered_today >= agent_cap:
+    if agent_cap and day.agent_today >= agent_cap:
         return Verdict(
-            f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {agent.delivered_today} delivered "
+            f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {day.agent_today} delivered "
             f"today (the operator's policy max_deliveries_per_agent_per_day={agent_cap}); not sent. The "
-            f"budget resets at midnight {settings.timezone.key}.", agent.over_budget_unannounced)
-    if own_cap:
-        mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id)
-        if mine.delivered_today >= own_cap:
-            return Verdict(
-                f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {mine.delivered_today} "
-                f"delivered today; not sent. The budget resets at midnight {settings.timezone.key}.",
-                agent.over_budget_unannounced)
-    return Verdict(None, agent.over_budget_unannounced)
+            f"budget resets at midnight {tz.key}.", day.unannounced)
+    if own_cap and day.schedule_today >= own_cap:
+        return Verdict(
+            f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {day.schedule_today} "
+            f"delivered today; not sent. The budget resets at midnight {tz.key}.", day.unannounced)
+    return Verdict(None, day.unannounced)
+
+
+def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
+    """``decide`` on the day ``claim``'s claim counted (``claim.day``, set by every claim of the
+    engine's store: ``Deps.deliveries``). A claim made without counting (a test's or a tool's own
+    ``claims.claim_due``) has its day read here: one indexed read of the agent's newest history rows
+    (and one of the schedule's when it has ``max_per_day``); none when neither budget is set."""
+    day = claim.day
+    if day is None:
+        day = read_day(core, claim, now)
+    return decide(claim, day, core.settings.timezone)
+
+
+def read_day(core: Deps, claim: Budgeted, now: datetime) -> DayCount:
+    """What a claim would have counted (``store.day_counts.with_days``), read on its own."""
+    agent_cap, own_cap = core.daily_budget(now), claim.max_per_day
+    if not agent_cap and not own_cap:
+        return DayCount(0, 0, 0, 0)
+    since = timing.day_start(now, core.settings.timezone)
+    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id)
+    mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id).delivered_today if own_cap else 0
+    return DayCount(agent_cap, agent.delivered_today, mine, agent.over_budget_unannounced)
 
 
 def announce(text: str, verdict: Verdict) -> str:

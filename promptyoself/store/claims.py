@@ -33,8 +33,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
+from promptyoself.store.day_counts import with_days
 from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
-from promptyoself.store.records import ScheduleRow, column_names, record_of
+from promptyoself.store.records import DayAsk, ScheduleRow, column_names, record_of
 
 DatabaseBusy = OperationalError
 """What a write raises when the database stays busy (SQLite's lock beyond its timeout): retry it."""
@@ -214,7 +215,8 @@ class ClaimOptions(TypedDict, total=False):
 
 
 def claim_due(
-    store: Store, owner: str, now: datetime, until: datetime, *, limit: int, **options: Unpack[ClaimOptions]
+    store: Store, owner: str, now: datetime, until: datetime, *, limit: int, day: DayAsk | None = None,
+    **options: Unpack[ClaimOptions]
 ) -> list[ScheduleRow]:
     """Claim up to ``limit`` due occurrences, at most one per agent, for ``owner`` until ``until``.
 
@@ -234,12 +236,13 @@ def claim_due(
     FROM unnest(...) RETURNING`` (``executemany`` there pipelines one statement per row, which cost
     more CPU in psycopg than the rest of the claim); on SQLite an ``executemany``, with the rows they
     took read back by owner and ``until``. Returns the claimed schedules (frozen ``ScheduleRow``
-    records), oldest due first.
+    records), oldest due first. With ``day``, each claimed row carries its budget day's counts, read in
+    the same transaction (``day_counts.with_days``).
     """
     if limit <= 0:
         return []
     with store.write_lock, store.engine.begin() as conn:
-        return claim_due_in(conn, owner, now, until, limit=limit, **options)
+        return with_days(conn, store, claim_due_in(conn, owner, now, until, limit=limit, **options), day)
 
 
 def claim_due_in(
@@ -586,12 +589,14 @@ class Recorded:
     more_due: bool = False
 
 
-def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None,
+                    day: DayAsk | None = None) -> Recorded:
     """One write transaction (under the store's write lock): lock the schedules of ``outcomes``; for
     each, if its owner still holds the claim and the schedule still has its ``basis``, add its
     ``history`` and write its ``change``; if the claim is lost, add its ``lost_history`` alone; else
     (stale) write nothing for it. With ``claim``, claim the next occurrences in the same transaction
-    (the agents just recorded are free in it). Raises ``DatabaseBusy`` when the database stays busy."""
+    (the agents just recorded are free in it), each claimed row with its budget day counted when ``day``
+    is given (as ``claim_due``). Raises ``DatabaseBusy`` when the database stays busy."""
     written: set[int] = set()
     lost: set[int] = set()
     fresh: dict[int, ScheduleRow] = {}
@@ -616,6 +621,7 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
         write_schedules(conn, changes)
         claimed: list[ScheduleRow] = []
         if claim is not None:
-            claimed = claim_due_in(conn, claim.owner, claim.now, claim.until, limit=claim.limit,
-                                   exclude_agents=claim.exclude_agents, taken_over=taken, report=report)
+            claimed = with_days(conn, store, claim_due_in(
+                conn, claim.owner, claim.now, claim.until, limit=claim.limit, exclude_agents=claim.exclude_agents,
+                taken_over=taken, report=report), day)
     return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)

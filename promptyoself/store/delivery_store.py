@@ -13,11 +13,17 @@ and whoever takes it is told (``taken_over``: the occurrence is in doubt); ``ren
 still held; ``record`` writes an outcome only while its owner holds the claim on that slot and the
 row still has the outcome's ``basis`` (else ``lost`` or ``stale``), and may claim more in the same
 transaction. Every time is an argument: the store has no clock of its own.
+
+The daily budgets are counted by the claim itself (both ``claim`` and ``record``'s claim): built with
+``day`` (the budget day's start and the agent's cap for a claim's ``now``; ``Deps`` wires the
+operator's policy), a store hands out each claimed row with its ``day`` (``records.DayCount``) read in
+the claim's transaction, and delivery decides the budgets from it (``delivery.budget.decide``) with no
+read per send.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
@@ -26,12 +32,16 @@ from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
-from promptyoself.store.records import ScheduleRow
+from promptyoself.store.records import DayAsk, ScheduleRow
 
 RecurringRow = tuple[Any, ...]
 """``(id, schedule_type, schedule_value, timezone, anchor, next_run)`` (``recurring_ahead``)."""
 Rearm = tuple[int, datetime, datetime, datetime | None]
 """``(id, old next_run, new next_run, new anchor or None)`` (``rearm``)."""
+
+
+DayAsker = Callable[[datetime], DayAsk]
+"""For a claim's ``now``: the budget day's start and the agent's daily cap to count claims against."""
 
 
 class ClaimOptions(TypedDict, total=False):
@@ -48,7 +58,8 @@ class DeliveryStore(Protocol):
 
     def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
               **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
-        """Claim up to ``limit`` due occurrences, one per agent, oldest due first (``claims.claim_due``)."""
+        """Claim up to ``limit`` due occurrences, one per agent, oldest due first (``claims.claim_due``),
+        each with its budget ``day`` when the store was built with ``day``."""
         ...
 
     def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
@@ -60,7 +71,8 @@ class DeliveryStore(Protocol):
         ...
 
     def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
-        """Record attempts, each only while its claim is held (``claims.record_outcomes``)."""
+        """Record attempts, each only while its claim is held (``claims.record_outcomes``); the rows
+        ``claim`` takes carry their budget ``day`` as ``claim``'s do."""
         ...
 
     def resume_waiting(self, now: datetime) -> int:
@@ -90,15 +102,17 @@ class DeliveryStore(Protocol):
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, day: DayAsker | None = None) -> None:
         self.store = store
+        self.day = day
 
     def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
         return claims.next_due(self.store, now, exclude_agents)
 
     def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
               **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
-        return claims.claim_due(self.store, owner, now, until, limit=limit, **options)
+        return claims.claim_due(self.store, owner, now, until, limit=limit,
+                                day=self.day(now) if self.day else None, **options)
 
     def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
         return claims.renew_claims(self.store, owner, ids, until)
@@ -107,7 +121,8 @@ class SqlDeliveryStore:
         return claims.release_claims(self.store, owner, ids)
 
     def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
-        return claims.record_outcomes(self.store, outcomes, claim=claim)
+        day = self.day(claim.now) if self.day and claim is not None else None
+        return claims.record_outcomes(self.store, outcomes, claim=claim, day=day)
 
     def resume_waiting(self, now: datetime) -> int:
         return claims.resume_waiting(self.store, now)

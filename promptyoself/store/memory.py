@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any, Unpack
 
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
-from promptyoself.store.delivery_store import ClaimOptions, Rearm, RecurringRow
+from promptyoself.store.day_counts import count_in_memory
+from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
 from promptyoself.store.records import ScheduleRow
@@ -28,7 +29,8 @@ _DEFAULTS: dict[str, Any] = {
 
 
 class MemoryDeliveryStore:
-    def __init__(self) -> None:
+    def __init__(self, *, day: DayAsker | None = None) -> None:
+        self.day = day
         self._lock = threading.Lock()
         self.rows: dict[int, ScheduleRow] = {}
         self.history: list[dict[str, Any]] = []
@@ -98,10 +100,13 @@ class MemoryDeliveryStore:
         if report is not None:
             report.more_due = len(candidates) >= want
         out = []
+        ask = self.day(now) if self.day else None
         for row in candidates[:limit]:
             if taken_over is not None and row.claimed_by is not None:
                 taken_over.add(row.id)
             self.rows[row.id] = claimed = dataclasses.replace(row, claimed_by=owner, claim_until=until)
+            if ask is not None:  # what store.day_counts.with_days reads in the claim's transaction
+                claimed = dataclasses.replace(claimed, day=count_in_memory(self.history, row, ask))
             out.append(claimed)
         return out
 

@@ -1,7 +1,13 @@
 """Pass-through sends (``PROMPTYOSELF_LETTA_PROXY``): a message an agent sends to Letta through the
 service costs its daily delivery budget like a scheduled prompt. ``record_send`` counts the agent's
 day (delivered prompts and earlier sends) and records this send in one transaction under the
-agent's lock (``schedules.agent_transaction``): concurrent sends cannot pass the budget together."""
+agent's lock (``schedules.agent_transaction``): concurrent sends cannot pass the budget together.
+
+A scheduled prompt claimed for the agent and not yet recorded is a send reserved: a claim counts the
+agent's day in its own transaction and decides from it (``store.day_counts``), so a pass-through send
+after the claim counts that live claim as used, or the two together could pass the budget. On
+PostgreSQL the count waits for the agent's claim lock (``claims.PG_AGENT_LOCK_NS``, which a claim
+takes with its candidates) so that a claim being made is seen once committed."""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from typing import Any
 
 from sqlalchemy import Select, func, insert, select
 
-from promptyoself.store.db import PassthroughSend, Store
+from promptyoself.store.claims import PG_AGENT_LOCK_NS
+from promptyoself.store.db import SCHEDULES, PassthroughSend, Store
 from promptyoself.store.operator import day_floor, delivered_query
 from promptyoself.store.schedules import agent_transaction
 
@@ -31,6 +38,13 @@ def sends_query(agent_id: str, since: datetime, cap: int) -> Select[Any]:
     return select(func.count()).select_from(rows)
 
 
+def reserved_query(agent_id: str, now: datetime) -> Select[Any]:
+    """The agent's live claims (at most one): scheduled sends under way, not yet in history."""
+    s = SCHEDULES.c
+    return select(func.count()).select_from(SCHEDULES).where(
+        s.agent_id == agent_id, s.claimed_by.is_not(None), s.claim_until >= now)
+
+
 def record_send(store: Store, agent_id: str, route: str, now: datetime, *, budget: int, since: datetime) -> int:
     """Record one send of the agent if its day (since ``since``) has room under ``budget`` (0: no
     budget, always recorded); ``BudgetReached`` otherwise. Returns what the day used before it."""
@@ -38,10 +52,14 @@ def record_send(store: Store, agent_id: str, route: str, now: datetime, *, budge
         used = 0
         if budget:
             conn = s.connection()
+            if store.dialect == "postgresql":
+                conn.execute(select(func.pg_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(agent_id))))
             floor = day_floor(conn, store, since)
             used = int(conn.execute(delivered_query(agent_id, floor, since, budget)).scalar_one())
             if used < budget:
                 used += int(conn.execute(sends_query(agent_id, since, budget - used)).scalar_one())
+            if used < budget:
+                used += int(conn.execute(reserved_query(agent_id, now)).scalar_one())
             if used >= budget:
                 raise BudgetReached(used)
         s.execute(insert(PassthroughSend).values(agent_id=agent_id, sent_at=now, route=route[:200]))

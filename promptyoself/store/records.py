@@ -8,7 +8,7 @@ in the store builds these records field by field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, TypeVar
@@ -42,9 +42,37 @@ class ListedSchedule:
     target_options: str | None  # JSON object (0012): webhook endpoint, Claude Code session_id and cwd
 
 
+NOT_A_COLUMN = {"column": False}
+"""A record field's metadata when the field is not a column of its table (``column_names`` skips it)."""
+
+
+@dataclass(frozen=True)
+class DayCount:
+    """What a claim counted of its agent's and its schedule's budget day, in the claim's transaction
+    (the daily budgets: ``delivery.budget.decide``). Only one claim of an agent is live at a time, so
+    nothing can be delivered to the agent between the claim and its send but that send."""
+
+    agent_cap: int
+    """The operator's ``max_deliveries_per_agent_per_day`` the claim counted against (0: none)."""
+    agent_today: int
+    """The agent's prompts delivered and pass-through sends since the budget day began."""
+    schedule_today: int
+    """The schedule's prompts delivered since then (counted when it has ``max_per_day``)."""
+    unannounced: int
+    """The agent's ``over_budget`` rows since its last delivered prompt (among its newest 100 rows)."""
+
+
+@dataclass(frozen=True)
+class DayAsk:
+    """What a claim counts its day from: the budget day's start and the agent's cap (0: none)."""
+
+    since: datetime
+    agent_cap: int
+
+
 @dataclass(frozen=True)
 class ScheduleRow(ListedSchedule):
-    """One row of ``schedules``, every column."""
+    """One row of ``schedules``, every column; a claimed row also carries its ``day``."""
 
     due_at: datetime | None
     updated_at: datetime
@@ -53,6 +81,8 @@ class ScheduleRow(ListedSchedule):
     claim_until: datetime | None
     attempt: int
     letta_payload: str | None
+    day: DayCount | None = field(default=None, compare=False, metadata=NOT_A_COLUMN)
+    """Set by a claim that was asked to count the budget day (``DayAsk``), else None."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +148,8 @@ R = TypeVar("R", bound="DataclassInstance")
 
 @cache
 def column_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
-    """The columns behind a record type: its field names."""
-    return tuple(f.name for f in fields(cls))
+    """The columns behind a record type: its field names (but those marked ``NOT_A_COLUMN``)."""
+    return tuple(f.name for f in fields(cls) if f.metadata.get("column", True))
 
 
 def record_of(cls: type[R], row: object) -> R:

@@ -1,0 +1,94 @@
+"""The daily budgets' counts, read in the claim's own transaction (issue 30 point 4): per claimed
+row, what its agent and its schedule used of the budget day (``records.DayCount``), so that delivery
+decides the budgets (``delivery.budget.decide``) without a read per send.
+
+One statement for the whole batch: per claimed schedule, correlated counts through the history's
+``(agent_id, id)`` and ``(schedule_id, id)`` indexes from the day's first id (``operator.day_floor``),
+and the pass-through sends through ``(agent_id, sent_at)``. The claim holds the agent's only live
+claim, so the count is exact for it: nothing else can be delivered to that agent before this send is
+recorded; a pass-through send counts the live claim as a send reserved (``store.passthrough``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Integer, bindparam, func, literal, select
+
+from promptyoself.store.db import DELIVERIES, SCHEDULES, PassthroughSend, Store, UTCDateTime
+from promptyoself.store.operator import NOTICE_WINDOW, day_floor
+from promptyoself.store.records import DayAsk, DayCount, ScheduleRow
+
+_S = SCHEDULES
+_D = DELIVERIES
+_P = PassthroughSend.__table__
+NO_BUDGET = DayCount(0, 0, 0, 0)
+"""The day of a row under no budget (no agent cap, no ``max_per_day``): nothing to count."""
+_SINCE = bindparam("since", type_=UTCDateTime())
+_FLOOR = bindparam("floor", type_=Integer())
+
+
+def _count(*where: Any) -> Any:
+    return select(func.count()).select_from(_D).where(*where).scalar_subquery()
+
+
+def _counts() -> Any:
+    newest = _D.alias("newest")
+    last = _D.alias("last_delivered")
+    # the agent's 100th newest history row: the announcement looks no further back
+    window = func.coalesce(
+        select(newest.c.id).where(newest.c.agent_id == _S.c.agent_id).order_by(newest.c.id.desc())
+        .offset(NOTICE_WINDOW - 1).limit(1).scalar_subquery(), literal(0))
+    delivered_last = func.coalesce(
+        select(last.c.id).where(last.c.agent_id == _S.c.agent_id, last.c.id >= window, last.c.outcome == "delivered")
+        .order_by(last.c.id.desc()).limit(1).scalar_subquery(), literal(0))
+    today = (_D.c.id >= _FLOOR, _D.c.outcome == "delivered", _D.c.attempted_at >= _SINCE)
+    sends = select(func.count()).select_from(_P).where(_P.c.agent_id == _S.c.agent_id, _P.c.sent_at >= _SINCE)
+    return select(
+        _S.c.id,
+        _count(_D.c.agent_id == _S.c.agent_id, *today).label("agent_today"),
+        sends.scalar_subquery().label("sends_today"),
+        _count(_D.c.schedule_id == _S.c.id, _S.c.max_per_day.is_not(None), *today).label("schedule_today"),
+        _count(_D.c.agent_id == _S.c.agent_id, _D.c.outcome == "over_budget", _D.c.id > delivered_last,
+               _D.c.id >= window).label("unannounced"),
+    ).where(_S.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_COUNTS = _counts()
+
+
+def with_days(conn: Any, store: Store, rows: Sequence[ScheduleRow], ask: DayAsk | None) -> list[ScheduleRow]:
+    """``rows`` (just claimed, inside the claim's transaction), each with its ``day`` counted (all
+    zero when no budget applies: no agent cap, no row with ``max_per_day``); as they are without ``ask``."""
+    if ask is None or not rows:
+        return list(rows)
+    if not ask.agent_cap and all(r.max_per_day is None for r in rows):
+        return [dataclasses.replace(row, day=NO_BUDGET) for row in rows]
+    floor = day_floor(conn, store, ask.since)
+    got = {r.id: r for r in conn.execute(_COUNTS, {"ids": [r.id for r in rows], "since": ask.since,
+                                                  "floor": floor}).all()}
+    return [dataclasses.replace(row, day=_day(ask, row, got[row.id])) for row in rows]
+
+
+def _day(ask: DayAsk, row: ScheduleRow, got: Any) -> DayCount:
+    if not ask.agent_cap and row.max_per_day is None:
+        return NO_BUDGET
+    return DayCount(ask.agent_cap, int(got.agent_today) + int(got.sends_today), int(got.schedule_today),
+                    int(got.unannounced))
+
+
+def count_in_memory(history: Sequence[dict[str, Any]], row: ScheduleRow, ask: DayAsk) -> DayCount:
+    """``with_days``' count of one row over history rows held in memory (``store.memory``)."""
+    if not ask.agent_cap and row.max_per_day is None:
+        return NO_BUDGET
+    mine = [h for h in history if h["agent_id"] == row.agent_id]
+    today = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= ask.since]
+    own = sum(1 for h in today if h["schedule_id"] == row.id) if row.max_per_day is not None else 0
+    unannounced = 0
+    for h in reversed(mine[-NOTICE_WINDOW:]):
+        if h["outcome"] == "delivered":
+            break
+        unannounced += h["outcome"] == "over_budget"
+    return DayCount(ask.agent_cap, len(today), own, unannounced)

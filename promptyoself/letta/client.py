@@ -1,6 +1,6 @@
 """A small httpx client for the parts of Letta's REST API that PromptYoSelf uses (see shared/letta-api.md).
 
-Two faces over one set of routes: ``AsyncLettaClient`` (``httpx.AsyncClient``; the delivery target's
+Two faces over one set of routes: ``AsyncLettaClient`` (aiohttp; the delivery target's
 sends, look-ups and probes, on the engine's event loop) and ``LettaClient`` (``httpx.Client``; agent
 validation, health, native tools). A route is written once, as a plan (a generator that yields the
 ``Call``s it makes and reads their answers); each client only drives plans (``_drive``/``_adrive``).
@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import aiohttp
 import httpx
+from yarl import URL
 
 from promptyoself import __version__
 from promptyoself.config import redact_credentials, redact_url
@@ -227,6 +229,23 @@ def _failure(call: Call, exc: httpx.HTTPError, shown_url: str, marks: dict[str, 
     if doubt and WRITTEN_AFTER in marks:
         err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
     return err
+
+
+async def _head_trace(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp's ``on_request_headers_sent``: the guard is asked (``_head_written``)."""
+    if ctx.trace_request_ctx is not None:
+        _head_written(*ctx.trace_request_ctx)
+
+
+async def _exchange(session: aiohttp.ClientSession, base: str, call: Call, ask: Any) -> httpx.Response:
+    """One request through aiohttp, its answer read whole, as an ``httpx.Response`` (what the routes
+    read). The URL is taken as written (``encoded``): yarl would otherwise decode ``_seg``'s ``%2E``
+    and resolve a ``..`` segment."""
+    url = URL(base + call.path, encoded=True)
+    async with session.request(call.method, url, params=call.params, json=call.json, allow_redirects=False,
+                               trace_request_ctx=ask) as got:
+        body = await got.read()
+        return httpx.Response(got.status, headers=list(got.raw_headers), content=body)
 
 
 # ---- routes (one plan each, driven by either client) ----------------------------------------
@@ -488,13 +507,19 @@ class LettaClient:
 
 class AsyncLettaClient:
     """The delivery target's client: ``send_message``, ``find_message_run`` and ``list_agents`` as
-    coroutines over ``httpx.AsyncClient`` with an HTTP/1.1 pool of ``connections`` kept-alive
+    coroutines over aiohttp (chosen over ``httpx.AsyncClient`` by the peer bench: about half its CPU
+    per send, docs/performance.md, issue 30), with a pool of ``connections`` kept-alive HTTP/1.1
     connections (the engine's sends in flight, plus a look-up and a probe). No thread per request:
-    the whole-request timeout is ``asyncio.timeout``; the guard is asked in httpcore's async trace
-    right before the request's head is written, as in ``LettaClient._timed``.
+    the whole-request timeout is ``asyncio.timeout``. The guard is asked in aiohttp's
+    ``on_request_headers_sent`` trace, which runs before the request's head is even serialised (the
+    head goes out with the body, after it): on the connection the pool handed over, right before
+    the first byte is written. aiohttp retries no POST on another connection, so there is no pool
+    retry to ask again for.
 
-    An ``httpx.AsyncClient`` belongs to the event loop it first ran on; called from another loop
-    (an attempt made on its own runs each call in a loop of its own), this client opens a new one."""
+    A session belongs to the event loop it first ran on; called from another loop (an attempt made
+    on its own runs each call in a loop of its own), this client opens a new one. ``transport``
+    (tests: ``httpx.MockTransport``) replaces the HTTP exchange alone; the routes, the timeout, the
+    fence before the exchange and the error mapping stay the same."""
 
     def __init__(
         self,
@@ -510,25 +535,27 @@ class AsyncLettaClient:
         self.timeout = timeout
         self._headers = _headers(token)
         self._connections = max(1, connections)
-        self._transport = transport
-        self._http: httpx.AsyncClient | None = None
+        self._mock = None if transport is None else httpx.AsyncClient(
+            base_url=self.base_url, headers=self._headers, transport=transport)
+        self._http: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _client(self) -> httpx.AsyncClient:
+    def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._http is None or self._loop is not loop:
-            transport = self._transport or httpx.AsyncHTTPTransport(
-                limits=httpx.Limits(max_connections=self._connections,
-                                    max_keepalive_connections=self._connections, keepalive_expiry=30.0))
-            self._http = httpx.AsyncClient(base_url=self.base_url, headers=self._headers, timeout=self.timeout,
-                                           transport=transport, follow_redirects=False)
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_head_trace)
+            self._http = aiohttp.ClientSession(
+                headers=self._headers, trace_configs=[trace],
+                connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=30.0),
+                timeout=aiohttp.ClientTimeout(total=None))
             self._loop = loop
         return self._http
 
     async def aclose(self) -> None:
         http, self._http = self._http, None
         if http is not None and self._loop is asyncio.get_running_loop():
-            await http.aclose()
+            await http.close()
 
     async def _adrive(self, plan: Plan[T]) -> T:
         try:
@@ -541,22 +568,28 @@ class AsyncLettaClient:
     async def _call(self, call: Call) -> httpx.Response:
         marks: dict[str, float] = {}
         _fenced(call)
-        started = time.monotonic()
-
-        async def trace(event: str, info: dict[str, Any]) -> None:
-            if event == "http11.send_request_headers.started":
-                _head_written(call.guard, marks, started)
-
+        session = self._session() if self._mock is None else None  # made outside the request's time
         try:
             async with asyncio.timeout(self.timeout):
-                resp = await self._client().request(call.method, call.path, extensions={"trace": trace},
-                                                    **call.options())
+                if session is None:
+                    resp = await self._mocked(call, marks)
+                else:
+                    resp = await _exchange(session, self.base_url, call, (call.guard, marks, time.monotonic()))
         except TimeoutError:
-            exc = httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
-            raise _failure(call, exc, self.shown_url, marks) from None
+            timed_out = httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
+            raise _failure(call, timed_out, self.shown_url, marks) from None
+        except aiohttp.ClientConnectorError as exc:  # no connection: the request was never written
+            raise _failure(call, httpx.ConnectError(str(exc)), self.shown_url, marks) from None
+        except aiohttp.ClientError as exc:  # a reset or a broken answer, after the write began
+            raise _failure(call, httpx.ReadError(str(exc)), self.shown_url, marks) from None
         except httpx.HTTPError as exc:
             raise _failure(call, exc, self.shown_url, marks) from None
         return _answer(call, resp)
+
+    async def _mocked(self, call: Call, marks: dict[str, float]) -> httpx.Response:
+        assert self._mock is not None
+        _head_written(call.guard, marks, time.monotonic())
+        return await self._mock.request(call.method, call.path, **call.options())
 
     async def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
         return await self._adrive(_list_agents_plan(limit, after))

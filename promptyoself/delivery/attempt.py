@@ -197,7 +197,7 @@ async def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
-        verdict = await io(budget.check, core, claim, now)  # the daily budgets: over them, record, do not send
+        verdict = await budget.verdict(core, claim, now, io)  # the daily budgets: over them, record, do not send
         if verdict.over is not None:
             return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
         occ = replace(occ, text=budget.announce(occ.text, verdict))

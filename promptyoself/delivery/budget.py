@@ -16,6 +16,7 @@ line saying how many prompts its budget held back, so the agent knows why it hea
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -77,6 +78,15 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     if day is None:
         day = read_day(core, claim, now)
     return decide(claim, day, core.settings.timezone)
+
+
+async def verdict(core: Deps, claim: Budgeted, now: datetime,
+                  io: Callable[..., Awaitable[Verdict]]) -> Verdict:
+    """``check`` from a coroutine: decided on the spot from the claim's count, or, for a claim made
+    without counting, read through ``io`` (the attempt's way to run a blocking store call)."""
+    if claim.day is not None:
+        return decide(claim, claim.day, core.settings.timezone)
+    return await io(check, core, claim, now)
 
 
 def read_day(core: Deps, claim: Budgeted, now: datetime) -> DayCount:

@@ -95,7 +95,9 @@ def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, Memor
     values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
                               "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
                               "executor_interval": 0.05, **settings}
-    return Deps(Settings(**values), deliveries=mem, clock=clock), mem
+    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
+    mem.day = deps.budget_day  # claims count the budget day, as Deps wires the database's store
+    return deps, mem
 
 
 def drain(deps: Deps) -> list[Any]:
@@ -176,6 +178,11 @@ def test_the_daily_budget_holds_prompts_back_and_says_so(tmp_path: Path, target:
     deps, mem = deps_for(tmp_path, clock, max_deliveries_per_agent_per_day=2)
     for i in range(4):
         mem.add("agent-a", f"p{i}", T0 - timedelta(minutes=4 - i), target="fake")
+
+    def no_read_per_send(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("the budget is decided from the claim's count, not read at the send")
+
+    mem.recent = no_read_per_send  # type: ignore[method-assign]
     drain(deps)
     assert mem.outcomes() == ["delivered", "delivered", "over_budget", "over_budget"]
     assert len(target.received) == 2

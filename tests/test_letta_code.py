@@ -141,7 +141,7 @@ def test_an_attempt_in_doubt_that_arrived_is_not_sent_again(core: Any, lc: FakeL
     with core.store.session() as s:
         s.execute(update(Schedule).where(Schedule.id == sid).values(attempt=1, last_error="in_doubt: lost answer"))
     done = run_once_result(core)["executed"]
-    assert [d["outcome"] for d in done] == ["delivered"] and "already in Letta" in done[0]["error"]
+    assert [d["outcome"] for d in done] == ["delivered"] and "already at the letta-code target" in done[0]["error"]
     assert len(lc.received()) == 1
 
 

@@ -355,7 +355,7 @@ def test_in_doubt_past_the_grace_and_not_in_letta_is_missed(core: Any, fake: Fak
     assert deliver(core, take(core), "A").outcome == "retry"
     clock.advance(hours=25)
     res = deliver(core, take(core), "A")
-    assert res.outcome == "missed" and "not in Letta" in (res.error or "")
+    assert res.outcome == "missed" and "not at the letta target" in (res.error or "")
     assert fake.received == [] and posts(fake) == 1 and gets(fake) == 2  # asked, then not sent: too late
     assert get(core.store, sid).state == "completed"
 

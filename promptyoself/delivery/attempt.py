@@ -185,17 +185,18 @@ async def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send
     otid = occ.occurrence_id
     try:
         target = targets.get(claim.target)
+        where = f"the {target.name} target"  # history's words for every target, not Letta's alone
         if claim.in_doubt:  # an earlier attempt may have reached the agent: ask before sending again
             found = await target.lookup(occ)
             if found.state == "found":  # history names the run that carried it (when the target says)
                 return Attempt(claim, owner, "delivered", now, number, run_id=found.run_id,
-                               error=f"already in Letta (otid {otid}) from an earlier attempt; not sent again")
+                               error=f"already at {where} (occurrence {otid}) from an earlier attempt; not sent again")
             if found.state == "pending":  # the agent has runs not started yet: one may carry it; look later
-                msg = f"otid {otid} not in Letta yet but the agent has runs pending; not sent"
+                msg = f"occurrence {otid} not at {where} yet but the agent has runs pending; not sent"
                 raise StillPending(msg)
             if missed is not None:  # it never arrived, and it is too late to send it now
                 return Attempt(claim, owner, "missed", now, number,
-                               error=f"{missed} (otid {otid} not in Letta: no earlier attempt arrived)",
+                               error=f"{missed} (occurrence {otid} not at {where}: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
         verdict = await budget.verdict(core, claim, now, io)  # the daily budgets: over them, record, do not send
         if verdict.over is not None:

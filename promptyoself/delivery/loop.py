@@ -12,7 +12,7 @@ Blocking store calls run in the run's thread pool (``Parts.io``). One shutdown p
 claim no more, give back what is unsent, let the sends in flight finish (up to ``SHUTDOWN_GRACE``),
 record them, and stop renewing once nothing is held. A task that dies with an error stops the whole
 run, which logs why and keeps it (``info()["stopped_because"]``), as procrastinate's worker does.
-``delivery.entry_points`` holds the entry points that run the loop."""
+``delivery.service`` starts and stops it for a process (``faces.delivery`` holds the tools and commands)."""
 
 from __future__ import annotations
 

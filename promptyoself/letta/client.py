@@ -361,7 +361,12 @@ class LettaClient:
         try:
             call = next(plan)
             while True:
-                call = plan.send(self._call(call))
+                try:
+                    resp = self._call(call)
+                except Exception as exc:  # the plan may handle it (get_agent: a 422 is "no such agent")
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(resp)
         except StopIteration as done:
             return done.value
 
@@ -561,7 +566,12 @@ class AsyncLettaClient:
         try:
             call = next(plan)
             while True:
-                call = plan.send(await self._call(call))
+                try:
+                    resp = await self._call(call)
+                except Exception as exc:  # the plan may handle it, as in ``_drive``
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(resp)
         except StopIteration as done:
             return done.value
 

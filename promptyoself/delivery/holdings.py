@@ -145,8 +145,12 @@ class Holdings:
         self._recording[claim.id] = claim
         self._queued.append(sent)
         # During a backlog the recorder wakes for a few attempts at a time (or after RECORD_DELAY);
-        # otherwise at once, since the loop waits for the agent to be free.
-        if len(self._queued) >= self._batch or self._drained or not self._ahead:
+        # otherwise at once, since the loop waits for the agent to be free. Also at once when no
+        # other attempt can join the batch soon (nothing else in flight, or nothing waiting to be
+        # sent): the recorder waits on this event with no timeout, so an attempt queued without a
+        # wake-up would stay unrecorded and its agent busy for good (the peer bench's tail found it).
+        if (len(self._queued) >= self._batch or self._drained or not self._ahead
+                or not self._inflight or not self._ready):
             self._recorder.set()
 
     def let_go(self, ids: Collection[int]) -> None:

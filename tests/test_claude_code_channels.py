@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 
 from promptyoself.core import claude_plugin
+from promptyoself.targets.claude_channel import session_idle
+from promptyoself.targets.claude_code import transcripts
 from tests.claude_code_harness import ClaudeHarness, allow_channel
 from tests.helpers_delivery import child_env, get, history, make_core, wait_until
 from tests.test_claude_code_real import cch, marker_of, only_schedule, stop, worker
@@ -248,6 +250,9 @@ def test_a_worker_killed_after_the_push_still_delivers_once(cch: ClaudeHarness,
         [holder] = cch.live_holders(session)
         mark = cch.h.log_mark()
         lease = {"PROMPTYOSELF_LEASE_SECONDS": "2"}
+        # Freeze claude only once the scheduling turn's end is in its transcript (a state): frozen
+        # before that line is written, the session stays "busy" and nothing is ever pushed.
+        wait_until(lambda: session_idle(transcripts(session, cch.home / ".claude")), timeout=60)
         os.kill(holder["pid"], signal.SIGSTOP)
         try:
             first = worker(cch, db, **lease)

@@ -210,6 +210,69 @@ def test_rest_target_asks_the_fence_once_connected_right_before_the_write(tmp_pa
         asyncio.run(target.aclose())
 
 
+@pytest.mark.slow
+def test_rest_target_writes_each_request_in_the_same_loop_turn_as_its_last_fence(tmp_path: Path,
+                                                                               monkeypatch: Any) -> None:
+    """Eight sends at once, as a worker's senders start on a claimed batch. Each one's last fence
+    must be followed by its socket write with nothing in between: no other task, no other send's
+    fence. Asked at aiohttp's head trace, all eight fences passed in one turn of the loop and the
+    writes came in later turns; the torture test's SIGSTOP landed between, and four or five
+    requests went out when the process resumed, after their claims had run out (seed 12)."""
+    import asyncio.selector_events as selector_events
+
+    from testkit.fake_letta import FakeLetta
+
+    events: list[Any] = []
+    transport = selector_events._SelectorSocketTransport
+    write, writelines = transport.write, transport.writelines
+
+    def posted(data: Any) -> bool:
+        return bytes(data[:5]) == b"POST "
+
+    def watched_write(self: Any, data: Any) -> None:
+        if posted(data):
+            events.append("write")
+        write(self, data)
+
+    def watched_writelines(self: Any, chunks: Any) -> None:
+        chunks = list(chunks)
+        if chunks and posted(chunks[0]):
+            events.append("write")
+        writelines(self, chunks)
+
+    monkeypatch.setattr(transport, "write", watched_write)
+    monkeypatch.setattr(transport, "writelines", watched_writelines)
+
+    with FakeLetta(agents=8) as fake:
+        target = LettaRestTarget(settings(tmp_path, letta_base_url=fake.url))
+
+        def fence(i: int) -> Fence:
+            def ask() -> bool:
+                events.append(("fence", i))
+                return True
+            return ask
+
+        async def ticker() -> None:
+            while True:
+                events.append("tick")
+                await asyncio.sleep(0)
+
+        async def scenario() -> None:
+            ticking = asyncio.create_task(ticker())
+            try:
+                await asyncio.gather(*(target.send(occurrence(agent_id=a, occurrence_id=f"o-{i}"), fence(i))
+                                       for i, a in enumerate(fake.agent_ids)))
+            finally:
+                ticking.cancel()
+                await target.aclose()
+
+        asyncio.run(scenario())
+        assert len(fake.received) == 8
+    last = {e[1]: n for n, e in enumerate(events) if isinstance(e, tuple)}
+    assert sorted(last) == list(range(8))
+    assert [events[n + 1] for n in last.values()] == ["write"] * 8, events
+
+
 def test_the_worked_example_of_docs_architecture_is_a_working_target(tmp_path: Path) -> None:
     import re
     import types

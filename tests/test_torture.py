@@ -18,7 +18,8 @@ whose sender had lost its claim before recording, ``sent_lost_claim`` (docs/depl
 ``PROMPTYOSELF_TORTURE_SEED`` picks the run (prompts' due times, the faults, which process is
 stopped); ``PROMPTYOSELF_TORTURE_SCALE`` multiplies the size for longer local runs;
 ``PROMPTYOSELF_TORTURE_REPORT`` names a file that gets one JSON line of figures per run;
-``PROMPTYOSELF_TORTURE_LC_SEEDS`` (comma-separated) the seeds of the Letta Code run.
+``PROMPTYOSELF_TORTURE_LC_SEEDS`` (comma-separated) the seeds of the Letta Code run;
+``PROMPTYOSELF_TORTURE_LOGS`` a folder that gets each delivering process's DEBUG log.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ pytestmark = pytest.mark.slow
 SEED = int(os.environ.get("PROMPTYOSELF_TORTURE_SEED", "9"))
 SCALE = float(os.environ.get("PROMPTYOSELF_TORTURE_SCALE", "1"))
 REPORT = os.environ.get("PROMPTYOSELF_TORTURE_REPORT")  # read here: tests run with PROMPTYOSELF_* cleared
+LOGS = os.environ.get("PROMPTYOSELF_TORTURE_LOGS")
+"""A folder: each delivering process's log (DEBUG) is written there, one file per process, after the run."""
 N_ONCE = max(10, round(500 * SCALE))
 N_RECURRING = max(1, round(10 * SCALE))
 N_AGENTS = max(5, round(50 * SCALE))
@@ -182,8 +185,20 @@ def torture_env(db: Any, letta_url: str, *, max_attempts: int, **extra: str) -> 
         PROMPTYOSELF_RETRY_BASE="0.1",
         PROMPTYOSELF_RETRY_MAX="1.0",
         PROMPTYOSELF_MAX_ATTEMPTS=str(max_attempts),
+        **({"PROMPTYOSELF_LOG_LEVEL": "DEBUG"} if LOGS else {}),
         **extra,
     )
+
+
+def keep_logs(procs: list[Proc], label: str) -> None:
+    """With ``PROMPTYOSELF_TORTURE_LOGS``: each process's log in that folder, named after the run."""
+    if not LOGS:
+        return
+    folder = Path(LOGS)
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in procs:
+        name = f"{label}-{' '.join(str(a) for a in p.popen.args[3:4])}-{p.popen.pid}.log"
+        (folder / name).write_text("".join(p.lines), encoding="utf-8")
 
 
 def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None:
@@ -235,6 +250,7 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
                 if p.popen.poll() is None:
                     p.popen.kill()
                     p.popen.wait(timeout=10)
+            keep_logs(procs, f"{backend}-{SEED}-{int(began_at)}")
         time.sleep(SLOW_S + 0.5)  # let the fake finish what it was still "processing" when clients gave up
         received = fake.received
         failures = fake.failures

@@ -231,10 +231,53 @@ def _failure(call: Call, exc: httpx.HTTPError, shown_url: str, marks: dict[str, 
     return err
 
 
+REFUSED = "refused"
+"""A mark: the guard said no, so no byte was written (whatever error aiohttp then raised)."""
+
+
+@dataclass
+class _Ask:
+    """What a request's aiohttp traces need: the send's guard, its marks, when it started, and
+    whether the request has a body (then the guard is asked before the body's first write, which
+    carries the head with it; without one, when the head is made)."""
+
+    guard: Callable[[], bool] | None
+    marks: dict[str, float]
+    started: float
+    body: bool
+    asked: bool = False
+
+    def ask(self) -> None:
+        if self.asked:
+            return
+        self.asked = True
+        try:
+            _head_written(self.guard, self.marks, self.started)
+        except NotSent:
+            self.marks[REFUSED] = 1.0  # aiohttp wraps what its body writer raises: ``_call`` reads this
+            raise
+
+
+
 async def _head_trace(session: Any, ctx: Any, params: Any) -> None:
-    """aiohttp's ``on_request_headers_sent``: the guard is asked (``_head_written``)."""
-    if ctx.trace_request_ctx is not None:
-        _head_written(*ctx.trace_request_ctx)
+    """aiohttp's ``on_request_headers_sent``: runs before the head is even serialised; the head is
+    then buffered and goes out with the body's first write, in the body writer's task (a later turn
+    of the event loop on Python < 3.12). The guard is asked here only for a request without a body."""
+    ask = ctx.trace_request_ctx
+    if isinstance(ask, _Ask) and not ask.body:
+        ask.ask()
+
+
+async def _chunk_trace(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp's ``on_request_chunk_sent``, despite its name awaited at the start of
+    ``StreamWriter.write``: the next statement after it writes the buffered head and this chunk to
+    the socket, with no await between. The guard is asked here, on the first chunk: nothing runs
+    between its answer and the write. (Asked at the head, every sender of a claimed batch passed
+    its fence in one turn of the loop and wrote in later ones: the torture test's SIGSTOP landed
+    between, four and five requests at a time, and each went out after the claim had run out.)"""
+    ask = ctx.trace_request_ctx
+    if isinstance(ask, _Ask) and ask.body:
+        ask.ask()
 
 
 async def _exchange(session: aiohttp.ClientSession, base: str, call: Call, ask: Any) -> httpx.Response:
@@ -515,11 +558,11 @@ class AsyncLettaClient:
     coroutines over aiohttp (chosen over ``httpx.AsyncClient`` by the peer bench: about half its CPU
     per send, docs/performance.md, issue 30), with a pool of ``connections`` kept-alive HTTP/1.1
     connections (the engine's sends in flight, plus a look-up and a probe). No thread per request:
-    the whole-request timeout is ``asyncio.timeout``. The guard is asked in aiohttp's
-    ``on_request_headers_sent`` trace, which runs before the request's head is even serialised (the
-    head goes out with the body, after it): on the connection the pool handed over, right before
-    the first byte is written. aiohttp retries no POST on another connection, so there is no pool
-    retry to ask again for.
+    the whole-request timeout is ``asyncio.timeout``. The guard is asked on the connection the pool
+    handed over, in aiohttp's ``on_request_chunk_sent`` trace, awaited right before the body's first
+    write, which carries the buffered head with it (``_chunk_trace``): no other task runs between
+    the answer and the socket write. aiohttp retries no POST on another connection, so there is no
+    pool retry to ask again for.
 
     A session belongs to the event loop it first ran on; called from another loop (an attempt made
     on its own runs each call in a loop of its own), this client opens a new one. ``transport``
@@ -550,6 +593,7 @@ class AsyncLettaClient:
         if self._http is None or self._loop is not loop:
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(_head_trace)
+            trace.on_request_chunk_sent.append(_chunk_trace)
             self._http = aiohttp.ClientSession(
                 headers=self._headers, trace_configs=[trace],
                 connector=aiohttp.TCPConnector(limit=self._connections, keepalive_timeout=30.0),
@@ -584,13 +628,16 @@ class AsyncLettaClient:
                 if session is None:
                     resp = await self._mocked(call, marks)
                 else:
-                    resp = await _exchange(session, self.base_url, call, (call.guard, marks, time.monotonic()))
+                    ask = _Ask(call.guard, marks, time.monotonic(), body=call.json is not None)
+                    resp = await _exchange(session, self.base_url, call, ask)
         except TimeoutError:
             timed_out = httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
             raise _failure(call, timed_out, self.shown_url, marks) from None
         except aiohttp.ClientConnectorError as exc:  # no connection: the request was never written
             raise _failure(call, httpx.ConnectError(str(exc)), self.shown_url, marks) from None
         except aiohttp.ClientError as exc:  # a reset or a broken answer, after the write began
+            if REFUSED in marks:  # the guard said no before the write (aiohttp wrapped its NotSent)
+                raise NotSent("the send's guard refused it before the request was written") from None
             raise _failure(call, httpx.ReadError(str(exc)), self.shown_url, marks) from None
         except httpx.HTTPError as exc:
             raise _failure(call, exc, self.shown_url, marks) from None

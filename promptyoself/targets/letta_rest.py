@@ -3,9 +3,9 @@ Cloud, through ``promptyoself.letta.client.AsyncLettaClient`` on the engine's ev
 per send: issue 30 point 4).
 
 The occurrence's id travels as the message's ``otid``; ``lookup`` reads the agent's runs, then its
-newest messages (``find_message_run``). The fence is asked by the client when its connection is ready
-and the request's head is about to be written (httpcore's ``http11.send_request_headers.started``
-trace), and again on a pool retry. A schedule made through Letta's scheduling API carries its stored
+newest messages (``find_message_run``). The fence is asked by the client when its connection is ready,
+in the same step as the write of the request's head and body (aiohttp's ``on_request_chunk_sent``
+trace: ``letta.client._chunk_trace``). A schedule made through Letta's scheduling API carries its stored
 body in ``options["payload"]``, sent as is with the otid on its first message.
 """
 

@@ -199,3 +199,29 @@ def test_the_service_serves_the_rest_api_and_letta_schedule_routes(db: Path, fak
         assert wait_until(lambda: any(m["text"] == "via the service" for m in fake.received), 30)
     finally:
         svc.stop()
+
+
+def test_the_service_exits_saying_why_when_its_delivery_engine_dies(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part of the engine dies (here the clock watch, by a bug): the service does not stay up with
+    its HTTP face answering and nothing delivering. It shuts down as on SIGTERM and exits 1 (a
+    ``SystemExit`` with a message), saying why, so that its supervisor restarts it (issue 30 point 1)."""
+    from promptyoself.faces.http import run_service
+
+    def broken(self: Any, wall: Any, mono: float) -> float | None:
+        raise RuntimeError("the clock watch's bug")
+
+    monkeypatch.setattr("promptyoself.delivery.clock.ClockWatch.check", broken)
+    core = make_core(tmp_path / "engine.db", executor_autostart=True)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            run_service(core, core.settings, sock=sock, mcp_path=None)  # returns: the service stopped by itself
+    finally:
+        sock.close()
+        core.close()
+    why = str(stopped.value.code)
+    assert why.startswith("promptyoself serve: the delivery engine stopped:")
+    assert "the clock watch failed" in why and "the clock watch's bug" in why
+    assert read_lease(make_core(tmp_path / "engine.db").store) is None  # the worker lease was given back

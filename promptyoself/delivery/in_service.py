@@ -6,7 +6,10 @@ and serving HTTP beside it. It holds the same lease, so stdio servers and CLI wr
 see a live worker and start none. On start it takes the lease over: a detached worker on this host
 that holds it is sent SIGTERM (it finishes its in-flight sends and releases the lease). A live holder
 on another host keeps it; the service then delivers anyway (claims keep every delivery single, as
-with ``worker --shared``) and takes the lease when it frees. It never exits for idleness.
+with ``worker --shared``) and takes the lease when it frees. It never exits for idleness; when its
+delivery engine stops by itself (a part of it died, ``LoopState.failed``), the service is told
+(``on_failure``) and exits 1 saying why, as a worker does, so that its supervisor restarts it rather
+than leaving an HTTP face up with nothing delivering.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -46,13 +49,17 @@ def token_print(settings: Any) -> dict[str, str | None]:
 
 
 class Resident:
-    """``async with Resident(core).run():`` delivers until the block ends."""
+    """``async with Resident(core).run():`` delivers until the block ends. ``on_failure(why)`` is
+    called (on the event loop) if the engine stops before the block ends; ``why`` is kept too."""
 
-    def __init__(self, core: Deps) -> None:
+    def __init__(self, core: Deps, on_failure: Callable[[str], None] | None = None) -> None:
         self.core = core
         self.owner = make_owner(ROLE)
         self.holds_lease = False
         self.executor: Executor | None = None
+        self.on_failure = on_failure
+        self.why: str | None = None
+        self._leaving = False
         self.token = token_print(core.settings)  # read once: the service reads its token when it starts
 
     def _info(self) -> str:
@@ -99,6 +106,18 @@ class Resident:
             except Exception as exc:
                 log.warning("the service cannot renew its lease: %s", str(exc).splitlines()[0][:200])
 
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The engine's task ended: unless the service is stopping, it stopped by itself."""
+        if self._leaving:
+            return
+        ex = self.executor
+        failure = None if task.cancelled() else task.exception()
+        self.why = (ex.state.why if ex is not None and ex.state.why else None) or (
+            f"{type(failure).__name__}: {failure}" if failure is not None else "it ended by itself")
+        log.error("the service's delivery engine stopped: %s; the service exits", self.why)
+        if self.on_failure is not None:
+            self.on_failure(self.why)
+
     @asynccontextmanager
     async def run(self) -> AsyncIterator[Resident]:
         svc = service_for(self.core)
@@ -110,10 +129,12 @@ class Resident:
         self.executor = ex
         svc.executor = ex
         task = ex.start_task("promptyoself-service-executor")
+        task.add_done_callback(self._ended)
         guard = asyncio.create_task(self._guard(), name="promptyoself-service-lease")
         try:
             yield self
         finally:
+            self._leaving = True
             ex.request_stop()
             done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
             if not done:

@@ -30,7 +30,7 @@ import json
 import logging
 import re
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -128,6 +128,9 @@ class ServiceApp:
         self.rest_app: ASGIApp | None = _rest_app(core)
         self.registry = registry_for(core)
         self.delivery = delivery
+        self.engine_stopped: str | None = None
+        """Why the delivery engine stopped by itself (the service then exits 1: ``run_service``)."""
+        self.on_engine_stopped: Callable[[], None] | None = None
         from promptyoself.faces.console import build_console, is_console_path
 
         self.is_console_path = is_console_path
@@ -208,12 +211,17 @@ class ServiceApp:
             if self.delivery:
                 from promptyoself.delivery.in_service import Resident
 
-                await stack.enter_async_context(Resident(self.core).run())
+                await stack.enter_async_context(Resident(self.core, self._engine_stopped).run())
             if self.settings.stdio_relay != "off":  # stdio servers for this database hand their sessions here
                 from promptyoself.faces.relay_server import RelayListener
 
                 await stack.enter_async_context(RelayListener(self.core, build_server).serving())
             yield
+
+    def _engine_stopped(self, why: str) -> None:
+        self.engine_stopped = why
+        if self.on_engine_stopped is not None:
+            self.on_engine_stopped()
 
     async def _lifespan(self, receive: Any, send: Any) -> None:
         message = await receive()
@@ -267,4 +275,12 @@ def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
                             access_log=level == "debug", lifespan="on",
                             http=bounded_h11(settings.http_header_timeout, cap))
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+
+    def stop() -> None:  # the delivery engine stopped by itself: shut down as on SIGTERM, then exit 1
+        server.should_exit = True
+
+    app.on_engine_stopped = stop
+    server.run(sockets=[sock])
+    if app.engine_stopped is not None:
+        raise SystemExit(f"promptyoself serve: the delivery engine stopped: {app.engine_stopped}; exiting.")

@@ -258,7 +258,6 @@ class _Ask:
             raise
 
 
-
 async def _head_trace(session: Any, ctx: Any, params: Any) -> None:
     """aiohttp's ``on_request_headers_sent``: runs before the head is even serialised; the head is
     then buffered and goes out with the body's first write, in the body writer's task (a later turn

@@ -197,7 +197,7 @@ def keep_logs(procs: list[Proc], label: str) -> None:
     folder = Path(LOGS)
     folder.mkdir(parents=True, exist_ok=True)
     for p in procs:
-        name = f"{label}-{' '.join(str(a) for a in p.popen.args[3:4])}-{p.popen.pid}.log"
+        name = f"{label}-{p.popen.args[3]}-{p.popen.pid}.log"
         (folder / name).write_text("".join(p.lines), encoding="utf-8")
 
 

@@ -50,7 +50,7 @@ def token_print(settings: Any) -> dict[str, str | None]:
 
 class Resident:
     """``async with Resident(core).run():`` delivers until the block ends. ``on_failure(why)`` is
-    called (on the event loop) if the engine stops before the block ends; ``why`` is kept too."""
+    called (on the event loop) if the engine stops before the block ends."""
 
     def __init__(self, core: Deps, on_failure: Callable[[str], None] | None = None) -> None:
         self.core = core
@@ -58,7 +58,6 @@ class Resident:
         self.holds_lease = False
         self.executor: Executor | None = None
         self.on_failure = on_failure
-        self.why: str | None = None
         self._leaving = False
         self.token = token_print(core.settings)  # read once: the service reads its token when it starts
 
@@ -112,11 +111,11 @@ class Resident:
             return
         ex = self.executor
         failure = None if task.cancelled() else task.exception()
-        self.why = (ex.state.why if ex is not None and ex.state.why else None) or (
+        why = (ex.state.why if ex is not None and ex.state.why else None) or (
             f"{type(failure).__name__}: {failure}" if failure is not None else "it ended by itself")
-        log.error("the service's delivery engine stopped: %s; the service exits", self.why)
+        log.error("the service's delivery engine stopped: %s; the service exits", why)
         if self.on_failure is not None:
-            self.on_failure(self.why)
+            self.on_failure(why)
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[Resident]:

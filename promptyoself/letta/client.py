@@ -231,21 +231,19 @@ def _failure(call: Call, exc: httpx.HTTPError, shown_url: str, marks: dict[str, 
     return err
 
 
-REFUSED = "refused"
-"""A mark: the guard said no, so no byte was written (whatever error aiohttp then raised)."""
-
-
 @dataclass
 class _Ask:
     """What a request's aiohttp traces need: the send's guard, its marks, when it started, and
     whether the request has a body (then the guard is asked before the body's first write, which
-    carries the head with it; without one, when the head is made)."""
+    carries the head with it; without one, when the head is made). ``refused``: the guard's no, kept
+    because aiohttp wraps what its body writer raises (no byte of the request was written)."""
 
     guard: Callable[[], bool] | None
     marks: dict[str, float]
     started: float
     body: bool
     asked: bool = False
+    refused: NotSent | None = None
 
     def ask(self) -> None:
         if self.asked:
@@ -253,8 +251,8 @@ class _Ask:
         self.asked = True
         try:
             _head_written(self.guard, self.marks, self.started)
-        except NotSent:
-            self.marks[REFUSED] = 1.0  # aiohttp wraps what its body writer raises: ``_call`` reads this
+        except NotSent as no:
+            self.refused = no
             raise
 
 
@@ -622,12 +620,12 @@ class AsyncLettaClient:
         marks: dict[str, float] = {}
         _fenced(call)
         session = self._session() if self._mock is None else None  # made outside the request's time
+        ask = _Ask(call.guard, marks, time.monotonic(), body=call.json is not None)
         try:
             async with asyncio.timeout(self.timeout):
                 if session is None:
                     resp = await self._mocked(call, marks)
                 else:
-                    ask = _Ask(call.guard, marks, time.monotonic(), body=call.json is not None)
                     resp = await _exchange(session, self.base_url, call, ask)
         except TimeoutError:
             timed_out = httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
@@ -635,8 +633,8 @@ class AsyncLettaClient:
         except aiohttp.ClientConnectorError as exc:  # no connection: the request was never written
             raise _failure(call, httpx.ConnectError(str(exc)), self.shown_url, marks) from None
         except aiohttp.ClientError as exc:  # a reset or a broken answer, after the write began
-            if REFUSED in marks:  # the guard said no before the write (aiohttp wrapped its NotSent)
-                raise NotSent("the send's guard refused it before the request was written") from None
+            if ask.refused is not None:  # the guard said no before the write (aiohttp wrapped it)
+                raise ask.refused from None
             raise _failure(call, httpx.ReadError(str(exc)), self.shown_url, marks) from None
         except httpx.HTTPError as exc:
             raise _failure(call, exc, self.shown_url, marks) from None

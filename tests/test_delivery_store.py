@@ -231,6 +231,19 @@ def test_a_claim_counts_each_rows_budget_day_in_its_own_transaction(env: Env) ->
     assert days == {every: DayCount(5, 1, 1, 1), other: DayCount(5, 0, 0, 0)}
 
 
+def test_a_claims_unannounced_count_is_its_own_agents_whatever_other_agents_did(env: Env) -> None:
+    """The count of held-back prompts looks at the claimed row's agent alone: another agent's later
+    delivery does not announce this agent's (the SQL once took "the last delivery" of any agent with a
+    schedule: a cross join with the whole schedules table, slower with every row)."""
+    held = env.add("agent-a", T0 - timedelta(hours=2), schedule_type="interval", value="1h")
+    deliver_at(env, held, T0 - timedelta(hours=2), "over_budget", then=T0)
+    other = env.add("agent-b", T0 - timedelta(hours=1))
+    deliver_at(env, other, T0 - timedelta(minutes=30))
+    env.budget.cap = 5
+    days = {r.id: r.day for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)}
+    assert days == {held: DayCount(5, 0, 0, 1)}
+
+
 def test_the_claim_in_the_recording_transaction_counts_what_it_just_recorded(env: Env) -> None:
     first = env.add("agent-a", T0 - timedelta(minutes=1))
     second = env.add("agent-a", T0)

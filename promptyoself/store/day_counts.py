@@ -35,15 +35,18 @@ def _count(*where: Any) -> Any:
 
 
 def _counts() -> Any:
+    # Both look-ups sit two subqueries deep, where SQLAlchemy's automatic correlation (to the enclosing
+    # SELECT only) does not reach: ``correlate(_S)`` ties them to the claimed row's agent. Without it
+    # each added ``schedules`` to its own FROM, a cross join that counted every agent's history.
     newest = _D.alias("newest")
     last = _D.alias("last_delivered")
     # the agent's 100th newest history row: the announcement looks no further back
     window = func.coalesce(
         select(newest.c.id).where(newest.c.agent_id == _S.c.agent_id).order_by(newest.c.id.desc())
-        .offset(NOTICE_WINDOW - 1).limit(1).scalar_subquery(), literal(0))
+        .offset(NOTICE_WINDOW - 1).limit(1).correlate(_S).scalar_subquery(), literal(0))
     delivered_last = func.coalesce(
         select(last.c.id).where(last.c.agent_id == _S.c.agent_id, last.c.id >= window, last.c.outcome == "delivered")
-        .order_by(last.c.id.desc()).limit(1).scalar_subquery(), literal(0))
+        .order_by(last.c.id.desc()).limit(1).correlate(_S).scalar_subquery(), literal(0))
     today = (_D.c.id >= _FLOOR, _D.c.outcome == "delivered", _D.c.attempted_at >= _SINCE)
     sends = select(func.count()).select_from(_P).where(_P.c.agent_id == _S.c.agent_id, _P.c.sent_at >= _SINCE)
     return select(

@@ -1,5 +1,7 @@
 """The typed bundle handed to every layer below the faces: settings, store, Letta client, clock, and
-the change signal. ``Core`` is a ``Deps``; delivery takes a ``Deps`` and never imports the core.
+the change signal. ``Services`` is what the layers ask for; ``Deps`` provides it, and ``Core`` holds a
+``Deps`` (``core.deps``) and hands its members on, so a core is a ``Services`` too. Delivery takes a
+``Services`` and never imports the core.
 
 The store and the Letta client open on first use, so importing this module (and starting the MCP
 handshake) costs neither SQLAlchemy nor httpx.
@@ -63,6 +65,40 @@ class DeliveryStarter(Protocol):
     def ensure(self) -> Any: ...
 
 
+class Services(Protocol):
+    """What the core's parts and delivery use of their process: ``Deps``, and ``Core`` (which hands
+    on its ``Deps``'s members)."""
+
+    settings: Settings
+    clock: Clock
+    delivery: DeliveryView | None
+    starter: DeliveryStarter | None
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def deliveries(self) -> DeliveryStore: ...
+
+    @property
+    def letta(self) -> LettaClient: ...
+
+    @property
+    def letta_code(self) -> LettaCodeClient: ...
+
+    def budget_day(self, now: datetime) -> DayAsk: ...
+
+    def daily_budget(self, now: datetime) -> int: ...
+
+    def now(self) -> datetime: ...
+
+    def close(self) -> None: ...
+
+    def on_change(self, listener: Callable[[], None]) -> None: ...
+
+    def changed(self) -> None: ...
+
+
 class Wiring(TypedDict, total=False):
     """What a caller may hand in instead of the defaults: an open store, a Letta client, a clock."""
 
@@ -74,7 +110,8 @@ class Wiring(TypedDict, total=False):
 
 
 class Deps:
-    """Settings, store, Letta client and clock for one process, plus the listeners told of writes."""
+    """Settings, store, Letta client and clock for one process, plus the listeners told of writes
+    (a ``Services``)."""
 
     def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
         self.settings = settings

@@ -109,3 +109,22 @@ def test_no_class_has_too_many_attributes() -> None:
            if isinstance(node, ast.ClassDef) and len(attributes(node)) > MAX_ATTRIBUTES}
     assert big - KNOWN_BIG_CLASSES == set(), sorted(big - KNOWN_BIG_CLASSES)
     assert KNOWN_BIG_CLASSES - big == set(), f"fixed, remove from KNOWN_BIG_CLASSES: {KNOWN_BIG_CLASSES - big}"
+
+
+def test_the_core_is_built_by_composition() -> None:
+    """``Core`` inherits nothing: it holds its ``Deps`` and its parts, each over that same ``Deps``,
+    and hands the ``Deps``'s members on (so it is what delivery takes, a ``Services``)."""
+    from promptyoself.config import Settings
+    from promptyoself.core.operations import Core
+    from promptyoself.deps import Deps
+
+    assert Core.__mro__ == (Core, object)
+    core = Core(Settings(db="sqlite:///:memory:"))
+    assert isinstance(core.deps, Deps)
+    assert core.agents.deps is core.deps and core.operator.deps is core.deps
+    core.settings = core.settings.model_copy(update={"max_prompt_chars": 7})
+    assert core.deps.settings.max_prompt_chars == 7  # one set of settings, wherever it is read
+    seen: list[int] = []
+    core.on_change(lambda: seen.append(1))
+    core.deps.changed()
+    assert seen == [1]

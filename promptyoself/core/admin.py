@@ -17,7 +17,7 @@ from promptyoself.core.results import (
     TestResult,
     UploadResult,
 )
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class Agents:
     """The agents' part of ``Core`` (``core.agents``): Letta's agents and tools, the default agents and
     how an agent is inferred, over the process's ``Deps`` and its ``Defaults``."""
 
-    def __init__(self, deps: Deps, defaults: Defaults) -> None:
+    def __init__(self, deps: Services, defaults: Defaults) -> None:
         self.deps = deps
         self.defaults = defaults
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.errors import DatabaseUnavailable, NotFound
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def not_found(schedule_id: int) -> NotFound:
     )
 
 
-def change_schedule(deps: Deps, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
+def change_schedule(deps: Services, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
     """Apply ``change`` (it may raise to refuse) to the schedule as it is now, and write the result
     if the schedule did not change meanwhile; else decide again on the new row. NotFound when there
     is none."""

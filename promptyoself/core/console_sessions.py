@@ -12,7 +12,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 
 
 def _hash(session_id: str) -> str:
@@ -22,7 +22,7 @@ def _hash(session_id: str) -> str:
 class ConsoleSessions:
     """Sessions of ``deps``'s database, each alive for ``lifetime`` from when it was opened."""
 
-    def __init__(self, deps: Deps, lifetime: timedelta) -> None:
+    def __init__(self, deps: Services, lifetime: timedelta) -> None:
         self.deps = deps
         self.lifetime = lifetime
 

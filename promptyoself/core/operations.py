@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -45,7 +46,7 @@ from promptyoself.core.results import (
     schedule_record,
     target_options,
 )
-from promptyoself.deps import Deps, Wiring
+from promptyoself.deps import Clock, DeliveryStarter, DeliveryView, Deps, Wiring
 from promptyoself.errors import (
     DatabaseUnavailable,
     IdempotencyConflict,
@@ -57,7 +58,11 @@ from promptyoself.errors import (
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
-    from promptyoself.store.records import ScheduleRow
+    from promptyoself.letta.client import LettaClient
+    from promptyoself.letta.code import LettaCodeClient
+    from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
+    from promptyoself.store.records import DayAsk, ScheduleRow
 
 log = logging.getLogger(__name__)
 
@@ -117,22 +122,93 @@ def differing_arguments(row: ScheduleRow, text: str, plan: Plan) -> list[str]:
     return differ
 
 
-class Core(Deps):
-    """PromptYoSelf's operations over one store and one Letta server. The wiring is ``Deps`` (settings,
-    store, clients, clock, change listeners); the schedule operations are the methods below; the other
-    parts are held, each over the same ``Deps``: ``agents`` (Letta's agents and tools, default agents,
-    inference: ``core/admin.py``) and ``operator`` (guardrails, policy, approvals, the console's read
-    model: ``core/operator.py``). Agent tokens, native tools, Letta's scheduling API, health and the
-    timeline are plain functions over a core (``core/agent_tokens.py``, ``core/native_tools.py``,
-    ``core/letta_schedules.py``, ``core/health.py``, ``core/timeline.py``)."""
+class Core:
+    """PromptYoSelf's operations over one store and one Letta server, built from parts it holds: its
+    ``deps`` (``Deps``: settings, store, clients, clock, change listeners), whose members it hands on
+    (so a core is a ``Services``, what delivery and the core's parts take); ``agents`` (Letta's agents
+    and tools, default agents, inference: ``core/admin.py``) and ``operator`` (guardrails, policy,
+    approvals, the console's read model: ``core/operator.py``), each over the same ``Deps``. The
+    schedule operations are the methods below. Agent tokens, native tools, Letta's scheduling API,
+    health and the timeline are plain functions over a core (``core/agent_tokens.py``,
+    ``core/native_tools.py``, ``core/letta_schedules.py``, ``core/health.py``, ``core/timeline.py``)."""
 
     def __init__(self, settings: Settings, **wiring: Unpack[Wiring]) -> None:
-        super().__init__(settings, **wiring)
+        self.deps = Deps(settings, **wiring)
         self.defaults = Defaults()
-        self.agents = Agents(self, self.defaults)
-        self.operator = Operator(self)
+        self.agents = Agents(self.deps, self.defaults)
+        self.operator = Operator(self.deps)
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
+
+    # ---- the process's wiring (``Services``), handed on from ``deps`` -------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        self.deps.settings = value
+
+    @property
+    def clock(self) -> Clock:
+        return self.deps.clock
+
+    @clock.setter
+    def clock(self, value: Clock) -> None:
+        self.deps.clock = value
+
+    @property
+    def delivery(self) -> DeliveryView | None:
+        """The delivery side of this process, once one registered (``delivery.service``)."""
+        return self.deps.delivery
+
+    @delivery.setter
+    def delivery(self, value: DeliveryView | None) -> None:
+        self.deps.delivery = value
+
+    @property
+    def starter(self) -> DeliveryStarter | None:
+        """Who delivers, checked after every write (``delivery.starter``)."""
+        return self.deps.starter
+
+    @starter.setter
+    def starter(self, value: DeliveryStarter | None) -> None:
+        self.deps.starter = value
+
+    @property
+    def store(self) -> Store:
+        return self.deps.store
+
+    @property
+    def deliveries(self) -> DeliveryStore:
+        return self.deps.deliveries
+
+    @property
+    def letta(self) -> LettaClient:
+        return self.deps.letta
+
+    @property
+    def letta_code(self) -> LettaCodeClient:
+        return self.deps.letta_code
+
+    def budget_day(self, now: datetime) -> DayAsk:
+        return self.deps.budget_day(now)
+
+    def daily_budget(self, now: datetime) -> int:
+        return self.deps.daily_budget(now)
+
+    def now(self) -> datetime:
+        return self.deps.now()
+
+    def close(self) -> None:
+        self.deps.close()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self.deps.on_change(listener)
+
+    def changed(self) -> None:
+        self.deps.changed()
 
     def health(self) -> HealthResult:
         """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``

@@ -23,7 +23,7 @@ from promptyoself.config import Settings
 from promptyoself.core.changes import change_schedule
 from promptyoself.core.checks import MAX_LIMIT, check_limit, check_text, parse_schedule_id
 from promptyoself.core.results import DeliveryRecord, ScheduleRecord, StateResult, delivery_record, iso, schedule_record
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError, RateLimited
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
@@ -209,7 +209,7 @@ class Operator:
     """The operator's part of ``Core`` (``core.operator``): the guardrails, the policy, the operator's
     actions and the console's read model, over the process's ``Deps``."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Services) -> None:
         self.deps = deps
 
     # ---- the guardrails ---------------------------------------------------------------------

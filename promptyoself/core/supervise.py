@@ -28,7 +28,7 @@ from xml.sax.saxutils import escape
 from promptyoself.config import REDACTED, redact_url
 
 if TYPE_CHECKING:
-    from promptyoself.deps import Deps
+    from promptyoself.deps import Services
 
 NAME = "promptyoself"
 LAUNCHD_LABEL = "dev.promptyoself.service"
@@ -313,7 +313,7 @@ def unit_state(p: Plan) -> dict[str, Any]:
     return state
 
 
-def status(core: Deps, p: Plan) -> dict[str, Any]:
+def status(core: Services, p: Plan) -> dict[str, Any]:
     """``service status``: the unit's state and the worker lease of the configured database."""
     from promptyoself.store import health as queries
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing_extensions import TypedDict
 
 from promptyoself import recurrence, timing
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError
 
 DAYS = 7
@@ -71,7 +71,7 @@ class Recent(TypedDict):
     truncated: bool
 
 
-def upcoming_runs(deps: Deps, now: datetime, agent_id: str | None = None, days: int = DAYS) -> Upcoming:
+def upcoming_runs(deps: Services, now: datetime, agent_id: str | None = None, days: int = DAYS) -> Upcoming:
     """The runs of the active schedules from ``now`` to ``now + days``, grouped by agent (sorted by id)."""
     from promptyoself.store.timeline import active_due_before
 
@@ -107,7 +107,7 @@ def upcoming_runs(deps: Deps, now: datetime, agent_id: str | None = None, days: 
             "truncated": truncated}
 
 
-def recent_deliveries(deps: Deps, now: datetime, agent_id: str | None = None, hours: int = HOURS) -> Recent:
+def recent_deliveries(deps: Services, now: datetime, agent_id: str | None = None, hours: int = HOURS) -> Recent:
     """History rows of the last ``hours`` whole hours (the current one included), counted per hour and
     outcome."""
     from promptyoself.store.timeline import attempts_since

@@ -34,7 +34,7 @@ from promptyoself.delivery import budget
 from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.envelope import envelope
 from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.records import ScheduleRow, column_names
 from promptyoself.targets.base import Occurrence
@@ -146,7 +146,7 @@ def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
 
 
 async def attempt(
-    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None,
+    core: Services, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None,
     targets: Targets | None = None, io: IO | None = None,
 ) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
@@ -164,7 +164,7 @@ async def attempt(
         await own.aclose()
 
 
-async def _attempt(core: Deps, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
+async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
                    targets: Targets, io: IO) -> Attempt | Result:
     settings = core.settings
     now = core.now()
@@ -240,7 +240,7 @@ def missed_text(claim: Claim, plan: catchup.CatchUp, now: datetime, grace: timed
     return f"missed: {late} late ({why}); {count}{then}"
 
 
-def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
+def give_back(core: Services, owner: str, claims: list[Claim]) -> None:
     """Release claims on which nothing was sent, but not those taken over from an expired holder:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
     ids = [c.id for c in claims if not c.taken_over]
@@ -248,12 +248,12 @@ def give_back(core: Deps, owner: str, claims: list[Claim]) -> None:
         core.deliveries.release(owner, ids)
 
 
-def policy(core: Deps) -> RetryPolicy:
+def policy(core: Services) -> RetryPolicy:
     """The retry policy of ``core``'s settings."""
     return RetryPolicy.of(core.settings, _rng)
 
 
-def _after_failure(core: Deps, claim: Claim, owner: str, now: datetime, number: int,
+def _after_failure(core: Services, claim: Claim, owner: str, now: datetime, number: int,
                    exc: BaseException) -> Attempt | Result:
     """A send failed: record what ``RetryPolicy.decide`` makes of it (or give the claim back)."""
     retry = policy(core)
@@ -267,7 +267,7 @@ def _after_failure(core: Deps, claim: Claim, owner: str, now: datetime, number: 
                    auth_error=decision.auth)
 
 
-def _transient_attempts(core: Deps, claim: Claim, attempt: int) -> int:
+def _transient_attempts(core: Services, claim: Claim, attempt: int) -> int:
     """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
     wait for the credentials to be fixed, however long that takes)."""
     if core.settings.max_attempts is None or attempt < core.settings.max_attempts:

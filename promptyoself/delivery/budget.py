@@ -23,7 +23,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.store.records import DayCount
 
 OVER_BUDGET = "over_budget"
@@ -69,7 +69,7 @@ def decide(claim: Budgeted, day: DayCount, tz: ZoneInfo) -> Verdict:
     return Verdict(None, day.unannounced)
 
 
-def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
+def check(core: Services, claim: Budgeted, now: datetime) -> Verdict:
     """``decide`` on the day ``claim``'s claim counted (``claim.day``, set by every claim of the
     engine's store: ``Deps.deliveries``). A claim made without counting (a test's or a tool's own
     ``claims.claim_due``) has its day read here: one indexed read of the agent's newest history rows
@@ -80,7 +80,7 @@ def check(core: Deps, claim: Budgeted, now: datetime) -> Verdict:
     return decide(claim, day, core.settings.timezone)
 
 
-async def verdict(core: Deps, claim: Budgeted, now: datetime,
+async def verdict(core: Services, claim: Budgeted, now: datetime,
                   io: Callable[..., Awaitable[Verdict]]) -> Verdict:
     """``check`` from a coroutine: decided on the spot from the claim's count, or, for a claim made
     without counting, read through ``io`` (the attempt's way to run a blocking store call)."""
@@ -89,7 +89,7 @@ async def verdict(core: Deps, claim: Budgeted, now: datetime,
     return await io(check, core, claim, now)
 
 
-def read_day(core: Deps, claim: Budgeted, now: datetime) -> DayCount:
+def read_day(core: Services, claim: Budgeted, now: datetime) -> DayCount:
     """What a claim would have counted (``store.day_counts.with_days``), read on its own."""
     agent_cap, own_cap = core.daily_budget(now), claim.max_per_day
     if not agent_cap and not own_cap:

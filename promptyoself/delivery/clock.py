@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class ClockWatch:
         return self.jump if self.jump is not None and mono - self._jump_mono < for_s else None
 
 
-def rearm_recurring(core: Deps, now: datetime) -> int:
+def rearm_recurring(core: Services, now: datetime) -> int:
     """Every active recurring schedule whose next slot is later than the first slot after ``now`` (as
     its rule computes it afresh) moves to that slot. Returns how many moved."""
     moved = 0

@@ -27,7 +27,7 @@ from promptyoself import __version__
 from promptyoself.delivery import worker
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, make_owner
 from promptyoself.delivery.service import service_for
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Resident:
     """``async with Resident(core).run():`` delivers until the block ends. ``on_failure(why)`` is
     called (on the event loop) if the engine stops before the block ends."""
 
-    def __init__(self, core: Deps, on_failure: Callable[[str], None] | None = None) -> None:
+    def __init__(self, core: Services, on_failure: Callable[[str], None] | None = None) -> None:
         self.core = core
         self.owner = make_owner(ROLE)
         self.holds_lease = False

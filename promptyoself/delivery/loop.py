@@ -38,7 +38,7 @@ from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.parts import Parts
 from promptyoself.delivery.senders import run_recorder, run_sender
 from promptyoself.delivery.watch import AuthBackoff, Drain, Gate, LoopState, Outage, Outcomes, Totals, Wakeup
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Executor:
     engine's phase (``watch.LoopState``)."""
 
     def __init__(
-        self, core: Deps, *, interval: float | None = None, role: str = "executor", owner: str | None = None
+        self, core: Services, *, interval: float | None = None, role: str = "executor", owner: str | None = None
     ) -> None:
         s = core.settings
         self.core = core

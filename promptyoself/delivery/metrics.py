@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.store import PENDING_APPROVAL
 from promptyoself.store import health as queries
 from promptyoself.store.operator import count_state, outcomes_since
@@ -31,7 +31,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class DeliveryCollector(Collector):
-    def __init__(self, core: Deps) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
 
     def collect(self) -> Iterator[Metric]:
@@ -135,7 +135,7 @@ class DeliveryCollector(Collector):
         yield g
 
 
-def registry_for(core: Deps) -> CollectorRegistry:
+def registry_for(core: Services) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DeliveryCollector(core))
     return registry

@@ -25,7 +25,7 @@ from promptyoself.delivery.claim_keeper import ClaimKeeper
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import record_batch
 from promptyoself.delivery.watch import Drain, LoopState, Outcomes, Round, Wakeup
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.store.claims import ClaimAsk, ClaimReport
 from promptyoself.store.records import ScheduleRow
 
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 @dataclass
 class Parts:
-    core: Deps
+    core: Services
     owner: str
     lease: float
     holdings: Holdings

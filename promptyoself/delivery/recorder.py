@@ -16,7 +16,7 @@ from typing import Any
 
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
 from promptyoself.delivery.outcomes import Basis, outcome_of, result_of
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.logs import Redactor
 from promptyoself.store.claims import ClaimAsk, DatabaseBusy, Outcome, Recorded
 
@@ -30,7 +30,7 @@ STALE_TRIES = 5
 Todo = dict[int, tuple[Attempt, Outcome]]
 
 
-def record_batch(core: Deps, batch: list[Attempt], claim: ClaimAsk | None = None) -> Recorded | None:
+def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = None) -> Recorded | None:
     """Record ``batch``; every attempt gets its ``result`` or its ``failure``. One transaction, more
     only when the database stays busy (SQLite's lock beyond its timeout: tried again, the claims are
     still ours) or an operator changed a claimed schedule meanwhile (its next state is decided again
@@ -76,7 +76,7 @@ def _fail(todo: Todo, exc: BaseException) -> None:
     todo.clear()
 
 
-def _one_at_a_time(core: Deps, todo: Todo, exc: BaseException) -> None:
+def _one_at_a_time(core: Services, todo: Todo, exc: BaseException) -> None:
     """A transaction failed: one bad attempt must not cost the others theirs (each alone)."""
     if len(todo) > 1:
         for a, _ in list(todo.values()):
@@ -86,7 +86,7 @@ def _one_at_a_time(core: Deps, todo: Todo, exc: BaseException) -> None:
         _fail(todo, exc)
 
 
-def _apply(core: Deps, todo: Todo, done: Recorded, stale: int) -> None:
+def _apply(core: Services, todo: Todo, done: Recorded, stale: int) -> None:
     """What one transaction did: results for the written and the lost; the changed ones decided again."""
     for sid in done.written:
         a, o = todo.pop(sid)
@@ -104,7 +104,7 @@ def _apply(core: Deps, todo: Todo, done: Recorded, stale: int) -> None:
         todo[sid] = (a, outcome_of(a, Basis.of_row(row), core.now()))
 
 
-def record_attempt(core: Deps, item: Attempt) -> Result:
+def record_attempt(core: Services, item: Attempt) -> Result:
     """Record one attempt (``deliver``'s path; the executor's recorder task records its senders'
     attempts in batches through ``record_batch``, the same way)."""
     record_batch(core, [item])
@@ -115,7 +115,7 @@ def record_attempt(core: Deps, item: Attempt) -> Result:
 
 
 def deliver(
-    core: Deps, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
+    core: Services, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
 ) -> Result:
     """Deliver one claimed occurrence and record the outcome, from synchronous code (tests, a
     one-off: the attempt runs in an event loop of its own). Never raises for Letta errors."""

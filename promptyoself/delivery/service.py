@@ -31,7 +31,7 @@ from promptyoself.config import Settings
 from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor
 from promptyoself.delivery.starter import starter_for
-from promptyoself.deps import DeliveryHealth, Deps
+from promptyoself.deps import DeliveryHealth, Services
 from promptyoself.signals import OnSignals
 from promptyoself.store.db import latest_delivery
 from promptyoself.store.health import delivery_outcomes, lease
@@ -46,7 +46,7 @@ class DeliveryService:
     """The delivery side of one ``Core`` (``Deps.delivery``): the in-process executor if any, and what
     health and status report on. Who delivers is decided in ``promptyoself.delivery.starter``."""
 
-    def __init__(self, core: Deps) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
         self.executor: Executor | None = None
         self._thread: threading.Thread | None = None
@@ -99,7 +99,7 @@ class DeliveryService:
         }
 
 
-def service_for(core: Deps) -> DeliveryService:
+def service_for(core: Services) -> DeliveryService:
     """The delivery service of this process's ``Deps``, created and registered on first use."""
     svc = core.delivery
     if not isinstance(svc, DeliveryService):
@@ -113,7 +113,7 @@ def effective_mode(settings: Settings) -> str:
     return str(settings.executor_mode) if settings.executor_enabled else "off"
 
 
-def drain_once(core: Deps) -> list[Any]:
+def drain_once(core: Services) -> list[Any]:
     """Deliver what is due now in this process and return the attempts (``Executor.drain``)."""
     ex = Executor(core, role="once")
     try:
@@ -122,7 +122,7 @@ def drain_once(core: Deps) -> list[Any]:
         ex.close()
 
 
-def run_foreground(core: Deps, *, interval: float | None) -> dict[str, Any]:
+def run_foreground(core: Services, *, interval: float | None) -> dict[str, Any]:
     """The loop in the foreground of this process until SIGINT/SIGTERM; its counts at the end."""
     from promptyoself.delivery.worker import StopOnSignals
 
@@ -159,7 +159,7 @@ class Status:
     auth_error: str | None
 
 
-def status(core: Deps) -> Status:
+def status(core: Services) -> Status:
     svc = service_for(core)
     ex = svc.executor
     now = core.now()
@@ -187,7 +187,7 @@ def status(core: Deps) -> Status:
 
 
 @asynccontextmanager
-async def delivering(core: Deps) -> AsyncIterator[DeliveryService]:
+async def delivering(core: Services) -> AsyncIterator[DeliveryService]:
     """This process's delivery beside a server, for the length of the block. ``worker`` mode:
     ``Starter.ensure`` in a background thread (the server's start is not delayed; every write runs it
     again). ``embedded``: run the loop as an asyncio task until the block ends. ``off``: nothing. In

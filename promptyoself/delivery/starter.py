@@ -39,7 +39,7 @@ from promptyoself.who_delivers import Host, Lease, decide, mode_of
 
 if TYPE_CHECKING:
     from promptyoself.config import Settings
-    from promptyoself.deps import Deps
+    from promptyoself.deps import Services
     from promptyoself.store.records import LeaseRow
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def at_launch(settings: Settings) -> int | None:
 class Starter:
     """The delivery decision of one process's ``Deps`` (``starter_for(core)``)."""
 
-    def __init__(self, core: Deps) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
         self._lock = threading.Lock()
         self._watching = False
@@ -255,7 +255,7 @@ def _held(row: LeaseRow) -> Delivering:
     return Delivering("worker", pid, f"The delivery worker (pid {pid}) will deliver it.")
 
 
-def starter_for(core: Deps) -> Starter:
+def starter_for(core: Services) -> Starter:
     """This core's ``Starter``, made and set watching on first use."""
     found = core.starter
     if not isinstance(found, Starter):

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from promptyoself import __version__
 from promptyoself.config import Settings
 from promptyoself.delivery.starter import TOKEN_ENV
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.processes import hostname, pid_alive
 from promptyoself.signals import OnSignals
 from promptyoself.store import lease as store_lease
@@ -57,14 +57,14 @@ STOP_WAIT = 15.0
 
 
 def acquire(
-    core: Deps, owner: str, pid: int, seconds: float, *, token: str | None = None, info: str | None = None
+    core: Services, owner: str, pid: int, seconds: float, *, token: str | None = None, info: str | None = None
 ) -> tuple[bool, LeaseRow | None]:
     """Take the lease for ``owner`` if it is free, not live, ours, or reserved for us under ``token``.
     Returns ``(True, None)`` or ``(False, the live holder)`` (``store.lease.acquire``, on the Deps clock)."""
     return store_lease.acquire(core.store, owner, pid, seconds, clock=core.clock, token=token, info=info)
 
 
-def heartbeat(core: Deps, owner: str, seconds: float, info: str | None) -> bool:
+def heartbeat(core: Services, owner: str, seconds: float, info: str | None) -> bool:
     """Extend ``owner``'s lease by ``seconds`` from now; False if it no longer holds it."""
     return store_lease.heartbeat(core.store, owner, core.now(), seconds, info)
 
@@ -77,7 +77,7 @@ def sqlite_file(settings: Settings) -> Path | None:
 # ---- running as the worker ------------------------------------------------------------------------
 
 
-def run_worker(core: Deps, *, shared: bool = False,
+def run_worker(core: Services, *, shared: bool = False,
                on_executor: Callable[[Executor], None] | None = None) -> dict[str, Any] | None:
     """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
     SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
@@ -137,7 +137,7 @@ def run_worker(core: Deps, *, shared: bool = False,
     return None
 
 
-async def _lease_and_idle(core: Deps, ex: Executor, owner: str, shared: bool, trouble: list[str]) -> None:
+async def _lease_and_idle(core: Services, ex: Executor, owner: str, shared: bool, trouble: list[str]) -> None:
     """Heartbeat the lease, watch for idleness, and stop the worker when the lease is lost or the
     database stays unreachable for longer than a lease (another worker may hold it by then)."""
     settings = core.settings
@@ -190,7 +190,7 @@ def _info(ex: Executor) -> str:
 # ---- --status / --stop ----------------------------------------------------------------------------
 
 
-def status_result(core: Deps) -> dict[str, Any]:
+def status_result(core: Services) -> dict[str, Any]:
     info = lease(core.store, core.now())
     if info is None:
         return {"status": "ok", "running": False, "worker": None, "message": "No worker lease in this database."}
@@ -204,7 +204,7 @@ def status_result(core: Deps) -> dict[str, Any]:
     return {"status": "ok", "running": info["alive"], "worker": info, "message": message}
 
 
-def stop_worker(core: Deps, *, wait: float = STOP_WAIT) -> dict[str, Any]:
+def stop_worker(core: Services, *, wait: float = STOP_WAIT) -> dict[str, Any]:
     """Send SIGTERM to the leased worker (same host only) and wait for it to exit."""
     info = lease(core.store, core.now())
     if info is None or not info["alive"]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ CALL_WAIT = 30.0
 class DeferredDelivery(Middleware):
     """Middleware + lifespan: ``build_server(core, lifespan=d.lifespan)`` then ``mcp.add_middleware(d)``."""
 
-    def __init__(self, core: Deps) -> None:
+    def __init__(self, core: Services) -> None:
         self.core = core
         self._loop: asyncio.AbstractEventLoop | None = None
         self._go: asyncio.Event | None = None

@@ -14,11 +14,11 @@ from dataclasses import asdict
 from typing import Any, cast
 
 from promptyoself.delivery import service, worker
-from promptyoself.deps import Deps
+from promptyoself.deps import Services
 from promptyoself.faces.delivery_results import ExecutedItem, ExecuteResult, ExecutorStatus
 
 
-def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> ExecuteResult:
+def execute_tool(core: Services, *, loop: bool, interval: float | None) -> ExecuteResult:
     """``promptyoself_execute``: deliver what is due now, or start the background loop and return."""
     svc = service.service_for(core)
     if loop:
@@ -35,7 +35,7 @@ def execute_tool(core: Deps, *, loop: bool, interval: float | None) -> ExecuteRe
     return run_once_result(core)
 
 
-def run_once_result(core: Deps) -> ExecuteResult:
+def run_once_result(core: Services) -> ExecuteResult:
     """Deliver what is due now; what was delivered, and a sentence."""
     results = service.drain_once(core)
     # attempt.py's item() is typed as a plain dict; it has ExecutedItem's keys
@@ -54,12 +54,12 @@ def run_once_result(core: Deps) -> ExecuteResult:
     return {"status": "success", "executed": executed, "message": message}
 
 
-def status_tool(core: Deps) -> ExecutorStatus:
+def status_tool(core: Services) -> ExecutorStatus:
     """``promptyoself_executor_status``: this process's executor, the worker, and the store's view."""
     return cast(ExecutorStatus, {"status": "ok", **asdict(service.status(core))})
 
 
-def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, Any]:
+def execute_cli(core: Services, *, loop: bool, interval: float | None) -> dict[str, Any]:
     """``promptyoself execute [--loop]``: once, or in the foreground until SIGINT/SIGTERM."""
     if not loop:
         return dict(run_once_result(core))
@@ -68,7 +68,7 @@ def execute_cli(core: Deps, *, loop: bool, interval: float | None) -> dict[str, 
             "failed": info["failed"], "retried": info["retried"], "missed": info["missed"]}
 
 
-def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
+def worker_cli(core: Services, *, status: bool, stop: bool, shared: bool) -> dict[str, Any] | None:
     """``promptyoself worker [--status|--stop|--shared]``."""
     if status:
         return worker.status_result(core)
@@ -77,7 +77,7 @@ def worker_cli(core: Deps, *, status: bool, stop: bool, shared: bool) -> dict[st
     return worker.run_worker(core, shared=shared, on_executor=service.service_for(core).attach)
 
 
-def server_lifespan(core: Deps) -> Callable[[Any], Any]:
+def server_lifespan(core: Services) -> Callable[[Any], Any]:
     """The FastMCP lifespan: this process's delivery (``service.delivering``) while the server runs."""
 
     @asynccontextmanager

@@ -1,9 +1,10 @@
-"""For a target whose client blocks (the Letta REST and Letta Code clients): its calls run in a pool
-of its own, sized for the engine's sends (``PROMPTYOSELF_MAX_IN_FLIGHT``) plus look-ups and probes, so
-that a target never waits for threads that another part of the process (or another target) holds, as
-it would in the event loop's small default pool (``min(32, cores + 4)``). The threads are daemons
-(``DaemonPool``, also the delivery loop's pool): a send stuck until its timeout never keeps a stopping
-process alive, as ``ThreadPoolExecutor``'s joined-at-exit threads would.
+"""For a target whose client blocks (today the Letta Code client, over the ``websockets`` sync API): its
+calls run in a pool of its own, sized for the engine's sends (``PROMPTYOSELF_MAX_IN_FLIGHT``) plus
+look-ups and probes, so that a target never waits for threads that another part of the process (or
+another target) holds, as it would in the event loop's small default pool (``min(32, cores + 4)``).
+The threads are daemons (``DaemonPool``): a send stuck until its turn's timeout never keeps a stopping
+process alive, as ``ThreadPoolExecutor``'s joined-at-exit threads would. (The Letta REST target needs
+none: its client is aiohttp's, on the engine's loop.)
 
 A call whose awaiting coroutine is cancelled goes on in its thread; its answer is lost. For a send
 that means: in doubt (the engine records it so, and looks the occurrence up before sending again).

@@ -299,3 +299,22 @@ def test_the_worked_example_of_docs_architecture_is_a_working_target(tmp_path: P
         assert isinstance(target, DeliveryTarget) and "JSON lines at" in target.readiness()
     finally:
         registry.unregister("jsonl")
+
+
+def test_the_async_clients_answer_reads_as_the_routes_expect() -> None:
+    """``_Read`` (what aiohttp's answer becomes) gives the routes what ``httpx.Response`` gave them:
+    case-insensitive headers (a 429's Retry-After), JSON, text in the answer's charset or UTF-8, and
+    a ValueError for a body that is not JSON (``_object`` then says the server is not Letta)."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from promptyoself.letta.client import _object, _Read, raise_for_letta
+
+    busy = _Read(429, CIMultiDictProxy(CIMultiDict({"Retry-After": "7"})), b'{"detail": "slow down"}', None)
+    with pytest.raises(LettaUnavailable) as err:
+        raise_for_letta(busy)
+    assert err.value.details["retry_after"] == 7.0
+    assert _Read(200, CIMultiDictProxy(CIMultiDict()), "ü".encode("latin-1"), "latin-1").text == "ü"
+    assert _Read(200, CIMultiDictProxy(CIMultiDict()), "ü".encode(), "no-such-charset").text == "ü"
+    with pytest.raises(LettaUnavailable, match="without a JSON object"):
+        _object(_Read(200, CIMultiDictProxy(CIMultiDict()), b"<html>", "utf-8"))
+    assert _object(_Read(200, CIMultiDictProxy(CIMultiDict()), b'{"id": "x"}', None)) == {"id": "x"}

@@ -48,6 +48,7 @@ CHECK_MESSAGES = 100
 """How many of the agent's newest messages ``find_message`` looks through."""
 CHECK_RUNS = 20
 
+
 class Answer(Protocol):
     """What a route reads of an HTTP answer: ``httpx.Response`` (the blocking client) or ``_Read`` (the
     async one) has it."""
@@ -79,7 +80,10 @@ class _Read:
 
     @property
     def text(self) -> str:
-        return self._body.decode(self._charset, errors="replace")
+        try:
+            return self._body.decode(self._charset, errors="replace")
+        except LookupError:  # a charset Python does not know
+            return self._body.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
         return json.loads(self._body)

@@ -28,7 +28,7 @@ from promptyoself.faces.delivery import run_once_result
 from promptyoself.letta.code import LettaCodeClient, endpoints, message_id_for
 from promptyoself.store.db import Schedule
 from testkit.fake_letta_code import FakeLettaCode
-from tests.helpers_delivery import add_schedule, child_env, get, history, make_core
+from tests.helpers_delivery import add_schedule, child_env, get, history, make_core, wait_until
 from tests.procs import free_port
 
 NOWHERE = "http://127.0.0.1:9"  # LETTA_BASE_URL: nothing answers there (nor may anything go there)
@@ -83,13 +83,17 @@ def test_a_busy_conversation_queues_and_both_sends_end_with_their_turn(lc: FakeL
         answers[otid] = client.send(agent, otid, otid=otid)
 
     first = threading.Thread(target=send, args=("promptyoself-1-1",))
-    first.start()
-    # the second goes in while the first's turn runs (the fake's turn lasts 0.3 s)
-    deadline = time.monotonic() + 10
-    while client.find(agent, "promptyoself-1-1") != "found" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    send("promptyoself-2-1")
+    second = threading.Thread(target=send, args=("promptyoself-2-1",))
+    # The second goes in while the first's turn runs: the model is held until both are in (it was a
+    # 0.3 s turn, which a loaded machine outran: the second found the conversation idle and started).
+    with lc.stall_model():
+        first.start()
+        assert wait_until(lambda: client.find(agent, "promptyoself-1-1") == "found", timeout=30)
+        second.start()
+        assert wait_until(lambda: client.pending(agent, None, "promptyoself-2-1"), timeout=30)
     first.join(timeout=30)
+    second.join(timeout=30)
+    assert not first.is_alive() and not second.is_alive()
     assert answers["promptyoself-1-1"]["disposition"] == "started"
     assert answers["promptyoself-2-1"]["disposition"] == "queued"
     assert {client.find(agent, o) for o in answers} == {"found"}

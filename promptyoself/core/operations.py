@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the M
     from promptyoself.letta.code import LettaCodeClient
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
-    from promptyoself.store.records import DayAsk, ScheduleRow
+    from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger(__name__)
 
@@ -191,9 +191,6 @@ class Core:
     @property
     def letta_code(self) -> LettaCodeClient:
         return self.deps.letta_code
-
-    def budget_day(self, now: datetime) -> DayAsk:
-        return self.deps.budget_day(now)
 
     def daily_budget(self, now: datetime) -> int:
         return self.deps.daily_budget(now)

@@ -30,7 +30,9 @@ def test_stdio_relay_quick_reports_both_paths_and_their_ratio() -> None:
     alone = rows["in-process: spawn → tools/list reply, p50"]
     assert relay.value is not None and alone.value is not None and relay.value > 0
     ratio = rows["relay / in-process (spawn → tools/list)"]
-    assert ratio.value is not None and 0 < ratio.value < 1  # the relay imports no MCP SDK
+    # A figure, not a state: that the relay imports no MCP SDK is asserted by
+    # tests/test_stdio_relay.py::test_the_relay_process_imports_no_mcp_fastmcp_pydantic_or_sqlalchemy.
+    assert ratio.value is not None and ratio.value > 0
     assert "sessions the service refused: 0" in ratio.note
     assert relay.command.endswith("-m bench --only stdio_relay --quick"), relay.command
     rss = rows["relay: peak RSS of the spawned process"].value
@@ -42,9 +44,18 @@ def test_scaleout_quick_reports_fraction_and_shares_on_postgresql() -> None:
     assert rows["PostgreSQL, 4 shared workers: delivered exactly once"].met is True
     fraction = rows["PostgreSQL, 4 shared workers: fraction of ideal"]
     assert fraction.value is not None and fraction.value > 0
-    smallest = rows["PostgreSQL, 4 shared workers: smallest share"].value
-    largest = rows["PostgreSQL, 4 shared workers: largest share"].value
-    assert smallest is not None and largest is not None and 0 < smallest <= 25 <= largest <= 100
+    # Each worker's share is a figure the bench checks against its target (15-35 %), not a state. This
+    # quick run sends 800 prompts to 80 agents, fewer than four workers can hold (8 sending and 24
+    # claimed ahead each, one claim per agent at a time): on a loaded machine the workers that claim
+    # first may hold every agent, and a later one delivers nothing (seen under two CPU hogs: 8.2 %,
+    # 44.1 %, 0 %, 47.6 %). The full run's 1,000 agents leave room for all four. The states: every prompt
+    # was delivered exactly once (above), and the shares are reported and judged against the target.
+    smallest = rows["PostgreSQL, 4 shared workers: smallest share"]
+    largest = rows["PostgreSQL, 4 shared workers: largest share"]
+    assert smallest.value is not None and largest.value is not None
+    assert 0 <= smallest.value <= 25 <= largest.value <= 100
+    assert smallest.target == ">= 15%" and smallest.met is (smallest.value >= 15)
+    assert largest.target == "<= 35%" and largest.met is (largest.value <= 35)
     assert fraction.command.endswith("-m bench --only scaleout --quick"), fraction.command
     assert fraction.command.startswith("PROMPTYOSELF_TEST_PG_URL=postgresql"), fraction.command
 

@@ -185,15 +185,30 @@ class Run:
                     return w, held
             return None
 
-        found = wait_until(find, timeout=timeout, interval=0.01)
+        try:
+            found = wait_until(find, timeout=timeout, interval=0.01)
+        except AssertionError as exc:
+            raise AssertionError(f"no worker held a claim: {self.describe()}") from exc
         assert isinstance(found, tuple)
         return found
 
+    def describe(self) -> str:
+        """For a failure message: each process (alive? in its delivery loop?) and the prompts' states."""
+        procs = [f"{p.popen.args[3]} pid={p.popen.pid} exit={p.popen.poll()} in_loop={p.saw('delivery loop')}"
+                 for p in self.procs]
+        return f"{procs}; active prompts left: {active_count(self.url)}"
+
     def kill_and_replace(self, rng: random.Random) -> int:
+        """SIGKILL a worker that holds claims and start another in its place, returning once the new one
+        is in its delivery loop: the next fault then again finds two workers competing for claims (a
+        replacement still importing on a loaded machine left the service to take a whole share alone,
+        and the next ``holding_worker`` found no worker holding anything)."""
         doomed, held = self.holding_worker(rng)
         os.kill(doomed.popen.pid, signal.SIGKILL)
         doomed.popen.wait(timeout=10)
-        self.workers = [w for w in self.workers if w is not doomed] + [self.worker()]
+        fresh = self.worker()
+        self.workers = [w for w in self.workers if w is not doomed] + [fresh]
+        wait_until(lambda: fresh.saw("delivery loop"), timeout=120)
         return held
 
     def stop(self) -> None:

@@ -193,7 +193,7 @@ class Run:
         return found
 
     def describe(self) -> str:
-        """For a failure message: each process (alive? in its delivery loop?) and the prompts' states."""
+        """For a failure message: each process (alive? in its delivery loop?) and how many prompts are still active."""
         procs = [f"{p.popen.args[3]} pid={p.popen.pid} exit={p.popen.poll()} in_loop={p.saw('delivery loop')}"
                  for p in self.procs]
         return f"{procs}; active prompts left: {active_count(self.url)}"

@@ -94,3 +94,96 @@ class DeliveryTarget(Protocol):
     def readiness(self) -> str: ...
 
     async def aclose(self) -> None: ...
+
+
+# ---- the plug-in: what a target package gives the rest of PromptYoSelf (DESIGN §14, issue 41) ----------
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a target may read of one scheduling call to find where its prompts go.
+
+    ``options`` are the call's ``target_options`` already validated by the plug-in's ``options`` model
+    (its defaults filled in). ``agent()`` is the core's agent inference (the explicit ``agent_id``, the
+    MCP request's metadata, the session's and process's defaults, the environment): a plug-in whose
+    destinations are agents asks it; one whose destinations are found otherwise (a Claude Code session
+    from the process tree) does not. ``operator`` is True when the caller holds the operator's
+    credential (or is a local process with the database), False for an agent's token: a plug-in must
+    not let an agent's token reach a destination that belongs to someone else."""
+
+    agent_id: str | None
+    """The ``agent_id`` the caller gave (None when it gave none)."""
+    options: Any
+    """An instance of the plug-in's ``options`` model."""
+    settings: Any
+    """``promptyoself.config.Settings``."""
+    agent: Callable[[], str]
+    environ: Mapping[str, str] | None = None
+    """The caller's environment (None: this process's): where a session is found from."""
+    operator: bool = True
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where one new schedule goes: stored with it (``agent_id``, ``target``, ``target_options``)."""
+
+    agent_id: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Stored as the schedule's ``target_options`` (JSON) and handed to ``send`` as ``Occurrence.options``."""
+    conversation_id: str | None = None
+    validate: bool = False
+    """Ask the plug-in's ``validate`` whether the agent exists before storing (unless skip_validation)."""
+
+
+@dataclass(frozen=True)
+class Watch:
+    """How health watches a target: the reason code and its fix when the probe fails, and whether
+    this deployment has it configured (a configured target is probed even with no schedule)."""
+
+    reason: str
+    fix: str
+    configured: bool = False
+
+
+@runtime_checkable
+class TargetPlugin(Protocol):
+    """One target, as its package declares it in the entry point group ``promptyoself.targets``
+    (``name = "package.module:attribute"``, the attribute being an object with these members).
+
+    Importing the module that holds it must be cheap: heavy clients are imported in ``create``.
+
+    Optional: ``cli(parser)``, given the ``argparse`` parser of ``promptyoself <name>``, adds that
+    command's arguments (installers: ``promptyoself claude-code install ...``) and returns the function
+    ``run(core, args) -> dict`` that carries it out (the dict is printed as the command's result).
+    """
+
+    name: str
+    summary: str
+    """One line: what it delivers to (``promptyoself targets``, the tools' descriptions)."""
+    options: type[Any]
+    """A pydantic model of the per-schedule ``target_options`` (``extra="forbid"``)."""
+    aliases: tuple[str, ...]
+    """Names of ``options`` fields that callers may also pass as top-level schedule options (the
+    documented names from before ``target_options``: ``session_id``, ``cwd``, ``endpoint``, ...)."""
+
+    def claims(self, call: Call) -> bool:
+        """Whether a call that names no target goes here (a call from inside a Claude Code session, an
+        ``agent-local-...`` agent). The default target (Letta) claims nothing: it is the fallback."""
+        ...
+
+    def destination(self, call: Call) -> Destination:
+        """The destination of ``call``, or ``InvalidArgument`` (naming the option) saying what to pass."""
+        ...
+
+    def validate(self, settings: Any, agent_id: str) -> None:
+        """Check that the agent exists where the prompts go (``AgentNotFound``; ``TargetUnavailable``
+        when it cannot be asked). Blocking; called only for destinations with ``validate=True``."""
+        ...
+
+    def create(self, settings: Any) -> DeliveryTarget:
+        """A new ``DeliveryTarget`` configured from ``settings`` (``promptyoself.config.Settings``)."""
+        ...
+
+    def watch(self, settings: Any) -> Watch:
+        """How health reports this target."""
+        ...

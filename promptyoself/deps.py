@@ -21,7 +21,6 @@ from promptyoself.config import Settings
 
 if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
-    from promptyoself.letta.code import LettaCodeClient
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
     from promptyoself.store.records import DayAsk
@@ -83,9 +82,6 @@ class Services(Protocol):
     @property
     def letta(self) -> LettaClient: ...
 
-    @property
-    def letta_code(self) -> LettaCodeClient: ...
-
     def daily_budget(self, now: datetime) -> int: ...
 
     def now(self) -> datetime: ...
@@ -102,7 +98,6 @@ class Wiring(TypedDict, total=False):
 
     store: Store | None
     letta: LettaClient | None
-    letta_code: LettaCodeClient | None
     clock: Clock | None
     deliveries: DeliveryStore | None
 
@@ -115,7 +110,6 @@ class Deps:
         self.settings = settings
         self._store = wiring.get("store")
         self._letta = wiring.get("letta")
-        self._letta_code = wiring.get("letta_code")
         self._deliveries = wiring.get("deliveries")
         self._lock = threading.Lock()
         self.clock: Clock = wiring.get("clock") or system_clock
@@ -182,33 +176,12 @@ class Deps:
                     )
         return self._letta
 
-    @property
-    def letta_code(self) -> LettaCodeClient:
-        """The Letta Code App Server of ``LETTA_CODE_URL``; ``LettaUnavailable`` when none is set
-        (transient: a schedule waiting for it is retried, never dropped)."""
-        if self._letta_code is None:
-            url = self.settings.letta_code_url
-            if not url:
-                from promptyoself.errors import LettaUnavailable
-
-                raise LettaUnavailable(
-                    "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500).")
-            from promptyoself.letta.code import LettaCodeClient
-
-            with self._lock:
-                if self._letta_code is None:
-                    self._letta_code = LettaCodeClient(url, timeout=self.settings.letta_timeout,
-                                                       turn_timeout=self.settings.letta_code_turn_timeout)
-        return self._letta_code
-
     def now(self) -> datetime:
         return self.clock()
 
     def close(self) -> None:
         if self._letta is not None:
             self._letta.close()
-        if self._letta_code is not None:
-            self._letta_code.close()
         if self._store is not None:
             self._store.close()
 

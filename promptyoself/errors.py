@@ -114,19 +114,26 @@ class IdempotencyConflict(PromptYoSelfError):
     code = "idempotency_conflict"
 
 
-class LettaUnavailable(PromptYoSelfError):
-    code = "letta_unavailable"
+class TargetUnavailable(PromptYoSelfError):
+    """A target could not take the prompt now (connect error, timeout, 5xx, 429, a turn that failed):
+    transient, retried. ``details["in_doubt"]`` when the request may have arrived, ``details["retry_after"]``
+    in seconds when the receiver asked for it. A target's own subclass may carry its own code (the
+    Letta client's ``letta_unavailable``)."""
+
+    code = "target_unavailable"
 
 
 WRITTEN_AFTER = "written_after"
-"""``LettaUnavailable.details[WRITTEN_AFTER]``: for a request that may still be inside the target, the
+"""``TargetUnavailable.details[WRITTEN_AFTER]``: for a request that may still be inside the target, the
 seconds from its start until its first byte was written. The client's timeout counts from the start
 (a connect included), so the target had that much less of it: the next attempt waits that much longer
 (``RetryPolicy.decide``)."""
 
 
-class LettaAuth(PromptYoSelfError):
-    code = "letta_auth"
+class TargetAuth(PromptYoSelfError):
+    """The target refused our credentials (401/403): delivery backs off and health shows it."""
+
+    code = "target_auth"
 
 
 class StillPending(PromptYoSelfError):
@@ -180,6 +187,8 @@ ERROR_CODES: tuple[str, ...] = (
     "idempotency_conflict",
     "letta_unavailable",
     "letta_auth",
+    "target_unavailable",
+    "target_auth",
     "database_driver_missing",
     "database_unavailable",
     "database_read_only",
@@ -188,14 +197,14 @@ ERROR_CODES: tuple[str, ...] = (
 
 
 class TargetGone(PromptYoSelfError):
-    """The receiver says the destination is gone for good (a webhook's 410, a Claude Code session that
+    """The receiver says the destination is gone for good (an HTTP 410, an agent session that
     no longer exists): the schedule is paused with the reason."""
 
     code = "target_gone"
 
 
 class TargetRejected(PromptYoSelfError):
-    """The receiver refused this occurrence for good (a webhook's other 4xx): the occurrence fails with
+    """The receiver refused this occurrence for good (an HTTP receiver's other 4xx): the occurrence fails with
     the status in history and a recurring schedule moves on."""
 
     code = "target_rejected"

@@ -1,6 +1,6 @@
 """This host's processes, with the standard library only: the host's name as leases record it, and
 whether a pid is a running process. One helper for the worker lease (``who_delivers``, the store,
-the worker) and the Claude Code target (is a session's ``claude`` still running?)."""
+the worker) and the targets that run an agent CLI (is a session's process still running?)."""
 
 from __future__ import annotations
 

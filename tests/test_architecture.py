@@ -9,6 +9,7 @@ that has gone (shrink the list then).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,11 +20,13 @@ SHARED = {"root", "errors", "limits", "config", "logs", "deps", "signals", "proc
           "__main__"}
 # room -> rooms it may import (besides itself and the shared leaves)
 ALLOWED: dict[str, set[str]] = {
-    "faces": {"core", "delivery", "timing"},
+    # faces learn the targets from the registry (CLI commands of a plug-in, the stdio hook), never name one
+    "faces": {"core", "delivery", "timing", "targets"},
     "core": {"timing", "phrases", "recurrence", "catchup", "store", "letta", "targets"},
     "delivery": {"store", "letta", "timing", "catchup", "targets"},
     # delivery targets as plug-ins (issue 30 point 3): each owns its protocol; Letta's clients live in letta/
-    "targets": {"letta", "timing"},
+    # a target package owns its installers, which use the core's operations as a face does (agent tokens)
+    "targets": {"letta", "timing", "core"},
     "store": set(),
     "letta": set(),
     "timing": set(),
@@ -164,3 +167,36 @@ def test_only_the_store_imports_sqlalchemy() -> None:
     assert set(users) - KNOWN_SQLALCHEMY_OUTSIDE_STORE == set(), dict(users)
     gone = KNOWN_SQLALCHEMY_OUTSIDE_STORE - set(users)
     assert not gone, f"fixed, remove from KNOWN_SQLALCHEMY_OUTSIDE_STORE: {sorted(gone)}"
+
+
+# ---- targets are plug-ins (issue 41 point 3) --------------------------------------------------------
+
+TARGET_WORDS = re.compile(r"letta-code|claude-code|webhook|Letta(?:Unavailable|Auth)\b")
+"""What only a target's own package may name: the built-in targets other than Letta (the
+Letta-compatible faces may name Letta), and the Letta client's error names."""
+WORDS_ALLOWED = {
+    # the settings of every target are one Settings object, read at start (a malformed webhook endpoint
+    # stops every entry point as a bad setting does); the plug-ins read theirs from it
+    "promptyoself.config",
+    # the Letta client's own errors
+    "promptyoself.letta.errors",
+    "promptyoself.letta.client",
+}
+PUBLIC_TARGET_MODULES = {"promptyoself.targets", "promptyoself.targets.registry", "promptyoself.targets.base"}
+
+
+def test_nothing_outside_targets_imports_a_targets_package() -> None:
+    bad = sorted((src, dst) for src, dsts in graph().items() if room(src) != "targets"
+                 for dst in dsts if dst.startswith("promptyoself.targets.") and dst not in PUBLIC_TARGET_MODULES)
+    assert bad == []
+
+
+def test_nothing_outside_targets_names_a_target() -> None:
+    named = {}
+    for module, path in modules().items():
+        if room(module) == "targets" or module in WORDS_ALLOWED:
+            continue
+        found = sorted(set(TARGET_WORDS.findall(path.read_text(encoding="utf-8"))))
+        if found:
+            named[module] = found
+    assert named == {}

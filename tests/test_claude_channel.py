@@ -13,9 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from promptyoself.core import claude_code, claude_plugin
-from promptyoself.faces.channels import METHOD, ChannelListener
-from promptyoself.targets.claude_channel import channel_named, meta_for, readiness, transcript_idle
+from promptyoself.targets.claude_code import install as claude_plugin
+from promptyoself.targets.claude_code import session as claude_code
+from promptyoself.targets.claude_code.channel import channel_named, meta_for, readiness, transcript_idle
+from promptyoself.targets.claude_code.channel_server import METHOD, ChannelListener
 from tests.conftest import make_settings
 
 SESSION = "4f7c1f0e-1111-4222-8333-944455556666"

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from promptyoself.core import claude_plugin
-from promptyoself.targets.claude_channel import session_idle
-from promptyoself.targets.claude_code import transcripts
+from promptyoself.targets.claude_code import install as claude_plugin
+from promptyoself.targets.claude_code.channel import session_idle
+from promptyoself.targets.claude_code.target import transcripts
 from tests.claude_code_harness import ClaudeHarness, allow_channel
 from tests.helpers_delivery import child_env, get, history, make_core, wait_until
 from tests.test_claude_code_real import cch, marker_of, only_schedule, stop, worker

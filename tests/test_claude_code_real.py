@@ -25,8 +25,8 @@ import pytest
 from sqlalchemy import update
 
 from promptyoself.config import Settings
-from promptyoself.core import claude_code
 from promptyoself.store.db import Schedule
+from promptyoself.targets.claude_code import session as claude_code
 from tests.claude_code_harness import ClaudeHarness, Unavailable
 from tests.helpers_delivery import Proc, child_env, get, history, make_core, wait_until
 

@@ -168,7 +168,8 @@ def test_database_errors_in_cli_words(tmp_path: Path) -> None:
 
 def test_every_code_the_cli_produces_is_covered() -> None:
     covered = {c for c, _, _ in CASES} | {"letta_auth", "database_unavailable", "database_driver_missing",
-                                          "database_read_only", "idempotency_conflict"}
+                                          "database_read_only", "idempotency_conflict", "target_unavailable",
+                                          "target_auth"}
     # ``internal`` is a bug's code: the CLI's own text for it names `promptyoself health`.
     assert covered | {"internal"} == set(ERROR_CODES)
 

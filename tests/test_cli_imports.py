@@ -29,14 +29,16 @@ PARSER_MODULES = ("promptyoself.__main__", "promptyoself.cli", "promptyoself.fac
 """What runs before a command's arguments are parsed: ``--help`` and usage errors end there."""
 
 COMMAND_MODULES = ("promptyoself.config", "promptyoself.logs", "promptyoself.core.operations",
-                   "promptyoself.core.options", "promptyoself.core.destinations", "promptyoself.core.letta_code",
+                   "promptyoself.core.options", "promptyoself.core.destinations",
+                   "promptyoself.targets.letta_code",
                    "promptyoself.store.schedules", "promptyoself.store.queries", "promptyoself.store.policy",
                    "promptyoself.store.lease", "promptyoself.delivery.starter", "promptyoself.faces.tables",
                    "promptyoself.faces.cli_errors")
 """The modules ``schedule`` and ``list`` load in process (faces/cli.py's ``main``, the core's ``_create``)."""
 
 NOT_FOR_A_COMMAND = ("httpx", "websockets", "rich", "pygments", "click", "alembic", "logging.handlers",
-                     "sqlalchemy.dialects.postgresql", "promptyoself.letta.code", "promptyoself.letta.client")
+                     "sqlalchemy.dialects.postgresql", "promptyoself.targets.letta_code.client",
+                     "promptyoself.letta.client")
 
 
 def _module_file(name: str) -> Path | None:
@@ -104,7 +106,7 @@ def test_the_parser_path_needs_the_standard_library_only() -> None:
 
 def test_a_relayed_schedule_finds_its_claude_code_session_on_the_standard_library() -> None:
     """faces/cli_relay.py asks core.claude_code for the session of a Claude Code schedule it hands over."""
-    loaded = loaded_by(("promptyoself.faces.cli_relay", "promptyoself.core.claude_code"))
+    loaded = loaded_by(("promptyoself.faces.cli_relay", "promptyoself.targets.claude_code.session"))
     outside = sorted(m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names
                      and m.split(".")[0] != "promptyoself")
     assert outside == []

@@ -197,11 +197,28 @@ def test_every_error_code_is_documented(doc):
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
+    """The CLI's commands, with the installed targets' own (``promptyoself claude-code install``: their
+    plug-in's ``cli``), each with its parser."""
+    from promptyoself.targets import registry
+
     parser = cli.build_parser()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    raise AssertionError("the CLI has no subcommands")
+            found = dict(action.choices)
+            break
+    else:
+        raise AssertionError("the CLI has no subcommands")
+    for name in registry.names():
+        hook = getattr(registry.plugin(name), "cli", None)
+        if hook is not None and name not in found:
+            own = argparse.ArgumentParser(prog=f"promptyoself {name}")
+            hook(own)
+            for sub in own._actions:
+                if isinstance(sub, argparse._SubParsersAction):
+                    for child in sub.choices.values():  # `NAME install`'s flags are documented under NAME
+                        own._actions.extend(a for a in child._actions if a.option_strings)
+            found[name] = own
+    return found
 
 
 def cli_sections() -> dict[str, str]:

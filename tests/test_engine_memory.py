@@ -20,7 +20,7 @@ from promptyoself.delivery.attempt import Claim, attempt
 from promptyoself.delivery.clock import rearm_recurring
 from promptyoself.delivery.loop import Executor
 from promptyoself.deps import Deps
-from promptyoself.errors import LettaUnavailable, NotSent
+from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
@@ -43,7 +43,7 @@ class FakeTarget:
 
     async def send(self, occ: Occurrence, fence: Fence) -> Sent:
         if self.down:
-            raise LettaUnavailable("the fake is down", transient=True, in_doubt=False)
+            raise TargetUnavailable("the fake is down", transient=True, in_doubt=False)
         if not fence():
             raise NotSent("fenced")
         with self._lock:
@@ -51,7 +51,7 @@ class FakeTarget:
             lose = self.lose_answers > 0
             self.lose_answers -= lose
         if lose:
-            raise LettaUnavailable("the answer was lost", transient=True, in_doubt=True)
+            raise TargetUnavailable("the answer was lost", transient=True, in_doubt=True)
         return Sent(route="fake", run_id=f"run-{len(self.received)}")
 
     async def lookup(self, occ: Occurrence) -> Found:
@@ -60,7 +60,7 @@ class FakeTarget:
 
     async def probe(self) -> None:
         if self.down:
-            raise LettaUnavailable("the fake is down")
+            raise TargetUnavailable("the fake is down")
 
     def readiness(self) -> str:
         return "fake: ready"
@@ -122,7 +122,7 @@ def test_an_outage_costs_time_not_prompts(tmp_path: Path, target: FakeTarget, cl
     assert [r.outcome for r in drain(deps)] == ["retry"]
     row = mem.get(sid)
     assert row.state == "active" and row.due_at is not None and row.due_at > T0
-    assert row.last_error is not None and row.last_error.startswith("letta_unavailable")
+    assert row.last_error is not None and row.last_error.startswith("target_unavailable")
     target.down = False
     assert mem.resume_waiting(clock.now) == 1  # what the outage probe does once the target answers
     assert [r.outcome for r in drain(deps)] == ["delivered"]

@@ -13,7 +13,8 @@ import pytest
 
 from promptyoself.config import Settings
 from promptyoself.core import health
-from promptyoself.errors import LettaAuth, LettaUnavailable
+from promptyoself.errors import TargetUnavailable
+from promptyoself.letta.errors import LettaAuth
 from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
@@ -48,7 +49,7 @@ class Probed:
 
 @pytest.fixture
 def probed(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Probed]]:
-    monkeypatch.setattr(health, "WATCHED", {})  # only the targets the test names: no real receiver asked
+    monkeypatch.setattr(health, "watched", lambda _s: {})  # only the targets the test names: no real receiver asked
     Probed.problem, Probed.probes, Probed.closed = None, 0, 0
     registry.register("probed", Probed)
     yield Probed
@@ -69,7 +70,7 @@ def test_a_target_with_active_schedules_is_probed_through_its_plug_in(tmp_path: 
 
 
 def test_a_failed_probe_is_a_reason_and_the_answer_is_cached(tmp_path: Path, probed: type[Probed]) -> None:
-    probed.problem = LettaUnavailable("the receiver does not answer")
+    probed.problem = TargetUnavailable("the receiver does not answer")
     core = checked(tmp_path)
     lines, reasons = health.target_readiness(core, {"probed": (1, 0)})
     assert lines == {"probed": "probed: not ready"}
@@ -83,10 +84,11 @@ def test_a_failed_probe_is_a_reason_and_the_answer_is_cached(tmp_path: Path, pro
     assert probed.probes == 2
 
 
-def test_the_built_in_targets_keep_their_codes() -> None:
-    assert health._reason("letta", LettaAuth("refused"))["code"] == "letta_auth"
-    assert health._reason("letta", LettaUnavailable("down"))["code"] == "letta_unreachable"
-    assert health._reason("letta-code", LettaUnavailable("down"))["code"] == "letta_code_unreachable"
-    assert health._reason("claude-code", LettaUnavailable("no claude"))["code"] == "claude_code_unready"
-    assert health._reason("webhook", RuntimeError("boom"))["message"] == "webhook probe failed: boom"
-    assert set(health.WATCHED) <= set(registry.names())  # health reports on registered targets only
+def test_the_built_in_targets_keep_their_codes(tmp_path: Path) -> None:
+    s = checked(tmp_path).settings
+    assert health._reason("letta", LettaAuth("refused"), s)["code"] == "letta_auth"
+    assert health._reason("letta", TargetUnavailable("down"), s)["code"] == "letta_unreachable"
+    assert health._reason("letta-code", TargetUnavailable("down"), s)["code"] == "letta_code_unreachable"
+    assert health._reason("claude-code", TargetUnavailable("no claude"), s)["code"] == "claude_code_unready"
+    assert health._reason("webhook", RuntimeError("boom"), s)["message"] == "webhook probe failed: boom"
+    assert set(health.watched(s)) == set(registry.names())  # every installed target, from its plug-in

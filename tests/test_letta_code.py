@@ -21,12 +21,12 @@ import pytest
 from sqlalchemy import update
 from websockets.sync.client import connect
 
-from promptyoself.core import letta_code
 from promptyoself.core.health import assess
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable
+from promptyoself.errors import AgentNotFound, InvalidArgument, TargetUnavailable
 from promptyoself.faces.delivery import run_once_result
-from promptyoself.letta.code import LettaCodeClient, endpoints, message_id_for
 from promptyoself.store.db import Schedule
+from promptyoself.targets.letta_code import install as letta_code
+from promptyoself.targets.letta_code.client import LettaCodeClient, endpoints, message_id_for
 from testkit.fake_letta_code import FakeLettaCode
 from tests.helpers_delivery import add_schedule, child_env, get, history, make_core, wait_until
 from tests.procs import free_port
@@ -68,7 +68,7 @@ def test_a_server_that_is_down_is_transient_and_never_in_doubt() -> None:
     client = LettaCodeClient(f"ws://127.0.0.1:{free_port()}", timeout=2)
     for call in (client.probe, client.list_agents,
                  lambda: client.send("agent-local-x", "hi", otid="promptyoself-1-1")):
-        with pytest.raises(LettaUnavailable) as err:
+        with pytest.raises(TargetUnavailable) as err:
             call()
         assert err.value.details.get("in_doubt") is False and "LETTA_CODE_URL" in err.value.message
 
@@ -119,7 +119,7 @@ def test_a_local_agent_goes_to_letta_code_and_is_checked_there_not_at_letta_base
 def test_without_letta_code_url_a_local_agent_is_not_sent_to_letta_cloud(tmp_path: Path) -> None:
     c = make_core(tmp_path / "n.db", letta_base_url="https://api.letta.com")
     try:
-        with pytest.raises(LettaUnavailable, match="LETTA_CODE_URL"):
+        with pytest.raises(TargetUnavailable, match="LETTA_CODE_URL"):
             c.schedule_time("x", "in 5m", agent_id="agent-local-00000000-0000-0000-0000-000000000001")
     finally:
         c.close()

@@ -1,5 +1,5 @@
 """The fake App Server (``testkit.fake_letta_code``) agrees with the real Letta Code 0.34.12: one
-scenario, run against both, through our client (``promptyoself.letta.code``) and raw frames.
+scenario, run against both, through our client (``promptyoself.targets.letta_code.client``) and raw frames.
 
 probe, agents, a send held until its turn finished, the message in the history with our otid, a
 duplicate ``client_message_id`` acknowledged as ``started`` and then nothing, a socket dropped
@@ -24,8 +24,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from promptyoself.errors import AgentNotFound, LettaUnavailable
-from promptyoself.letta.code import LettaCodeClient
+from promptyoself.errors import AgentNotFound, TargetUnavailable
+from promptyoself.targets.letta_code.client import LettaCodeClient
 from testkit.fake_letta_code import FakeLettaCode
 from tests.helpers_delivery import wait_until
 from tests.letta_code_harness import Harness, harness_dir
@@ -158,7 +158,7 @@ def test_fake_and_real_agree(app_server: Server) -> None:
     while client.pending(agent, None, dropped) and time.monotonic() < settle:
         time.sleep(0.1)
     burned = f"promptyoself-burned-{uuid.uuid4().hex[:8]}"
-    with pytest.raises(LettaUnavailable) as caught:
+    with pytest.raises(TargetUnavailable) as caught:
         client.send(agent, "while blocked", otid=burned)
     blocked = caught.value
     assert blocked.details.get("in_doubt") is True and blocked.details.get("busy") is True

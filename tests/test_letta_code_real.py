@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from promptyoself.letta.code import LettaCodeClient
 from promptyoself.store.db import Delivery, Schedule
+from promptyoself.targets.letta_code.client import LettaCodeClient
 from tests.helpers_delivery import child_env, kill_all, make_core, wait_until
 from tests.letta_code_harness import Harness, harness_dir
 
@@ -152,7 +152,7 @@ def cli(*args: str, db: Path, url: str) -> tuple[int, dict]:
 def test_install_survives_the_running_server_and_uninstall_removes_it(agents: Agents) -> None:
     """Issue 32 point 4: install while the App Server runs exits 0 (the skill at once, the MCP entry
     queued); a watcher adds the entry once the server stops, and the server's next turns keep it."""
-    from promptyoself.core import letta_code
+    from promptyoself.targets.letta_code import install as letta_code
 
     h = agents.harness
     home = str(h.letta_home)

@@ -17,7 +17,7 @@ import pytest
 
 from promptyoself.delivery.attempt import IN_DOUBT_PREFIX, Claim, otid_for
 from promptyoself.delivery.recorder import deliver
-from promptyoself.errors import LettaUnavailable
+from promptyoself.errors import TargetUnavailable
 from promptyoself.letta.client import IN_DOUBT, LettaClient
 from promptyoself.store.claims import claim_due
 from testkit.fake_letta import FakeLetta
@@ -168,14 +168,14 @@ def test_client_says_when_a_send_may_have_arrived(exc: Exception, doubt: bool) -
     def handler(request: httpx.Request) -> httpx.Response:
         raise exc
 
-    with pytest.raises(LettaUnavailable) as info:
+    with pytest.raises(TargetUnavailable) as info:
         client_for(handler).send_message(AGENT, "hi", otid="k")
     assert info.value.details[IN_DOUBT] is doubt
 
 
 @pytest.mark.parametrize(("status", "doubt"), [(500, False), (503, False), (429, False), (502, True), (504, True)])
 def test_client_status_doubt(status: int, doubt: bool) -> None:
-    with pytest.raises(LettaUnavailable) as info:
+    with pytest.raises(TargetUnavailable) as info:
         client_for(lambda r: httpx.Response(status, json={"detail": "x"})).send_message(AGENT, "hi", otid="k")
     assert bool(info.value.details.get(IN_DOUBT)) is doubt
 
@@ -395,7 +395,7 @@ def test_the_settle_time_counts_from_the_write(fake: FakeLetta) -> None:
         return True
 
     fake.fail_next(1, "slow")  # answered (and recorded) after the client's timeout
-    with LettaClient(fake.url, timeout=0.6) as client, pytest.raises(LettaUnavailable) as info:
+    with LettaClient(fake.url, timeout=0.6) as client, pytest.raises(TargetUnavailable) as info:
         client.send_message(fake.agent_ids[0], "p", otid="o-1", guard=slow_to_write)
     err = info.value
     assert err.details[IN_DOUBT] is True

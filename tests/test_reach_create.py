@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from promptyoself.core import claude_code
 from promptyoself.core.operations import Core
 from promptyoself.errors import InvalidArgument
 from promptyoself.faces.mcp import build_server
 from promptyoself.store import schedules
+from promptyoself.targets.claude_code import session as claude_code
 from tests.conftest import FIXED_NOW, make_settings
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from promptyoself.delivery.retry import FENCED, MAX_RETRY_AFTER, Decision, RetryPolicy
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent, StillPending
+from promptyoself.errors import AgentNotFound, InvalidArgument, NotSent, StillPending, TargetAuth, TargetUnavailable
 from promptyoself.letta.client import LettaClient
 
 AGENT = "agent-00000000-0000-4000-8000-000000000001"
@@ -32,11 +32,11 @@ def send_error(status: int, headers: dict[str, str] | None = None) -> BaseExcept
 @pytest.mark.parametrize(
     ("status", "kind", "cls"),
     [
-        (500, "retry", LettaUnavailable),
-        (503, "retry", LettaUnavailable),
-        (429, "retry", LettaUnavailable),
-        (401, "retry", LettaAuth),
-        (403, "retry", LettaAuth),
+        (500, "retry", TargetUnavailable),
+        (503, "retry", TargetUnavailable),
+        (429, "retry", TargetUnavailable),
+        (401, "retry", TargetAuth),
+        (403, "retry", TargetAuth),
         (422, "paused", InvalidArgument),
     ],
 )
@@ -44,7 +44,7 @@ def test_client_errors_map_onto_the_policy(status: int, kind: str, cls: type[Bas
     exc = send_error(status)
     assert isinstance(exc, cls)
     decision = make().decide(exc, 1, late=0.0, in_doubt=False)
-    assert decision.kind == kind and decision.auth == (cls is LettaAuth)
+    assert decision.kind == kind and decision.auth == (cls is TargetAuth)
     assert decision.text.startswith(f"{exc.code}: ")  # type: ignore[attr-defined]
     assert (decision.delay is not None) == (kind == "retry")
 
@@ -60,23 +60,23 @@ def test_the_policy_decides_every_failure_of_a_send() -> None:
     assert pending.kind == "retry" and pending.text == "in_doubt: still_pending: runs pending"
     # a reset after the request was written: in doubt, and no sooner than the settle time
     settled = RetryPolicy(base=0.01, cap=0.01, settle=30.0)
-    reset = settled.decide(LettaUnavailable("reset", in_doubt=True), 1, late=0.0, in_doubt=False)
+    reset = settled.decide(TargetUnavailable("reset", in_doubt=True), 1, late=0.0, in_doubt=False)
     assert reset.kind == "retry" and reset.text.startswith("in_doubt: ") and reset.delay == 30.0
     # ... counted from the write: a request written 2.5 s after it started (a slow connect) waits 2.5 s more
-    slow_connect = LettaUnavailable("timeout", in_doubt=True, written_after=2.5)
+    slow_connect = TargetUnavailable("timeout", in_doubt=True, written_after=2.5)
     assert settled.decide(slow_connect, 1, late=0.0, in_doubt=False).delay == 32.5
     for nonsense in (True, -1.0, "2"):  # only a positive number counts
-        odd = LettaUnavailable("timeout", in_doubt=True, written_after=nonsense)
+        odd = TargetUnavailable("timeout", in_doubt=True, written_after=nonsense)
         assert settled.decide(odd, 1, late=0.0, in_doubt=False).delay == 30.0
     # transient failures give up at max_attempts (counting only those that count) or past the grace
-    down = LettaUnavailable("down")
+    down = TargetUnavailable("down")
     assert p.decide(down, 3, late=0.0, in_doubt=False).kind == "failed"
     assert p.decide(down, 3, late=0.0, in_doubt=False, counted_attempts=1).kind == "retry"
     late = RetryPolicy(base=1.0, cap=1.0, grace=3600.0).decide(down, 1, late=3600.0, in_doubt=False)
     assert late.kind == "failed" and "1h late, PROMPTYOSELF_MISFIRE_GRACE=1:00:00" in late.text
     # credentials refused: never given up, whatever the count
-    refused = p.decide(LettaAuth("no"), 99, late=0.0, in_doubt=False)
-    assert (refused.kind, refused.text, refused.auth) == ("retry", "letta_auth: no", True) and refused.delay
+    refused = p.decide(TargetAuth("no"), 99, late=0.0, in_doubt=False)
+    assert (refused.kind, refused.text, refused.auth) == ("retry", "target_auth: no", True) and refused.delay
 
 
 def test_unknown_agent_pauses() -> None:
@@ -101,7 +101,7 @@ def test_backoff_doubles_with_jitter_in_the_upper_half_and_caps() -> None:
 
 def test_retry_after_is_honoured_when_longer_and_bounded() -> None:
     exc = send_error(429, {"Retry-After": "120"})
-    assert isinstance(exc, LettaUnavailable)
+    assert isinstance(exc, TargetUnavailable)
     retry_after = exc.details["retry_after"]
     assert retry_after == 120.0
     p = make()

@@ -15,12 +15,12 @@ import httpx
 import pytest
 
 from promptyoself.config import Settings
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable, NotSent
+from promptyoself.errors import AgentNotFound, InvalidArgument, NotSent, TargetUnavailable
 from promptyoself.letta.client import IN_DOUBT, AsyncLettaClient
 from promptyoself.targets import registry
 from promptyoself.targets.base import DeliveryTarget, Fence, Found, Occurrence, Sent
-from promptyoself.targets.letta_code import LettaCodeTarget
-from promptyoself.targets.letta_rest import LettaRestTarget
+from promptyoself.targets.letta.target import LettaRestTarget
+from promptyoself.targets.letta_code.target import LettaCodeTarget
 
 AGENT = "agent-11111111-2222-3333-4444-555555555555"
 DUE = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
@@ -157,8 +157,8 @@ def test_rest_send_behind_a_closed_fence_writes_nothing(tmp_path: Path) -> None:
     assert letta.bodies == []
 
 
-@pytest.mark.parametrize(("status", "error", "doubt"), [(503, LettaUnavailable, False),
-                                                         (504, LettaUnavailable, True),
+@pytest.mark.parametrize(("status", "error", "doubt"), [(503, TargetUnavailable, False),
+                                                         (504, TargetUnavailable, True),
                                                          (404, AgentNotFound, None)])
 def test_rest_failures_map_onto_the_error_tree(tmp_path: Path, status: int, error: type[Exception],
                                                doubt: bool | None) -> None:
@@ -178,7 +178,7 @@ def test_letta_code_without_a_url_is_unavailable_not_dropped(tmp_path: Path) -> 
     target = LettaCodeTarget(settings(tmp_path))
     assert "LETTA_CODE_URL not set" in target.readiness()
     for call in (target.send(occurrence(), lambda: True), target.lookup(occurrence()), target.probe()):
-        with pytest.raises(LettaUnavailable):
+        with pytest.raises(TargetUnavailable):
             asyncio.run(call)
     asyncio.run(target.aclose())
 
@@ -273,34 +273,6 @@ def test_rest_target_writes_each_request_in_the_same_loop_turn_as_its_last_fence
     assert [events[n + 1] for n in last.values()] == ["write"] * 8, events
 
 
-def test_the_worked_example_of_docs_architecture_is_a_working_target(tmp_path: Path) -> None:
-    import re
-    import types
-
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n# targets/jsonl.py[^\n]*\n(.*?)```", doc, re.S)
-    assert code is not None
-    module = types.ModuleType("jsonl_example")
-    exec(compile(code.group(1), "jsonl_example", "exec"), module.__dict__)
-    registry.register("jsonl", module.JsonlTarget)
-    try:
-        target = registry.create("jsonl", settings(tmp_path))
-        occ = occurrence()
-
-        async def scenario() -> tuple[Found, Found]:
-            with pytest.raises(NotSent):
-                await target.send(occ, lambda: False)
-            before = await target.lookup(occ)
-            await target.send(occ, lambda: True)
-            await target.probe()
-            return before, await target.lookup(occ)
-
-        assert asyncio.run(scenario()) == (Found("absent"), Found("found"))
-        assert isinstance(target, DeliveryTarget) and "JSON lines at" in target.readiness()
-    finally:
-        registry.unregister("jsonl")
-
-
 def test_the_async_clients_answer_reads_as_the_routes_expect() -> None:
     """``_Read`` (what aiohttp's answer becomes) gives the routes what ``httpx.Response`` gave them:
     case-insensitive headers (a 429's Retry-After), JSON, text in the answer's charset or UTF-8, and
@@ -310,11 +282,11 @@ def test_the_async_clients_answer_reads_as_the_routes_expect() -> None:
     from promptyoself.letta.client import _object, _Read, raise_for_letta
 
     busy = _Read(429, CIMultiDictProxy(CIMultiDict({"Retry-After": "7"})), b'{"detail": "slow down"}', None)
-    with pytest.raises(LettaUnavailable) as err:
+    with pytest.raises(TargetUnavailable) as err:
         raise_for_letta(busy)
     assert err.value.details["retry_after"] == 7.0
     assert _Read(200, CIMultiDictProxy(CIMultiDict()), "ü".encode("latin-1"), "latin-1").text == "ü"
     assert _Read(200, CIMultiDictProxy(CIMultiDict()), "ü".encode(), "no-such-charset").text == "ü"
-    with pytest.raises(LettaUnavailable, match="without a JSON object"):
+    with pytest.raises(TargetUnavailable, match="without a JSON object"):
         _object(_Read(200, CIMultiDictProxy(CIMultiDict()), b"<html>", "utf-8"))
     assert _object(_Read(200, CIMultiDictProxy(CIMultiDict()), b'{"id": "x"}', None)) == {"id": "x"}

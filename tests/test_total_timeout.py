@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from promptyoself.errors import LettaUnavailable
+from promptyoself.errors import TargetUnavailable
 from promptyoself.letta.client import LettaClient
 
 pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
@@ -86,7 +86,7 @@ def test_a_trickled_send_gives_up_at_the_deadline(trickler: Trickler) -> None:
     client = LettaClient(f"http://127.0.0.1:{trickler.port}", timeout=TIMEOUT)
     error = gives_up(lambda: client.send_message(AGENT, "hi", otid="k-1"))
     client.close()
-    assert isinstance(error, LettaUnavailable), error
+    assert isinstance(error, TargetUnavailable), error
     assert error.details.get("in_doubt") is True  # written, then no whole answer: ask before resending
 
 
@@ -94,5 +94,5 @@ def test_a_trickled_read_gives_up_at_the_deadline(trickler: Trickler) -> None:
     client = LettaClient(f"http://127.0.0.1:{trickler.port}", timeout=TIMEOUT)
     for _ in range(2):  # a new connection, then (where one was kept) a kept one
         error = gives_up(lambda: client.list_agents(limit=1))
-        assert isinstance(error, LettaUnavailable) and "did not answer in time" in str(error), error
+        assert isinstance(error, TargetUnavailable) and "did not answer in time" in str(error), error
     client.close()

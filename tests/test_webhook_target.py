@@ -14,9 +14,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from promptyoself.config import ConfigError, Settings, WebhookEndpoint, webhook_endpoints
-from promptyoself.errors import InvalidArgument, LettaUnavailable, NotSent, TargetGone, TargetRejected
+from promptyoself.errors import InvalidArgument, NotSent, TargetGone, TargetRejected, TargetUnavailable
 from promptyoself.targets.base import DeliveryTarget, Occurrence
-from promptyoself.targets.webhook import EVENT_TYPE, WebhookTarget, choose_endpoint
+from promptyoself.targets.webhook.target import EVENT_TYPE, WebhookTarget, choose_endpoint
 from testkit.webhook_receiver import WebhookReceiver
 
 OLD = "whsec_" + base64.b64encode(b"old-secret-0123456789abcdef").decode()
@@ -131,7 +131,7 @@ async def test_other_refusals_fail_the_occurrence_with_the_status(status: int) -
 
 @pytest.mark.parametrize("status", [429, 500, 503])
 async def test_busy_or_broken_is_transient_and_retry_after_is_passed_on(status: int) -> None:
-    with pytest.raises(LettaUnavailable) as caught:
+    with pytest.raises(TargetUnavailable) as caught:
         await target(lambda r: httpx.Response(status, headers={"Retry-After": "42"})).send(occ(), yes)
     assert caught.value.details["retry_after"] == 42.0 and caught.value.details["http_status"] == status
 
@@ -145,7 +145,7 @@ async def test_no_secret_in_any_error() -> None:
     def boom(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
 
-    with pytest.raises(LettaUnavailable) as caught:
+    with pytest.raises(TargetUnavailable) as caught:
         await target(boom).send(occ(), yes)
     assert NEW not in json.dumps(caught.value.to_dict()) and caught.value.details["in_doubt"] is False
 
@@ -180,7 +180,7 @@ async def test_a_receiver_that_never_answers_is_cut_at_the_whole_request_timeout
         rx.hold_next()
         eps = {"default": WebhookEndpoint("default", rx.url, (NEW,))}
         t = WebhookTarget(Settings(PROMPTYOSELF_LETTA_TIMEOUT=0.5), endpoints=eps)  # type: ignore[call-arg]
-        with pytest.raises(LettaUnavailable) as caught:
+        with pytest.raises(TargetUnavailable) as caught:
             await t.send(occ(), yes)
         rx.release()
         await t.aclose()

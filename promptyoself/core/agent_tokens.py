@@ -5,7 +5,7 @@ Two kinds of bearer token reach the service:
 * the **operator token** (``PROMPTYOSELF_HTTP_TOKEN`` or its token file): the console, approvals,
   policy, every agent's schedules;
 * an **agent token** (``pys_agent_...``), minted per agent by ``promptyoself letta install-tools``,
-  ``promptyoself letta-code install`` or ``promptyoself token mint``: that agent's own schedules only
+  a target's installer or ``promptyoself token mint``: that agent's own schedules only
   (create, list, history, pause, resume, cancel). Naming another agent or asking for an operator-only
   action is ``Forbidden`` (HTTP 403); another agent's schedule id is ``NotFound`` (404, so ids of
   other agents are not revealed).
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the store loads on first use: an MCP server's start-up impo
 
 class Core(Protocol):
     """What these functions need of ``promptyoself.core.operations.Core`` (named here without
-    importing it: the core's ``letta_code`` module mints tokens)."""
+    importing it: target installers mint tokens)."""
 
     @property
     def store(self) -> Store: ...

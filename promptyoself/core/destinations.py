@@ -1,33 +1,34 @@
-"""Where a new schedule goes (issue 31): its agent id, target, conversation and target options.
+"""Where a new schedule goes (DESIGN §14): its target plug-in, agent id and target options.
 
-- ``letta`` / ``letta-code``: as before (``core.letta_code.choose_target``).
-- ``webhook``: an endpoint the operator configured (``endpoint``, default ``default``); refused at
-  creation with ``reason: endpoint_unknown`` when it is not. ``agent_id`` is any id the receiver
-  understands (default ``webhook-<endpoint>``).
-- ``claude-code``: a Claude Code session (``session_id`` and ``cwd``, else the session this process
-  runs in: ``core.claude_code.detect``). Called from inside Claude Code with no target and no agent
-  id, a schedule goes back to that session.
+1. The target: the one the call names (``target``); else the first plug-in, by name, that takes the
+   options given and ``claims`` the call (from inside an agent CLI's session, an agent only one target
+   holds); else ``registry.DEFAULT``.
+2. Its options: ``target_options`` with the top-level aliases merged in, validated by the plug-in's own
+   model (an unknown key or a bad value is ``InvalidArgument`` naming ``target_options.<key>``; nothing
+   is stored).
+3. The plug-in's ``destination`` turns the call into an agent id and the options stored with the
+   schedule, or says what to pass.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from promptyoself.config import webhook_endpoints
-from promptyoself.core import claude_code
-from promptyoself.core.letta_code import choose_target
+from pydantic import ValidationError
+
 from promptyoself.errors import InvalidArgument
+from promptyoself.targets import registry
+from promptyoself.targets.base import Call, TargetPlugin
 
 if TYPE_CHECKING:
     from promptyoself.core.agents import CallContext
     from promptyoself.core.options import ScheduleOptions
 
-WEBHOOK = "webhook"
-CLAUDE_CODE = claude_code.TARGET
-ALL_TARGETS = ("letta", "letta-code", CLAUDE_CODE, WEBHOOK)
+ALIASES = ("conversation_id", "endpoint", "session_id", "cwd")
+"""The top-level schedule options from before ``target_options`` (each is an option of one target)."""
 
 
 @dataclass(frozen=True)
@@ -36,49 +37,83 @@ class Destination:
     target: str
     conversation_id: str | None = None
     options: str | None = None  # JSON object (schedules.target_options)
-    validate: bool = False  # ask the target whether the agent exists (the Letta targets)
+    validate: bool = False  # ask the plug-in whether the agent exists
 
 
-_given = claude_code.given
+def given(value: object) -> bool:
+    """An argument that says something: not None and not a blank string."""
+    return value is not None and not (isinstance(value, str) and not value.strip())
 
 
-def destination(options: ScheduleOptions, ctx: CallContext | None, resolve_agent: Any, settings: Any,
-                environ: Mapping[str, str] | None = None) -> Destination:
-    """The destination of a scheduling call's ``options``; ``resolve_agent(agent_id, ctx)`` is the
-    core's agent inference (for the Letta targets, and a webhook's explicit id)."""
-    raw: object = options.target
+def _plugins() -> list[TargetPlugin]:
+    found = []
+    for name in registry.names():
+        try:
+            found.append(registry.plugin(name))
+        except InvalidArgument:
+            continue  # a plug-in that does not load claims nothing (health says why)
+    return found
+
+
+def _named(raw: object) -> str | None:
     if raw is not None and not isinstance(raw, str):
-        raise InvalidArgument(f"target must be one of {', '.join(ALL_TARGETS)}.")
-    target = (raw or "").strip().lower() or None
-    if target is not None and target not in ALL_TARGETS:
-        raise InvalidArgument(f"target must be one of {', '.join(ALL_TARGETS)}, not {target[:40]!r}.")
-    endpoint, session_id, cwd = options.endpoint, options.session_id, options.cwd
-    explicit_agent = options.agent_id
-    if target is None and claude_code.goes_to_session(explicit_agent, endpoint, session_id, environ):
-        target = CLAUDE_CODE  # from inside a Claude Code session, with nothing else said: back to it
-    if target != WEBHOOK and _given(endpoint):
-        raise InvalidArgument("endpoint applies to webhook schedules only (target 'webhook').")
-    if target != CLAUDE_CODE and (_given(session_id) or _given(cwd)):
-        raise InvalidArgument("session_id and cwd apply to Claude Code schedules only (target 'claude-code').")
-    if target == WEBHOOK:
-        from promptyoself.targets.webhook import choose_endpoint
-
-        name = choose_endpoint(endpoint, webhook_endpoints())
-        agent = resolve_agent(explicit_agent, ctx) if _given(explicit_agent) else f"webhook-{name}"
-        _no_conversation(options)
-        return Destination(agent, WEBHOOK, None, json.dumps({"endpoint": name}, separators=(",", ":")))
-    if target == CLAUDE_CODE:
-        session = claude_code.session_for(session_id, cwd, environ)
-        agent = (resolve_agent(explicit_agent, ctx) if _given(explicit_agent)
-                 else claude_code.agent_id_for(session.session_id))
-        _no_conversation(options)
-        opts = {"session_id": session.session_id, "cwd": session.cwd}
-        return Destination(agent, CLAUDE_CODE, None, json.dumps(opts, separators=(",", ":")))
-    agent = resolve_agent(explicit_agent, ctx)
-    chosen, conversation = choose_target(agent, target, options.conversation_id, settings)
-    return Destination(agent, chosen, conversation, None, validate=True)
+        raise InvalidArgument(f"target must be one of {', '.join(registry.names())}.")
+    name = (raw or "").strip().lower() or None
+    if name is not None and name not in registry.names():
+        raise InvalidArgument(f"target must be one of {', '.join(registry.names())}, not {name[:40]!r}.",
+                              reason="unknown_target")
+    return name
 
 
-def _no_conversation(options: ScheduleOptions) -> None:
-    if _given(options.conversation_id):
-        raise InvalidArgument("conversation_id applies to Letta Code schedules only (target 'letta-code').")
+def _owner(alias: str, plugins: list[TargetPlugin]) -> TargetPlugin | None:
+    return next((p for p in plugins if alias in p.aliases), None)
+
+
+def _validated(plugin: TargetPlugin, values: dict[str, Any]) -> Any:
+    try:
+        return plugin.options.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in first["loc"]) or "target_options"
+        known = ", ".join(plugin.options.model_fields) or "none"
+        raise InvalidArgument(f"target_options.{where}: {first['msg']} (target {plugin.name!r} takes: {known}).",
+                              reason="bad_target_option") from None
+
+
+def destination(options: ScheduleOptions, ctx: CallContext | None, resolve_agent: Callable[..., str],
+                settings: Any, environ: Mapping[str, str] | None = None, *, operator: bool = True) -> Destination:
+    """The destination of a scheduling call's ``options``; ``resolve_agent(agent_id, ctx)`` is the
+    core's agent inference."""
+    name = _named(options.target)
+    aliased = {a: getattr(options, a) for a in ALIASES if given(getattr(options, a))}
+    plugins = _plugins() if name is None or aliased else []
+    extra = dict(options.target_options or {})
+
+    def agent() -> str:
+        return resolve_agent(options.agent_id, ctx)
+
+    if name is None:
+        for candidate in plugins:
+            if candidate.name == registry.DEFAULT or not set(aliased) <= set(candidate.aliases):
+                continue
+            try:
+                model = candidate.options.model_validate({**extra, **aliased})
+            except ValidationError:
+                continue
+            if candidate.claims(Call(options.agent_id, model, settings, agent, environ, operator)):
+                name = candidate.name
+                break
+    plugin = registry.plugin(name)
+    for alias, value in aliased.items():
+        if alias not in plugin.aliases:
+            owner = _owner(alias, plugins or _plugins())
+            where = f"{owner.name} schedules only (target '{owner.name}')" if owner else "no installed target"
+            raise InvalidArgument(f"{alias} applies to {where}.")
+        if alias in extra and extra[alias] != value:
+            raise InvalidArgument(f"{alias} is given twice with different values (as an option and in "
+                                  "target_options): give it once.")
+        extra[alias] = value
+    model = _validated(plugin, extra)
+    dest = plugin.destination(Call(options.agent_id, model, settings, agent, environ, operator))
+    stored = json.dumps(dict(dest.options), separators=(",", ":")) if dest.options else None
+    return Destination(dest.agent_id, plugin.name, dest.conversation_id, stored, dest.validate)

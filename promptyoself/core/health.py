@@ -10,12 +10,12 @@ repairs it. The checks:
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
 * The targets: every target configured here or with active schedules is made by its plug-in
   (``targets.registry``) and asked ``probe()`` through the ``DeliveryTarget`` protocol; ``readiness``
-  has its one line. A failed probe is ``letta_unreachable`` / ``letta_auth`` (the Letta REST API: the
-  default target unless ``LETTA_CODE_URL`` is set), ``letta_code_unreachable`` (the App Server does not
-  answer, or schedules go to Letta Code and ``LETTA_CODE_URL`` is not set), ``claude_code_unready``
-  (the claude binary is missing or does not run), ``webhook_unreachable`` (a configured endpoint does
-  not answer) or ``target_unreachable`` (a target registered beyond these). Each answer is cached for
+  has its one line. A failed probe is the reason its plug-in's ``watch`` names (``letta_unreachable``,
+  or the target's own auth code such as ``letta_auth``; each built-in target's code is in its docs),
+  ``target_unreachable`` for a plug-in that names none. Each answer is cached for
   ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+* ``target_plugin_broken``: an installed target's plug-in does not load (``promptyoself targets``
+  shows its error); schedules for it wait, nothing else is affected.
 * ``database_read_only`` (down): the database cannot be written because it is read-only: a SQLite
   file, ``-wal`` or ``-shm`` this process may not write (``chattr +i``, a read-only mount, its
   permissions), a PostgreSQL standby or read-only transaction. Reads still work, so without this
@@ -40,17 +40,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
 from promptyoself.core.results import HealthReason as Reason
-from promptyoself.core.results import HealthResult, ReadyResult
+from promptyoself.core.results import HealthResult, ReadyResult, TargetInfo, TargetsResult
 from promptyoself.deps import DeliveryHealth, DeliveryView
-from promptyoself.errors import LettaAuth, PromptYoSelfError
+from promptyoself.errors import PromptYoSelfError, TargetAuth
+from promptyoself.targets.base import Watch
 
 if TYPE_CHECKING:
     from promptyoself.store.db import Store
@@ -74,9 +73,8 @@ FIX_DB = (
     "Check PROMPTYOSELF_DB (the file's directory must be writable; a PostgreSQL server must be up and "
     "the database must exist), then run `promptyoself health` again."
 )
-FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
-FIX_LETTA_CODE = ("Start the Letta Code App Server (letta server --listen ws://127.0.0.1:4500) and set "
-                  "LETTA_CODE_URL to it; see docs/letta-code.md.")
+FIX_PLUGIN = ("Reinstall or remove the distribution that declares it (entry point group promptyoself.targets); "
+              "`promptyoself targets` shows the error.")
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
 FIX_WRITE = (
     "Make the database writable again (free disk space, a writable file and folder, a primary PostgreSQL "
@@ -96,9 +94,6 @@ RECENT_ATTEMPTS = 50
 WRITE_CODES = ("database_read_only", "database_write_failed")
 """The reasons that mean nothing can be written: health is down and delivery has stopped."""
 
-FIX_CLAUDE = ("Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set PROMPTYOSELF_CLAUDE_BIN to the "
-              "claude executable the delivery worker can run; see docs/claude-code.md.")
-FIX_WEBHOOK = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
 FIX_TARGET = "Check the target's receiver and its settings, then run `promptyoself health` again."
 PROBE_WAIT = 30.0
 """Seconds health waits for a target's probe."""
@@ -106,34 +101,22 @@ PROBE_WAIT = 30.0
 _probe_lock = threading.Lock()
 
 
-def _webhooks_configured(settings: Settings) -> bool:
-    from promptyoself.config import webhook_endpoints
+def watch(name: str, settings: Settings) -> Watch:
+    """How health reports the target ``name``: its plug-in's ``watch`` (the generic ``target_unreachable``
+    when the plug-in does not load or its ``watch`` fails)."""
+    from promptyoself.targets import registry
 
     try:
-        return bool(webhook_endpoints())
+        return registry.plugin(name).watch(settings)
     except Exception:
-        return False
+        return Watch("target_unreachable", FIX_TARGET)
 
 
-@dataclass(frozen=True)
-class Watched:
-    """How health reports on one target: the reason's code and fix when its probe fails, and whether
-    it is configured here (a target with active schedules is probed whether or not it is)."""
+def watched(settings: Settings) -> dict[str, Watch]:
+    """``{name: Watch}`` of every installed target whose plug-in loads."""
+    from promptyoself.targets import registry
 
-    code: str
-    fix: str
-    configured: Callable[[Settings], bool]
-
-
-WATCHED: dict[str, Watched] = {
-    # the default target, unless LETTA_CODE_URL says this deployment's agents live in Letta Code
-    "letta": Watched("letta_unreachable", FIX_LETTA, lambda s: not s.letta_code_url),
-    "letta-code": Watched("letta_code_unreachable", FIX_LETTA_CODE, lambda s: bool(s.letta_code_url)),
-    "claude-code": Watched("claude_code_unready", FIX_CLAUDE, lambda s: bool(s.claude_bin)),
-    "webhook": Watched("webhook_unreachable", FIX_WEBHOOK, _webhooks_configured),
-}
-ANY_TARGET = Watched("target_unreachable", FIX_TARGET, lambda s: False)
-"""A target registered beyond the built-in ones: probed while schedules go to it."""
+    return {name: watch(name, settings) for name in registry.names() if name not in registry.problems()}
 
 
 class Checked(Protocol):
@@ -196,33 +179,68 @@ def probe_targets(names: list[str], settings: Settings) -> dict[str, tuple[str, 
         f"the {n} probe did not finish in {PROBE_WAIT:g}s"))) for n in names}
 
 
-def _reason(name: str, problem: BaseException) -> Reason:
-    watched = WATCHED.get(name, ANY_TARGET)
-    if isinstance(problem, LettaAuth) and name == "letta":
-        return Reason(code="letta_auth", message=problem.message, fix=FIX_AUTH)
+def _reason(name: str, problem: BaseException, settings: Settings) -> Reason:
+    seen = watch(name, settings)
+    if isinstance(problem, TargetAuth) and problem.code != TargetAuth.code:  # the target's own auth code
+        return Reason(code=problem.code, message=problem.message, fix=FIX_AUTH if name == "letta" else seen.fix)
     if isinstance(problem, PromptYoSelfError):
-        return Reason(code=watched.code, message=problem.message, fix=watched.fix)
-    return Reason(code=watched.code, message=f"{name} probe failed: {_first_line(problem)}", fix=watched.fix)
+        return Reason(code=seen.reason, message=problem.message, fix=seen.fix)
+    return Reason(code=seen.reason, message=f"{name} probe failed: {_first_line(problem)}", fix=seen.fix)
 
 
-def target_readiness(core: Checked, targets: dict[str, tuple[int, int]]) -> tuple[dict[str, str], list[Reason]]:
+def target_readiness(core: Checked, targets: dict[str, tuple[int, int]], *,
+                     names: list[str] | None = None) -> tuple[dict[str, str], list[Reason]]:
     """Readiness of every target that is configured here or has active schedules: one line each, and a
-    reason for each one whose probe fails (``letta_unreachable``/``letta_auth``, ``letta_code_unreachable``,
-    ``claude_code_unready``, ``webhook_unreachable``, ``target_unreachable``). Each answer is kept for
+    reason for each one whose probe fails (the code its plug-in's ``watch`` names, or the target's own auth
+    code; ``target_unreachable`` by default). ``names`` probes those instead. Each answer is kept for
     ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll."""
     settings = core.settings
-    wanted = sorted({n for n, w in WATCHED.items() if w.configured(settings)}
-                    | {n for n, (active, _) in targets.items() if active > 0})
+    in_use = {n for n, (active, _) in targets.items() if active > 0}
+    wanted = sorted(names if names is not None else {n for n, w in watched(settings).items() if w.configured} | in_use)
     cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_target_probes", None) or {}
     with _probe_lock:
         stale = [n for n in wanted
                  if n not in cache or time.monotonic() - cache[n][0] >= float(settings.health_letta_cache)]
         for name, (line, problem) in probe_targets(stale, settings).items() if stale else ():
-            cache[name] = (time.monotonic(), line, None if problem is None else _reason(name, problem))
+            cache[name] = (time.monotonic(), line, None if problem is None else _reason(name, problem, settings))
         core._target_probes = cache  # type: ignore[attr-defined]
     lines = {n: cache[n][1] for n in wanted}
     reasons = [r for n in wanted if (r := cache[n][2]) is not None]
     return lines, reasons
+
+
+def targets_report(core: Checked) -> TargetsResult:
+    """Every installed target with its options and readiness (``promptyoself targets``, the
+    ``promptyoself_targets`` tool, ``GET /api/targets``): each plug-in that loads is probed as health
+    probes the targets in use (cached the same way); one that does not load shows its error."""
+    from promptyoself.targets import registry
+
+    problems = registry.problems()
+    loaded = [n for n in registry.names() if n not in problems]
+    lines, _ = target_readiness(core, {}, names=loaded)
+    cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_target_probes", None) or {}
+    out: list[TargetInfo] = []
+    for name in registry.names():
+        if name in problems:
+            out.append(TargetInfo(name=name, summary="", default=name == registry.DEFAULT, options={}, aliases=[],
+                                  commands=False, ready=False, readiness="the plug-in does not load", reason=None,
+                                  error=problems[name]))
+            continue
+        plugin = registry.plugin(name)
+        reason = cache[name][2] if name in cache else None
+        fields = {k: str(f.description or "") for k, f in plugin.options.model_fields.items()}
+        out.append(TargetInfo(name=name, summary=plugin.summary, default=name == registry.DEFAULT, options=fields,
+                              aliases=list(plugin.aliases), commands=callable(getattr(plugin, "cli", None)),
+                              ready=reason is None, readiness=lines.get(name, ""), reason=reason, error=None))
+    return TargetsResult(status="success", targets=out, count=len(out))
+
+
+def broken_plugins() -> list[Reason]:
+    """A reason for each installed target whose plug-in does not load."""
+    from promptyoself.targets import registry
+
+    return [Reason(code="target_plugin_broken", message=f"The target {name!r} is installed but its plug-in does "
+                   f"not load: {error}", fix=FIX_PLUGIN) for name, error in sorted(registry.problems().items())]
 
 
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
@@ -320,6 +338,7 @@ def assess(core: Checked) -> HealthResult:
                 fix=FIX_LATE,
             ))
     readiness, unready = target_readiness(core, targets)
+    unready += broken_plugins()
     out["readiness"] = readiness
     reasons.extend(unready)
     jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None

@@ -40,6 +40,7 @@ from promptyoself.core.results import (
     ListResult,
     ScheduleResult,
     StateResult,
+    TargetsResult,
     delivery_record,
     iso,
     rule_views,
@@ -59,7 +60,6 @@ from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:  # imported where used: SQLAlchemy and httpx stay out of the MCP handshake
     from promptyoself.letta.client import LettaClient
-    from promptyoself.letta.code import LettaCodeClient
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
     from promptyoself.store.records import ScheduleRow
@@ -188,9 +188,6 @@ class Core:
     def letta(self) -> LettaClient:
         return self.deps.letta
 
-    @property
-    def letta_code(self) -> LettaCodeClient:
-        return self.deps.letta_code
 
     def daily_budget(self, now: datetime) -> int:
         return self.deps.daily_budget(now)
@@ -206,6 +203,12 @@ class Core:
 
     def changed(self) -> None:
         self.deps.changed()
+
+    def targets(self) -> TargetsResult:
+        """The installed targets with their options and readiness (``core.health.targets_report``)."""
+        from promptyoself.core.health import targets_report
+
+        return targets_report(self)
 
     def health(self) -> HealthResult:
         """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``
@@ -328,9 +331,9 @@ class Core:
         answer, the rule's next runs and description) is computed before the insert: a refused or
         failed creation stores nothing."""
         from promptyoself.core.destinations import destination
-        from promptyoself.core.letta_code import validate_agent
         from promptyoself.store import schedules
         from promptyoself.store.records import NewSchedule, ScheduleRow
+        from promptyoself.targets import registry
 
         key = check_text("idempotency_key", options.idempotency_key, 200)
         catch_up = check_catch_up(options.catch_up)
@@ -349,7 +352,7 @@ class Core:
             if (live := schedules.count_live(self.store, agent)) >= max_live:  # before asking Letta
                 raise self._quota_error(agent, live, max_live)
             if dest.validate:
-                validate_agent(self, agent, target)
+                registry.plugin(target).validate(self, agent)
         for _ in range(CHANGE_TRIES):
             # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
             judged = self.operator.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz,

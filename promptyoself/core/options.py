@@ -16,16 +16,27 @@ Letta knows, the budget's range) the core checks, with messages that say what to
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from promptyoself.core.checks import Whole
 from promptyoself.errors import BadNumber, InvalidArgument
 
 CatchUpPolicy = Literal["skip", "latest", "all"]
-TargetName = Literal["letta", "letta-code", "claude-code", "webhook"]
+MAX_TARGET_OPTIONS_CHARS = 4000
+
+
+def _target_choices(schema: dict[str, Any]) -> None:
+    """The tools' and REST bodies' schema of ``target``: the installed targets, read from the registry
+    when the schema is made (an outside plug-in included)."""
+    from promptyoself.targets import registry
+
+    for option in schema.get("anyOf", [schema]):
+        if option.get("type") == "string":
+            option["enum"] = list(registry.names())
 
 
 class ScheduleOptions(BaseModel):
@@ -48,23 +59,32 @@ class ScheduleOptions(BaseModel):
     max_per_day: Whole | None = Field(
         default=None,
         description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent.")
-    target: TargetName | None = Field(
-        default=None,
-        description="Where it is delivered: 'letta' (the Letta REST API), 'letta-code' (the Letta Code App "
-        "Server, LETTA_CODE_URL), 'claude-code' (a Claude Code session) or 'webhook' (an operator's endpoint). "
-        "Default: claude-code when called from inside Claude Code, letta-code for agent-local-... agents, "
-        "else letta.")
+    target: str | None = Field(
+        default=None, max_length=40, json_schema_extra=_target_choices,
+        description="Where it is delivered: the name of an installed target (`promptyoself targets` lists them "
+        "with their options). Default: the target that claims the call (the agent CLI session it is made "
+        "from, the server that holds the agent), else letta.")
+    target_options: dict[str, Any] | None = Field(
+        default=None, description="The target's own options, e.g. {\"endpoint\": \"ops\"}; each target's are "
+        "listed by promptyoself_targets (`promptyoself targets`). Unknown keys are refused.")
     conversation_id: str | None = Field(
-        default=None, description="letta-code only: the agent's conversation (default 'default').")
+        default=None, description="Alias of target_options.conversation_id: the agent's conversation.")
     endpoint: str | None = Field(
         default=None, max_length=64,
-        description="webhook only: the name of an endpoint the operator configured (default 'default').")
+        description="Alias of target_options.endpoint: a configured endpoint's name.")
     session_id: str | None = Field(
         default=None, max_length=100,
-        description="claude-code only: the session to deliver to (default: the calling session).")
+        description="Alias of target_options.session_id: the session (default: the calling one).")
     cwd: str | None = Field(
         default=None, max_length=1000,
-        description="claude-code only: the session's working directory (default: the session's).")
+        description="Alias of target_options.cwd: the session's working directory.")
+
+    @field_validator("target_options")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(json.dumps(value, default=str)) > MAX_TARGET_OPTIONS_CHARS:
+            raise ValueError(f"at most {MAX_TARGET_OPTIONS_CHARS} characters of JSON")
+        return value
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> ScheduleOptions:

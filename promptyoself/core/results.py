@@ -34,8 +34,8 @@ class ScheduleRecord(TypedDict):
     upcoming: list[str]
     description: str
     max_per_day: NotRequired[int | None]
-    target: NotRequired[str]  # letta | letta-code | claude-code | webhook
-    target_options: NotRequired[dict[str, Any] | None]  # webhook endpoint; Claude Code session_id, cwd
+    target: NotRequired[str]  # the target plug-in's name (`promptyoself targets`)
+    target_options: NotRequired[dict[str, Any] | None]  # the target's own options
 
 
 class RuleViews(TypedDict):
@@ -154,6 +154,27 @@ class HealthReason(TypedDict):
     code: str
     message: str
     fix: str
+
+
+class TargetInfo(TypedDict):
+    """One installed target, as ``promptyoself targets`` shows it."""
+
+    name: str
+    summary: str
+    default: bool
+    options: dict[str, str]  # option -> its description (target_options / --target-option KEY=VALUE)
+    aliases: list[str]  # options also taken as top-level schedule options
+    commands: bool  # `promptyoself NAME ...` has commands of its own (installers)
+    ready: bool
+    readiness: str
+    reason: HealthReason | None
+    error: str | None  # the plug-in's load error
+
+
+class TargetsResult(TypedDict):
+    status: str
+    targets: list[TargetInfo]
+    count: int
 
 
 class ReadyResult(TypedDict):

@@ -33,7 +33,7 @@ from promptyoself import catchup, timing
 from promptyoself.delivery import budget
 from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.envelope import envelope
-from promptyoself.delivery.retry import FENCED, IN_DOUBT_PREFIX, RetryPolicy
+from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.records import ScheduleRow, column_names
@@ -43,12 +43,12 @@ log = logging.getLogger(__name__)
 
 SENT_ON_LOST_CLAIM = "sent_lost_claim"
 """History outcome of a send that reached Letta after its claim had been lost (a stalled holder)."""
-AUTH_PREFIX = "letta_auth:"
+
 
 _rng = random.Random()
 IO = Callable[..., Awaitable[Any]]
 """How an attempt runs a blocking store call: ``await io(fn, *args)``."""
-__all__ = ["AUTH_PREFIX", "IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result", "attempt",
+__all__ = ["IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result", "attempt",
            "envelope", "give_back", "occurrence_of", "otid_for", "policy"]
 
 
@@ -139,7 +139,7 @@ def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
     options: dict[str, Any] = {}
     if claim.letta_payload:
         options["payload"] = json.loads(claim.letta_payload)
-    options.update(json.loads(claim.target_options or "{}"))  # webhook endpoint; Claude Code session_id, cwd
+    options.update(json.loads(claim.target_options or "{}"))  # the target's own options (its plug-in's model)
     return Occurrence(schedule_id=claim.id, occurrence_id=otid_for(claim), agent_id=claim.agent_id, text=text,
                       prompt=claim.prompt_text, due=claim.next_run, attempt=number,
                       conversation_id=claim.conversation_id, options=options)
@@ -273,7 +273,7 @@ def _transient_attempts(core: Services, claim: Claim, attempt: int) -> int:
     if core.settings.max_attempts is None or attempt < core.settings.max_attempts:
         return attempt
     return attempt - sum(core.deliveries.count_attempts_with_error(claim.id, claim.next_run, prefix)
-                         for prefix in (AUTH_PREFIX, IN_DOUBT_PREFIX + AUTH_PREFIX))
+                         for auth in AUTH_PREFIXES for prefix in (auth, IN_DOUBT_PREFIX + auth))
 
 
 # ---- recording -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 through ``DeliveryTarget`` (send behind the claim's fence, look-up, probe).
 
 A target's coroutines are awaited by the executor's sender tasks on its event loop (a target may hold
-clients bound to it: the webhook target's ``httpx.AsyncClient``); the targets are built per run of
+clients bound to it: an ``httpx.AsyncClient``); the targets are built per run of
 the executor and closed when it stops. Called without an executor (``attempt`` on its own: tests, a
 one-off), the attempt opens its own and closes them after."""
 

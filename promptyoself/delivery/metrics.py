@@ -22,6 +22,7 @@ from promptyoself.store import PENDING_APPROVAL
 from promptyoself.store import health as queries
 from promptyoself.store.operator import count_state, outcomes_since
 from promptyoself.store.policy import Policy, load
+from promptyoself.targets import registry as targets_registry
 from promptyoself.timing import day_start
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,11 @@ class DeliveryCollector(Collector):
         g.add_metric([], bl.active)
         yield g
         g = GaugeMetricFamily("promptyoself_target_schedules_active",
-                              "Active schedules by delivery target (letta: the REST API; letta-code: the App Server).",
+                              "Active schedules by delivery target (every installed target, and any a schedule names).",
                               labels=["target"])
         d = GaugeMetricFamily("promptyoself_target_due_backlog", "Due, undelivered schedules by delivery target.",
                               labels=["target"])
-        for target in sorted({"letta", "letta-code", *targets}):
+        for target in sorted({*targets_registry.names(), *targets}):
             active, due = targets.get(target, (0, 0))
             g.add_metric([target], active)
             d.add_metric([target], due)

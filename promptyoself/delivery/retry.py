@@ -14,19 +14,23 @@ from promptyoself.errors import (
     WRITTEN_AFTER,
     AgentNotFound,
     InvalidArgument,
-    LettaAuth,
-    LettaUnavailable,
     NotSent,
     PromptYoSelfError,
     StillPending,
+    TargetAuth,
     TargetGone,
     TargetRejected,
+    TargetUnavailable,
 )
 from promptyoself.timing import format_duration
 
 MAX_RETRY_AFTER = 600.0
 """A server's Retry-After is honoured up to this many seconds by default (``PROMPTYOSELF_RETRY_AFTER_MAX``,
 10 minutes): a ``Retry-After: 100000`` must not defer a prompt by a day."""
+AUTH_PREFIXES = ("target_auth:", "letta_auth:")
+"""How history's error text starts for a refused credential: the target-neutral code, or a target's own."""
+UNAVAILABLE_PREFIXES = ("target_unavailable", "letta_unavailable")
+"""Likewise for a target that could not be reached (the outage probe resumes these at once)."""
 IN_DOUBT_PREFIX = "in_doubt: "
 """Starts the error of an attempt whose outcome is unknown (the request may have reached Letta): the
 next attempt on the occurrence asks Letta for its ``otid`` before sending."""
@@ -112,11 +116,11 @@ class RetryPolicy:
             return Decision("paused", text=text)
         if isinstance(exc, TargetRejected):  # this occurrence is refused for good; a recurring one moves on
             return Decision("failed", text=text)
-        if isinstance(exc, LettaAuth):
+        if isinstance(exc, TargetAuth):
             return Decision("retry", delay=self.delay(attempt), text=_doubt(in_doubt) + text, auth=True)
         retry_after: object = None
         written_after = 0.0
-        if isinstance(exc, LettaUnavailable):
+        if isinstance(exc, TargetUnavailable):
             retry_after = exc.details.get("retry_after")
             in_flight = bool(exc.details.get("in_doubt"))  # this request may still be inside the target
             late_write = exc.details.get(WRITTEN_AFTER)

@@ -28,8 +28,8 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.config import Settings
-from promptyoself.delivery.attempt import AUTH_PREFIX
 from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor
+from promptyoself.delivery.retry import AUTH_PREFIXES
 from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Services
 from promptyoself.signals import OnSignals
@@ -87,7 +87,7 @@ class DeliveryService:
         if ex is not None and ex.auth_error:
             return ex.auth_error
         last = latest_delivery(self.core.store)
-        if last is not None and last.error and last.error.startswith(AUTH_PREFIX):
+        if last is not None and last.error and last.error.startswith(AUTH_PREFIXES):
             return last.error
         return None
 

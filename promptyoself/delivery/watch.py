@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from promptyoself.delivery.retry import UNAVAILABLE_PREFIXES
+
 log = logging.getLogger("promptyoself.delivery.loop")
 
 async def wait_event(event: asyncio.Event, seconds: float | None) -> bool:
@@ -183,7 +185,7 @@ class Outcomes:
                 log.error("Letta refused the credentials; pausing deliveries for %.1fs: %s", pause, res.error)
             elif res.outcome == "delivered":
                 self.auth.delivered()
-            if res.outcome == "retry" and "letta_unavailable" in (res.error or ""):
+            if res.outcome == "retry" and any(p in (res.error or "") for p in UNAVAILABLE_PREFIXES):
                 self.outage.send_failed(time.monotonic())
             elif res.outcome == "delivered":
                 self.outage.delivered()

@@ -58,6 +58,12 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+UNCHECKED_CODES = ("letta_unavailable", "letta_auth", "target_unavailable", "target_auth")
+"""A schedule refused because its agent could not be checked where its prompts go: --skip-validation helps."""
+Run = Callable[[Any, argparse.Namespace], dict[str, Any] | None]
+"""A command: ``run(core, args)``, whose dict is printed as the result."""
+
+
 def _version() -> str:
     from promptyoself import __version__
 
@@ -71,6 +77,31 @@ def _add_agent(p: argparse.ArgumentParser) -> None:
 def _add_json(p: argparse.ArgumentParser) -> None:
     # SUPPRESS: a subcommand's default must not undo `promptyoself --json CMD`.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
+
+
+def _target_option(text: str) -> tuple[str, Any]:
+    """argparse type of ``--target-option KEY=VALUE``: the value as JSON when it parses, else the text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text[:40]!r}")
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.strip(), parsed
+
+
+class _TargetsHelp(argparse.HelpFormatter):
+    """``schedule --help`` names the installed targets (read from the registry only when help is shown:
+    parsing a command needs the standard library only)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "{targets}" in text:
+            from promptyoself.targets import registry
+
+            text = text.replace("{targets}", ", ".join(registry.names()))
+        return text
 
 
 def _add_plain(sub: Any, commands: dict[str, str], *, schedule_id: bool = False) -> None:
@@ -93,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="promptyoself",
         usage="%(prog)s [-h] [--json] COMMAND ...",
-        description="Schedule prompts for Letta agents and deliver them on time.",
+        description="Schedule prompts for AI agents (Letta agents, agent CLI sessions, HTTP receivers: every "
+                    "installed target, `promptyoself targets`) and deliver them on time, exactly once.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     parser.add_argument("--version", action="version", version=f"promptyoself {_version()}")
@@ -113,13 +145,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --every: stop after N deliveries")
     p.add_argument("--skip-validation", action="store_true", help="do not check the agent on Letta")
     p.add_argument("--idempotency-key", help="retry-safe key; repeats return the first schedule")
-    p.add_argument("--target", choices=("letta", "letta-code", "claude-code", "webhook"),
-                   help="where it is delivered (default: claude-code inside Claude Code, letta-code for "
-                        "agent-local-... agents, else letta)")
-    p.add_argument("--conversation-id", help="letta-code: the agent's conversation (default: default)")
-    p.add_argument("--endpoint", help="webhook: a configured endpoint's name (default: default)")
-    p.add_argument("--session-id", help="claude-code: the session (default: the one this runs in)")
-    p.add_argument("--cwd", help="claude-code: the session's working directory (default: the session's)")
+    p.add_argument("--target", metavar="NAME",
+                   help="where it is delivered: an installed target ({targets}); default: the one that claims the "
+                        "call (the agent CLI session it runs in, the server that holds the agent), else letta")
+    p.add_argument("--target-option", metavar="KEY=VALUE", action="append", type=_target_option,
+                   help="one of the target's own options (repeatable; a value that parses as JSON is read as JSON); "
+                        "`promptyoself targets` lists each target's")
+    p.add_argument("--conversation-id", help="alias of --target-option conversation_id=...")
+    p.add_argument("--endpoint", help="alias of --target-option endpoint=... (a configured endpoint)")
+    p.add_argument("--session-id", help="alias of --target-option session_id=... (default: this session)")
+    p.add_argument("--cwd", help="alias of --target-option cwd=... (the session's working directory)")
+    p.formatter_class = _TargetsHelp
     p.add_argument("--catch-up", choices=("skip", "latest", "all"), default=None,
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     p.add_argument("--max-per-day", type=whole_number(1, MAX_PER_DAY),
@@ -161,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
 
     _add_plain(sub, {"test": "check the Letta connection", "agents": "list Letta agents",
-                     "health": "show server health"})
+                     "health": "show server health",
+                     "targets": "the installed delivery targets, their options and whether each is ready"})
 
     p = sub.add_parser("upload", help="upload a Python function to Letta as a tool")
     src = p.add_mutually_exclusive_group(required=True)
@@ -188,25 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--host", default="127.0.0.1", help="service bind address (default 127.0.0.1)")
             a.add_argument("--port", type=whole_number(1, 65535), default=8000, help="service port (default 8000)")
         _add_json(a)
-
-    p = sub.add_parser("letta-code", help="Letta Code agents: install / uninstall the skill and MCP entry")
-    lc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    for name, text in (("install", "write the skill and add our MCP server to the agent's settings"),
-                       ("uninstall", "remove the skill and our MCP server entry")):
-        lp = lc.add_parser(name, help=text)
-        lp.add_argument("--agent-id", required=name == "install", help="the Letta Code agent (agent-local-...)")
-        lp.add_argument("--letta-home", help="Letta Code's home folder (default ~/.letta)")
-        _add_json(lp)
-
-    p = sub.add_parser("claude-code", help="Claude Code: install this server as a plugin (live delivery)")
-    cc = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    cp = cc.add_parser("install", help="print (--write: install) our Claude Code plugin; the session then starts "
-                                       "with --channels plugin:promptyoself@promptyoself-local")
-    cp.add_argument("--project", help="the project folder the plugin is enabled in (default: here)")
-    cp.add_argument("--write", action="store_true", help="write the plugin and run claude plugin install")
-    cp.add_argument("--mcp-json", action="store_true",
-                    help="a plain .mcp.json entry instead (no live delivery: prompts arrive once the session closes)")
-    _add_json(cp)
 
     p = sub.add_parser("letta", help="native Letta tools: install-tools / uninstall-tools")
     lsub = p.add_subparsers(dest="letta_command", metavar="ACTION", required=True)
@@ -336,7 +354,10 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.every is None and (a.start_at or a.max_repetitions is not None):
         raise UsageError("--start-at and --max-repetitions go with --every")
     # each option's flag is its name with dashes (--agent-id, --max-per-day, ...): argparse's dest is the name
-    options = ScheduleOptions.of({name: getattr(a, name) for name in OPTION_NAMES})
+    values: dict[str, Any] = {name: getattr(a, name) for name in OPTION_NAMES if name != "target_options"}
+    if a.target_option:
+        values["target_options"] = dict(a.target_option)
+    options = ScheduleOptions.of(values)
     if a.time is not None:
         return dict(core.schedule_time(a.prompt, a.time, options))
     if a.cron is not None:
@@ -411,19 +432,6 @@ def _service(core: Core, a: argparse.Namespace) -> dict[str, Any] | None:
     return supervise.status(core, plan)
 
 
-def _letta_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    from promptyoself.core import letta_code
-
-    act = letta_code.install if a.action == "install" else letta_code.uninstall
-    return act(core, a.agent_id, a.letta_home)
-
-
-def _claude_code(core: Core, a: argparse.Namespace) -> dict[str, Any]:
-    from promptyoself.core import claude_code
-
-    return claude_code.install(core.settings, a.project, write=a.write, mcp_json=a.mcp_json)
-
-
 def _letta(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core import native_tools
 
@@ -472,7 +480,7 @@ def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
         return dict(legacy.import_legacy(core, a.path, progress=update))
 
 
-COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] = {
+COMMANDS: dict[str, Run] = {
     "schedule": _schedule,
     "list": lambda c, a: dict(
         c.list_schedules(agent_id=a.agent_id, include_cancelled=a.include_cancelled, limit=a.limit, offset=a.offset)
@@ -488,12 +496,11 @@ COMMANDS: dict[str, Callable[[Any, argparse.Namespace], dict[str, Any] | None]] 
     "test": lambda c, a: dict(c.agents.test_connection()),
     "agents": lambda c, a: dict(c.agents.list_agents()),
     "health": lambda c, a: _health(c),
+    "targets": lambda c, a: dict(c.targets()),
     "upload": _upload,
     "import-legacy": _import_legacy,
     "service": _service,
     "letta": _letta,
-    "letta-code": _letta_code,
-    "claude-code": _claude_code,
     "token": _token,
     "policy": _policy,
 }
@@ -577,14 +584,55 @@ def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
         agent_tokens.own_schedule(core, agent, args.schedule_id)
 
 
+def _target_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, Run] | None:
+    """``promptyoself NAME ...`` where NAME is an installed target with commands of its own (its
+    plug-in's ``cli``: installers such as ``promptyoself NAME install``): the arguments parsed by
+    the plug-in's parser and its ``run``. None for any other command (the registry is read only when the
+    first word is none of ours)."""
+    words = [w for w in argv if w != "--json"]
+    if not words or words[0].startswith("-") or words[0] in _command_names(parser):
+        return None
+    from promptyoself.targets import registry
+
+    name = words[0]
+    if name not in registry.names():
+        return None  # argparse says it is no command
+    try:
+        hook = getattr(registry.plugin(name), "cli", None)
+    except Exception as exc:
+        parser.exit(1, f"promptyoself {name}: {exc}\n")
+    if hook is None:
+        parser.exit(EXIT_USAGE, f"promptyoself: target {name!r} has no commands of its own\n")
+    sub = argparse.ArgumentParser(prog=f"promptyoself {name}")
+    run: Run = hook(sub)
+    args = sub.parse_args(words[1:])
+    args.command = name
+    if "--json" in argv:
+        args.json = True
+    return args, run
+
+
+def _command_names(parser: argparse.ArgumentParser) -> set[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return set(action.choices)
+    return set()
+
+
 def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
     """Run one command. ``core`` may be passed in by tests; otherwise it is built from settings."""
     parser = cli_parser()
+    run: Run | None
     try:
-        args = parser.parse_args(argv)
+        found = _target_command(parser, sys.argv[1:] if argv is None else argv)
+        if found is not None:
+            args, run = found
+        else:
+            args = parser.parse_args(argv)
+            run = COMMANDS.get(args.command) if args.command else None
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return int(exc.code or 0)
-    if args.command is None:
+    if args.command is None or run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     if args.command == "serve":
@@ -615,7 +663,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
                 starter_for(core)
         if core is not None:
             scope_to_agent(core, args)
-        result = COMMANDS[args.command](core, args)
+        result = run(core, args)
     except ConfigError as exc:  # bad configuration (env or .env): one line on stderr, nothing on stdout, exit 2
         return exc.report()
     except UsageError as exc:
@@ -625,7 +673,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         return EXIT_USAGE
     except PromptYoSelfError as exc:
         error = cli_error(exc)  # the core words next steps for MCP; this face names its own commands
-        if (args.command == "schedule" and exc.code in ("letta_unavailable", "letta_auth")
+        if (args.command == "schedule" and exc.code in UNCHECKED_CODES
                 and not getattr(args, "skip_validation", True)):
             error["error"] += (" The agent is checked on Letta before it is scheduled: add --skip-validation to "
                                "schedule without that check (delivery still needs Letta when it is due).")

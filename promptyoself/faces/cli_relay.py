@@ -10,13 +10,13 @@ one MCP tool call the command stands for (``promptyoself_schedule_time|cron|ever
 ``promptyoself_list``). The answer is printed as the CLI prints it: the same JSON, errors in the CLI's
 words with the CLI's exit codes.
 
-A schedule that goes back to a Claude Code session (made from inside one, or ``--target claude-code``)
-is handed over too, with its session found here (``core.claude_code``: this process's environment
-and parent ``claude``, which the service does not see) and sent as explicit ``session_id`` and
-``cwd``. Anything else falls back to the in-process command, with nothing sent: no service or
-socket, a refused handshake, a terminal (tables need the full program), a webhook target (its
-endpoints come from this process's environment), a Claude Code schedule whose session cannot be
-found (the in-process command says what to pass), or ``PROMPTYOSELF_STDIO_RELAY=off``.
+A schedule whose destination is found from this process (an agent CLI's session: its environment
+and parent processes, which the service does not see) is handed over too, with that destination sent
+as explicit options; ``promptyoself.targets.relay_arguments`` decides. Anything else falls back to the
+in-process command, with nothing sent: no service or socket, a refused handshake, a terminal (tables
+need the full program), a target the relay cannot judge alike (an outside plug-in, one whose settings
+come from this process's environment), a session that cannot be found (the in-process command says
+what to pass), or ``PROMPTYOSELF_STDIO_RELAY=off``.
 """
 
 from __future__ import annotations
@@ -59,25 +59,10 @@ def tool_call(args: Any, values: dict[str, str] | None = None) -> tuple[str, dic
 
 def destination(args: Any, *, agent_token: bool = False) -> dict[str, str] | None:
     """The target arguments that make the service judge a schedule's destination as this process
-    would (``core.destinations``): none for the Letta targets, the session for a Claude Code one;
-    None when the schedule stays in process (also a Claude Code one under an agent token, which
-    names the agent in process: faces/cli.py's ``scope_to_agent``)."""
-    from promptyoself.core import claude_code
+    would, or None when it stays in process (``promptyoself.targets.relay_arguments``)."""
+    from promptyoself.targets import relay_arguments
 
-    if args.target == "webhook" or claude_code.given(args.endpoint):
-        return None  # a webhook's endpoints are read from the environment of the process that judges it
-    if args.target == claude_code.TARGET or (
-            args.target is None and claude_code.goes_to_session(args.agent_id, args.endpoint, args.session_id)):
-        if agent_token:
-            return None
-        try:
-            session = claude_code.session_for(args.session_id, args.cwd)
-        except Exception:
-            return None  # the in-process command says what to pass
-        return {"target": claude_code.TARGET, "session_id": session.session_id, "cwd": session.cwd}
-    if claude_code.given(args.session_id) or claude_code.given(args.cwd):
-        return None  # refused in process, in the CLI's words
-    return {}
+    return relay_arguments(args, agent_token=agent_token)
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -178,7 +163,8 @@ def _print(args: Any, result: dict[str, Any]) -> int:
         from promptyoself.faces.cli_errors import cli_message
 
         result = {**result, "error": cli_message(str(result.get("error", "")))}
-        if (args.command == "schedule" and result.get("code") in ("letta_unavailable", "letta_auth")
+        unchecked = ("letta_unavailable", "letta_auth", "target_unavailable", "target_auth")  # as faces/cli.py's
+        if (args.command == "schedule" and result.get("code") in unchecked
                 and not args.skip_validation):
             result["error"] += (" The agent is checked on Letta before it is scheduled: add --skip-validation to "
                                 "schedule without that check (delivery still needs Letta when it is due).")

@@ -57,6 +57,7 @@ from promptyoself.core.results import (
     ListResult,
     ScheduleResult,
     StateResult,
+    TargetsResult,
     TestResult,
     UploadResult,
 )
@@ -387,8 +388,22 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:
     server.add_middleware(_agent_scope())
     for made in TOOLS:
         server.add_tool(made)
+    _list_targets()
     _CORES[server] = core
     return server
+
+
+def _list_targets() -> None:
+    """The scheduling tools' ``target`` lists the installed targets (the registry, read as a server is
+    built rather than when this module is imported: a distribution installed since is seen)."""
+    from promptyoself.targets import registry
+
+    names = list(registry.names())
+    for made in TOOLS:
+        target = made.parameters.get("properties", {}).get("target")
+        for option in (target or {}).get("anyOf", ()):
+            if option.get("type") == "string":
+                option["enum"] = names
 
 
 def with_options(fn: F) -> F:
@@ -625,6 +640,13 @@ def promptyoself_set_scoped_default_agent(
 def promptyoself_get_scoped_default_agent(*, core: TheCore, call: TheCall) -> DefaultAgentResult:
     """Show this client session's default agent."""
     return core.agents.get_scoped_default_agent(call)
+
+
+@tool(read_only=True, open_world=True)
+def promptyoself_targets(*, core: TheCore) -> TargetsResult:
+    """List where prompts can be delivered: each installed target, its target_options and whether it is
+    ready here. Pass one as `target` (with its options as `target_options`) to a schedule tool."""
+    return core.targets()
 
 
 @tool(read_only=True)

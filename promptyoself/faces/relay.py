@@ -287,10 +287,12 @@ def try_relay() -> int | None:
     values = visible_settings()
     if not relay_enabled(values) or os.name != "posix":
         return None
-    if os.environ.get("CLAUDECODE") or os.environ.get("CLAUDE_CODE_SESSION_ID"):
-        # Claude Code keeps its MCP server for the whole session (no start-up per call to save), and
-        # the schedules it makes go back to that session: found from this process's environment and
-        # parent (core/claude_code.py), which a service answering over the relay would not see.
+    from promptyoself.targets import serves_in_process
+
+    if serves_in_process():
+        # an agent CLI that keeps its MCP server for the whole session (no start-up per call to save),
+        # whose schedules go back to that session: found from this process's environment and parent,
+        # which a service answering over the relay would not see
         return None
     try:
         sock = connect(values)

@@ -21,7 +21,7 @@ Letta routes: ``POST``/``GET /v1/agents/{agent_id}/schedule``, ``GET``/``DELETE
 /v1/agents/{agent_id}/schedule/{scheduled_message_id}``.
 Own routes (the MCP tools' operations, same JSON results): ``POST /api/schedules/time``,
 ``POST /api/schedules/cron``, ``POST /api/schedules/every``, ``GET /api/schedules``,
-``GET /api/history``, ``POST /api/schedules/{id}/pause``, ``POST /api/schedules/{id}/resume``,
+``GET /api/history``, ``GET /api/targets``, ``POST /api/schedules/{id}/pause``, ``POST /api/schedules/{id}/resume``,
 ``DELETE /api/schedules/{id}`` (cancel).
 Operator routes: ``GET``/``PUT /api/policy`` (the guardrails every writer enforces).
 """
@@ -54,13 +54,13 @@ from promptyoself.errors import (
     IdempotencyConflict,
     IntervalTooShort,
     InvalidArgument,
-    LettaAuth,
-    LettaUnavailable,
     NotFound,
     PromptTooLong,
     PromptYoSelfError,
     QuotaExceeded,
     RateLimited,
+    TargetAuth,
+    TargetUnavailable,
     Unauthorized,
 )
 from promptyoself.faces.http_auth import agent_resolver, bearer_middleware, caller_agent
@@ -83,8 +83,8 @@ _STATUS: list[tuple[type[PromptYoSelfError], int]] = [  # the first that matches
     (IdempotencyConflict, 409),
     (QuotaExceeded, 409),  # the agent's live schedules: a state of the data, not a rate (429 is for rates)
     (RateLimited, 429),  # schedules made per hour: a rate (Retry-After)
-    (LettaAuth, 502),
-    (LettaUnavailable, 503),
+    (TargetAuth, 502),
+    (TargetUnavailable, 503),
     (DatabaseUnavailable, 503),
     (DatabaseDriverMissing, 503),
 ]
@@ -416,6 +416,10 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         agent, check = as_caller(request, agent_id, x_agent_id)
         return await call(core.list_schedules, agent_id=agent, include_cancelled=include_cancelled,
                           limit=limit, offset=offset, ctx=_context(x_agent_id), check=check)
+
+    @app.get("/api/targets", tags=["schedules"], summary="The installed delivery targets and their readiness")
+    async def targets() -> JSONResponse:
+        return await call(core.targets)
 
     @app.get("/api/history", tags=["schedules"], summary="Delivery history")
     async def history(request: Request, schedule_id: int | None = None, agent_id: str | None = None,

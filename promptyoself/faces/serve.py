@@ -14,7 +14,7 @@ import logging
 import socket
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
@@ -65,6 +65,21 @@ STDIO_TERMINAL_HINT = (
 def _readme() -> str:
     path = Path(__file__).resolve().parents[2] / "README_FASTMCP.md"
     return str(path) if path.is_file() else "README_FASTMCP.md"
+
+
+def run_stdio(mcp: Any) -> None:
+    """FastMCP's stdio server, unless a target's plug-in runs it itself (``serve_stdio``: an agent
+    CLI's plug-in adds its live channel when this server runs as that CLI's plugin)."""
+    from promptyoself.targets import registry
+
+    for name in registry.names():
+        try:
+            hook = getattr(registry.plugin(name), "serve_stdio", None)
+        except Exception:
+            continue  # health reports a plug-in that does not load
+        if hook is not None and hook(mcp):
+            return
+    mcp.run("stdio", show_banner=False)
 
 
 def _stop_for_exit(core: Core) -> None:
@@ -152,10 +167,8 @@ def _serve(args: argparse.Namespace) -> int:
             if stdin_is_terminal():  # a person, not a client: say what this is (stdout stays JSON-RPC only)
                 sys.stderr.write(STDIO_TERMINAL_HINT.format(readme=_readme()) + "\n")
                 sys.stderr.flush()
-            from promptyoself.faces.channels import run_stdio
-
             with StdioSigintExits(lambda: _stop_for_exit(core)):
-                run_stdio(mcp)  # as a Claude Code plugin: with the channel (live delivery)
+                run_stdio(mcp)
         else:
             from promptyoself.faces.http_auth import agent_resolver, http_token, transport_middleware
 

@@ -30,7 +30,8 @@ from yarl import URL
 
 from promptyoself import __version__
 from promptyoself.config import redact_credentials, redact_url
-from promptyoself.errors import WRITTEN_AFTER, AgentNotFound, InvalidArgument, LettaAuth, LettaUnavailable, NotSent
+from promptyoself.errors import WRITTEN_AFTER, AgentNotFound, InvalidArgument, NotSent
+from promptyoself.letta.errors import LettaAuth, LettaUnavailable
 
 log = logging.getLogger(__name__)
 

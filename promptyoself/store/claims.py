@@ -419,7 +419,8 @@ def resume_waiting(store: Store, now: datetime) -> int:
         stmt = (
             update(_S)
             .where(_S.c.state == "active", _S.c.attempt > 0, _S.c.claimed_by.is_(None), _S.c.due_at > now,
-                   _S.c.last_error.like("letta_unavailable%"), _S.c.last_error.not_like("%HTTP 429%"))
+                   or_(_S.c.last_error.like("target_unavailable%"), _S.c.last_error.like("letta_unavailable%")),
+                   _S.c.last_error.not_like("%HTTP 429%"))
             .values(due_at=now)
         )
         return int(conn.execute(stmt).rowcount)

@@ -113,14 +113,14 @@ class Schedule(Base):
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # Letta scheduling API only (0005): the JSON payload passed on to Letta's async message route.
     letta_payload: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # 0008: where it goes (letta | letta-code, and the conversation), the missed-run policy
+    # 0008: where it goes (a target's name, and the conversation), the missed-run policy
     # (skip | latest | all) and an optional per-schedule daily delivery budget.
     target: Mapped[str] = mapped_column(String(16), nullable=False, server_default="letta")
     conversation_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     catch_up: Mapped[str] = mapped_column(String(8), nullable=False, server_default="latest")
     max_per_day: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # 0012: what the target needs besides the agent id, as a JSON object (Occurrence.options): a
-    # webhook's endpoint name; a Claude Code session's id and working directory.
+    # the target's own options (its plug-in's model), as JSON.
     target_options: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (

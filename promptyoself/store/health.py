@@ -43,7 +43,7 @@ def backlog(store: Store, now: datetime) -> Backlog:
 
 
 def by_target(store: Store, now: datetime) -> dict[str, tuple[int, int]]:
-    """``{target: (active, due)}`` of the active schedules (``letta`` | ``letta-code``)."""
+    """``{target: (active, due)}`` of the active schedules, by target name."""
     due = case((Schedule.due_at <= now, 1), else_=0)
     with store.session() as s:
         rows = s.execute(select(Schedule.target, func.count(), func.sum(due))

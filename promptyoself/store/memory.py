@@ -158,7 +158,8 @@ class MemoryDeliveryStore:
             for sid, r in list(self.rows.items()):
                 error = r.last_error or ""
                 if (r.state == "active" and r.attempt > 0 and r.claimed_by is None and r.due_at is not None
-                        and r.due_at > now and error.startswith("letta_unavailable") and "HTTP 429" not in error):
+                        and r.due_at > now and error.startswith(("target_unavailable", "letta_unavailable"))
+                        and "HTTP 429" not in error):
                     self.rows[sid] = dataclasses.replace(r, due_at=now)
                     moved += 1
             return moved

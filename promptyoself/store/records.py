@@ -34,12 +34,12 @@ class ListedSchedule:
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
-    target: str  # letta | letta-code (0008) | claude-code | webhook (0012)
+    target: str  # a target plug-in's name (0008; targets/registry.py)
     conversation_id: str | None
     catch_up: str  # skip | latest | all
     max_per_day: int | None
     anchor: datetime | None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
-    target_options: str | None  # JSON object (0012): webhook endpoint, Claude Code session_id and cwd
+    target_options: str | None  # JSON object (0012): the target's own options
 
 
 NOT_A_COLUMN = {"column": False}

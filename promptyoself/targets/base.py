@@ -8,9 +8,9 @@ Contract (every target keeps it; the engine relies on nothing else):
   (``occ.occurrence_id``, deterministic, stable across retries) travels with the message so that
   ``lookup`` can find it.
 - Failures map onto the error tree in ``promptyoself.errors``:
-  ``LettaUnavailable`` (transient: connect error, timeout, 5xx, 429; ``details["in_doubt"]`` when the
+  ``TargetUnavailable`` (transient: connect error, timeout, 5xx, 429; ``details["in_doubt"]`` when the
   request may have arrived, ``details["retry_after"]`` in seconds when the receiver asked for it),
-  ``LettaAuth`` (401/403: back off, shown in health), ``AgentNotFound`` / ``TargetGone`` (permanent:
+  ``TargetAuth`` (401/403: back off, shown in health), ``AgentNotFound`` / ``TargetGone`` (permanent:
   the schedule is paused with the reason), ``TargetRejected`` (this occurrence fails, the schedule
   moves on), ``NotSent`` (the fence said no: nothing was written, the claim is given back).
 - ``lookup(occ)`` answers whether an occurrence whose earlier attempt may have arrived is there:
@@ -175,9 +175,11 @@ class TargetPlugin(Protocol):
         """The destination of ``call``, or ``InvalidArgument`` (naming the option) saying what to pass."""
         ...
 
-    def validate(self, settings: Any, agent_id: str) -> None:
+    def validate(self, core: Any, agent_id: str) -> None:
         """Check that the agent exists where the prompts go (``AgentNotFound``; ``TargetUnavailable``
-        when it cannot be asked). Blocking; called only for destinations with ``validate=True``."""
+        when it cannot be asked). Blocking; called only for destinations with ``validate=True`` and
+        unless the caller said ``skip_validation``. ``core`` gives ``settings`` and ``letta`` (the
+        core's Letta REST client)."""
         ...
 
     def create(self, settings: Any) -> DeliveryTarget:

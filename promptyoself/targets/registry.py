@@ -1,81 +1,211 @@
-"""Which module delivers to which ``target`` (issue 30 point 3): a schedule's ``target`` column is a
-name here, and the engine asks ``create(name, settings)`` for the ``DeliveryTarget`` behind it.
+"""Which plug-in delivers to which ``target`` (DESIGN §14, issue 41 point 1).
 
-A new target is one module in ``promptyoself/targets/`` and one line in ``BUILT_IN`` below
-(``"name": "promptyoself.targets.module:factory"``; the factory takes ``Settings`` and returns a
-``DeliveryTarget``). Entries are imported on first use, so naming a target costs nothing at start-up
-and a target whose client library is heavy imports it only when a schedule goes there. ``register``
-adds one at run time (tests, an embedding program).
+A target is a plug-in: an object of the ``TargetPlugin`` protocol (``targets/base.py``) that a
+distribution declares in the entry point group ``promptyoself.targets``::
+
+    [project.entry-points."promptyoself.targets"]
+    jsonl = "my_package.jsonl:plugin"
+
+The four built-in targets are declared the same way in our own pyproject.toml. Only the entry points'
+names are read at start-up: a plug-in's module is imported the first time something asks for that
+target (a schedule goes there, health looks at it), so a heavy client costs nothing until then. A
+plug-in that fails to load is kept as a name with its error: health reports it, and a schedule naming
+it is refused with that error; nothing else is affected.
+
+``register`` adds one at run time (tests, an embedding program): a plug-in object, or a factory that
+takes ``Settings`` and returns a ``DeliveryTarget`` (wrapped as a plug-in with no options).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
 
-from promptyoself.config import Settings
+from pydantic import BaseModel, ConfigDict
+
 from promptyoself.errors import InvalidArgument
-from promptyoself.targets.base import DeliveryTarget
+from promptyoself.targets.base import Call, DeliveryTarget, Destination, TargetPlugin, Watch
 
-Factory = Callable[[Settings], DeliveryTarget]
+log = logging.getLogger(__name__)
 
-LETTA = "letta"
-LETTA_CODE = "letta-code"
-DEFAULT = LETTA
-"""A schedule with no target (rows older than the column) goes to the Letta REST API."""
+GROUP = "promptyoself.targets"
+DEFAULT = "letta"
+"""A schedule with no target (rows older than the column, a call that names none and that no plug-in
+claims) goes to the Letta REST API."""
+
+Factory = Callable[[Any], DeliveryTarget]
 
 BUILT_IN: dict[str, str] = {
-    LETTA: "promptyoself.targets.letta_rest:LettaRestTarget",
-    LETTA_CODE: "promptyoself.targets.letta_code:LettaCodeTarget",
-    "webhook": "promptyoself.targets.webhook:WebhookTarget",
-    "claude-code": "promptyoself.targets.claude_code:ClaudeCodeTarget",
+    "letta": "promptyoself.targets.letta.plugin:plugin",
+    "letta-code": "promptyoself.targets.letta_code.plugin:plugin",
+    "claude-code": "promptyoself.targets.claude_code.plugin:plugin",
+    "webhook": "promptyoself.targets.webhook.plugin:plugin",
 }
+"""Our own entry points (pyproject.toml declares the same; ``tests/test_plugins.py`` checks): used as
+they are when this package runs from a source tree that was never installed (no metadata to read)."""
+
+
+class NoOptions(BaseModel):
+    """The options of a target that takes none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class FactoryPlugin:
+    """A plug-in made of a bare factory (``register(name, factory)``): no options, destinations are
+    agents as the core infers them, probed under the generic ``target_unreachable``."""
+
+    name: str
+    factory: Factory
+    summary: str = "a target registered at run time"
+    options: type[BaseModel] = NoOptions
+    aliases: tuple[str, ...] = ()
+
+    def claims(self, call: Call) -> bool:
+        return False
+
+    def destination(self, call: Call) -> Destination:
+        return Destination(call.agent())
+
+    def validate(self, core: Any, agent_id: str) -> None:
+        return None
+
+    def create(self, settings: Any) -> DeliveryTarget:
+        return self.factory(settings)
+
+    def watch(self, settings: Any) -> Watch:
+        return Watch("target_unreachable", "Check the target's receiver and its settings, then run "
+                     "`promptyoself health` again.")
+
+
+@dataclass
+class _Entry:
+    value: str | TargetPlugin
+    error: str | None = None
+
 
 _lock = threading.Lock()
-_factories: dict[str, str | Factory] = dict(BUILT_IN)
+_entries: dict[str, _Entry] | None = None
+_added: dict[str, _Entry] = {}
 
 
-def register(name: str, factory: str | Factory) -> None:
-    """Add (or replace) the target ``name``: a factory, or ``"module:attribute"`` imported on first use."""
-    if not name or name != name.strip().lower():
-        raise ValueError(f"a target name is lower case without spaces, not {name!r}")
-    with _lock:
-        _factories[name] = factory
-
-
-def unregister(name: str) -> None:
-    """Forget ``name`` (a test's own target); a built-in one comes back as it was."""
-    with _lock:
-        if name in BUILT_IN:
-            _factories[name] = BUILT_IN[name]
+def _discover() -> dict[str, _Entry]:
+    found: dict[str, _Entry] = {}
+    try:
+        points = list(metadata.entry_points(group=GROUP))
+    except Exception:  # unreadable metadata: the built-ins still work
+        log.warning("reading the %s entry points failed", GROUP, exc_info=True)
+        points = []
+    for point in points:
+        name = point.name
+        if name != name.strip().lower() or not name or len(name) > 40:
+            log.warning("ignoring the target entry point %r: a name is lower case, at most 40 characters", name)
+        elif name in found:
+            log.warning("target %r is declared twice; %s is ignored", name, point.value)
         else:
-            _factories.pop(name, None)
-
-
-def names() -> tuple[str, ...]:
-    """Every target a schedule may name, sorted."""
-    with _lock:
-        return tuple(sorted(_factories))
-
-
-def factory(name: str | None) -> Factory:
-    """The factory of ``name`` (``DEFAULT`` for None); ``InvalidArgument`` for a name nobody registered."""
-    key = name or DEFAULT
-    with _lock:
-        found = _factories.get(key)
-    if found is None:
-        raise InvalidArgument(f"Unknown target {key!r}; the targets are: {', '.join(names())}.")
-    if isinstance(found, str):
-        module, _, attribute = found.partition(":")
-        resolved: Factory = getattr(importlib.import_module(module), attribute)
-        with _lock:
-            if _factories.get(key) == found:
-                _factories[key] = resolved
-        return resolved
+            found[name] = _Entry(point.value)
+    for name, value in BUILT_IN.items():
+        found.setdefault(name, _Entry(value))  # a source tree never installed has no metadata of ours
     return found
 
 
-def create(name: str | None, settings: Settings) -> DeliveryTarget:
+def _table() -> dict[str, _Entry]:
+    global _entries
+    with _lock:
+        if _entries is None:
+            _entries = _discover()
+        return {**_entries, **_added}
+
+
+def reload() -> None:
+    """Read the entry points again (a distribution installed while this process runs; tests)."""
+    global _entries
+    with _lock:
+        _entries = None
+
+
+def register(name: str, plugin: TargetPlugin | Factory | str) -> None:
+    """Add (or replace) the target ``name``: a plug-in object, a ``Settings -> DeliveryTarget`` factory,
+    or ``"module:attribute"`` naming either, imported on first use."""
+    if not name or name != name.strip().lower():
+        raise ValueError(f"a target name is lower case without spaces, not {name!r}")
+    with _lock:
+        _added[name] = _Entry(plugin if isinstance(plugin, str | TargetPlugin) else FactoryPlugin(name, plugin))
+
+
+def unregister(name: str) -> None:
+    """Forget a target added by ``register`` (a declared one comes back as it was)."""
+    with _lock:
+        _added.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """Every target a schedule may name (those that failed to load included: naming one says why), sorted."""
+    return tuple(sorted(_table()))
+
+
+def _load(name: str, entry: _Entry) -> TargetPlugin:
+    if not isinstance(entry.value, str):
+        return entry.value
+    module, _, attribute = entry.value.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attribute.split(".") if attribute else ():
+            found = getattr(found, part)
+        if not isinstance(found, TargetPlugin):
+            if callable(found) and not isinstance(found, type):
+                found = FactoryPlugin(name, found)
+            else:
+                raise TypeError(f"{entry.value} is not a target plug-in (see docs/plugins.md)")
+        if found.name != name:
+            raise TypeError(f"{entry.value} calls itself {found.name!r}, not {name!r}")
+    except Exception as exc:
+        entry.error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log.error("the target plug-in %r (%s) failed to load: %s", name, entry.value, entry.error)
+        raise
+    entry.value = found
+    entry.error = None
+    return found
+
+
+def plugin(name: str | None) -> TargetPlugin:
+    """The plug-in of ``name`` (``DEFAULT`` for None). ``InvalidArgument`` for a name nobody declared, or
+    one whose plug-in failed to load (with its error)."""
+    key = name or DEFAULT
+    entry = _table().get(key)
+    if entry is None:
+        raise InvalidArgument(f"Unknown target {key[:40]!r}; the targets are: {', '.join(names())}.",
+                              reason="unknown_target")
+    try:
+        return _load(key, entry)
+    except Exception:
+        raise InvalidArgument(f"Target {key!r} is installed but its plug-in failed to load: {entry.error}. "
+                              "See `promptyoself targets`.", reason="target_broken") from None
+
+
+def problems() -> dict[str, str]:
+    """``{name: load error}`` of every declared plug-in that does not load (each is tried: cheap, the
+    plug-in modules import no heavy client)."""
+    out: dict[str, str] = {}
+    for name, entry in _table().items():
+        try:
+            _load(name, entry)
+        except Exception:
+            out[name] = entry.error or "failed to load"
+    return out
+
+
+def factory(name: str | None) -> Factory:
+    """``Settings -> DeliveryTarget`` for ``name`` (the plug-in's ``create``)."""
+    return plugin(name).create
+
+
+def create(name: str | None, settings: Any) -> DeliveryTarget:
     """A new ``DeliveryTarget`` for ``name``, configured from ``settings``."""
-    return factory(name)(settings)
+    return plugin(name).create(settings)

@@ -14,10 +14,10 @@ the prompt on stdin (issue 31 point 2; docs/claude-code.md).
 - Never ``--resume`` an open session (it would fork its transcript). A session that a running
   ``claude`` holds (``sessions/<pid>.json``, the pid alive) started with ``--channels`` naming our
   plugin, whose server listens on its socket, gets the prompt live instead
-  (``promptyoself.targets.claude_channel``): only while idle (else transient, a short retry), then
+  (``promptyoself.targets.claude_code.channel``): only while idle (else transient, a short retry), then
   confirmed by the marker in its transcript before it counts as delivered. Any other open session
   waits (transient) until it closes.
-- Errors: binary missing or failing to start, a failed or timed-out turn: ``LettaUnavailable``
+- Errors: binary missing or failing to start, a failed or timed-out turn: ``TargetUnavailable``
   (transient; in doubt once the process started); the session or its directory gone: ``TargetGone``.
 """
 
@@ -33,10 +33,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import promptyoself.targets.claude_code.channel as claude_channel
 from promptyoself.config import Settings
-from promptyoself.errors import LettaUnavailable, NotSent, TargetGone
+from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
 from promptyoself.processes import pid_alive
-from promptyoself.targets import claude_channel
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class ClaudeCodeTarget:
         if found is None:
             self._problem = (f"the Claude Code CLI {wanted!r} was not found (set PROMPTYOSELF_CLAUDE_BIN to its path, "
                              "or put claude in PATH)")
-            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True)
+            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True)
         return found
 
     def _env(self) -> dict[str, str]:
@@ -200,14 +200,14 @@ class ClaudeCodeTarget:
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_OUTPUT)
         except OSError as exc:
             self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
-            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
+            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
         try:
             out, err = await asyncio.wait_for(proc.communicate(text.encode()), self.timeout)
         except (TimeoutError, asyncio.CancelledError):
             self._kill(proc)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 5)
-            late = LettaUnavailable(f"claude -p --resume {session_id} ran past PROMPTYOSELF_CLAUDE_TIMEOUT "
+            late = TargetUnavailable(f"claude -p --resume {session_id} ran past PROMPTYOSELF_CLAUDE_TIMEOUT "
                                     f"({self.timeout:g}s) and was stopped.", transient=True)
             late.details["in_doubt"] = True
             raise late from None
@@ -217,13 +217,13 @@ class ClaudeCodeTarget:
         """Push into the open session through its channel; confirmed by the marker in its transcript."""
         path = claude_channel.socket_path(pid)
         if not claude_channel.channels_on(pid) or not os.path.exists(path):
-            raise LettaUnavailable(
+            raise TargetUnavailable(
                 f"Claude Code session {session_id} is open (claude pid {pid}) without PromptYoSelf's channel "
                 f"(start it with --dangerously-load-development-channels plugin:{claude_channel.PLUGIN}@..., or "
                 f"--channels for an allowlisted plugin); the prompt waits until it "
                 "closes.", transient=True)
         if not await asyncio.to_thread(claude_channel.session_idle, transcripts(session_id)):
-            busy = LettaUnavailable(f"Claude Code session {session_id} is busy with a turn; the prompt is "
+            busy = TargetUnavailable(f"Claude Code session {session_id} is busy with a turn; the prompt is "
                                     "pushed once it is idle.", transient=True)
             busy.details["retry_after"] = BUSY_RETRY
             raise busy
@@ -236,11 +236,11 @@ class ClaudeCodeTarget:
         try:
             answer = await claude_channel.ask(path, request)
         except claude_channel.ChannelError as exc:
-            failed = LettaUnavailable(f"Claude Code session {session_id}: {exc}", transient=True)
+            failed = TargetUnavailable(f"Claude Code session {session_id}: {exc}", transient=True)
             failed.details["in_doubt"] = exc.sent
             raise failed from None
         if not answer.get("ok"):
-            raise LettaUnavailable(f"Claude Code session {session_id}: its PromptYoSelf server refused the push: "
+            raise TargetUnavailable(f"Claude Code session {session_id}: its PromptYoSelf server refused the push: "
                                    f"{str(answer.get('error'))[:200]}", transient=True)
         log.info("pushed occurrence %s into Claude Code session %s (claude pid %s); waiting for it in the transcript",
                  occ.occurrence_id, session_id, pid)
@@ -248,7 +248,7 @@ class ClaudeCodeTarget:
             self._problem = None
             self._pushed.pop(occ.occurrence_id, None)
             return Sent("channel", session_id, {"claude_pid": pid})
-        lost = LettaUnavailable(f"pushed into Claude Code session {session_id} (claude pid {pid}) but not in its "
+        lost = TargetUnavailable(f"pushed into Claude Code session {session_id} (claude pid {pid}) but not in its "
                                 f"transcript after {CONFIRM_SECONDS:g}s", transient=True)
         lost.details["in_doubt"] = True
         raise lost
@@ -278,7 +278,7 @@ class ClaudeCodeTarget:
         why = (str(result.get("result") or result.get("subtype") or "")[:200] if result
                else stderr[-200:] or f"exit code {code}, no JSON result")
         self._problem = f"the last delivered turn failed: {why}"
-        failed = LettaUnavailable(f"claude -p --resume {session_id} failed (exit code {code}): {why}",
+        failed = TargetUnavailable(f"claude -p --resume {session_id} failed (exit code {code}): {why}",
                                   transient=True)
         failed.details["in_doubt"] = True  # the turn may have started: its prompt may be in the transcript
         raise failed
@@ -311,10 +311,10 @@ class ClaudeCodeTarget:
             out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             self._problem = f"{binary} --version did not run ({type(exc).__name__})"
-            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
+            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
         if proc.returncode != 0:
             self._problem = f"{binary} --version exited with code {proc.returncode}"
-            raise LettaUnavailable(f"Claude Code: {self._problem}.", transient=True)
+            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True)
         self._version = out.decode(errors="replace").strip()[:80] or "unknown version"
         self._binary = binary
 

@@ -7,7 +7,7 @@ base64 HMAC-SHA256 of ``{id}.{timestamp}.{body}``, signed by the ``standardwebho
 signature per secret, two while a secret is rotated).
 
 Answers: 2xx delivered; 410 ``TargetGone`` (the schedule pauses with the reason); 429, 5xx, a timeout
-or a dropped connection transient (``LettaUnavailable``, a 429/503's Retry-After passed on); any other
+or a dropped connection transient (``TargetUnavailable``, a 429/503's Retry-After passed on); any other
 status ``TargetRejected`` (this occurrence fails with the status). The claim's fence is asked right
 before the request's head is written (httpcore's trace, as the Letta client does), and the whole
 request, connect to last byte, runs within one timeout (``PROMPTYOSELF_LETTA_TIMEOUT``).
@@ -29,10 +29,10 @@ from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, red
 from promptyoself.errors import (
     WRITTEN_AFTER,
     InvalidArgument,
-    LettaUnavailable,
     NotSent,
     TargetGone,
     TargetRejected,
+    TargetUnavailable,
 )
 from promptyoself.letta.client import retry_after
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
@@ -149,7 +149,7 @@ class WebhookTarget:
             doubt = written and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
             what = "did not answer in time" if isinstance(exc, TimeoutError | httpx.TimeoutException) \
                 else f"could not be reached ({type(exc).__name__})"
-            err = LettaUnavailable(f"webhook endpoint {ep.name!r} at {shown} {what}.", transient=True)
+            err = TargetUnavailable(f"webhook endpoint {ep.name!r} at {shown} {what}.", transient=True)
             err.details[IN_DOUBT] = doubt
             if doubt:
                 err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
@@ -162,7 +162,7 @@ class WebhookTarget:
             raise TargetGone(f"webhook endpoint {ep.name!r} answered 410 Gone: it takes no more deliveries.",
                              http_status=status)
         if status == 429 or status >= 500:
-            err = LettaUnavailable(f"webhook endpoint {ep.name!r} answered HTTP {status}; trying again later.",
+            err = TargetUnavailable(f"webhook endpoint {ep.name!r} answered HTTP {status}; trying again later.",
                                    http_status=status)
             err.details["retry_after"] = retry_after(resp)
             err.details[IN_DOUBT] = status in (502, 504)  # a gateway: the receiver may have it
@@ -183,7 +183,7 @@ class WebhookTarget:
                     resp = await self._client().head(ep.url)
             except (TimeoutError, httpx.HTTPError) as exc:
                 self._reachable[ep.name] = f"unreachable ({type(exc).__name__})"
-                raise LettaUnavailable(f"webhook endpoint {ep.name!r} at {redact_url(ep.url)} cannot be reached "
+                raise TargetUnavailable(f"webhook endpoint {ep.name!r} at {redact_url(ep.url)} cannot be reached "
                                        f"({type(exc).__name__}).", transient=True) from None
             self._reachable[ep.name] = f"reachable (HTTP {resp.status_code} to HEAD)"
 

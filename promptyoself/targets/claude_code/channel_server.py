@@ -1,5 +1,5 @@
 """The stdio MCP server's half of live delivery into Claude Code (issue 31 point 3; the delivering half
-is ``promptyoself.targets.claude_channel``).
+is ``promptyoself.targets.claude_code.channel``).
 
 When this server runs as a Claude Code plugin (``CLAUDE_PLUGIN_ROOT`` set by Claude Code, which only
 routes channel notifications of plugin-sourced servers), it
@@ -30,7 +30,7 @@ import stat
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from promptyoself.core import claude_code
+import promptyoself.targets.claude_code.session as claude_code
 from promptyoself.processes import pid_alive
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,6 @@
-"""Letta Code (the App Server of PyPI ``letta`` >= 0.32) on the core's side: which target a new
-schedule goes to and where its agent is checked, and ``letta-code install|uninstall`` (a skill that
-teaches the agent our CLI, and our MCP server in the agent's Letta Code settings).
-
-An ``agent-local-...`` agent lives in a Letta Code App Server, never behind the Letta REST API, so
-its schedules go to ``LETTA_CODE_URL`` and it is checked there, whatever ``LETTA_BASE_URL`` says
-(Letta Code sets ``LETTA_BASE_URL=https://api.letta.com`` in its agents' Bash environment).
-"""
+"""``promptyoself letta-code install|uninstall``: a skill that teaches a Letta Code agent our CLI, and
+our MCP server in the agent's Letta Code settings (queued while an App Server runs, since it rewrites
+the file on exit)."""
 
 from __future__ import annotations
 
@@ -19,57 +14,6 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.errors import InvalidArgument, NotFound
-from promptyoself.targets.registry import LETTA as REST
-from promptyoself.targets.registry import LETTA_CODE
-
-TARGETS = (REST, LETTA_CODE)
-"""The targets a Letta agent's schedule may name (``choose_target``)."""
-LOCAL_AGENT_PREFIX = "agent-local-"
-
-MAX_CONVERSATION_CHARS = 200
-
-
-def is_local_agent(agent_id: str) -> bool:
-    """An agent of a Letta Code App Server's local backend (``agent-local-<uuid>``). Decided here with
-    no import of ``letta.code``: choosing a schedule's target must not import httpx and websockets
-    (~0.1-0.3 s of a CLI call, httpx's own command line pulling in rich and pygments)."""
-    return agent_id.startswith(LOCAL_AGENT_PREFIX)
-
-
-def choose_target(agent_id: str, target: object, conversation_id: object, settings: Settings) -> tuple[str, str | None]:
-    """``(target, conversation_id)`` of a new schedule: the ``target`` asked for (``letta`` |
-    ``letta-code``), else ``letta-code`` for an ``agent-local-...`` agent or when only
-    ``LETTA_CODE_URL`` is set, else ``letta``. A conversation exists only on Letta Code."""
-    if target is not None and not isinstance(target, str):
-        raise InvalidArgument("target must be 'letta' or 'letta-code'.")
-    chosen = (target or "").strip().lower() or None
-    if chosen is not None and chosen not in TARGETS:
-        raise InvalidArgument(f"target must be 'letta' or 'letta-code', not {chosen!r}.")
-    if chosen is None:
-        chosen = LETTA_CODE if is_local_agent(agent_id) else REST
-    if chosen == REST and is_local_agent(agent_id):
-        raise InvalidArgument(
-            f"{agent_id} is a Letta Code agent (agent-local-...): it cannot be reached through the Letta "
-            "REST API. Use target 'letta-code' and set LETTA_CODE_URL.")
-    conv: str | None = None
-    if conversation_id is not None:
-        if not isinstance(conversation_id, str) or len(conversation_id.strip()) > MAX_CONVERSATION_CHARS:
-            raise InvalidArgument(f"conversation_id must be a Letta Code conversation id of at most "
-                                  f"{MAX_CONVERSATION_CHARS} characters.")
-        conv = conversation_id.strip() or None
-        if conv is not None and chosen != LETTA_CODE:
-            raise InvalidArgument("conversation_id applies to Letta Code schedules only (target 'letta-code').")
-    return chosen, conv
-
-
-def validate_agent(core: Any, agent_id: str, target: str) -> None:
-    """Ask the target that holds the agent whether it exists (``AgentNotFound`` if not;
-    ``LettaUnavailable`` when it cannot be asked)."""
-    if target == LETTA_CODE:
-        core.letta_code.get_agent(agent_id)
-    else:
-        core.letta.get_agent(agent_id)
-
 
 # ---- letta-code install | uninstall ----------------------------------------------------------------
 
@@ -238,7 +182,7 @@ def _watcher(home: Path) -> int:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     proc = subprocess.Popen(
         ["/bin/sh", "-c", '"$@" </dev/null >/dev/null 2>&1 & echo $!', "promptyoself-letta-code-watch",
-         sys.executable, "-m", "promptyoself.core.letta_code", str(home)],
+         sys.executable, "-m", "promptyoself.targets.letta_code.install", str(home)],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
         start_new_session=True, close_fds=True)
     out, _ = proc.communicate(timeout=10)
@@ -316,7 +260,8 @@ def install(core: Any, agent_id: object, home_path: object = None) -> dict[str, 
 def uninstall(core: Any, agent_id: object, home_path: object = None) -> dict[str, Any]:
     """Remove the skill (at once) and our MCP server entry (of ``agent_id``, or of every agent when
     None): at once, or queued as for ``install`` while an App Server runs. The agent's tokens are revoked."""
-    from promptyoself.store import agent_tokens
+    from promptyoself.core import agent_tokens
+    from promptyoself.errors import NotFound as NoToken
 
     home = letta_home(home_path)
     _settings(home)
@@ -325,7 +270,8 @@ def uninstall(core: Any, agent_id: object, home_path: object = None) -> dict[str
     had_skill = skill.exists()
     shutil.rmtree(skill, ignore_errors=True)
     if agent is not None:
-        agent_tokens.revoke(core.store, core.now(), agent_id=agent)
+        with contextlib.suppress(NoToken):  # none was live
+            agent_tokens.revoke(core, agent_id=agent)
     op = {"op": "uninstall", "agent_id": agent}
     out: dict[str, Any] = {"status": "success", "agent_id": agent, "skill_removed": had_skill}
     servers = running_servers(home)
@@ -342,5 +288,5 @@ def uninstall(core: Any, agent_id: object, home_path: object = None) -> dict[str
             "message": "Removed the promptyoself skill and MCP server entry."}
 
 
-if __name__ == "__main__":  # the watcher: python -m promptyoself.core.letta_code HOME
+if __name__ == "__main__":  # the watcher: python -m promptyoself.targets.letta_code.install HOME
     sys.exit(watch(Path(sys.argv[1])))

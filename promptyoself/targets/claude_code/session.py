@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import promptyoself.targets.claude_code.channel as claude_channel
 from promptyoself.errors import InvalidArgument
-from promptyoself.targets import claude_channel
 
 # The channel's socket and checks, for the stdio server's side (faces.channels): one definition.
 channel_socket = claude_channel.socket_path
@@ -76,6 +76,24 @@ def goes_to_session(agent_id: object, endpoint: object, session_id: object,
     and no endpoint, and names a session or runs in one (``core.destinations``; the CLI's relay asks
     the same before it hands a schedule to the service, with this process's session)."""
     return not given(agent_id) and not given(endpoint) and (given(session_id) or detect(environ) is not None)
+
+
+def relay_arguments(args: Any, *, agent_token: bool = False) -> dict[str, str] | None:
+    """For the CLI's relay (``promptyoself.targets.relay_arguments``): a schedule made from this
+    process that goes back to its Claude Code session (``--target claude-code``, or no target from
+    inside a session), as the explicit ``target``, ``session_id`` and ``cwd`` the service judges;
+    None otherwise, and when it must stay in process (an agent token names the agent in process:
+    faces/cli.py's ``scope_to_agent``; no session is found: the in-process command says what to pass)."""
+    if not (args.target == TARGET or (args.target is None
+                                      and goes_to_session(args.agent_id, args.endpoint, args.session_id))):
+        return None
+    if agent_token:
+        return None
+    try:
+        found = session_for(args.session_id, args.cwd)
+    except Exception:
+        return None
+    return {"target": TARGET, "session_id": found.session_id, "cwd": found.cwd}
 
 
 def check_session_id(value: object) -> str:
@@ -226,7 +244,7 @@ def install(settings: Settings, project: object = None, *, write: bool = False,
     folder = Path(project or os.getcwd()).expanduser().resolve()
     entry = mcp_server(settings)
     if not mcp_json:
-        from promptyoself.core.claude_plugin import install_plugin
+        from promptyoself.targets.claude_code.install import install_plugin
 
         return install_plugin(settings, folder, entry, write=write)
     env_flags = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in entry["env"].items())

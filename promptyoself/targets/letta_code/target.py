@@ -1,20 +1,20 @@
 """The Letta Code App Server as a delivery target (``target = "letta-code"``), through
-``promptyoself.letta.code.LettaCodeClient`` (one WebSocket per call; a send holds its socket until the
+``promptyoself.targets.letta_code.client.LettaCodeClient`` (one WebSocket per call; a send holds its socket until the
 message's turn has finished).
 
 The occurrence's id travels as ``client_message_id`` (``otid~N`` on a re-send, N the attempt: see
 ``letta.code``); ``lookup`` reads the conversation's queue and loop, then its messages. The fence is
 asked with the socket open, right before the input frame is written. No ``LETTA_CODE_URL``: every call
-raises ``LettaUnavailable`` (transient: a schedule waiting for it is retried, never dropped).
+raises ``TargetUnavailable`` (transient: a schedule waiting for it is retried, never dropped).
 """
 
 from __future__ import annotations
 
 from promptyoself.config import Settings
-from promptyoself.errors import LettaUnavailable
-from promptyoself.letta.code import LettaCodeClient
+from promptyoself.errors import TargetUnavailable
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
-from promptyoself.targets.blocking import BlockingCalls
+from promptyoself.targets.letta_code.blocking import BlockingCalls
+from promptyoself.targets.letta_code.client import LettaCodeClient
 
 NOT_CONFIGURED = "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500)."
 
@@ -30,7 +30,7 @@ class LettaCodeTarget:
 
     def _client(self) -> LettaCodeClient:
         if self.client is None:
-            raise LettaUnavailable(NOT_CONFIGURED)
+            raise TargetUnavailable(NOT_CONFIGURED)
         return self.client
 
     async def send(self, occ: Occurrence, fence: Fence) -> Sent:

@@ -25,7 +25,7 @@ re-send (only after ``find`` said ``absent``: not in the history, not queued, no
 carries ``otid~N`` (N = the attempt), because the plain otid may be used up in the ledger without a
 message behind it. ``find`` matches the otid and every ``otid~N``.
 
-Errors map onto the error tree like the REST client's: ``LettaUnavailable`` (down, busy/blocked,
+Errors map onto the error tree like the REST client's: ``TargetUnavailable`` (down, busy/blocked,
 no answer; ``details["in_doubt"]`` when the server may have the message), ``AgentNotFound``.
 """
 
@@ -46,7 +46,7 @@ from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from promptyoself.config import redact_url
-from promptyoself.errors import AgentNotFound, InvalidArgument, LettaUnavailable, NotSent
+from promptyoself.errors import AgentNotFound, InvalidArgument, NotSent, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +127,8 @@ class LettaCodeClient:
 
     # ---- plumbing ---------------------------------------------------------------------------
 
-    def _down(self, exc: BaseException) -> LettaUnavailable:
-        return LettaUnavailable(
+    def _down(self, exc: BaseException) -> TargetUnavailable:
+        return TargetUnavailable(
             f"Cannot reach the Letta Code App Server at {self.shown_url} ({type(exc).__name__}). Start it "
             "(letta server --listen ws://127.0.0.1:4500) or set LETTA_CODE_URL.",
             transient=True, in_doubt=False,
@@ -168,7 +168,7 @@ class LettaCodeClient:
                     if msg.get("request_id") == rid and msg.get("type") != frame["type"]:
                         return msg
             except TimeoutError:
-                raise LettaUnavailable(
+                raise TargetUnavailable(
                     f"The Letta Code App Server at {self.shown_url} did not answer {frame['type']} in time.",
                     transient=True) from None
             except (OSError, WebSocketException) as exc:
@@ -186,7 +186,7 @@ class LettaCodeClient:
         except httpx.HTTPError as exc:
             raise self._down(exc) from None
         if health.status_code != 200 or health.text.strip() != "ok":
-            raise LettaUnavailable(
+            raise TargetUnavailable(
                 f"The Letta Code App Server at {self.shown_url} is not healthy (HTTP {health.status_code}).")
         body: dict[str, Any] = {}
         try:
@@ -202,7 +202,7 @@ class LettaCodeClient:
     def list_agents(self) -> list[dict[str, Any]]:
         answer = self._request({"type": "agent_list"})
         if not answer.get("success", True):
-            raise LettaUnavailable(f"Letta Code could not list its agents: {answer.get('error')}")
+            raise TargetUnavailable(f"Letta Code could not list its agents: {answer.get('error')}")
         return [{"id": a.get("id"), "name": a.get("name")} for a in answer.get("agents") or []
                 if isinstance(a, dict)]
 
@@ -233,7 +233,7 @@ class LettaCodeClient:
                 error = str(answer.get("error") or "")
                 if "not found" in error.lower():
                     raise AgentNotFound(f"Letta Code: {error}. Check the schedule's agent and conversation.")
-                raise LettaUnavailable(f"Letta Code could not list the conversation's messages: {error}")
+                raise TargetUnavailable(f"Letta Code could not list the conversation's messages: {error}")
             yield from (m for m in answer.get("messages") or [] if isinstance(m, dict))
             before = answer.get("next_before")
             if not answer.get("has_more") or not before:
@@ -269,7 +269,7 @@ class LettaCodeClient:
                     elif kind == "sync_response" and msg.get("request_id") == rid:
                         return out
             except TimeoutError:
-                raise LettaUnavailable(f"The Letta Code App Server at {self.shown_url} did not answer sync.",
+                raise TargetUnavailable(f"The Letta Code App Server at {self.shown_url} did not answer sync.",
                                        transient=True) from None
             except (OSError, WebSocketException) as exc:
                 raise self._down(exc) from None
@@ -283,7 +283,7 @@ class LettaCodeClient:
     def _command(self, frame: dict[str, Any]) -> bool:
         try:
             return bool(self._request(frame).get("success"))
-        except LettaUnavailable:
+        except TargetUnavailable:
             return False
 
     def drop_replays(self, agent_id: str, conversation_id: str | None, st: ConversationState | None = None) -> int:
@@ -368,7 +368,7 @@ class LettaCodeClient:
                 written = True
                 return self._await_turn(ws, rid, cid, runtime)
             except TimeoutError:
-                raise LettaUnavailable(
+                raise TargetUnavailable(
                     f"Letta Code did not finish the turn of {cid} within {self.turn_timeout:g}s; it may "
                     "still run it.", transient=True, in_doubt=True) from None
             except (OSError, WebSocketException) as exc:
@@ -381,7 +381,7 @@ class LettaCodeClient:
         for msg in self._frames(ws, time.monotonic() + self.timeout):
             if msg.get("type") == "input_accepted" and msg.get("request_id") == rid:
                 if not msg.get("accepted"):
-                    raise LettaUnavailable(f"Letta Code did not accept the message ({cid}); trying again later.",
+                    raise TargetUnavailable(f"Letta Code did not accept the message ({cid}); trying again later.",
                                            transient=True, in_doubt=False)
                 disposition = msg.get("disposition")
                 break
@@ -401,7 +401,7 @@ class LettaCodeClient:
                 reason = msg.get("stop_reason")
                 if run_id in runs:
                     if reason == "error":
-                        raise LettaUnavailable(
+                        raise TargetUnavailable(
                             f"Letta Code's turn for {cid} ended in an error: {msg.get('error')}",
                             transient=True, in_doubt=True)
                     # History's letta_run_id: run ids restart at local-run-1 with the server, so the
@@ -412,7 +412,7 @@ class LettaCodeClient:
                     # Our input was taken but its turn never started: the conversation is blocked
                     # (a client dropped its socket mid-turn; only a restart of Letta Code clears it).
                     error = str(msg.get("error") or "")
-                    raise LettaUnavailable(
+                    raise TargetUnavailable(
                         f"Letta Code's conversation {runtime['conversation_id']} is busy ({error}); if it stays "
                         "so, restart the App Server.", transient=True, in_doubt=True, busy=BUSY in error)
         raise TimeoutError  # pragma: no cover (the frames end only by TimeoutError)

@@ -1,0 +1,59 @@
+"""The plug-in object of this target (declared in pyproject's ``promptyoself.targets`` entry points; the
+protocol is ``promptyoself.targets.base.TargetPlugin``). Imported only when the target is asked for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from promptyoself.targets.base import Call, DeliveryTarget, Destination, Watch
+
+FIX = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
+
+
+class WebhookOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = Field(
+        default=None, max_length=64,
+        description="the name of an endpoint the operator configured (default 'default').")
+
+
+class WebhookPlugin:
+    name = "webhook"
+    summary = "any service that takes a signed Standard Webhooks v1 POST, at endpoints the operator configures"
+    options = WebhookOptions
+    aliases: tuple[str, ...] = ("endpoint",)
+
+    def claims(self, call: Call) -> bool:
+        return False
+
+    def destination(self, call: Call) -> Destination:
+        from promptyoself.config import webhook_endpoints
+        from promptyoself.targets.webhook.target import choose_endpoint
+
+        name = choose_endpoint(call.options.endpoint, webhook_endpoints())
+        given = call.agent_id is not None and str(call.agent_id).strip()
+        agent = call.agent() if given else f"webhook-{name}"
+        return Destination(agent, {"endpoint": name})
+
+    def validate(self, core: Any, agent_id: str) -> None:
+        return None
+
+    def create(self, settings: Any) -> DeliveryTarget:
+        from promptyoself.targets.webhook.target import WebhookTarget
+
+        return WebhookTarget(settings)
+
+    def watch(self, settings: Any) -> Watch:
+        from promptyoself.config import webhook_endpoints
+
+        try:
+            configured = bool(webhook_endpoints())
+        except Exception:
+            configured = False
+        return Watch("webhook_unreachable", FIX, configured=configured)
+
+
+plugin = WebhookPlugin()

@@ -8,6 +8,10 @@ repairs it. The checks:
 * ``no_delivery``: a schedule is active and no live delivery runs (no live worker lease, no loop in
   this process), whether or not anything is due yet.
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
+* ``delivery_behind``: a due prompt whose agent is free has waited unclaimed for more than
+  ``BEHIND_FACTOR`` times its lateness budget (``PROMPTYOSELF_EXECUTOR_INTERVAL``, at least 1 s: the
+  loop claims such a prompt within one interval): every send slot of its target is taken (a target
+  that hangs), or the service cannot keep up (issue 42).
 * The targets: every target configured here or with active schedules is made by its plug-in
   (``targets.registry``) and asked ``probe()`` through the ``DeliveryTarget`` protocol; ``readiness``
   has its one line. A failed probe is ``letta_unreachable`` / ``letta_auth`` (the Letta REST API: the
@@ -74,6 +78,14 @@ FIX_DB = (
     "Check PROMPTYOSELF_DB (the file's directory must be writable; a PostgreSQL server must be up and "
     "the database must exist), then run `promptyoself health` again."
 )
+FIX_BEHIND = (
+    "Check `promptyoself worker --status` for the sends in flight and their target: a target whose sends hang "
+    "holds only its own slots (PROMPTYOSELF_TARGET_IN_FLIGHT, PROMPTYOSELF_MAX_IN_FLIGHT) until its timeout "
+    "(e.g. PROMPTYOSELF_CLAUDE_TIMEOUT); when every target is busy, raise PROMPTYOSELF_MAX_IN_FLIGHT or run more "
+    "workers (`promptyoself worker --shared`); see docs/deployment.md."
+)
+BEHIND_FACTOR = 5
+"""``delivery_behind``: a prompt free to send waits more than this many loop intervals (at least 1 s each)."""
 FIX_LETTA = "Start the Letta server or set LETTA_BASE_URL to it, then run `promptyoself test`."
 FIX_LETTA_CODE = ("Start the Letta Code App Server (letta server --listen ws://127.0.0.1:4500) and set "
                   "LETTA_CODE_URL to it; see docs/letta-code.md.")
@@ -265,6 +277,7 @@ def assess(core: Checked) -> HealthResult:
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
         targets = queries.by_target(store, now)
+        waiting_slot = queries.unclaimed(store, now)
         from promptyoself.core.operator import guardrail_summary
 
         guard = guardrail_summary(settings, store, now)
@@ -318,6 +331,16 @@ def assess(core: Checked) -> HealthResult:
                 message=f"The oldest overdue prompt is {late:.0f}s late (threshold {threshold:.0f}s, "
                 "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
                 fix=FIX_LATE,
+            ))
+        budget = max(float(settings.executor_interval), 1.0)
+        if waiting_slot.oldest_due is not None and live and \
+                (wait := (now - waiting_slot.oldest_due).total_seconds()) > BEHIND_FACTOR * budget:
+            reasons.append(Reason(
+                code="delivery_behind",
+                message=f"{waiting_slot.count} due prompt(s) whose agents are free wait for a send slot; the oldest "
+                f"({waiting_slot.target}) has waited {wait:.1f}s (more than {BEHIND_FACTOR} x "
+                f"{budget:g}s, PROMPTYOSELF_EXECUTOR_INTERVAL).",
+                fix=FIX_BEHIND,
             ))
     readiness, unready = target_readiness(core, targets)
     out["readiness"] = readiness

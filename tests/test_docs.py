@@ -445,7 +445,8 @@ def test_readme_says_what_it_is_the_two_commands_and_a_first_schedule_before_its
     first_link = next(i for i, line in enumerate(lines) if "](docs/" in line)
     assert first_link <= README_SCREEN, f"{first_link} lines before the first link to docs/ (at most {README_SCREEN})"
     head = "\n".join(lines[:first_link])
-    assert "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python promptyoself_mcp_server.py" in head
+    install = "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python promptyoself_mcp_server.py"
+    assert install in head
     assert '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest -q -n 2 --dist worksteal' in head
     assert re.search(r"^promptyoself schedule --prompt .* --agent-id agent-\.\.\.$", head, re.M)
     assert "arrives" in head

@@ -463,3 +463,27 @@ def test_the_letta_doc_sdk_example_runs_against_the_service(db: Path, tmp_path: 
             serve.terminate()
             serve.wait(30)
     assert proc.returncode == 0 and "SDK-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- README fits a screen before its links (issue 45 point 5) -----------------------------------
+
+README_SCREEN = 60
+"""At most this many lines of README.md come before its first link into docs/."""
+
+
+def test_readme_says_what_it_is_the_two_commands_and_a_first_schedule_before_its_links() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    first_link = next(i for i, line in enumerate(lines) if "](docs/" in line)
+    assert first_link <= README_SCREEN, f"{first_link} lines before the first link to docs/ (at most {README_SCREEN})"
+    head = "\n".join(lines[:first_link])
+    install = "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python promptyoself_mcp_server.py"
+    assert install in head
+    assert '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest -q -n 2 --dist worksteal' in head
+    assert re.search(r"^promptyoself schedule --prompt .* --agent-id agent-\.\.\.$", head, re.M)
+    assert "arrives" in head
+    # the suite's run times live in docs/performance.md, with their conditions
+    timings = re.compile(r"\b\d+:\d\d-\d+:\d\d\b|\b\d+-\d+ s\b")
+    assert not timings.search("\n".join(lines)), timings.search("\n".join(lines))
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    for figure in ("13:26-15:15", "21:41-25:00", "16-22 minutes", "48-77 s", "1:38-1:50", "10:23", "1,837 tests"):
+        assert figure in performance, figure

@@ -245,6 +245,15 @@ class Settings(BaseSettings):
                                      "--allowedTools Bash (empty = none: no tool is pre-approved)")
     claude_timeout: Seconds = _field(600.0, "PROMPTYOSELF_CLAUDE_TIMEOUT", ACCEPTS_SECONDS, gt=0,
                                      allow_inf_nan=False)
+    # Codex CLI sessions (target codex, docs/codex.md): the CLI run for each delivery.
+    codex_bin: str | None = _field(None, "PROMPTYOSELF_CODEX_BIN",
+                                   "a path to the codex executable, or a command name looked up in PATH "
+                                   "(empty = codex from PATH)")
+    codex_args: str | None = _field(None, "PROMPTYOSELF_CODEX_ARGS",
+                                    "extra codex exec arguments as a shell would split them, e.g. "
+                                    "--sandbox workspace-write (empty = none: Codex's own defaults)")
+    codex_timeout: Seconds = _field(600.0, "PROMPTYOSELF_CODEX_TIMEOUT", ACCEPTS_SECONDS, gt=0,
+                                    allow_inf_nan=False)
 
     # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
     db: str | None = Field(
@@ -409,7 +418,7 @@ class Settings(BaseSettings):
                 out[name] = int(count)
         return out
 
-    @field_validator("claude_bin", mode="before")
+    @field_validator("claude_bin", "codex_bin", mode="before")
     @classmethod
     def _claude_bin(cls, value: object) -> object:
         if not isinstance(value, str):
@@ -419,7 +428,7 @@ class Settings(BaseSettings):
             raise ValueError("not a path")
         return text or None
 
-    @field_validator("claude_args", mode="before")
+    @field_validator("claude_args", "codex_args", mode="before")
     @classmethod
     def _claude_args(cls, value: object) -> object:
         if not isinstance(value, str):
@@ -431,6 +440,13 @@ class Settings(BaseSettings):
             raise ValueError("control characters")
         shlex.split(text)  # unbalanced quotes: ValueError
         return text or None
+
+    @property
+    def codex_extra_args(self) -> list[str]:
+        """``PROMPTYOSELF_CODEX_ARGS`` split as a shell would (the operator's sandbox and approval flags)."""
+        import shlex
+
+        return shlex.split(self.codex_args) if self.codex_args else []
 
     @property
     def claude_extra_args(self) -> list[str]:

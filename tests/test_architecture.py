@@ -171,7 +171,7 @@ def test_only_the_store_imports_sqlalchemy() -> None:
 
 # ---- targets are plug-ins (issue 41 point 3) --------------------------------------------------------
 
-TARGET_WORDS = re.compile(r"letta-code|claude-code|webhook|Letta(?:Unavailable|Auth)\b")
+TARGET_WORDS = re.compile(r"letta-code|claude-code|webhook|\bcodex\b|Letta(?:Unavailable|Auth)\b")
 """What only a target's own package may name: the built-in targets other than Letta (the
 Letta-compatible faces may name Letta), and the Letta client's error names."""
 WORDS_ALLOWED = {

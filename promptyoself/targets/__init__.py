@@ -20,10 +20,11 @@ relay's handshake carries), never on the calling process: the service judges it 
 def serves_in_process() -> bool:
     """Whether this stdio MCP server must run here rather than be relayed to the service
     (``faces/relay.py``): it was started by an agent CLI whose schedules go back to the session found
-    from this process's environment and parents (Claude Code)."""
+    from this process's environment and parents (Claude Code, Codex)."""
     from promptyoself.targets.claude_code.session import in_claude_code
+    from promptyoself.targets.codex.session import in_codex
 
-    return in_claude_code()
+    return in_claude_code() or in_codex()
 
 
 def relay_arguments(args: Any, *, agent_token: bool = False) -> dict[str, str] | None:
@@ -34,8 +35,9 @@ def relay_arguments(args: Any, *, agent_token: bool = False) -> dict[str, str] |
     target not known to be judged alike anywhere (an outside plug-in, a webhook, whose endpoints come
     from this process's environment) stays in process, as does ``--target-option``."""
     from promptyoself.targets.claude_code import session
+    from promptyoself.targets.codex import session as codex
 
-    if getattr(args, "target_option", None):
+    if getattr(args, "target_option", None) or codex.stays_in_process(args):
         return None
     found = session.relay_arguments(args, agent_token=agent_token)
     if found is not None or args.target == session.TARGET:

@@ -43,6 +43,7 @@ BUILT_IN: dict[str, str] = {
     "letta-code": "promptyoself.targets.letta_code.plugin:plugin",
     "claude-code": "promptyoself.targets.claude_code.plugin:plugin",
     "webhook": "promptyoself.targets.webhook.plugin:plugin",
+    "codex": "promptyoself.targets.codex.plugin:plugin",
 }
 """Our own entry points (pyproject.toml declares the same; ``tests/test_plugins.py`` checks): used as
 they are when this package runs from a source tree that was never installed (no metadata to read)."""

@@ -1,0 +1,260 @@
+"""Delivery into a Codex session: a resumed headless turn, ``codex exec --json --skip-git-repo-check
+resume <thread> -`` run in the session's directory with ``CODEX_HOME`` set to the session's, the prompt
+on stdin (docs/codex.md).
+
+- The binary is ``PROMPTYOSELF_CODEX_BIN`` (a path or a name in PATH), else ``codex`` from PATH; extra
+  arguments (the operator's sandbox and approval flags) come only from ``PROMPTYOSELF_CODEX_ARGS``.
+- Never two turns of one thread at once: one run at a time per thread in this process (a lock), across
+  processes one live claim per agent (a session is one agent, ``codex-<thread>``); and a thread that a
+  running ``codex`` holds open (its rollout among the process's open files: an interactive session,
+  or a run started by a delivery that is still under way) is not resumed: transient, a short retry.
+- Exactly once: the delivered text ends with a marker line naming the occurrence id. ``lookup`` reads
+  the session's rollout for a user message whose last line is that marker (a marker quoted inside a
+  prompt is not one); while a ``codex`` process holds the rollout open, the answer is ``pending``.
+- The turn's ``usage`` (``turn.completed``) and the agent's reply travel in ``Sent.details``.
+- Errors: binary missing or failing to start, a failed or timed-out turn: ``TargetUnavailable``
+  (transient; in doubt once the process started); the session's directory or rollout gone:
+  ``TargetGone`` (the schedule pauses with the reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
+from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.codex.session import codex_home, open_rollouts, read_meta, rollouts
+
+MARKER = "[PromptYoSelf occurrence {}]"
+MAX_OUTPUT = 4 * 1024 * 1024
+MAX_ROLLOUT_SCAN = 64 * 1024 * 1024
+PROBE_TIMEOUT = 20.0
+BUSY_RETRY = 5.0
+REPLY_EXCERPT = 2000
+_SESSION_ENV = ("CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_TOOL_CALL_ID", "CODEX_CI")
+
+
+def marker(occurrence_id: str) -> str:
+    return MARKER.format(occurrence_id)
+
+
+def _user_texts(entry: dict[str, Any]) -> list[str]:
+    """The texts a rollout line gave the model as the user's (``response_item`` messages of role user)."""
+    payload = entry.get("payload")
+    if entry.get("type") != "response_item" or not isinstance(payload, dict):
+        return []
+    if payload.get("type") != "message" or payload.get("role") != "user":
+        return []
+    content = payload.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [str(c.get("text", "")) for c in content if isinstance(c, dict)]
+    return []
+
+
+def marker_in_rollout(path: Path, occurrence_id: str) -> bool:
+    """Whether a user message of the rollout ends with the occurrence's marker line."""
+    needle = marker(occurrence_id)
+    read = 0
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                read += len(line)
+                if read > MAX_ROLLOUT_SCAN:
+                    break
+                if needle not in line:
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and any(t.rstrip().splitlines()[-1:] == [needle]
+                                                   for t in _user_texts(entry)):
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+def holders(path: Path) -> list[int]:
+    """Pids of ``codex`` processes (of this user) that hold ``path`` open: the thread is in a turn, or
+    open in an interactive session."""
+    found: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    me = os.getuid()
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != me or (entry / "comm").read_text().strip() != "codex":
+                continue
+        except OSError:
+            continue
+        if any(str(p) == str(path) for p in open_rollouts(int(entry.name))):
+            found.append(int(entry.name))
+    return found
+
+
+class CodexTarget:
+    """``DeliveryTarget`` for Codex sessions (``occ.options``: ``session_id``, ``cwd``, ``codex_home``)."""
+
+    name = "codex"
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.timeout = float(settings.codex_timeout)
+        self.extra_args = settings.codex_extra_args
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._version: str | None = None
+        self._binary: str | None = None
+        self._problem: str | None = None
+
+    def binary(self) -> str:
+        wanted = self.settings.codex_bin or "codex"
+        found = shutil.which(wanted)
+        if found is None:
+            self._problem = (f"the Codex CLI {wanted!r} was not found (set PROMPTYOSELF_CODEX_BIN to its path, or put "
+                             "codex in PATH)")
+            raise TargetUnavailable(f"Codex: {self._problem}.")
+        return found
+
+    def _env(self, home: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
+        env["CODEX_HOME"] = home
+        return env
+
+    @staticmethod
+    def _where(occ: Occurrence) -> tuple[str, str, Path]:
+        thread = str(occ.options.get("session_id") or "")
+        cwd = str(occ.options.get("cwd") or "")
+        home = str(occ.options.get("codex_home") or codex_home())
+        if not thread or not cwd:
+            raise TargetGone("this Codex schedule names no session_id and cwd.")
+        return thread, cwd, Path(home)
+
+    def _rollout(self, thread: str, home: Path) -> Path:
+        found = rollouts(thread, home)
+        if not found:
+            raise TargetGone(f"Codex session {thread} has no rollout under {home}/sessions: it does not exist "
+                             "(or belongs to another user or CODEX_HOME).")
+        return found[0]
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        thread, cwd, home = self._where(occ)
+        if not Path(cwd).is_dir():
+            raise TargetGone(f"the session's directory {cwd} no longer exists.")
+        lock = self._locks.setdefault(thread, asyncio.Lock())
+        async with lock:
+            return await self._run(occ, thread, cwd, home, fence)
+
+    async def _run(self, occ: Occurrence, thread: str, cwd: str, home: Path, fence: Fence) -> Sent:
+        binary = self.binary()
+        rollout = self._rollout(thread, home)
+        meta = read_meta(rollout)
+        if meta is not None and os.path.normpath(meta[1]) != os.path.normpath(cwd):
+            raise TargetGone(f"the stored directory {cwd} is not the one Codex session {thread} records ({meta[1]}).")
+        if await asyncio.to_thread(holders, rollout):
+            busy = TargetUnavailable(f"Codex session {thread} is open in a running codex (a turn, or an interactive "
+                                     "session); the prompt is sent once it is free.")
+            busy.details["retry_after"] = BUSY_RETRY
+            raise busy
+        text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
+        argv = [binary, "exec", "--json", "--skip-git-repo-check", *self.extra_args, "resume", thread, "-"]
+        if not fence():  # right before the process starts: nothing has been sent yet
+            raise NotSent("the claim's fence refused the run before codex was started")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=cwd, env=self._env(str(home)), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                limit=MAX_OUTPUT)
+        except OSError as exc:
+            self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
+            raise TargetUnavailable(f"Codex: {self._problem}.") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(text.encode()), self.timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5)
+            late = TargetUnavailable(f"codex exec resume {thread} ran past PROMPTYOSELF_CODEX_TIMEOUT "
+                                     f"({self.timeout:g}s) and was stopped.")
+            late.details["in_doubt"] = True
+            raise late from None
+        return self._outcome(thread, proc.returncode, out, err)
+
+    def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes) -> Sent:
+        events = []
+        for line in out.decode(errors="replace").splitlines():
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                events.append(value)
+        done = next((e for e in reversed(events) if e.get("type") == "turn.completed"), None)
+        failed = next((e for e in reversed(events) if e.get("type") in ("turn.failed", "error")), None)
+        if code == 0 and done is not None:
+            self._problem = None
+            replies = [str(e["item"].get("text") or "") for e in events if e.get("type") == "item.completed"
+                       and isinstance(e.get("item"), dict) and e["item"].get("type") == "agent_message"]
+            details: dict[str, Any] = {"usage": done.get("usage") or {}}
+            if replies:
+                details["reply"] = replies[-1][:REPLY_EXCERPT]
+            return Sent("resume", thread, details)
+        why = (json.dumps(failed)[:200] if failed else err.decode(errors="replace").strip()[-200:]
+               or f"exit code {code}, no turn.completed")
+        self._problem = f"the last delivered turn failed: {why}"
+        problem = TargetUnavailable(f"codex exec resume {thread} failed (exit code {code}): {why}")
+        problem.details["in_doubt"] = True  # the turn may have started: its prompt may be in the rollout
+        raise problem
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        try:
+            thread, _cwd, home = self._where(occ)
+        except TargetGone:
+            return Found("absent")
+        for path in rollouts(thread, home):
+            if await asyncio.to_thread(marker_in_rollout, path, occ.occurrence_id):
+                return Found("found", thread)
+            if await asyncio.to_thread(holders, path):  # a turn under way may still write it
+                return Found("pending")
+        return Found("absent")
+
+    async def probe(self) -> None:
+        binary = self.binary()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                binary, "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            self._problem = f"{binary} --version did not run ({type(exc).__name__})"
+            raise TargetUnavailable(f"Codex: {self._problem}.") from None
+        if proc.returncode != 0:
+            self._problem = f"{binary} --version exited with code {proc.returncode}"
+            raise TargetUnavailable(f"Codex: {self._problem}.")
+        self._version = out.decode(errors="replace").strip()[:80] or "unknown version"
+        self._binary = binary
+        self._problem = None
+
+    def readiness(self) -> str:
+        where = self.settings.codex_bin or "codex (PATH)"
+        if self._problem:
+            return f"codex at {where}: not ready: {self._problem}"
+        if self._version:
+            return f"{self._version} at {self._binary or where}; sessions under {codex_home()}"
+        return f"codex at {where}: not probed yet"
+
+    async def aclose(self) -> None:
+        self._locks.clear()

@@ -540,3 +540,127 @@ def test_torture_an_outside_plugin_exactly_once_under_faults_kills_and_stalls(an
                         for r in rows if r.outcome == "delivered")
     assert delivered == by_id  # exactly one delivered row per occurrence written
     assert outcomes["retry"] > 0 and killed_holding > 0 and stopped_holding > 0
+
+
+# ---- the same guarantee into Codex sessions (issue 44) -----------------------------------------------
+
+CODEX_SEEDS = [int(s) for s in os.environ.get("PROMPTYOSELF_TORTURE_CODEX_SEEDS", "7").split(",")]
+"""One seed in the suite; ``PROMPTYOSELF_TORTURE_CODEX_SEEDS=1,2,...`` runs more."""
+CODEX_SESSIONS = max(4, round(12 * SCALE))
+CODEX_ONCE = max(10, round(60 * SCALE))
+
+
+def seed_codex(db: Any, home: Path, root: Path) -> tuple[dict[int, str], dict[str, Path]]:
+    """Sessions (a rollout each, as Codex 0.169 starts one) and one-time prompts for them."""
+    rollouts: dict[str, Path] = {}
+    for i in range(CODEX_SESSIONS):
+        thread = f"01a22500-0000-7000-8000-{i:012d}"
+        cwd = root / f"proj-{i}"
+        cwd.mkdir(parents=True)
+        path = home / "sessions" / "2026" / "11" / "29" / f"rollout-2026-11-29T00-00-00-{thread}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"type": "session_meta", "payload": {"id": thread, "cwd": str(cwd)}}) + "\n")
+        rollouts[thread] = path
+    threads = sorted(rollouts)
+    core = make_core(db)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    add_many(core.store, [(f"codex-{threads[i % len(threads)]}", f"codex-once-{i:04d}", later)
+                          for i in range(CODEX_ONCE)])
+    with core.store.session() as s:
+        once = {}
+        for row in s.execute(select(Schedule)).scalars():
+            thread = row.agent_id.removeprefix("codex-")
+            row.target = "codex"
+            row.target_options = json.dumps({"session_id": thread, "cwd": str(root / f"proj-{threads.index(thread)}"),
+                                             "codex_home": str(home)})
+            once[row.id] = row.prompt_text
+    core.close()
+    return once, rollouts
+
+
+@pytest.mark.parametrize("seed", CODEX_SEEDS)
+def test_torture_codex_sessions_exactly_once_under_faults_kills_and_stalls(any_db: Any, seed: int,
+                                                                          tmp_path: Path) -> None:
+    """Codex sessions (testkit/fake_codex.py plays ``codex exec resume`` on real rollout files, failing a
+    fifth of its turns before or after writing the prompt, or slowly), delivered by four processes while
+    one is SIGKILLed (its turns go on in their own sessions) and one SIGSTOPped holding claims: each
+    occurrence's marker is in its session's rollout exactly once."""
+    db = any_db
+    backend = "sqlite" if isinstance(db, Path) else "postgresql"
+    rng = random.Random(seed)
+    began = time.monotonic()
+    home = tmp_path / "codex-home"
+    once, rollouts = seed_codex(db, home, tmp_path / "projects")
+    stand_in = tmp_path / "codex"
+    stand_in.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve().parent.parent}"
+                        "/testkit/fake_codex.py \"$@\"\n")
+    stand_in.chmod(0o755)
+    env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,
+                      PROMPTYOSELF_CODEX_BIN=str(stand_in), PROMPTYOSELF_CODEX_TIMEOUT="5", CODEX_HOME=str(home),
+                      FAKE_CODEX_SEED=str(seed), FAKE_CODEX_FAIL_RATE=str(FAIL_RATE), FAKE_CODEX_SLOW="2")
+    py = [sys.executable, "-m", "promptyoself"]
+    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
+    looper = Proc([*py, "execute", "--loop"], env)
+    served = Proc([*py, "serve", "--port", str(free_port())], env)
+    procs = [*workers, looper, served]
+    try:
+        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
+        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
+        time.sleep(rng.uniform(0.5, 1.5))
+        doomed = workers[rng.randrange(2)]
+        killed_holding = wait_holding(db, doomed)
+        os.kill(doomed.popen.pid, signal.SIGKILL)
+        doomed.popen.wait(timeout=10)
+        time.sleep(rng.uniform(0.2, 1.0))
+        frozen = rng.choice([p for p in procs if p is not doomed])
+        stopped_holding = wait_holding(db, frozen)
+        os.kill(frozen.popen.pid, signal.SIGSTOP)
+        time.sleep(STOP_S)
+        os.kill(frozen.popen.pid, signal.SIGCONT)
+        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
+        for p in (looper, served):
+            p.popen.send_signal(signal.SIGTERM)
+        for p in procs:
+            if p is not doomed:
+                p.popen.wait(timeout=30)
+                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+    marker = re.compile(r"\[PromptYoSelf occurrence (promptyoself-\d+-\d+)\]$")
+    seen: Counter[str] = Counter()
+    texts: Counter[str] = Counter()
+    for thread, path in rollouts.items():
+        for line in path.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            payload = entry["payload"]
+            if payload.get("role") != "user":
+                continue
+            text = payload["content"][0]["text"]
+            found = marker.search(text.rstrip())
+            assert found, text
+            seen[found.group(1)] += 1
+            texts[text.split("\n")[0]] += 1
+            assert text.split("\n")[0] in {t for sid, t in once.items()
+                                           if found.group(1).startswith(f"promptyoself-{sid}-")}, (thread, text)
+    core = make_core(db)
+    rows = history(core.store)
+    with core.store.session() as s:
+        states = Counter(s.execute(select(Schedule.state)).scalars())
+    core.close()
+    outcomes = Counter(r.outcome for r in rows)
+    figures = {"target": "codex (stand-in)", "seed": seed, "backend": backend, "turns": sum(seen.values()),
+               "duplicates": sum(n - 1 for n in seen.values()), "outcomes": dict(outcomes),
+               "killed_holding": killed_holding, "stopped_holding": stopped_holding,
+               "wall_s": round(time.monotonic() - began, 1)}
+    report(figures)
+    assert figures["duplicates"] == 0, [o for o, n in seen.items() if n > 1]
+    assert all(texts[t] == 1 for t in once.values()), [t for t in once.values() if texts[t] != 1]
+    assert states == Counter({"completed": CODEX_ONCE})
+    assert set(outcomes) <= {"delivered", "retry", "sent_lost_claim", "missed"}, outcomes
+    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
+                        for r in rows if r.outcome == "delivered")
+    assert delivered == seen  # exactly one delivered row per occurrence in a rollout
+    assert outcomes["retry"] > 0 and killed_holding > 0 and stopped_holding > 0

@@ -170,7 +170,7 @@ class CodexTarget:
             raise busy
         text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
         argv = [binary, "exec", "--json", "--skip-git-repo-check", *self.extra_args, "resume", thread, "-"]
-        if not fence():  # right before the process starts: nothing has been sent yet
+        if not fence():  # before the process starts: nothing has been sent yet
             raise NotSent("the claim's fence refused the run before codex was started")
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -180,11 +180,18 @@ class CodexTarget:
         except OSError as exc:
             self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
             raise TargetUnavailable(f"Codex: {self._problem}.") from None
+        assert proc.stdin is not None
+        if not fence():  # asked again right before the prompt is written: starting a process takes time
+            self._kill(proc)
+            await proc.wait()
+            raise NotSent("the claim's fence refused the prompt after codex was started; it was stopped unread")
+        proc.stdin.write(text.encode())  # in this step: the pipe takes it at once (a prompt is below its buffer)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(text.encode()), self.timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.stdin.drain()
+            proc.stdin.close()
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except (TimeoutError, asyncio.CancelledError, ConnectionError):
+            self._kill(proc)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 5)
             late = TargetUnavailable(f"codex exec resume {thread} ran past PROMPTYOSELF_CODEX_TIMEOUT "
@@ -192,6 +199,11 @@ class CodexTarget:
             late.details["in_doubt"] = True
             raise late from None
         return self._outcome(thread, proc.returncode, out, err)
+
+    @staticmethod
+    def _kill(proc: asyncio.subprocess.Process) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes) -> Sent:
         events = []

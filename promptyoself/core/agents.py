@@ -80,6 +80,12 @@ class CallContext:
     meta: Mapping[str, Any] | None = None
     header_agent_id: str | None = None
     scope_key: str | None = None
+    caller_agent: str | None = None
+    """The agent the request's agent token acts for (None: the operator's credential, or no token).
+    The core also counts a process started with ``PROMPTYOSELF_AGENT_TOKEN`` as that agent's."""
+    remote: bool = False
+    """The caller is not this process (an HTTP request): this process's environment and ancestors
+    are not the caller's, so no session of an agent CLI is found from them."""
 
 
 @dataclass

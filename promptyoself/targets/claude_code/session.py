@@ -13,6 +13,9 @@ A session is found, first to last:
 3. ``CLAUDE_CODE_SESSION_ID`` with ``CLAUDE_PROJECT_DIR`` (or the working directory).
 
 ``<claude home>`` is ``CLAUDE_CONFIG_DIR`` when set, else ``~/.claude``.
+
+An agent token reaches its own session only, and the working directory is always the one the
+session records (``session_for``; issue 42 point 2).
 """
 
 from __future__ import annotations

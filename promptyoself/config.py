@@ -44,6 +44,9 @@ ACCEPTS_COUNT = "a whole number >= 1"
 ACCEPTS_COUNT_OR_0 = "a whole number >= 0 (0 = no limit)"
 ACCEPTS_INTERVAL_OR_OFF = ACCEPTS_INTERVAL + ", or off (empty = off)"
 ACCEPTS_SECRET = "any text without control characters (empty = unset)"
+ACCEPTS_TARGET_SLOTS = ("target=count pairs separated by commas, each count a whole number >= 1, such as "
+                        "claude-code=2,webhook=4 (empty = PROMPTYOSELF_MAX_IN_FLIGHT for every target)")
+_TARGET_SLOT = re.compile(r"([a-z0-9][a-z0-9_.-]{0,15})=([1-9][0-9]{0,5})")
 ACCEPTS_AGENT_ID = (f"an agent id: up to {MAX_AGENT_ID_CHARS} printable characters without spaces, "
                     "e.g. agent-UUID (empty = unset)")
 
@@ -262,6 +265,7 @@ class Settings(BaseSettings):
                                        ACCEPTS_SECONDS_OR_0.format(zero="never"), ge=0, allow_inf_nan=False)
     lease_seconds: Seconds = _field(60.0, "PROMPTYOSELF_LEASE_SECONDS", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     max_in_flight: int = _field(8, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
+    target_slots: str | None = _field(None, "PROMPTYOSELF_TARGET_IN_FLIGHT", ACCEPTS_TARGET_SLOTS)
     max_attempts: int | None = _field(None, "PROMPTYOSELF_MAX_ATTEMPTS",
                                       "a whole number >= 1 (empty = no count: retry until "
                                       "PROMPTYOSELF_MISFIRE_GRACE has passed)", ge=1)
@@ -383,6 +387,27 @@ class Settings(BaseSettings):
         if isinstance(text, str) and _CONTROL.search(text.strip()):
             raise ValueError("control characters")
         return value
+
+    @field_validator("target_slots", mode="before")
+    @classmethod
+    def _target_slots(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        pairs = [p.strip().lower().replace(" ", "") for p in value.split(",") if p.strip()]
+        if any(not _TARGET_SLOT.fullmatch(p) for p in pairs):
+            raise ValueError("not target=count pairs")
+        return ",".join(pairs) or None
+
+    @property
+    def target_in_flight(self) -> dict[str, int]:
+        """``PROMPTYOSELF_TARGET_IN_FLIGHT``: each named target's own send slots (the others have
+        ``PROMPTYOSELF_MAX_IN_FLIGHT`` each)."""
+        out: dict[str, int] = {}
+        for pair in (self.target_slots or "").split(","):
+            if pair:
+                name, _, count = pair.partition("=")
+                out[name] = int(count)
+        return out
 
     @field_validator("claude_bin", mode="before")
     @classmethod

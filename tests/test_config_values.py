@@ -52,6 +52,7 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_WORKER_IDLE_EXIT": ("-1", "10m", 600.0),
     "PROMPTYOSELF_LEASE_SECONDS": ("inf", "90s", 90.0),
     "PROMPTYOSELF_MAX_IN_FLIGHT": ("0", "3", 3),
+    "PROMPTYOSELF_TARGET_IN_FLIGHT": ("claude-code=0", "Claude-Code=2, webhook=4", "claude-code=2,webhook=4"),
     "PROMPTYOSELF_MAX_ATTEMPTS": ("many", "5", 5),
     "PROMPTYOSELF_RETRY_BASE": ("nan", "1.5", 1.5),
     "PROMPTYOSELF_RETRY_MAX": ("-5", "1h", 3600.0),

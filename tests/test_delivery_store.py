@@ -132,6 +132,25 @@ def test_a_claim_is_one_compare_and_set_and_one_live_claim_per_agent(env: Env) -
     assert env.ds.next_due(T0, exclude_agents=["agent-a"]) == T0 + timedelta(hours=1)
 
 
+def test_a_claim_takes_at_most_each_targets_room_and_skips_full_targets(env: Env) -> None:
+    """Issue 42: the executor's send slots are per target. A claim takes at most each target's room
+    (``TargetRoom``); a target with none is left out of the query, so its older due rows neither fill
+    the claim nor its candidates; ``next_due`` leaves it out too."""
+    from promptyoself.store.claims import ClaimAsk, TargetRoom
+
+    hung = [env.add(f"session-{i}", T0 - timedelta(seconds=60 - i), target="claude-code") for i in range(6)]
+    letta = [env.add(f"agent-{i}", T0 - timedelta(seconds=10 - i)) for i in range(3)]
+    hooks = [env.add(f"hook-{i}", T0 - timedelta(seconds=5 - i), target="webhook") for i in range(3)]
+    room = TargetRoom((("claude-code", 0), ("letta", 2)), other=1)
+    taken = env.ds.claim("A", T0, T0 + LEASE, limit=10, targets=room)
+    assert [r.id for r in taken] == letta[:2] + hooks[:1]  # none of the full target's, older as they are
+    assert env.ds.next_due(T0, exclude_targets=["claude-code"]) == T0 - timedelta(seconds=8)
+    assert env.ds.next_due(T0) == T0 - timedelta(seconds=60)
+    recorded = env.ds.record([], claim=ClaimAsk("A", T0, T0 + LEASE, 10, targets=TargetRoom((("claude-code", 2),),
+                                                                                           other=0)))
+    assert [r.id for r in recorded.claimed] == hung[:2]
+
+
 def test_a_lapsed_claim_is_taken_over_and_its_first_holder_loses_it(env: Env) -> None:
     sid = env.add("agent-a", T0)
     assert [r.id for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)] == [sid]

@@ -270,6 +270,20 @@ def test_architecture_names_real_modules():
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
 
 
+def test_design_names_real_modules() -> None:
+    """docs/design.md says what the code does (issue 41 point 4): every module it names exists, whether
+    written ``promptyoself/x/y.py`` or, inside a room, ``x/y.py``."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    rooms = {p.name for p in (ROOT / "promptyoself").iterdir() if p.is_dir() and not p.name.startswith("_")}
+    named = set(re.findall(r"\bpromptyoself/([\w/]+)\.py\b", text))
+    named |= {m for m in re.findall(r"(?<![\w/.])([a-z_]+/[\w/]+)\.py\b", text) if m.split("/")[0] in rooms}
+    assert len(named) >= 5, named
+    removed = {"letta/http1", "store/direct"}  # §11 "Fast paths": measured, then removed (the doc says so)
+    assert all(f"{m}.py" in text and "removed" in text for m in removed)
+    missing = [m for m in sorted(named - removed) if not (ROOT / "promptyoself" / f"{m}.py").is_file()]
+    assert missing == [], f"docs/design.md names modules that do not exist: {missing}"
+
+
 def test_the_path_of_a_prompt_crosses_at_most_eight_boundaries() -> None:
     """The hop table of docs/architecture.md (issue 30 point 7): at most 8 hops; each hop between two
     rooms of the package is an import the rules allow and the code makes (some module of the first
@@ -449,3 +463,27 @@ def test_the_letta_doc_sdk_example_runs_against_the_service(db: Path, tmp_path: 
             serve.terminate()
             serve.wait(30)
     assert proc.returncode == 0 and "SDK-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- README fits a screen before its links (issue 45 point 5) -----------------------------------
+
+README_SCREEN = 60
+"""At most this many lines of README.md come before its first link into docs/."""
+
+
+def test_readme_says_what_it_is_the_two_commands_and_a_first_schedule_before_its_links() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    first_link = next(i for i, line in enumerate(lines) if "](docs/" in line)
+    assert first_link <= README_SCREEN, f"{first_link} lines before the first link to docs/ (at most {README_SCREEN})"
+    head = "\n".join(lines[:first_link])
+    install = "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python promptyoself_mcp_server.py"
+    assert install in head
+    assert '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest -q -n 2 --dist worksteal' in head
+    assert re.search(r"^promptyoself schedule --prompt .* --agent-id agent-\.\.\.$", head, re.M)
+    assert "arrives" in head
+    # the suite's run times live in docs/performance.md, with their conditions
+    timings = re.compile(r"\b\d+:\d\d-\d+:\d\d\b|\b\d+-\d+ s\b")
+    assert not timings.search("\n".join(lines)), timings.search("\n".join(lines))
+    performance = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    for figure in ("13:26-15:15", "21:41-25:00", "16-22 minutes", "48-77 s", "1:38-1:50", "10:23", "1,837 tests"):
+        assert figure in performance, figure

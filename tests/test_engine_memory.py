@@ -289,3 +289,107 @@ def test_the_worker_stops_when_a_part_dies_and_exits_saying_why(tmp_path: Path, 
     out = run_worker(deps, shared=True)  # returns: the worker stopped by itself
     assert out is not None and out["status"] == "error"
     assert "the clock watch failed" in out["error"] and "the clock watch's bug" in out["error"]
+
+
+class HangingTarget(FakeTarget):
+    """Every send starts (``started`` counts them) and then hangs until ``let_through`` is set: a
+    Claude Code turn that runs to ``PROMPTYOSELF_CLAUDE_TIMEOUT``, a webhook endpoint that never answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+        self.let_through = asyncio.Event()
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        self.started.append(occ.occurrence_id)
+        await self.let_through.wait()
+        return await super().send(occ, fence)
+
+
+class CountingTarget(FakeTarget):
+    """Sets ``all_in`` once ``expect`` occurrences have arrived."""
+
+    def __init__(self, expect: int) -> None:
+        super().__init__()
+        self.expect = expect
+        self.all_in = asyncio.Event()
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        sent = await super().send(occ, fence)
+        if len(self.received) >= self.expect:
+            self.all_in.set()
+        return sent
+
+
+class FakeMonotonic:
+    """The holdings' monotonic clock, moved by hand (how long the hanging sends have been in flight)."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def monotonic(self) -> float:
+        import time
+
+        return time.monotonic() + self.ahead
+
+
+def test_a_target_that_hangs_holds_only_its_own_prompts(tmp_path: Path, clock: Clock,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42 finding 1: 2 send slots; the 'hangs' target's sends never end. Its prompts are due
+    first, yet the 'quick' target's 5 prompts are all delivered while its sends still hang: each target
+    has its own slots. And the claims the hanging target cannot send soon are given back (not held for
+    the length of its sends): once its sends have taken longer than half the lease, only the claims
+    being sent stay held."""
+    hangs, quick = HangingTarget(), CountingTarget(5)
+    registry.register("hangs", lambda _settings: hangs)
+    registry.register("quick", lambda _settings: quick)
+    mono = FakeMonotonic()
+    monkeypatch.setattr("promptyoself.delivery.holdings.time", mono, raising=False)
+    try:
+        deps, mem = deps_for(tmp_path, clock, max_in_flight=2)
+        stuck = [mem.add(f"session-{i}", f"h{i}", T0 - timedelta(seconds=60 - i), target="hangs") for i in range(4)]
+        other = [mem.add(f"agent-{i}", f"q{i}", T0 - timedelta(seconds=10 - i), target="quick") for i in range(5)]
+        given_back = threading.Event()
+        release = mem.release
+
+        def release_and_tell(owner: str, ids: Any) -> int:
+            n = release(owner, ids)
+            if any(i in stuck for i in ids):
+                given_back.set()
+            return n
+
+        mem.release = release_and_tell  # type: ignore[method-assign]
+        recorded = threading.Event()
+        record = mem.record
+
+        def record_and_tell(*args: Any, **kw: Any) -> Any:
+            out = record(*args, **kw)
+            if all(mem.get(i).state == "completed" for i in other):
+                recorded.set()
+            return out
+
+        mem.record = record_and_tell  # type: ignore[method-assign]
+
+        async def scenario() -> Executor:
+            ex = Executor(deps, role="test")
+            task = ex.start_task("test-executor")
+            await asyncio.wait_for(quick.all_in.wait(), 30)  # a state, not a time: it does not hang
+            assert await asyncio.to_thread(recorded.wait, 30)
+            assert len(hangs.started) == 2 and hangs.received == []  # the hanging sends still hang
+            assert [mem.get(i).state for i in other] == ["completed"] * 5
+            mono.ahead = 3600.0  # the hanging sends have now taken an hour: far past half the lease
+            ex.wake()
+            assert await asyncio.to_thread(given_back.wait, 30)
+            held = [i for i in stuck if mem.get(i).claimed_by is not None]
+            assert held == stuck[:2]  # only the two being sent; the others are free for any process
+            ex.request_stop()
+            hangs.let_through.set()
+            await task
+            return ex
+
+        asyncio.run(scenario())
+        assert mem.outcomes().count("delivered") == 7 and len(quick.received) == 5
+        assert len(set(quick.received)) == 5
+    finally:
+        registry.unregister("hangs")
+        registry.unregister("quick")

@@ -49,10 +49,11 @@ def test_ok_when_nothing_is_due_and_letta_answers(db_path: Path, fake: FakeLetta
 
 def test_due_without_delivery_is_degraded_and_names_the_fix(db_path: Path, fake: FakeLetta) -> None:
     core = make_core(db_path, fake.url)
-    add_schedule(core.store, fake.agent_ids[0], "due", FIXED_NOW - timedelta(seconds=10))
+    # due 3 s ago: within a live loop's budget (more would be delivery_behind, issue 42)
+    add_schedule(core.store, fake.agent_ids[0], "due", FIXED_NOW - timedelta(seconds=3))
     h = core.health()
     assert h["status"] == "degraded" and codes(h) == ["no_delivery"]
-    assert h["due_now"] == 1 and h["oldest_overdue_s"] == 10.0 and h["delivery_live"] is False
+    assert h["due_now"] == 1 and h["oldest_overdue_s"] == 3.0 and h["delivery_live"] is False
     assert "promptyoself worker" in h["reasons"][0]["fix"] and "service install" in h["reasons"][0]["fix"]
     # A live worker lease (this test's own pid stands in for the worker) answers it.
     hold_lease(core, os.getpid())
@@ -69,7 +70,8 @@ def test_late_beyond_the_threshold(db_path: Path, fake: FakeLetta) -> None:
     add_schedule(core.store, fake.agent_ids[0], "late", FIXED_NOW - timedelta(minutes=3))
     hold_lease(core, os.getpid())
     h = core.health()
-    assert codes(h) == ["delivery_late"] and h["status"] == "degraded"
+    # unclaimed with its agent free under a live lease: it also waits for a send slot (issue 42)
+    assert codes(h) == ["delivery_late", "delivery_behind"] and h["status"] == "degraded"
     assert "180s late" in h["reasons"][0]["message"] and "worker --status" in h["reasons"][0]["fix"]
     core.close()
 
@@ -155,4 +157,31 @@ def test_verdict_and_metrics_on_both_backends(backend: str, db_path: Path, fake:
     assert 'promptyoself_letta_errors_total{kind="letta_unavailable"} 1.0' in text
     assert 'promptyoself_letta_errors_total{kind="letta_auth"} 1.0' in text
     assert "promptyoself_worker_up 0.0" in text and "promptyoself_database_up 1.0" in text
+    core.close()
+
+
+def test_prompts_waiting_for_a_send_slot_are_behind(db_path: Path, fake: FakeLetta) -> None:
+    """Issue 42: with 8 Claude Code turns hanging, 13 prompts were due (the oldest 47.7 s) and health
+    said ok. A due prompt whose agent is free waits only for a send slot: past BEHIND_FACTOR loop
+    intervals (at least 1 s each) that is ``delivery_behind``. A prompt waiting for its own agent's
+    previous prompt (claimed, in flight) is not counted."""
+    from promptyoself.core.health import BEHIND_FACTOR
+    from promptyoself.store.claims import claim_due
+
+    core = make_core(db_path, fake.url, executor_interval=1.0)
+    hold_lease(core, os.getpid())
+    busy = "agent-in-a-long-turn"
+    add_schedule(core.store, busy, "being sent", FIXED_NOW - timedelta(seconds=60))
+    add_schedule(core.store, busy, "after it", FIXED_NOW - timedelta(seconds=59))
+    assert len(claim_due(core.store, "worker:x", FIXED_NOW, FIXED_NOW + timedelta(seconds=60), limit=1)) == 1
+    add_schedule(core.store, "agent-free-soon", "just due", FIXED_NOW - timedelta(seconds=BEHIND_FACTOR - 1))
+    h = core.health()
+    assert h["status"] == "ok", h["reasons"]  # one waits for its agent; the other is within the budget
+    add_schedule(core.store, "agent-free", "waits for a slot", FIXED_NOW - timedelta(seconds=BEHIND_FACTOR + 20))
+    h = core.health()
+    assert h["status"] == "degraded" and codes(h) == ["delivery_behind"]
+    [reason] = h["reasons"]
+    assert reason["message"].startswith("2 due prompt(s) whose agents are free wait for a send slot")
+    assert "(letta) has waited 25.0s" in reason["message"]
+    assert "PROMPTYOSELF_MAX_IN_FLIGHT" in reason["fix"] and "worker --status" in reason["fix"]
     core.close()

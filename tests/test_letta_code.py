@@ -347,6 +347,58 @@ def test_the_rest_api_schedules_for_a_letta_code_agent_and_it_arrives(tmp_path: 
         got = [(m["agent_id"], m["conversation_id"], m["content"][0]["text"]) for m in lc.received()]
         assert got == [(agent, "conv-side", "to the side conversation")]
         wrong = httpx.post(url, json={**body, "target": "letta-cloud"}, timeout=60)
-        assert wrong.status_code == 422 and "target" in wrong.json()["error"], wrong.text
+        # the installed targets are the registry's, checked by the core (400 naming the field and the targets)
+        assert wrong.status_code == 400 and "target must be one of" in wrong.json()["error"], wrong.text
     finally:
         server.stop()
+
+
+def test_the_watcher_keeps_a_queued_entry_until_a_server_started_after_it_has_read_it(
+        plain_core: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45 point 2, one look at a time (``letta_code.Watch``; the real server restarted with no
+    pause is tests/test_letta_code_real.py's): the entry is written while a server runs, written again
+    when that server's write-back drops it, and the queue stays until every running server started
+    after the last write; an immediate restart (never a moment with no server) is enough."""
+    agent = "agent-local-11111111-2222-3333-4444-555555555555"
+    home = _home(tmp_path, agent)
+    servers: dict[int, float] = {100: 10.0}  # pid -> start (CLOCK_BOOTTIME seconds)
+    clock = [50.0]
+    monkeypatch.setattr(letta_code, "running_servers", lambda _home: list(servers))
+    monkeypatch.setattr(letta_code, "server_started", lambda pid: servers.get(pid))
+    monkeypatch.setattr(letta_code, "_boot_now", lambda: clock[0])
+    monkeypatch.setattr(letta_code, "_watcher", lambda _home: 4343)
+    assert letta_code.install(plain_core, agent, str(home))["mcp_entry"] == "queued"
+
+    def ours() -> list[dict[str, Any]]:
+        entry = json.loads((home / "settings.json").read_text())["agents"][0]
+        return [s for s in entry.get("mcpServers") or [] if s["name"] == "promptyoself"]
+
+    watch = letta_code.Watch(home)
+    assert watch.look(0) is False and len(ours()) == 1  # written at once, the server running
+    assert watch.look(1) is False and watch.look(2) is False  # server 100 read the file before: kept
+    # the running server writes its own copy back (no entry), then restarts at once as pid 101
+    copy = json.loads((home / "settings.json").read_text())
+    copy["agents"][0].pop("mcpServers")
+    (home / "settings.json").write_text(json.dumps(copy))
+    assert watch.due(3)
+    clock[0] = 60.0
+    assert watch.look(3) is False and len(ours()) == 1  # written again at 60
+    servers.clear()
+    servers[101] = 55.0  # started before that write: it read the file without the entry
+    assert watch.look(4) is False and watch.look(5) is False and (home / letta_code.PENDING).exists()
+    servers.clear()
+    servers[102] = 61.0  # the next restart, however quick, reads it
+    assert watch.look(6) is False  # one look
+    assert watch.look(7) is True  # two looks agree: done
+    assert not (home / letta_code.PENDING).exists() and len(ours()) == 1
+    # uninstall the same way; an unreadable settings.json (a server writing it) is only a later look
+    assert letta_code.uninstall(plain_core, agent, str(home))["mcp_entry"] == "queued"
+    watch = letta_code.Watch(home)
+    good = (home / "settings.json").read_text()
+    (home / "settings.json").write_text(good[: len(good) // 2])
+    assert watch.look(8) is False and (home / letta_code.PENDING).exists()
+    (home / "settings.json").write_text(good)
+    clock[0] = 70.0
+    assert watch.look(9) is False and ours() == []
+    servers[102] = 71.0
+    assert watch.look(10) is False and watch.look(11) is True and ours() == []

@@ -181,3 +181,61 @@ def test_install_survives_the_running_server_and_uninstall_removes_it(agents: Ag
     h.start()
     agents.client.send(agents.a, "hello after uninstall", otid=f"test-{uuid.uuid4().hex[:10]}")
     assert not ours() and not skill.exists()
+
+
+def test_a_queued_entry_is_kept_across_an_immediate_restart(agents: Agents) -> None:
+    """Issue 45 point 2: `letta-code install` while the App Server runs queues the MCP entry; a restart
+    with no pause (stop.sh then start.sh at once, as a supervisor restarts) left no moment without a
+    server, and the old watcher waited for one while the new server ran without the entry. Here the
+    watcher is even held (SIGSTOP) across the restart, so the new server reads settings.json before
+    the watcher can write anything: the entry must still land in settings.json, outlive the new
+    server's own write-back (its first turn), and be read by the server of the next immediate
+    restart, which keeps it through its own write-back once the watcher is gone."""
+    import os
+    import signal
+
+    from promptyoself.targets.letta_code import install as letta_code
+
+    h = agents.harness
+    home = str(h.letta_home)
+    pending = h.letta_home / letta_code.PENDING
+    watcher_pid = h.letta_home / letta_code.WATCHER_PID
+
+    def ours() -> list[dict]:
+        data = json.loads(h.settings_json.read_text())
+        entry = next(e for e in data["agents"] if e["agentId"] == agents.a)
+        return [s for s in entry.get("mcpServers") or [] if s.get("name") == "promptyoself"]
+
+    def turn(text: str) -> None:
+        agents.client.send(agents.a, text, otid=f"test-{uuid.uuid4().hex[:10]}")
+
+    code, out = cli("letta-code", "install", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
+    assert code == 0 and out["mcp_entry"] == "queued", out
+    watcher = int(out["watcher_pid"])
+    os.kill(watcher, signal.SIGSTOP)
+    try:
+        before = letta_code.running_servers(h.letta_home)
+        h.stop()
+        h.start()  # at once
+    finally:
+        os.kill(watcher, signal.SIGCONT)
+    assert letta_code.running_servers(h.letta_home) != before  # another server
+    token = wait_until(lambda: ours() and ours()[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"], timeout=30)
+    assert token.startswith("pys_agent_")
+    turn("first turn after the quick restart")  # the server writes its own copy of settings.json back
+    wait_until(ours, timeout=30)  # dropped or not, the entry is in the file again
+    h.stop()
+    h.start()  # at once again, the watcher running
+    wait_until(lambda: not pending.exists() and not watcher_pid.exists(), timeout=30)
+    with pytest.raises(ProcessLookupError):
+        os.kill(watcher, 0)
+    turn("first turn of the server that read the entry")  # its write-back keeps what it read
+    assert [s["env"]["PROMPTYOSELF_AGENT_TOKEN"] for s in ours()] == [token]
+    # clean up for the module's other tests: uninstalled across one more immediate restart
+    code, out = cli("letta-code", "uninstall", "--agent-id", agents.a, "--letta-home", home, db=agents.db, url=h.url)
+    assert code == 0 and out["mcp_entry"] == "queued", out
+    h.stop()
+    h.start()
+    wait_until(lambda: not pending.exists() and not watcher_pid.exists(), timeout=30)
+    turn("after uninstall")
+    assert ours() == []

@@ -24,11 +24,11 @@ PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartb
 # docs/design.md §3: tool -> its own arguments (the pass-through four come on top of every one).
 CONTRACT: dict[str, set[str]] = {
     "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key",
-                                   "catch_up", "max_per_day", "target", "conversation_id", "endpoint", "session_id",
-                                   "cwd"},
+                                   "catch_up", "max_per_day", "target", "target_options", "conversation_id", "endpoint",
+                                   "session_id", "cwd"},
     "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key",
-                                   "catch_up", "max_per_day", "target", "conversation_id", "endpoint", "session_id",
-                                   "cwd"},
+                                   "catch_up", "max_per_day", "target", "target_options", "conversation_id", "endpoint",
+                                   "session_id", "cwd"},
     "promptyoself_schedule_every": {
         "prompt",
         "every",
@@ -41,6 +41,7 @@ CONTRACT: dict[str, set[str]] = {
         "catch_up",
         "max_per_day",
         "target",
+        "target_options",
         "conversation_id",
         "endpoint",
         "session_id",
@@ -54,6 +55,7 @@ CONTRACT: dict[str, set[str]] = {
     "promptyoself_execute": {"loop", "interval"},
     "promptyoself_executor_status": set(),
     "promptyoself_test": set(),
+    "promptyoself_targets": set(),
     "promptyoself_agents": set(),
     "promptyoself_upload": {"source_code", "name", "description"},
     "promptyoself_inference_diagnostics": set(),
@@ -69,6 +71,7 @@ READ_ONLY = {
     "promptyoself_inference_diagnostics",
     "health",
     "promptyoself_test",
+    "promptyoself_targets",
     "promptyoself_agents",
     "promptyoself_get_scoped_default_agent",
 }
@@ -343,6 +346,10 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
                            {"prompt": "p", "time": "in 6m", "agent_id": fake.agent_ids[1]}, "rate_limited")
     assert limited["retry_after_s"] == 3600 and "max_schedules_per_agent_per_hour=1" in limited["error"]
     tcore.operator.policy_set({"max_schedules_per_agent_per_hour": 60})
+    # a target other than Letta's REST API that cannot be asked: Letta Code with no LETTA_CODE_URL
+    lc = await expect("promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": "agent-local-1"},
+                      "target_unavailable")
+    assert "LETTA_CODE_URL" in lc["error"]
     fake.password = "s3cret-password"
     auth = await expect("promptyoself_agents", {}, "letta_auth")
     assert "s3cret" not in json.dumps(auth)
@@ -358,4 +365,7 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     assert "hunter2" not in internal["error"]
     # The database codes need a broken database: tests/test_database_errors.py drives them (MCP, CLI, health),
     # tests/test_probes.py and tests/test_read_only_service.py drive database_read_only (immutable files).
-    assert seen == set(ERROR_CODES) - {"database_driver_missing", "database_unavailable", "database_read_only"}
+    # target_auth: no built-in target refuses credentials while a schedule is made (Letta's is letta_auth);
+    # delivery records it (tests/test_retry.py)
+    assert seen == set(ERROR_CODES) - {"database_driver_missing", "database_unavailable", "database_read_only",
+                                       "target_auth"}

@@ -432,3 +432,111 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
                         for r in rows if r.outcome == "delivered")
     assert delivered == by_otid
     assert killed_holding > 0 and restarts > 0 and outcomes["retry"] > 0
+
+
+# ---- the same guarantee through an outside target plug-in (issue 41) ------------------------------
+
+PLUGIN_SEEDS = [int(s) for s in os.environ.get("PROMPTYOSELF_TORTURE_PLUGIN_SEEDS", "5").split(",")]
+"""One seed in the suite; ``PROMPTYOSELF_TORTURE_PLUGIN_SEEDS=1,2,...`` runs more."""
+PLUGIN_ONCE = max(10, round(200 * SCALE))
+PLUGIN_RECURRING = max(1, round(4 * SCALE))
+PLUGIN_AGENTS = max(5, round(20 * SCALE))
+
+
+def seed_plugin(db: Any) -> tuple[dict[int, str], dict[int, str]]:
+    core = make_core(db)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    agents = [f"agent-plugin-{i:02d}" for i in range(PLUGIN_AGENTS)]
+    add_many(core.store, [(agents[i % PLUGIN_AGENTS], f"plugin-once-{i:04d}", later) for i in range(PLUGIN_ONCE)])
+    recurring = {}
+    for j in range(PLUGIN_RECURRING):
+        text = f"plugin-recurring-{j:03d}"
+        recurring[add_schedule(core.store, agents[(3 * j) % PLUGIN_AGENTS], text, later, schedule_type="interval",
+                               value=f"{EVERY_S}s", max_repetitions=REPETITIONS)] = text
+    with core.store.session() as s:
+        once = {}
+        for row in s.execute(select(Schedule)).scalars():
+            row.target, row.target_options = "flaky", json.dumps({"tag": "torture"})
+            if row.schedule_type == "once":
+                once[row.id] = row.prompt_text
+    core.close()
+    return once, recurring
+
+
+@pytest.mark.parametrize("seed", PLUGIN_SEEDS)
+def test_torture_an_outside_plugin_exactly_once_under_faults_kills_and_stalls(any_db: Any, seed: int,
+                                                                              tmp_path: Path) -> None:
+    """docs/plugins.md's kind of target, installed as an outside distribution (``testkit/flaky_target``:
+    a dist-info on PYTHONPATH, nothing of it in this repository's package), failing a fifth of its sends
+    before or after writing, delivered by four processes while one is SIGKILLed and one SIGSTOPped
+    holding claims: each occurrence is in its file exactly once."""
+    from testkit.flaky_target import install
+
+    db = any_db
+    backend = "sqlite" if isinstance(db, Path) else "postgresql"
+    rng = random.Random(seed)
+    began = time.monotonic()
+    site = install(tmp_path / "site")
+    out = tmp_path / "flaky.jsonl"
+    once, recurring = seed_plugin(db)
+    env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,  # no Letta: only the plug-in
+                      FLAKY_TARGET_FILE=str(out), FLAKY_SEED=str(seed), FLAKY_FAIL_RATE=str(FAIL_RATE))
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    py = [sys.executable, "-m", "promptyoself"]
+    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
+    looper = Proc([*py, "execute", "--loop"], env)
+    served = Proc([*py, "serve", "--port", str(free_port())], env)
+    procs = [*workers, looper, served]
+    try:
+        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
+        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
+        time.sleep(rng.uniform(0.5, 1.5))
+        doomed = workers[rng.randrange(2)]
+        killed_holding = wait_holding(db, doomed)
+        os.kill(doomed.popen.pid, signal.SIGKILL)
+        doomed.popen.wait(timeout=10)
+        time.sleep(rng.uniform(0.2, 1.0))
+        frozen = rng.choice([p for p in procs if p is not doomed])
+        stopped_holding = wait_holding(db, frozen)
+        os.kill(frozen.popen.pid, signal.SIGSTOP)
+        time.sleep(STOP_S)
+        os.kill(frozen.popen.pid, signal.SIGCONT)
+        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
+        for p in (looper, served):
+            p.popen.send_signal(signal.SIGTERM)
+        for p in procs:
+            if p is not doomed:
+                p.popen.wait(timeout=30)
+                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    core = make_core(db)
+    rows = history(core.store)
+    with core.store.session() as s:
+        states = Counter(s.execute(select(Schedule.state)).scalars())
+    core.close()
+
+    by_id = Counter(x["id"] for x in lines)
+    texts = Counter(x["text"] for x in lines)
+    outcomes = Counter(r.outcome for r in rows)
+    figures = {"target": "flaky (outside plug-in)", "seed": seed, "backend": backend, "written": len(lines),
+               "duplicates": sum(n - 1 for n in by_id.values()), "outcomes": dict(outcomes),
+               "killed_holding": killed_holding, "stopped_holding": stopped_holding,
+               "wall_s": round(time.monotonic() - began, 1)}
+    report(figures)
+
+    assert figures["duplicates"] == 0, [i for i, n in by_id.items() if n > 1]
+    assert all(texts[t] == 1 for t in once.values()), [t for t in once.values() if texts[t] != 1]
+    for text in recurring.values():
+        assert texts[text] == REPETITIONS, (text, texts[text])
+    assert {x["tag"] for x in lines} == {"torture"}  # the plug-in's own option reached each send
+    assert states == Counter({"completed": PLUGIN_ONCE + PLUGIN_RECURRING})
+    assert set(outcomes) <= {"delivered", "retry", "sent_lost_claim", "missed"}, outcomes
+    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
+                        for r in rows if r.outcome == "delivered")
+    assert delivered == by_id  # exactly one delivered row per occurrence written
+    assert outcomes["retry"] > 0 and killed_holding > 0 and stopped_holding > 0

@@ -8,6 +8,10 @@ repairs it. The checks:
 * ``no_delivery``: a schedule is active and no live delivery runs (no live worker lease, no loop in
   this process), whether or not anything is due yet.
 * ``delivery_late``: the oldest overdue occurrence is later than ``PROMPTYOSELF_HEALTH_MAX_LATENESS``.
+* ``delivery_behind``: a due prompt whose agent is free has waited unclaimed for more than
+  ``BEHIND_FACTOR`` times its lateness budget (``PROMPTYOSELF_EXECUTOR_INTERVAL``, at least 1 s: the
+  loop claims such a prompt within one interval): every send slot of its target is taken (a target
+  that hangs), or the service cannot keep up (issue 42).
 * The targets: every target configured here or with active schedules is made by its plug-in
   (``targets.registry``) and asked ``probe()`` through the ``DeliveryTarget`` protocol; ``readiness``
   has its one line. A failed probe is the reason its plug-in's ``watch`` names (``letta_unreachable``,
@@ -75,6 +79,14 @@ FIX_DB = (
 )
 FIX_PLUGIN = ("Reinstall or remove the distribution that declares it (entry point group promptyoself.targets); "
               "`promptyoself targets` shows the error.")
+FIX_BEHIND = (
+    "Check `promptyoself worker --status` for the sends in flight and their target: a target whose sends hang "
+    "holds only its own slots (PROMPTYOSELF_TARGET_IN_FLIGHT, PROMPTYOSELF_MAX_IN_FLIGHT) until its timeout "
+    "(e.g. PROMPTYOSELF_CLAUDE_TIMEOUT); when every target is busy, raise PROMPTYOSELF_MAX_IN_FLIGHT or run more "
+    "workers (`promptyoself worker --shared`); see docs/deployment.md."
+)
+BEHIND_FACTOR = 5
+"""``delivery_behind``: a prompt free to send waits more than this many loop intervals (at least 1 s each)."""
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
 FIX_WRITE = (
     "Make the database writable again (free disk space, a writable file and folder, a primary PostgreSQL "
@@ -283,6 +295,7 @@ def assess(core: Checked) -> HealthResult:
         lease = queries.lease(store, now)
         delivery = core.delivery.health_info() if core.delivery is not None else None
         targets = queries.by_target(store, now)
+        waiting_slot = queries.unclaimed(store, now)
         from promptyoself.core.operator import guardrail_summary
 
         guard = guardrail_summary(settings, store, now)
@@ -336,6 +349,16 @@ def assess(core: Checked) -> HealthResult:
                 message=f"The oldest overdue prompt is {late:.0f}s late (threshold {threshold:.0f}s, "
                 "PROMPTYOSELF_HEALTH_MAX_LATENESS).",
                 fix=FIX_LATE,
+            ))
+        budget = max(float(settings.executor_interval), 1.0)
+        if waiting_slot.oldest_due is not None and live and \
+                (wait := (now - waiting_slot.oldest_due).total_seconds()) > BEHIND_FACTOR * budget:
+            reasons.append(Reason(
+                code="delivery_behind",
+                message=f"{waiting_slot.count} due prompt(s) whose agents are free wait for a send slot; the oldest "
+                f"({waiting_slot.target}) has waited {wait:.1f}s (more than {BEHIND_FACTOR} x "
+                f"{budget:g}s, PROMPTYOSELF_EXECUTOR_INTERVAL).",
+                fix=FIX_BEHIND,
             ))
     readiness, unready = target_readiness(core, targets)
     unready += broken_plugins()

@@ -80,10 +80,11 @@ class Alarm:
         parts, st = self.parts, self.parts.round
         if parts.wakeup.looked():
             st.asked()
+        await parts.shed()
         if st.due(time.monotonic(), self.interval):
             complete = parts.holdings.idle()
             earliest = await parts.io(parts.core.deliveries.next_due, parts.claim_now(),
-                                      parts.holdings.busy_agents())
+                                      parts.holdings.busy_agents(), parts.holdings.full_targets())
             st.read(earliest, complete, time.monotonic(), parts.core.now())
             parts.holdings.news()
 
@@ -108,8 +109,11 @@ class Alarm:
         parts, st = self.parts, self.parts.round
         if auth_wait > 0:
             timeout = min(timeout, auth_wait)
-        poll = st.contended and auth_wait <= 0 and parts.holdings.has_room()
-        if poll:  # a backlog others share: look again soon, not after `interval`
+        # A backlog others share: look again soon, not after `interval`. Some target always has a free
+        # send slot (each has its own); the targets whose slots are full are left out of the re-read
+        # (``full_targets``), which ends the polling when only their rows are due.
+        poll = st.contended and auth_wait <= 0
+        if poll:
             timeout = min(timeout, st.poll_s * random.uniform(0.5, 1.5))
         if await parts.wakeup.sleep(max(timeout, 0.0)) and not parts.holdings.backlog():
             st.asked()  # a delivery ended: its agent's next occurrence may be due

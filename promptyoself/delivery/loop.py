@@ -2,7 +2,8 @@
 its own, meeting only through the run's shared state (``delivery.parts``):
 
 - the alarm (``delivery.alarm.Alarm``): sleeps until the earliest due time and claims;
-- the senders (``delivery.senders``): ``max_in_flight`` tasks sending the claims held, behind their fence;
+- the senders (``delivery.senders``): ``max_in_flight`` tasks per target (each target's own slots, issue
+  42) sending the claims held, behind their fence;
 - the recorder (``delivery.senders.run_recorder``): records attempts in batches, claiming ahead during a
   backlog, through one store verb;
 - the claim keeper (``delivery.claim_keeper``): renews the claims held;
@@ -167,7 +168,8 @@ class Executor:
         pool = ThreadPoolExecutor(self.max_in_flight + 4, thread_name_prefix=f"promptyoself-{self.role}")
         outcomes = Outcomes(self.totals, self.auth, self.outage, policy(self.core).auth_pause)
         keeper = ClaimKeeper(self.core.deliveries, self.owner, self.lease, self.core.now)
-        return Parts(self.core, self.owner, self.lease, Holdings(self.max_in_flight, self.lease, gate), keeper,
+        holdings = Holdings(self.max_in_flight, self.lease, gate, self.core.settings.target_in_flight)
+        return Parts(self.core, self.owner, self.lease, holdings, keeper,
                      Targets(self.core.settings), self.wakeup, outcomes, self.state, self._drain, pool)
 
     async def run(self) -> None:
@@ -196,8 +198,13 @@ class Executor:
     async def _run_group(self, parts: Parts) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                senders = [tg.create_task(_part("sender", run_sender(parts)), name=f"promptyoself-send-{i}")
-                           for i in range(self.max_in_flight)]
+                senders: list[asyncio.Task[None]] = []
+
+                def open_lane(target: str, count: int) -> None:  # a target's first claim: its own senders
+                    senders.extend(tg.create_task(_part("sender", run_sender(parts, target)),
+                                                  name=f"promptyoself-send-{target}-{i}") for i in range(count))
+
+                parts.holdings.open_lane = open_lane
                 recorder = tg.create_task(_part("recorder", run_recorder(parts)), name="promptyoself-record")
                 keeper = tg.create_task(_part("claim keeper", parts.keeper.run(parts.io)), name="promptyoself-claims")
                 clock = watch_clock(parts, self._clock, min(self.interval, 5.0))
@@ -224,7 +231,9 @@ class Executor:
         deadline = time.monotonic() + SHUTDOWN_GRACE
         await self._give_back(parts)
         holdings.close_senders()
-        _, late = await asyncio.wait(senders, timeout=SHUTDOWN_GRACE)
+        late: set[asyncio.Task[None]] = set()
+        if senders:  # none when no target's lane was ever opened
+            _, late = await asyncio.wait(list(senders), timeout=SHUTDOWN_GRACE)
         if late:
             log.warning("%d deliveries still in flight at shutdown; their claims expire after the lease and "
                         "another process retries", len(late))

@@ -26,7 +26,7 @@ from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.recorder import record_batch
 from promptyoself.delivery.watch import Drain, LoopState, Outcomes, Round, Wakeup
 from promptyoself.deps import Services
-from promptyoself.store.claims import ClaimAsk, ClaimReport
+from promptyoself.store.claims import ClaimAsk, ClaimReport, TargetRoom
 from promptyoself.store.records import ScheduleRow
 
 log = logging.getLogger("promptyoself.delivery.loop")
@@ -72,12 +72,13 @@ class Parts:
         claimed_at = self.keeper.mono()
         now = self.claim_now()
         busy = self.holdings.busy_agents()
+        room = self.target_room()
 
         def claim() -> tuple[list[ScheduleRow], set[int], bool]:
             taken: set[int] = set()
             report = ClaimReport()
             rows = self.core.deliveries.claim(self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
-                                              exclude_agents=busy, taken_over=taken, report=report)
+                                              exclude_agents=busy, targets=room, taken_over=taken, report=report)
             return rows, taken, report.more_due
 
         rows, taken, more = await self.io(claim)
@@ -94,7 +95,8 @@ class Parts:
         if want:
             now = self.claim_now()
             ask = ClaimAsk(self.owner, now, now + timedelta(seconds=self.lease), want,
-                           frozenset(self.holdings.busy_agents(recorded={a.claim.id for a in batch})))
+                           frozenset(self.holdings.busy_agents(recorded={a.claim.id for a in batch})),
+                           self.target_room())
         recorded = None
         try:
             recorded = await self.io(record_batch, self.core, batch, ask)
@@ -116,6 +118,22 @@ class Parts:
         if claims:
             self.keeper.add([c.id for c in claims], claimed_at)
         return claims, recorded.more_due
+
+    def target_room(self) -> TargetRoom:
+        """The reserved claim's room per target (``Holdings.claim_wanted``): a full lane has none."""
+        rooms, other = self.holdings.target_room()
+        return TargetRoom(rooms, other)
+
+    async def shed(self) -> None:
+        """Give back the claims a lane cannot send soon (``Holdings.excess``: a target that hangs), so
+        that they are not held for the length of its sends; ``give_back`` leaves those taken over from
+        an expired holder to run out."""
+        claims = self.holdings.excess()
+        if not claims:
+            return
+        self.keeper.let_go([c.id for c in claims])
+        log.info("giving back %d claim(s) that their target's busy send slots cannot send soon", len(claims))
+        await self.io(give_back, self.core, self.owner, claims)
 
     async def release_ready(self) -> None:
         """Give back the claims that wait for a sender (stopping, or the target refuses our

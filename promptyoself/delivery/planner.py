@@ -76,3 +76,60 @@ def after_claim(got: int, wanted: int, *, more_due: bool, busy: bool, max_in_fli
     (``busy``: the next claim then goes with their recording, not at once)."""
     backlog = got >= wanted or (more_due and (got > 0 or busy))
     return AfterClaim(backlog, AHEAD_PER_SENDER * max_in_flight if backlog else 0, backlog and got == 0)
+
+
+# ---- per target (issue 42) ---------------------------------------------------------------------------
+#
+# Each target has its own send slots (a lane: ``delivery.holdings``), so a target whose sends hang holds
+# only its own. A claim asks each target in use for its own room, and leaves a target with no room out
+# of the query; the targets not in use share the room of a fresh lane.
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many to claim now (``want``, 0 for none), at most ``rooms`` per target in use and ``other``
+    per target not in use (``store.claims.TargetRoom``)."""
+
+    want: int
+    rooms: tuple[tuple[str, int], ...] = ()
+    other: int = 0
+
+
+REFILL_SOON = 1.0
+"""Seconds: a lane whose queue should run down to its refill point within this long (at its send time
+so far) holds every claim back until it does, so that one claim serves it and the others; a lane
+slower than that (a target that hangs) holds back no other target's claims."""
+
+
+def lane_room(h: Holding) -> int | None:
+    """A lane's room for a claim now; None while it waits to claim in a batch (its queue runs ahead of
+    its senders by more than half the run-ahead: the backlog refills it when it runs low, soon)."""
+    if h.ready > h.ahead // 2:
+        soon = h.send_s <= 0 or (h.ready - h.ahead // 2) * h.send_s / h.max_in_flight <= REFILL_SOON
+        return None if soon else 0
+    return max(0, hold_limit(h) - h.inflight - h.ready)
+
+
+def plan_claim(lanes: dict[str, Holding], fresh: Holding, *, with_batch: bool = False) -> Plan:
+    """The claim over several lanes: ``lanes``, the targets with claims held (ready, in flight or being
+    recorded); ``fresh``, a target with nothing held (and the executor's pause and missed state).
+
+    The lanes in use with room ask for it; a full lane (its senders all busy: a target that hangs) is
+    left out and asks for nothing. When no lane in use has room and none waits for a batch, the claim
+    asks for the other targets alone (``fresh``'s room): so targets nobody sends to now are claimed
+    while every lane in use is full, and never when one of them is about to refill in a batch (that
+    claim comes soon, and takes them too). Never more than ``fresh``'s hold limit at once (the query's
+    size), whatever the number of lanes."""
+    if fresh.paused or (fresh.missed and not with_batch):
+        return Plan(0)
+    rooms: dict[str, int] = {}
+    batching = False
+    for name, h in lanes.items():
+        room = lane_room(h)
+        batching = batching or room is None
+        rooms[name] = room or 0
+    new = hold_limit(fresh)
+    wanted = sum(rooms.values())
+    if wanted <= 0:
+        wanted = 0 if batching else new
+    return Plan(min(wanted, new), tuple(sorted(rooms.items())), new)

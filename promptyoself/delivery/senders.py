@@ -1,8 +1,9 @@
 """The senders and the recorder, tasks of the executor's task group. ``run_sender`` (``max_in_flight``
-of them): take the next claim the executor holds (``Holdings.next_to_send``), send it
-(``attempt.attempt``, awaiting the target, behind the claim's fence), hand the attempt to the
-recorder (``Holdings.sent``), take the next; a claim released unsent is let go (``Parts.released``).
-``run_recorder`` (one): records what the senders sent, in batches (``delivery.recorder``)."""
+of them per target, started when a claim for that target first comes back): take the next claim of
+its target the executor holds (``Holdings.next_to_send``), send it (``attempt.attempt``, awaiting the
+target, behind the claim's fence), hand the attempt to the recorder (``Holdings.sent``), take the
+next; a claim released unsent is let go (``Parts.released``). ``run_recorder`` (one): records what
+the senders sent, in batches (``delivery.recorder``)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from promptyoself.delivery.parts import Parts
 log = logging.getLogger(__name__)
 
 
-async def run_sender(parts: Parts) -> None:
-    """One sender; ends once the holdings close the senders (after its send in flight, if any)."""
+async def run_sender(parts: Parts, target: str | None = None) -> None:
+    """One sender of ``target``'s lane (``Holdings``: each target has its own senders); ends once the
+    holdings close the senders (after its send in flight, if any)."""
     holdings, keeper = parts.holdings, parts.keeper
-    while (claim := await holdings.next_to_send()) is not None:
+    while (claim := await holdings.next_to_send(target)) is not None:
         sent: Attempt | Result | None = None
         began = time.monotonic()
         try:

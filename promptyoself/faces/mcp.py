@@ -660,3 +660,6 @@ def promptyoself_targets(*, core: TheCore) -> TargetsResult:
 def health(*, core: TheCore) -> HealthResult:
     """Server health: version, Letta URL, database, executor, uptime, active schedules."""
     return core.health()
+
+
+_list_targets()  # the module's own app (``fastmcp inspect``, ``fastmcp run``) lists them too

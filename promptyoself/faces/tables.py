@@ -1,31 +1,42 @@
 """How the command line shows a result on a terminal (``promptyoself.faces.cli`` prints JSON otherwise).
 
-- Lists (schedules, deliveries, agents, executed prompts) are tables that fit the terminal's width.
-  Ids are never cut: an agent id is 42 characters and two agents differ at its end. Long text (a
-  prompt, an error) is wrapped onto more lines of its cell, never cut. When the columns do not fit
-  side by side, the ids and the columns that fit stay on the row's first line and the others go on
-  indented ``name value`` lines under it (``stacked``), wrapped at the terminal's width.
+The layout is `rich <https://rich.readthedocs.io>`_'s (``rich.table.Table``), printed without colour
+or borders to a string at the terminal's width; this module only chooses what goes where:
+
+- Lists (schedules, deliveries, agents, executed prompts) are a table when their columns fit the
+  terminal side by side: every column whole on one line, the last one (a prompt, an error) wrapped in
+  the room left, at least ``MIN_WRAP`` characters. When they do not fit, each row is shown as a
+  block of ``name  value`` lines, one block per row, a blank line between them (as ``psql``'s
+  expanded display). Either way ids are never cut (an agent id is 42 characters and two agents
+  differ at its end) and long text is wrapped onto more lines, never cut.
 - Control characters in stored text (a prompt may hold terminal escape sequences) are shown escaped
-  (``\x1b``), so nothing a schedule holds can drive the terminal; a newline or tab is a space.
+  (``\\x1b``), so nothing a schedule holds can drive the terminal; a newline or tab is a space. Text
+  reaches rich as ``rich.text.Text``, never as markup, so a ``[red]`` in a prompt is shown as typed.
 - Instants are shown in the schedule's own timezone (a row's ``timezone``; else the one given, which
   is ``PROMPTYOSELF_TIMEZONE``), to the second, with the offset and the zone's abbreviation:
   ``2026-11-24 09:00:00 +01:00 CET`` (a schedule's ``upcoming`` runs too).
 - Everything else is ``key  value`` lines; nested objects (the worker lease, health's executor) are
   flattened to ``worker.pid``-style keys, so no JSON is printed on a terminal. A missing value is
   ``-`` and nothing prints Python's ``None``, ``True`` or ``False``.
+
+rich is imported when a result is drawn, not with this module: ``schedule`` and ``list`` piped to
+an agent print JSON and load no more than they use (tests/test_cli_imports.py).
 """
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
-import textwrap
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "schedules": ("id", "agent_id", "target", "schedule_type", "schedule_value", "timezone", "state", "next_run",
@@ -40,7 +51,7 @@ ROW_COLUMNS: dict[str, tuple[str, ...]] = {
 WRAPPED = frozenset({"prompt_text", "error"})
 """Columns whose text wraps to fit the terminal (each is the last of its table)."""
 IDS = frozenset({"id", "agent_id", "schedule_id"})
-"""Columns that always stay on a row's first line, whole, whatever the width."""
+"""Values never broken, whatever the width."""
 HEADS = {"schedule_type": "TYPE", "schedule_value": "RULE", "agent_id": "AGENT", "schedule_id": "SCHEDULE",
          "next_run": "NEXT RUN", "scheduled_for": "SCHEDULED FOR", "attempted_at": "ATTEMPTED AT",
          "lateness_s": "LATE", "repetition_count": "RUNS", "prompt_text": "PROMPT", "created_at": "CREATED",
@@ -55,8 +66,9 @@ HIDDEN = frozenset({"next_run_local", "policy"})
 the schedule's timezone; ``policy`` repeats the rows of ``policy show``. (``status: success`` is left
 out too; health's ``ok|degraded|down`` stays.)"""
 MIN_WRAP = 30
-INDENT = "    "
-GAP = "  "
+"""The least room a wrapped column (a prompt, an error) gets beside the others in a table."""
+GAP = 2
+"""Spaces between two columns."""
 
 
 def terminal_width() -> int:
@@ -131,85 +143,95 @@ def render(result: Mapping[str, Any], zone: ZoneInfo | None = None, width: int |
         rows = result.get(key)
         if isinstance(rows, list):
             of = f" for agent {result['agent_id']}" if result.get("agent_id") else ""
-            lines = table(columns, rows, zone, width) if rows else [] if key == "executed" else [f"No {key}{of}."]
+            shown = table(columns, rows, zone, width) if rows else [] if key == "executed" else [f"No {key}{of}."]
             rest = {k: v for k, v in result.items() if k != key}
-            return "\n".join([*lines, *footer(key, len(rows), rest, zone, width)])
+            return "\n".join([*shown, *footer(key, len(rows), rest, zone, width)])
     return "\n".join(key_values(result, zone, width))
 
 
+def _lines(parts: list[RenderableType], width: int) -> list[str]:
+    """What rich draws of ``parts`` at ``width`` columns: plain text (no colour, no markup, no
+    emoji codes), trailing spaces dropped."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False, force_jupyter=False,
+                      markup=False, emoji=False, highlight=False, soft_wrap=False, legacy_windows=False)
+    for part in parts:
+        console.print(part, crop=False)
+    return [line.rstrip() for line in out.getvalue().splitlines()]
+
+
 def table(columns: tuple[str, ...], rows: list[Any], zone: ZoneInfo, width: int) -> list[str]:
-    """Rows under a header, within ``width``. The ids and then every column that still fits stay
-    side by side; the wrapped column (the last) takes what room is left. With less than ``MIN_WRAP``
-    characters left it moves under its row instead, indented; columns that do not fit at all go on an
-    indented ``name value`` line under their row, wrapped at the terminal's width."""
+    """Rows under a header when every column fits beside the others within ``width`` (the wrapped
+    last column with at least ``MIN_WRAP`` characters, or all it needs); else one block of
+    ``name  value`` lines per row (``cards``)."""
+    from rich.cells import cell_len
+    from rich.table import Column, Table
+    from rich.text import Text
+
     cells = [[show(c, r.get(c), row_zone(r, zone), r) for c in columns] for r in rows]
     heads = [HEADS.get(c, c.upper()) for c in columns]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
-    last = len(columns) - 1
-    wrapped = columns[last] in WRAPPED
-    side: list[int] = []  # the columns shown side by side, in their order
-    used = 0
-    for i, c in enumerate(columns[: last if wrapped else last + 1]):
-        need = widths[i] + (len(GAP) if side else 0)
-        if c in IDS or (used + need <= width and len(side) == i):  # a column that does not fit ends the run
-            side.append(i)
-            used += need
-    stacked = [i for i in range(last if wrapped else last + 1) if i not in side]
-    below = False
-    if wrapped:
-        room = width - used - len(GAP)
-        if room >= MIN_WRAP and not stacked:
-            widths[last] = min(widths[last], room)
-            side.append(last)
-        else:
-            below = True
-    shown = [widths[i] for i in side]
-    lines = [GAP.join(heads[i].ljust(w) for i, w in zip(side, shown, strict=True)).rstrip()]
+    widths = [max([cell_len(h)] + [cell_len(row[i]) for row in cells]) for i, h in enumerate(heads)]
+    if columns[-1] in WRAPPED:
+        widths[-1] = min(widths[-1], MIN_WRAP)
+    if sum(widths) + GAP * (len(columns) - 1) > width:
+        return cards(columns, cells, width)
+    grid = Table(*(Column(h, no_wrap=c not in WRAPPED, overflow="fold") for c, h in zip(columns, heads, strict=True)),
+                 box=None, padding=(0, GAP, 0, 0), pad_edge=False, show_edge=False, header_style="none")
     for row in cells:
-        parts = [_wrap(row[i], widths[i]) if columns[i] in WRAPPED else [row[i]] for i in side]
-        for n in range(max(len(p) for p in parts)):
-            line = GAP.join((p[n] if n < len(p) else "").ljust(w) for p, w in zip(parts, shown, strict=True))
-            lines.append(line.rstrip())
-        if stacked:
-            lines.extend(_packed([f"{heads[i].lower()}: {row[i]}" for i in stacked], width))
-        if below and row[last] not in ("", "-"):
-            lines.extend(_indented(row[last], width))
-    return lines
+        grid.add_row(*(Text(cell) for cell in row))
+    return _lines([grid], width)
 
 
-def _packed(items: list[str], width: int) -> list[str]:
-    """``name: value`` items on indented lines under a row: as many per line as fit, an item broken
-    only when it is longer than a whole line."""
+def cards(columns: tuple[str, ...], cells: list[list[str]], width: int) -> list[str]:
+    """Each row as its own ``name  value`` lines (the header in lower case as the name), a blank
+    line between rows."""
+    names = [HEADS.get(c, c).lower() for c in columns]
     lines: list[str] = []
-    line = ""
-    for item in items:
-        if line and len(line) + len(GAP) + len(item) <= width:
-            line += GAP + item
-            continue
-        if line:
-            lines.append(line)
-        line = INDENT + item
-        if len(line) > width:
-            *full, line = _indented(item, width)
-            lines.extend(full)
-    lines.append(line)
+    for n, row in enumerate(cells):
+        if n:
+            lines.append("")
+        lines.extend(_pairs([(name, value, c in IDS) for c, name, value in zip(columns, names, row, strict=True)],
+                            width))
     return lines
 
 
-def _indented(text: str, width: int) -> list[str]:
-    """``text`` on lines under a row, indented, within ``width`` (only a word longer than a whole line
-    is broken)."""
-    return textwrap.wrap(text, max(MIN_WRAP, width), initial_indent=INDENT,
-                         subsequent_indent=INDENT, break_on_hyphens=False) or [INDENT.rstrip()]
+def _pairs(pairs: list[tuple[str, str, bool]], width: int) -> list[str]:
+    """``(key, value, whole)`` as ``key  value`` lines, the values wrapped in a column of their own.
+    The key column is at most a third of the width: a longer key stands alone on its line with its
+    value under it, so values keep room and a path or URL is never cut mid-word at 80 columns. A
+    value with a word wider than the value column (a path) is shown on its own lines from column 2;
+    ``whole`` values (ids) are never broken, other words only when wider than the terminal."""
+    from rich.cells import cell_len
+    from rich.padding import Padding
+    from rich.table import Column, Table
+    from rich.text import Text
 
-
-def _wrap(text: str, width: int) -> list[str]:
-    """Words are never broken: an id inside an error stays whole (and may overhang its column)."""
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+    if not pairs:
+        return []
+    keys = min(max(cell_len(k) for k, _, _ in pairs), max(12, width // 3))
+    room = max(MIN_WRAP, width - keys - GAP)
+    parts: list[RenderableType] = []
+    for key, value, whole in pairs:
+        longest = max((cell_len(word) for word in value.split()), default=0)
+        if cell_len(key) <= keys and longest <= room:
+            row = Table.grid(Column(width=keys, no_wrap=True), Column(overflow="fold"), padding=(0, GAP, 0, 0))
+            row.add_row(Text(key), Text(value))
+            parts.append(row)
+            continue
+        parts.append(Text(key, no_wrap=True, overflow="ignore"))
+        if longest <= room:  # a long key, an ordinary value: the value where the values are
+            parts.append(Padding(Text(value, overflow="fold"), (0, 0, 0, keys + GAP)))
+        else:
+            parts.append(Padding(Text(value, no_wrap=whole, overflow="ignore" if whole else "fold"), (0, 0, 0, 2)))
+    return _lines(parts, width)
 
 
 def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo, width: int | None = None) -> list[str]:
     """What a list result says besides its rows: counts in words, the message, any other field."""
+    from rich.text import Text
+
     out: list[str] = []
     total = rest.get("total")
     if isinstance(total, int) and total:
@@ -218,11 +240,11 @@ def footer(key: str, shown: int, rest: Mapping[str, Any], zone: ZoneInfo, width:
     if rest.get("message"):
         out.append(clean(str(rest["message"])))
     if isinstance(rest.get("guardrails"), Mapping):
-        out.extend(_wrap(guardrail_line(rest["guardrails"]), width or terminal_width()))
+        out.append(guardrail_line(rest["guardrails"]))
     others = {k: v for k, v in rest.items()
               if k not in {"count", "total", "agent_id", "message", "status", "guardrails", *HIDDEN}}
     out.extend(f"{k}: {show(k, v, zone)}" for k, v in flatten(others) if v is not None)
-    return out
+    return _lines([Text(line, overflow="fold") for line in out], width or terminal_width())
 
 
 def guardrail_line(g: Mapping[str, Any]) -> str:
@@ -261,33 +283,10 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
 
 def key_values(result: Mapping[str, Any], zone: ZoneInfo, width: int) -> list[str]:
     """A single object: its message first, then ``key  value`` lines (long values wrapped)."""
+    from rich.text import Text
+
     zone = row_zone(result, zone)
-    lines = [clean(str(result["message"]))] if result.get("message") else []
+    message = _lines([Text(clean(str(result["message"])))], width) if result.get("message") else []
     kept = {k: v for k, v in result.items() if k not in HIDDEN | {"message"} and (k, v) != ("status", "success")}
-    pairs = list(flatten(kept))
-    if not pairs:
-        return lines
-    # The key column is at most a third of the width: a longer key (guardrails.max_deliveries_...) stands
-    # alone on its line with its value under it, so values keep room and a path or URL is never cut
-    # mid-word at 80 columns. A word wider than the value column (a path) gets a line of its own.
-    keys = min(max(len(k) for k, _ in pairs), max(12, width // 3))
-    indent = " " * (keys + len(GAP))
-    room = max(MIN_WRAP, width - len(indent))
-    for k, v in pairs:
-        text = show(k.rsplit(".", 1)[-1], v, zone, result)
-        whole = k.rsplit(".", 1)[-1] in IDS  # an id is never broken
-        chunks = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False) or [text]
-        out: list[str] = []
-        for chunk in chunks:
-            if len(chunk) <= room:
-                out.append(indent + chunk)
-            elif whole or len(chunk) <= width - 2:  # a long word: its own line from column 2, whole
-                out.append("  " + chunk)
-            else:  # wider than the terminal: cut only now
-                out.extend("  " + part for part in textwrap.wrap(chunk, width - 2, break_on_hyphens=False))
-        if len(k) > keys or not out[0].startswith(indent):
-            lines.append(k)
-        else:
-            out[0] = k.ljust(keys) + GAP + out[0][len(indent):]
-        lines.extend(line.rstrip() for line in out)
-    return lines
+    pairs = [(k, show(k.rsplit(".", 1)[-1], v, zone, result), k.rsplit(".", 1)[-1] in IDS) for k, v in flatten(kept)]
+    return [*message, *_pairs(pairs, width)]

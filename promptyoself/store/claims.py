@@ -158,16 +158,17 @@ def _not_in(col: Any, name: str, pg: bool) -> Any:
 
 
 _NEXT_DUE = {
-    pg: select(_S.c.due_at)
+    (pg, targets): select(_S.c.due_at)
     .where(
         _S.c.state == "active",
         _S.c.due_at.is_not(None),
         or_(_S.c.claimed_by.is_(None), _S.c.claim_until < _NOW),
         _not_in(_S.c.agent_id, "agents", pg),
+        *([_not_in(_S.c.target, "x_targets", pg)] if targets else []),
     )
     .order_by(_S.c.due_at)
     .limit(1)
-    for pg in (False, True)
+    for pg in (False, True) for targets in (False, True)
 }
 """``min(due_at)`` written as the first row of the ``(state, due_at)`` index that qualifies: it stops
 there instead of visiting every active schedule (what an idle loop reads every interval)."""
@@ -181,17 +182,52 @@ _ROWS_FOR_UPDATE = select(_S).where(_S.c.id == any_(bindparam("ids", type_=ARRAY
 """PostgreSQL: by primary key alone. With the owner in the condition too, PostgreSQL chose the partial
 index of claimed rows, which a burst fills with thousands of dead entries (10,000 buffers read to lock
 4 rows); the caller compares each row's ``claimed_by`` itself."""
-_first_due_cache: dict[tuple[bool, bool, bool], Any] = {}
+_first_due_cache: dict[tuple[bool, bool, bool, bool], Any] = {}
 _write_cache: dict[tuple[Any, ...], Any] = {}
 
 
-def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+def next_due(store: Store, now: datetime, exclude_agents: Collection[str] = (),
+             exclude_targets: Collection[str] = ()) -> datetime | None:
     """The earliest ``due_at`` of an active schedule that no live claim holds (the loop's alarm),
-    leaving out agents the caller is already sending to (their turn comes when that send ends)."""
+    leaving out agents the caller is already sending to (their turn comes when that send ends) and
+    targets whose send slots are all taken in the caller (``exclude_targets``: their turn comes when a
+    slot frees)."""
     with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
-        stmt = _NEXT_DUE[conn.dialect.name == "postgresql"]
-        rows = _rows(conn, stmt, {"now": now, "agents": list(exclude_agents)})
+        stmt = _NEXT_DUE[conn.dialect.name == "postgresql", bool(exclude_targets)]
+        rows = _rows(conn, stmt, {"now": now, "agents": list(exclude_agents), "x_targets": list(exclude_targets)})
         return rows[0][0] if rows else None
+
+
+@dataclass(frozen=True)
+class TargetRoom:
+    """How many occurrences one claim may take per target (the delivery slots of issue 42): ``rooms``
+    by target name, ``other`` for a target not named. A target with no room is left out of the claim's
+    query (``full``), so its due rows never fill the candidates that other targets' rows need."""
+
+    rooms: tuple[tuple[str, int], ...] = ()
+    other: int = 1 << 30
+
+    def room(self, target: str | None) -> int:
+        return dict(self.rooms).get(target or "letta", self.other)
+
+    def full(self) -> list[str]:
+        """The named targets with no room (left out of the query)."""
+        return sorted(name for name, n in self.rooms if n <= 0)
+
+
+def fit_targets(candidates: list[Any], room: TargetRoom | None, target_of: Any) -> list[Any]:
+    """``candidates`` in order, at most ``room.room(t)`` of each target ``t`` (``target_of(c)``)."""
+    if room is None:
+        return candidates
+    left = dict(room.rooms)
+    out = []
+    for c in candidates:
+        name = target_of(c) or "letta"
+        n = left.get(name, room.other)
+        if n > 0:
+            left[name] = n - 1
+            out.append(c)
+    return out
 
 
 @dataclass
@@ -210,6 +246,7 @@ class ClaimOptions(TypedDict, total=False):
 
     exclude_agents: Collection[str]
     exclude_ids: Collection[int]
+    targets: TargetRoom | None
     taken_over: set[int] | None
     report: ClaimReport | None
 
@@ -254,23 +291,26 @@ def claim_due_in(
     limit: int,
     exclude_agents: Collection[str] = (),
     exclude_ids: Collection[int] = (),
+    targets: TargetRoom | None = None,
     taken_over: set[int] | None = None,
     report: ClaimReport | None = None,
 ) -> list[ScheduleRow]:
     """``claim_due`` inside the caller's write transaction (e.g. the one that records a batch of
-    attempts, so one transaction both frees agents and takes their next occurrences)."""
+    attempts, so one transaction both frees agents and takes their next occurrences). ``targets``:
+    at most so many per target (``TargetRoom``; a target with no room is not even read)."""
     if limit <= 0:
         return []
-    candidates, more = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over)
+    candidates, more = _candidates(conn, now, limit, exclude_agents, exclude_ids, taken_over,
+                                   targets.full() if targets is not None else ())
     if report is not None:
         report.more_due = more
-    candidates = _lockable(conn, candidates)
+    candidates = _lockable(conn, fit_targets(candidates, targets, lambda c: c[3]))
     tried: list[int] = []
     claimed: list[Any] = []
     picked = 0
     while candidates and picked < limit:
         batch, candidates = candidates[: limit - picked], candidates[limit - picked:]
-        tried.extend(sid for sid, _, _ in batch)
+        tried.extend(c[0] for c in batch)
         got, rows = _compare_and_set(conn, batch, now, owner, until)
         picked += got
         claimed.extend(rows)
@@ -282,8 +322,8 @@ def claim_due_in(
     return [record_of(ScheduleRow, row) for row in sorted(claimed, key=lambda row: order[row.id])]
 
 
-Candidate = tuple[int, str, datetime]
-"""A claim candidate: schedule id, agent, slot (``next_run``)."""
+Candidate = tuple[int, str, datetime, str]
+"""A claim candidate: schedule id, agent, slot (``next_run``), target."""
 
 
 def _lockable(conn: Any, candidates: list[Candidate]) -> list[Candidate]:
@@ -301,21 +341,21 @@ def _compare_and_set(conn: Any, batch: list[Candidate], now: datetime, owner: st
     PostgreSQL (``UPDATE ... FROM unnest(...) RETURNING``), their rows."""
     if _unnests(conn):
         got = _rows(conn, _PG_CLAIM, {
-            "sid": [sid for sid, _, _ in batch], "slot": [slot for _, _, slot in batch],
-            "agent": [agent for _, agent, _ in batch], "now": now, "owner": owner, "until": until,
+            "sid": [c[0] for c in batch], "slot": [c[2] for c in batch],
+            "agent": [c[1] for c in batch], "now": now, "owner": owner, "until": until,
         })
         return len(got), got
     params = [{"sid": sid, "slot": slot, "now": now, "agent": agent, "owner": owner, "until": until}
-              for sid, agent, slot in batch]
+              for sid, agent, slot, _ in batch]
     return int(conn.execute(_CLAIM, params).rowcount), []
 
 
-def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
+def _first_due(sqlite: bool, with_agents: bool, with_ids: bool, with_targets: bool = False) -> Any:
     """The claim candidates' query: each agent's earliest claimable occurrence (by due time, then id),
     leaving out agents that hold a live claim, oldest first, ``:want`` rows. Both conditions are
     correlated lookups on an ``agent_id`` index, so the walk along ``(state, due_at)`` stops after
     ``want`` rows however the due rows are spread over agents."""
-    key = (sqlite, with_agents, with_ids)
+    key = (sqlite, with_agents, with_ids, with_targets)
     stmt = _first_due_cache.get(key)
     if stmt is None:
         e = _EARLIER
@@ -338,6 +378,8 @@ def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
         if with_ids:
             extra.append(_not_in(_S.c.id, "x_ids", not sqlite))
             earlier.append(_not_in(e.c.id, "x_ids", not sqlite))
+        if with_targets:  # a target whose slots are full: its rows are not candidates (issue 42)
+            extra.append(_not_in(_S.c.target, "x_targets", not sqlite))
         busy = exists().where(_BUSY.c.agent_id == _S.c.agent_id, _BUSY.c.claimed_by.is_not(None),
                               _BUSY.c.claim_until >= _NOW)
         # Agents due at the same instant are served in id order on SQLite, where the (state, due_at)
@@ -346,7 +388,7 @@ def _first_due(sqlite: bool, with_agents: bool, with_ids: bool) -> Any:
         # agent's occurrences are always taken in (due_at, id) order: that is the "earlier" test.
         order = (_S.c.due_at, _S.c.id) if sqlite else (_S.c.due_at,)
         stmt = _first_due_cache[key] = (
-            select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.claimed_by)
+            select(_S.c.id, _S.c.agent_id, _S.c.next_run, _S.c.claimed_by, _S.c.target)
             .where(_CLAIMABLE, *extra, ~exists().where(*earlier), ~busy)
             .order_by(*order)
             .limit(bindparam("want", type_=Integer()))
@@ -361,19 +403,22 @@ def _candidates(
     exclude_agents: Collection[str],
     exclude_ids: Collection[int],
     taken_over: set[int] | None = None,
-) -> tuple[list[tuple[int, str, datetime]], bool]:
+    exclude_targets: Collection[str] = (),
+) -> tuple[list[Candidate], bool]:
     """The earliest claimable occurrence of up to ``limit`` agents with no live claim (and a few
     more, for compare-and-sets lost to another process), oldest first; and whether there were as
     many as the query asked for (more may be due)."""
     want = limit + max(2, limit // 2)
-    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids), "want": want}
+    params = {"now": now, "x_agents": list(exclude_agents), "x_ids": list(exclude_ids), "want": want,
+              "x_targets": list(exclude_targets)}
     sqlite = conn.dialect.name == "sqlite"
     # PostgreSQL: the same text whether or not there is something to leave out (see _not_in)
-    stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite)
+    stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite,
+                      bool(exclude_targets) or not sqlite)
     rows = _rows(conn, stmt, params)
     if taken_over is not None:
         taken_over.update(r.id for r in rows if r.claimed_by is not None)
-    return [(r.id, r.agent_id, r.next_run) for r in rows], len(rows) >= want
+    return [(r.id, r.agent_id, r.next_run, r.target) for r in rows], len(rows) >= want
 
 
 def renew_claims(store: Store, owner: str, ids: Collection[int], until: datetime) -> set[int]:
@@ -573,6 +618,7 @@ class ClaimAsk:
     until: datetime
     limit: int
     exclude_agents: frozenset[str] = frozenset()
+    targets: TargetRoom | None = None
 
 
 @dataclass(frozen=True)
@@ -624,5 +670,5 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
         if claim is not None:
             claimed = with_days(conn, store, claim_due_in(
                 conn, claim.owner, claim.now, claim.until, limit=claim.limit, exclude_agents=claim.exclude_agents,
-                taken_over=taken, report=report), day)
+                targets=claim.targets, taken_over=taken, report=report), day)
     return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)

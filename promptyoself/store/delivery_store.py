@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
 from promptyoself.store import claims, health, operator
-from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
+from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
@@ -47,19 +47,23 @@ DayAsker = Callable[[datetime], DayAsk]
 class ClaimOptions(TypedDict, total=False):
     exclude_agents: Collection[str]
     exclude_ids: Collection[int]
+    targets: TargetRoom | None
     taken_over: set[int] | None
     report: ClaimReport | None
 
 
 class DeliveryStore(Protocol):
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
-        """The earliest ``due_at`` of an active schedule no live claim holds, ``exclude_agents`` left out."""
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                 exclude_targets: Collection[str] = ()) -> datetime | None:
+        """The earliest ``due_at`` of an active schedule no live claim holds, ``exclude_agents`` and
+        ``exclude_targets`` left out."""
         ...
 
     def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
               **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
         """Claim up to ``limit`` due occurrences, one per agent, oldest due first (``claims.claim_due``),
-        each with its budget ``day`` when the store was built with ``day``."""
+        at most ``targets.room(t)`` of each target ``t``, each with its budget ``day`` when the store was
+        built with ``day``."""
         ...
 
     def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
@@ -106,8 +110,9 @@ class SqlDeliveryStore:
         self.store = store
         self.day = day
 
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
-        return claims.next_due(self.store, now, exclude_agents)
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                 exclude_targets: Collection[str] = ()) -> datetime | None:
+        return claims.next_due(self.store, now, exclude_agents, exclude_targets)
 
     def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
               **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:

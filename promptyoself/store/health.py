@@ -51,6 +51,35 @@ def by_target(store: Store, now: datetime) -> dict[str, tuple[int, int]]:
     return {str(t): (int(n), int(d or 0)) for t, n, d in rows}
 
 
+@dataclass(frozen=True)
+class Unclaimed:
+    count: int
+    """Occurrences due now that nothing holds although their agent is free (no live claim on any of its
+    schedules): only a free send slot is missing for them."""
+    oldest_due: datetime | None
+    """The earliest ``due_at`` among them (since when the longest-waiting one could have been sent)."""
+    target: str | None
+    """That occurrence's target."""
+
+
+def unclaimed(store: Store, now: datetime) -> Unclaimed:
+    """Due occurrences no claim holds whose agent has no live claim: what waits for a send slot
+    (issue 42), not for its agent's previous prompt nor for a retry's backoff (``due_at`` in the
+    future). The oldest is found through the ``(state, due_at)`` index and stops at the first row."""
+    busy = Schedule.__table__.alias("busy")
+    free = ~select(busy.c.id).where(busy.c.agent_id == Schedule.agent_id, busy.c.claimed_by.is_not(None),
+                                    busy.c.claim_until >= now).exists()
+    where = (Schedule.state == "active", Schedule.due_at <= now,
+             (Schedule.claimed_by.is_(None)) | (Schedule.claim_until < now), free)
+    with store.session() as s:
+        first = s.execute(select(Schedule.due_at, Schedule.target).where(*where)
+                          .order_by(Schedule.due_at).limit(1)).first()
+        if first is None:
+            return Unclaimed(0, None, None)
+        count = s.execute(select(func.count()).select_from(Schedule).where(*where)).scalar_one()
+    return Unclaimed(int(count), _aware(first[0]), str(first[1]))
+
+
 def _aware(value: Any) -> datetime | None:
     """``func.min`` over a coalesce loses the column type: SQLite hands back text or a naive value."""
     if value is None:

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Unpack
 
-from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded
+from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, fit_targets
 from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
 from promptyoself.store.health import Backlog
@@ -78,11 +78,13 @@ class MemoryDeliveryStore:
                 first[row.agent_id] = row
         return sorted(first.values(), key=lambda r: (r.due_at, r.id))
 
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = ()) -> datetime | None:
+    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                 exclude_targets: Collection[str] = ()) -> datetime | None:
         """(Agents with a live claim elsewhere are not left out: their rows' due times still count.)"""
         with self._lock:
             due = [r.due_at for r in self.rows.values() if r.state == "active" and r.due_at is not None
-                   and r.agent_id not in exclude_agents and not self._live(r, now)]
+                   and r.agent_id not in exclude_agents and r.target not in exclude_targets
+                   and not self._live(r, now)]
             return min(due, default=None)
 
     def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
@@ -95,13 +97,16 @@ class MemoryDeliveryStore:
         if limit <= 0:
             return []
         want = limit + max(2, limit // 2)
-        candidates = self._due(now, options.get("exclude_agents") or (), options.get("exclude_ids") or ())[:want]
+        targets = options.get("targets")
+        full = set(targets.full()) if targets is not None else set()
+        candidates = [r for r in self._due(now, options.get("exclude_agents") or (), options.get("exclude_ids") or ())
+                      if r.target not in full][:want]
         report, taken_over = options.get("report"), options.get("taken_over")
         if report is not None:
             report.more_due = len(candidates) >= want
         out = []
         ask = self.day(now) if self.day else None
-        for row in candidates[:limit]:
+        for row in fit_targets(candidates, targets, lambda r: r.target)[:limit]:
             if taken_over is not None and row.claimed_by is not None:
                 taken_over.add(row.id)
             self.rows[row.id] = claimed = dataclasses.replace(row, claimed_by=owner, claim_until=until)
@@ -145,7 +150,8 @@ class MemoryDeliveryStore:
             report = ClaimReport()
             if claim is not None:
                 claimed = self._claim(claim.owner, claim.now, claim.until, claim.limit,
-                                      exclude_agents=claim.exclude_agents, taken_over=taken, report=report)
+                                      exclude_agents=claim.exclude_agents, targets=claim.targets, taken_over=taken,
+                                      report=report)
         return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)
 
     def _add_history(self, rows: Collection[dict[str, Any]]) -> None:

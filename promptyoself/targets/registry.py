@@ -22,11 +22,9 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from promptyoself.errors import InvalidArgument
 from promptyoself.targets.base import Call, DeliveryTarget, Destination, TargetPlugin, Watch
@@ -50,10 +48,15 @@ BUILT_IN: dict[str, str] = {
 they are when this package runs from a source tree that was never installed (no metadata to read)."""
 
 
-class NoOptions(BaseModel):
-    """The options of a target that takes none."""
+def _no_options() -> type[Any]:
+    """The options model of a target that takes none (pydantic imported only when one is made: the
+    CLI's ``--help`` reads the registry on the standard library)."""
+    from pydantic import BaseModel, ConfigDict
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    class NoOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid", frozen=True)
+
+    return NoOptions
 
 
 @dataclass
@@ -64,7 +67,7 @@ class FactoryPlugin:
     name: str
     factory: Factory
     summary: str = "a target registered at run time"
-    options: type[BaseModel] = NoOptions
+    options: type[Any] = field(default_factory=_no_options)
     aliases: tuple[str, ...] = ()
 
     def claims(self, call: Call) -> bool:

@@ -88,10 +88,13 @@ def _settings(home: Path) -> tuple[Path, dict[str, Any]]:
 
 
 PENDING = "promptyoself-pending.json"
-"""MCP-entry changes waiting for the App Server on this home to stop (mode 0600: an entry holds the
+"""MCP-entry changes not yet known to every App Server on this home (mode 0600: an entry holds the
 agent token)."""
 WATCHER_PID = "promptyoself-pending.pid"
 WATCH_EVERY = 0.5
+"""How often the watcher lists the App Servers (a change of settings.json is looked at sooner)."""
+WATCH_TICK = 0.1
+"""How often the watcher looks whether settings.json changed (a stat)."""
 WATCH_FOR_S = 30 * 86400.0
 
 
@@ -191,22 +194,119 @@ def _watcher(home: Path) -> int:
     return pid
 
 
+def server_started(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds of ``CLOCK_BOOTTIME`` (``/proc/PID/stat``'s start
+    time, rounded down to a clock tick); None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        return int(stat.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _boot_now() -> float:
+    import time
+
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _reflected(home: Path, ops: list[dict[str, Any]]) -> bool:
+    """``settings.json`` says what ``ops`` ask: our entry of an installed agent as queued, none of an
+    uninstalled one (an agent with no settings entry has nothing to say). False while the file cannot
+    be read (a server may be writing it)."""
+    try:
+        _, data = _settings(home)
+    except (NotFound, InvalidArgument, OSError):
+        return False
+    agents = [e for e in data.get("agents") or [] if isinstance(e, dict)]
+    for op in ops:
+        agent = op.get("agent_id")
+        for entry in agents:
+            if agent and entry.get("agentId") != agent:
+                continue
+            ours = [s for s in entry.get("mcpServers") or [] if isinstance(s, dict) and s.get("name") == MCP_NAME]
+            if op.get("op") != "install":
+                if ours:
+                    return False
+            elif len(ours) != 1 or any(ours[0].get(k) != v for k, v in op["entry"].items()):
+                return False  # (a field a server adds to the entry is no difference)
+    return True
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+class Watch:
+    """What the watcher knows between two looks (``look``), so that a look can be driven by a test.
+
+    Issue 45 point 2: waiting for a moment when no App Server runs lost the entry across an immediate
+    restart (``stop`` then ``start``): there was no such moment, and the new server had read
+    settings.json without it. Now the queued changes are written to settings.json at once, and again
+    whenever the file stops saying them (a running server writes its own copy back, dropping what it
+    did not read), and the queue is kept until every App Server running on the home started after
+    the last such write, so read it (a server reads settings.json once, when it starts): at once when
+    none runs, else after the next restart, however quick. Two looks in a row must agree."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.written_ops: list[dict[str, Any]] | None = None
+        self.written_at: float | None = None  # CLOCK_BOOTTIME of our last write of settings.json
+        self.agreed = False
+        self.seen: tuple[int, int, int] | None = None
+        self.listed_at = float("-inf")
+
+    def due(self, now: float) -> bool:
+        """A look is worth its cost: settings.json changed, or the servers were listed a while ago."""
+        return _stat(self.home / "settings.json") != self.seen or now - self.listed_at >= WATCH_EVERY
+
+    def look(self, now: float) -> bool:
+        """One look (``now``: a monotonic clock); True when the queue is done."""
+        ops = _pending(self.home)
+        if not ops:
+            return True
+        self.listed_at = now
+        started = [server_started(pid) for pid in running_servers(self.home)]
+        if ops != self.written_ops or not _reflected(self.home, ops):
+            self.agreed = False
+            try:
+                _apply(self.home, ops)
+            except (NotFound, InvalidArgument, OSError):  # being written by a server: the next look
+                return False
+            self.written_ops, self.written_at = ops, _boot_now()
+            self.seen = _stat(self.home / "settings.json")
+            return False
+        self.seen = _stat(self.home / "settings.json")
+        assert self.written_at is not None
+        if any(at is not None and at <= self.written_at for at in started):  # it read the file before
+            self.agreed = False
+            return False
+        if not self.agreed:
+            self.agreed = True
+            return False
+        if _pending(self.home) == ops:
+            (self.home / PENDING).unlink(missing_ok=True)
+            return True
+        return False
+
+
 def watch(home: Path) -> int:
-    """The watcher: wait (at most ``WATCH_FOR_S``) until no App Server runs on ``home``, then apply
-    the queued changes. Exit code 0 when applied."""
+    """The watcher: keep the queued changes in ``settings.json`` until every App Server on ``home``
+    has read them (``Watch``), at most ``WATCH_FOR_S``. Exit code 0 when done."""
     import time
 
     deadline = time.monotonic() + WATCH_FOR_S
+    state = Watch(home)
     try:
         while time.monotonic() < deadline:
-            if not _pending(home):
+            now = time.monotonic()
+            if state.due(now) and state.look(now):
                 return 0
-            if not running_servers(home):
-                time.sleep(WATCH_EVERY)  # the server's last write of settings.json is done by now
-                if not running_servers(home):
-                    apply_pending(home)
-                    return 0
-            time.sleep(WATCH_EVERY)
+            time.sleep(WATCH_TICK)
         return 1
     finally:
         with contextlib.suppress(OSError, ValueError):
@@ -225,8 +325,10 @@ def _agent_entry(home: Path, agent: str) -> None:
 def install(core: Any, agent_id: object, home_path: object = None) -> dict[str, Any]:
     """Write the skill (at once: the agent's next turn sees it) and register our MCP server, with the
     agent's own agent token, in the agent's Letta Code settings entry: at once when no App Server runs
-    on that home, else queued and applied by a detached watcher when the server stops (a running
-    server keeps its own copy of settings.json and writes it back, dropping an entry written now)."""
+    on that home, else queued for a detached watcher (``Watch``): a running server reads
+    settings.json only when it starts and writes its own copy back, dropping an entry written after,
+    so the watcher writes the entry, writes it again whenever it is dropped, and waits until every
+    server running on the home started after that write (the next start, however quick)."""
     from promptyoself.core import agent_tokens
 
     if not isinstance(agent_id, str) or not agent_id.strip():
@@ -248,9 +350,10 @@ def install(core: Any, agent_id: object, home_path: object = None) -> dict[str, 
         return {**out, "mcp_entry": "queued", "watcher_pid": watcher, "app_server_pids": servers,
                 "message": f"Installed the promptyoself skill for {agent} (its next turn sees it). The MCP entry "
                            f"is queued: the App Server running on {home} (pid {', '.join(map(str, servers))}) "
-                           "keeps its own copy of settings.json and would drop it, so a background watcher (pid "
-                           f"{watcher}) adds it when that server stops; the MCP server is there from the next "
-                           "start. Meanwhile the skill's CLI commands work."}
+                           "read settings.json when it started and writes its own copy back, so a background "
+                           f"watcher (pid {watcher}) writes the entry there and keeps it there until a server "
+                           "started after that has read it; the MCP server is there from the next start of the "
+                           "App Server (a restart, however quick). Meanwhile the skill's CLI commands work."}
     queued = apply_pending(home)
     _apply(home, [op])
     return {**out, "mcp_entry": "written", **({"applied_queued": queued} if queued else {}),
@@ -280,8 +383,8 @@ def uninstall(core: Any, agent_id: object, home_path: object = None) -> dict[str
         return {**out, "mcp_entry": "queued", "mcp_entries_removed": 0, "watcher_pid": watcher,
                 "app_server_pids": servers,
                 "message": f"Removed the promptyoself skill. Removing the MCP entry is queued: a background watcher "
-                           f"(pid {watcher}) removes it when the App Server (pid {', '.join(map(str, servers))}) "
-                           "stops."}
+                           f"(pid {watcher}) removes it from settings.json and keeps it out until the App Server "
+                           f"(pid {', '.join(map(str, servers))}) has restarted, however quickly."}
     apply_pending(home)
     removed = _apply(home, [op])
     return {**out, "mcp_entry": "removed", "mcp_entries_removed": removed,

@@ -380,3 +380,48 @@ def test_no_channel_in_a_runtime_folder_of_another_user(no_runtime_dir: Path, ho
     assert where == str(no_runtime_dir)  # the folder itself: refused by the listener, no socket under it
     assert not (no_runtime_dir / "promptyoself").exists()
     assert any("XDG_RUNTIME_DIR" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.slow
+async def test_a_relayed_stdio_session_with_an_agent_token_reaches_no_session_of_the_service(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stdio server started with an agent token hands its session to the running service (the
+    relay): the service's own Claude Code session (its parent's ``sessions/<pid>.json``) is not the
+    caller's, and another session named is refused."""
+    import shutil
+    import tempfile
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.procs import PYTHON, SERVER_SCRIPT
+    from tests.test_stdio_relay import Service, stdio_env
+
+    runtime = Path(tempfile.mkdtemp(prefix="pys-rt-"))  # short: a socket path fits in 108 bytes
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))  # where the test looks for the service's socket
+    db = tmp_path / "relay.db"
+    operator = Core(make_settings(db))
+    token = agent_tokens.mint(operator, A)["token"]
+    (home / "sessions" / f"{os.getpid()}.json").write_text(json.dumps(  # the service runs inside a session
+        {"pid": os.getpid(), "sessionId": VICTIM, "cwd": str(tmp_path / "victim")}))
+    svc = Service(db, runtime, CLAUDECODE="1", CLAUDE_CONFIG_DIR=str(home))
+    dump = tmp_path / "modules.txt"
+    env = stdio_env(db, runtime, PROMPTYOSELF_AGENT_TOKEN=token, PROMPTYOSELF_RELAY_DUMP_MODULES=str(dump))
+    answers = []
+    try:
+        params = StdioServerParameters(command=PYTHON, args=[str(SERVER_SCRIPT)], env=env, cwd=str(tmp_path))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            for extra in ({}, {"session_id": VICTIM}):
+                got = await session.call_tool("promptyoself_schedule_time",
+                                              {"prompt": "p", "time": "in 5m", "target": "claude-code", **extra})
+                answers.append(json.loads(got.content[0].text))  # type: ignore[union-attr]
+    finally:
+        svc.stop()
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert dump.exists(), "the stdio process did not relay"
+    unnamed, named = answers
+    assert unnamed["code"] == "invalid_argument" and unnamed.get("reason") == "no_claude_session", unnamed
+    assert named["code"] == "forbidden", named
+    assert count_schedules(operator) == 0
+    operator.close()

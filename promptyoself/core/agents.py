@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,12 @@ def agent_from_meta(meta: Mapping[str, Any] | None) -> tuple[str | None, str | N
                 if found:
                     return found, f"{nest}.{key}"
     return None, None
+
+
+RELAYED: ContextVar[bool] = ContextVar("promptyoself_relayed", default=False)
+"""True in a stdio session the service runs for another process (the stdio relay,
+``faces.relay_server``): its calls come from that process, so this process's environment and
+ancestors are not the caller's (``CallContext.remote``)."""
 
 
 @dataclass

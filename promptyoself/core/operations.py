@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
 from promptyoself.core.admin import Agents
-from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
+from promptyoself.core.agents import RELAYED, CallContext, Defaults, agent_required_error, infer_agent
 from promptyoself.core.changes import CHANGE_TRIES, change_schedule, not_found
 from promptyoself.core.checks import (
     MAX_LIMIT,
@@ -408,11 +408,13 @@ class Core:
         """Who makes a schedule, as the target plug-ins see it (``targets.base.Call``): the operator,
         or not (an agent token: the request's, or this process's ``PROMPTYOSELF_AGENT_TOKEN``, which
         the faces have checked and whose agent they made the call's ``agent_id``); and the caller's
-        environment: this process's (None), or none known (``{}``) for a remote caller (issue 42 point 2)."""
+        environment: this process's (None), or none known (``{}``) for a remote caller: an HTTP request,
+        or a relayed stdio session (``agents.RELAYED``) (issue 42 point 2)."""
         token = self.settings.agent_token
         own_token = token is not None and bool(token.get_secret_value().strip())
         operator = not own_token and (ctx is None or ctx.caller_agent is None)
-        return operator, ({} if ctx is not None and ctx.remote else None)
+        remote = (ctx is not None and ctx.remote) or RELAYED.get()
+        return operator, ({} if remote else None)
 
     def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one

@@ -257,6 +257,35 @@ def test_delivery_refuses_a_stored_cwd_that_is_not_the_session_s(home: Path, tmp
     assert not ran.exists()
 
 
+def test_a_stored_row_with_a_foreign_cwd_is_paused_with_the_reason(home: Path, tmp_path: Path) -> None:
+    """The engine's side: a schedule stored before the fix with ``cwd`` ``/etc`` is paused at its
+    first due run with the reason in its last error and history; claude never runs."""
+    from promptyoself.faces.delivery import run_once_result
+    from tests.helpers_delivery import Clock, get, history, make_core
+
+    ran = tmp_path / "ran"
+    fake = tmp_path / "claude-bin"
+    fake.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    fake.chmod(0o755)
+    clock = Clock()
+    core = make_core(tmp_path / "e.db", clock=clock, claude_bin=str(fake))
+    try:
+        sid = core.schedule_time("check the CI", "in 5m", target="claude-code", session_id=MINE)["id"]
+        with core.store.engine.begin() as conn:  # as an agent token could store it before the fix
+            conn.execute(text("UPDATE schedules SET target_options = :o WHERE id = :i"),
+                         {"o": json.dumps({"session_id": MINE, "cwd": "/etc"}), "i": sid})
+        clock.advance(minutes=6)
+        [item] = run_once_result(core)["executed"]
+        assert not item["delivered"]
+        row = get(core.store, sid)
+        assert row.state == "paused" and "not the directory" in (row.last_error or "")
+        [attempt] = history(core.store, sid)  # the attempt failed; the schedule waits paused
+        assert attempt.outcome == "failed" and "not the directory" in (attempt.error or "")
+        assert not ran.exists()
+    finally:
+        core.close()
+
+
 # ---- point 4: a marker quoted in prompt text proves nothing --------------------------------------------
 
 

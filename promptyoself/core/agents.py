@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,12 @@ def agent_from_meta(meta: Mapping[str, Any] | None) -> tuple[str | None, str | N
     return None, None
 
 
+RELAYED: ContextVar[bool] = ContextVar("promptyoself_relayed", default=False)
+"""True in a stdio session the service runs for another process (the stdio relay,
+``faces.relay_server``): its calls come from that process, so this process's environment and
+ancestors are not the caller's (``CallContext.remote``)."""
+
+
 @dataclass
 class CallContext:
     """What the protocol layer knows about the caller, handed to the core."""
@@ -80,6 +87,12 @@ class CallContext:
     meta: Mapping[str, Any] | None = None
     header_agent_id: str | None = None
     scope_key: str | None = None
+    caller_agent: str | None = None
+    """The agent the request's agent token acts for (None: the operator's credential, or no token).
+    The core also counts a process started with ``PROMPTYOSELF_AGENT_TOKEN`` as that agent's."""
+    remote: bool = False
+    """The caller is not this process (an HTTP request): this process's environment and ancestors
+    are not the caller's, so no session of an agent CLI is found from them."""
 
 
 @dataclass

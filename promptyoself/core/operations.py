@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from promptyoself import phrases, recurrence, timing
 from promptyoself.config import Settings
 from promptyoself.core.admin import Agents
-from promptyoself.core.agents import CallContext, Defaults, agent_required_error, infer_agent
+from promptyoself.core.agents import RELAYED, CallContext, Defaults, agent_required_error, infer_agent
 from promptyoself.core.changes import CHANGE_TRIES, change_schedule, not_found
 from promptyoself.core.checks import (
     MAX_LIMIT,
@@ -339,7 +339,8 @@ class Core:
         catch_up = check_catch_up(options.catch_up)
         per_day = None if options.max_per_day is None else check_limit("max_per_day", options.max_per_day, 1,
                                                                           MAX_PER_DAY)
-        dest = destination(options, ctx, self.resolve_agent, self.settings)
+        operator, environ = self._caller(ctx)
+        dest = destination(options, ctx, self.resolve_agent, self.settings, environ, operator=operator)
         agent = dest.agent_id
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
@@ -402,6 +403,18 @@ class Core:
             return result
         raise DatabaseUnavailable(f"Agent {agent}'s schedules kept changing while this one was being judged "
                                   f"({CHANGE_TRIES} tries); try again.")
+
+    def _caller(self, ctx: CallContext | None) -> tuple[bool, Mapping[str, str] | None]:
+        """Who makes a schedule, as the target plug-ins see it (``targets.base.Call``): the operator,
+        or not (an agent token: the request's, or this process's ``PROMPTYOSELF_AGENT_TOKEN``, which
+        the faces have checked and whose agent they made the call's ``agent_id``); and the caller's
+        environment: this process's (None), or none known (``{}``) for a remote caller: an HTTP request,
+        or a relayed stdio session (``agents.RELAYED``) (issue 42 point 2)."""
+        token = self.settings.agent_token
+        own_token = token is not None and bool(token.get_secret_value().strip())
+        operator = not own_token and (ctx is None or ctx.caller_agent is None)
+        remote = (ctx is not None and ctx.remote) or RELAYED.get()
+        return operator, ({} if remote else None)
 
     def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one

@@ -35,7 +35,7 @@ os.environ.setdefault("FASTMCP_SHOW_SERVER_BANNER", "false")
 from fastmcp import Context, FastMCP
 from fastmcp.dependencies import Depends
 from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
-from fastmcp.server.dependencies import get_context, get_http_headers, get_server
+from fastmcp.server.dependencies import get_context, get_http_headers, get_http_request, get_server
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
@@ -64,6 +64,7 @@ from promptyoself.core.results import (
 from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError
 from promptyoself.faces import jsonrpc_repair
 from promptyoself.faces.delivery_results import ExecuteResult, ExecutorStatus
+from promptyoself.faces.http_auth import caller_agent
 from promptyoself.faces.jsonrpc_repair import MARK as INVALID_UNICODE
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,13 @@ def call_context(ctx: Context | None) -> CallContext:
     except Exception:
         scope = None
     header = get_http_headers().get("x-agent-id")
-    return CallContext(meta=meta or None, header_agent_id=header, scope_key=scope)
+    try:  # over HTTP: a remote caller, with the agent of its agent token (None: the operator)
+        request = get_http_request()
+    except RuntimeError:  # stdio: this process is the caller's (its PROMPTYOSELF_AGENT_TOKEN, if any)
+        request = None
+    who = caller_agent(request.scope) if request is not None else None
+    return CallContext(meta=meta or None, header_agent_id=header, scope_key=scope, caller_agent=who,
+                       remote=request is not None)
 
 
 def current_core() -> Core:

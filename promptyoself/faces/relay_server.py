@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from promptyoself.config import Settings
+from promptyoself.core.agents import RELAYED
 from promptyoself.core.operations import Core
 from promptyoself.faces.relay import (
     MAX_SOCKET_PATH,
@@ -382,6 +383,7 @@ class RelayListener:
         if core.settings.executor_enabled:
             service_for(core)
         token = set_transport("stdio")
+        relayed = RELAYED.set(True)  # the caller is the relaying process, not this one (issue 42 point 2)
         clean = False
         try:
             async with app._lifespan_manager():
@@ -391,6 +393,7 @@ class RelayListener:
             clean = True
         finally:
             reset_transport(token)
+            RELAYED.reset(relayed)
             started = core.delivery  # promptyoself_execute(loop=true) may have started a loop: it ends with us
             ex = started.executor if isinstance(started, DeliveryService) else None
             if isinstance(started, DeliveryService) and ex is not None and ex.role == "loop":

@@ -156,10 +156,12 @@ def _http_response(_: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _context(x_agent_id: str | None) -> CallContext | None:
-    """The caller's ``X-Agent-Id`` header (as on ``/mcp``): the agent when the body names none."""
+def _context(x_agent_id: str | None, request: Request | None = None) -> CallContext:
+    """The caller's ``X-Agent-Id`` header (as on ``/mcp``): the agent when the body names none; the
+    agent its agent token acts for (None: the operator); a remote caller (issue 42 point 2)."""
     value = (x_agent_id or "").strip()
-    return CallContext(header_agent_id=value) if value else None
+    who = caller_agent(request) if request is not None else None
+    return CallContext(header_agent_id=value or None, caller_agent=who, remote=True)
 
 
 class _Common(ScheduleOptions):
@@ -387,22 +389,22 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def schedule_time(request: Request, req: TimeRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_time, req.prompt, req.time, req.options(agent), ctx=_context(x_agent_id),
-                          check=check)
+        return await call(core.schedule_time, req.prompt, req.time, req.options(agent),
+                          ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(request: Request, req: CronRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_cron, req.prompt, req.cron, req.options(agent), ctx=_context(x_agent_id),
-                          check=check)
+        return await call(core.schedule_cron, req.prompt, req.cron, req.options(agent),
+                          ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(request: Request, req: EveryRequest,
                              x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
         return await call(core.schedule_every, req.prompt, req.every, req.options(agent), start_at=req.start_at,
-                          max_repetitions=req.max_repetitions, ctx=_context(x_agent_id), check=check)
+                          max_repetitions=req.max_repetitions, ctx=_context(x_agent_id, request), check=check)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(
@@ -415,7 +417,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     ) -> JSONResponse:
         agent, check = as_caller(request, agent_id, x_agent_id)
         return await call(core.list_schedules, agent_id=agent, include_cancelled=include_cancelled,
-                          limit=limit, offset=offset, ctx=_context(x_agent_id), check=check)
+                          limit=limit, offset=offset, ctx=_context(x_agent_id, request), check=check)
 
     @app.get("/api/targets", tags=["schedules"], summary="The installed delivery targets and their readiness")
     async def targets() -> JSONResponse:
@@ -433,7 +435,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
                 by_id()
 
         return await call(core.history, schedule_id=schedule_id, agent_id=agent, limit=limit,
-                          ctx=_context(x_agent_id), check=check)
+                          ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/{schedule_id}/pause", tags=["schedules"], summary="Pause a schedule")
     async def pause(request: Request, schedule_id: int) -> JSONResponse:

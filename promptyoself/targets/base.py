@@ -108,8 +108,10 @@ class Call:
     MCP request's metadata, the session's and process's defaults, the environment): a plug-in whose
     destinations are agents asks it; one whose destinations are found otherwise (a Claude Code session
     from the process tree) does not. ``operator`` is True when the caller holds the operator's
-    credential (or is a local process with the database), False for an agent's token: a plug-in must
-    not let an agent's token reach a destination that belongs to someone else."""
+    credential (or is a local process with the database), False for an agent's token (the request's,
+    or the process's ``PROMPTYOSELF_AGENT_TOKEN``): a plug-in must not let an agent's token reach a
+    destination that belongs to someone else. With ``operator`` False, ``agent_id`` is the token's own
+    agent (every face makes it so, and refuses another agent named)."""
 
     agent_id: str | None
     """The ``agent_id`` the caller gave (None when it gave none)."""
@@ -119,7 +121,8 @@ class Call:
     """``promptyoself.config.Settings``."""
     agent: Callable[[], str]
     environ: Mapping[str, str] | None = None
-    """The caller's environment (None: this process's): where a session is found from."""
+    """The caller's environment (None: this process's; empty: a remote caller's, not known, so no
+    session is found from it): where a session is found from."""
     operator: bool = True
 
 

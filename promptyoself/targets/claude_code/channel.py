@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,17 +42,40 @@ MAX_LINE = 1024 * 1024
 TAIL_BYTES = 512 * 1024
 
 
+RUN_USER = "/run/user"
+_warned: set[str] = set()
+
+
 def runtime_dir() -> str:
     """``$XDG_RUNTIME_DIR/promptyoself`` when that is a private folder of ours, else
-    ``/run/user/<uid>/promptyoself``, else ``<tmp>/runtime-<uid>/promptyoself`` (the relay's rules)."""
+    ``/run/user/<uid>/promptyoself``, else ``<tmp>/runtime-<uid>/promptyoself`` when ``<tmp>/runtime-<uid>``
+    is a folder of ours that only we may enter (mode 0700; made so when it is absent). When that
+    folder is another user's, a symlink, or open to others (issue 42 point 13), the answer is that
+    folder itself: the listener refuses it (not a private folder of this user) and says so in the
+    log, and no socket is looked for under it."""
     xdg = os.environ.get("XDG_RUNTIME_DIR", "").strip()
     if xdg and os.path.isabs(xdg) and _private(xdg):
         return os.path.join(xdg, "promptyoself")
     uid = os.getuid()
-    if _private(f"/run/user/{uid}"):
-        return f"/run/user/{uid}/promptyoself"
+    if _private(f"{RUN_USER}/{uid}"):
+        return f"{RUN_USER}/{uid}/promptyoself"
     tmp = next((os.environ[k] for k in ("TMPDIR", "TEMP", "TMP") if os.environ.get(k)), "/tmp")
-    return os.path.join(tmp, f"runtime-{uid}", "promptyoself")
+    fallback = os.path.join(tmp, f"runtime-{uid}")
+    try:
+        os.mkdir(fallback, 0o700)
+    except OSError:
+        pass  # there already (or cannot be made: the check below says which)
+    problem = not_private(fallback)
+    if problem is None:
+        return os.path.join(fallback, "promptyoself")
+    if fallback not in _warned:
+        _warned.add(fallback)
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "Claude Code channel off: %s %s; set XDG_RUNTIME_DIR to a folder of this user with mode 0700",
+            fallback, problem)
+    return fallback
 
 
 def _private(path: str) -> bool:
@@ -60,6 +84,21 @@ def _private(path: str) -> bool:
     except OSError:
         return False
     return st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def not_private(path: str) -> str | None:
+    """Why ``path`` is not a folder of this user that only it may enter (None when it is)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be made ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return "is not a folder (a symlink or a file)"
+    if st.st_uid != os.getuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o077:
+        return f"is open to other users (mode {stat.S_IMODE(st.st_mode):04o}, not 0700)"
+    return None
 
 
 def socket_path(claude_pid: int) -> str:

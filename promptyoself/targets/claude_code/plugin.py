@@ -40,7 +40,9 @@ class ClaudeCodePlugin:
     def destination(self, call: Call) -> Destination:
         from promptyoself.targets.claude_code import session
 
-        found = session.session_for(call.options.session_id, call.options.cwd, call.environ)
+        # an agent token reaches its own session only, in its recorded directory (issue 42 point 2)
+        found = session.session_for(call.options.session_id, call.options.cwd, call.environ,
+                                    operator=call.operator, caller=None if call.operator else call.agent_id)
         agent = call.agent() if session.given(call.agent_id) else session.agent_id_for(found.session_id)
         return Destination(agent, {"session_id": found.session_id, "cwd": found.cwd})
 

@@ -13,6 +13,9 @@ A session is found, first to last:
 3. ``CLAUDE_CODE_SESSION_ID`` with ``CLAUDE_PROJECT_DIR`` (or the working directory).
 
 ``<claude home>`` is ``CLAUDE_CONFIG_DIR`` when set, else ``~/.claude``.
+
+An agent token reaches its own session only, and the working directory is always the one the
+session records (``session_for``; issue 42 point 2).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import promptyoself.targets.claude_code.channel as claude_channel
-from promptyoself.errors import InvalidArgument
+from promptyoself.errors import Forbidden, InvalidArgument
 
 # The channel's socket and checks, for the stdio server's side (faces.channels): one definition.
 channel_socket = claude_channel.socket_path
@@ -50,11 +53,13 @@ MCP_NAME = "promptyoself"
 class Session:
     session_id: str
     cwd: str
-    source: str  # argument | sessions_file | environment
+    source: str  # argument | sessions_file | environment | agent_token
 
 
 def claude_home(environ: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if environ is None else environ
+    """``CLAUDE_CONFIG_DIR``, else ``~/.claude``, of ``environ``; of this process's when ``environ`` is
+    None or empty (a remote caller's, which is not known: the records are then this process's)."""
+    env = environ or os.environ
     configured = (env.get("CLAUDE_CONFIG_DIR") or "").strip()
     return Path(configured).expanduser() if configured else Path(env.get("HOME") or "~").expanduser() / ".claude"
 
@@ -170,10 +175,11 @@ def detect(environ: Mapping[str, str] | None = None, pid: int | None = None) -> 
     return None
 
 
-def transcript_cwd(session_id: str, environ: Mapping[str, str] | None = None) -> str | None:
+def transcript_cwd(session_id: str, environ: Mapping[str, str] | None = None,
+                   home: Path | None = None) -> str | None:
     """The working directory a session's transcript records (for an explicit ``session_id`` without
     ``cwd``): the ``cwd`` of its first line that has one."""
-    for path in (claude_home(environ) / "projects").glob(f"*/{session_id}.jsonl"):
+    for path in ((home or claude_home(environ)) / "projects").glob(f"*/{session_id}.jsonl"):
         try:
             with path.open("r", encoding="utf-8", errors="replace") as fh:
                 for n, line in enumerate(fh):
@@ -190,29 +196,78 @@ def transcript_cwd(session_id: str, environ: Mapping[str, str] | None = None) ->
     return None
 
 
-def session_for(session_id: object, cwd: object, environ: Mapping[str, str] | None = None) -> Session:
-    """The session a ``claude-code`` schedule goes to: the arguments, else the one this process runs in.
-    ``InvalidArgument`` saying what to pass when there is none."""
-    if session_id is not None and not (isinstance(session_id, str) and not session_id.strip()):
-        sid = check_session_id(session_id)
-        if cwd is not None and not (isinstance(cwd, str) and not cwd.strip()):
-            return Session(sid, check_cwd(cwd), "argument")
-        here = detect(environ)
-        if here is not None and here.session_id == sid:
-            return Session(sid, here.cwd, "argument")
-        found = transcript_cwd(sid, environ)
-        if found is None:
-            raise InvalidArgument(f"cwd is required with session_id {sid}: the directory claude was started in "
-                                  "(no transcript of that session was found to read it from).")
-        return Session(sid, check_cwd(found), "argument")
+def recorded_cwd(session_id: str, home: Path) -> str | None:
+    """The directory Claude Code records for a session: the ``cwd`` of a ``sessions/<pid>.json``
+    naming it whose ``claude`` still runs, else the one its transcript records. None when neither is
+    there (no such session under ``home``)."""
+    from promptyoself.processes import pid_alive
+
+    for path in home.glob("sessions/*.json"):
+        found = read_session_file(path) if path.stem.isdigit() else None
+        if found is not None and found[0] == session_id and pid_alive(int(path.stem)):
+            return found[1]
+    return transcript_cwd(session_id, home=home)
+
+
+def same_dir(a: str, b: str) -> bool:
+    """Two spellings of one directory (normalised, symlinks resolved)."""
+    if os.path.normpath(a) == os.path.normpath(b):
+        return True
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+def session_for(session_id: object, cwd: object, environ: Mapping[str, str] | None = None, *,
+                operator: bool = True, caller: str | None = None) -> Session:
+    """The session a ``claude-code`` schedule goes to: the arguments, else the one the caller runs in
+    (found from ``environ``: None is this process's; an empty one, a remote caller's, finds none).
+    ``InvalidArgument`` saying what to pass when there is none.
+
+    Who may reach a session (issue 42 point 2): the operator (``operator``) any; an agent token
+    (``operator`` False, ``caller`` its agent) only its own: the session it runs in, or the one its
+    agent id names (``claude-code-<session_id>``); any other is ``Forbidden``. The working directory is
+    always the session's own as Claude Code records it (``recorded_cwd``; for the caller's own session,
+    as found): a ``cwd`` argument is taken only when it names that directory. Only the operator may name
+    a directory for a session of which nothing is recorded yet (delivery checks it against the
+    transcript before anything runs)."""
     here = detect(environ)
-    if here is None:
+    if given(session_id):
+        sid = check_session_id(session_id)
+        own = here is not None and here.session_id == sid
+        if not operator and not own and (caller is None or caller != agent_id_for(sid)):
+            raise Forbidden(f"Claude Code session {sid} is not this agent token's: an agent token schedules into "
+                            "its own session only (the one it calls from, or the one its agent id "
+                            "claude-code-<session_id> names); the operator may name any session.")
+        source = "argument"
+    elif here is not None:
+        sid, own, source = here.session_id, True, here.source
+    elif not operator and caller is not None and caller.startswith(f"{TARGET}-") and \
+            _SESSION_ID.fullmatch(caller[len(TARGET) + 1:]) and agent_id_for(caller[len(TARGET) + 1:]) == caller:
+        sid, own, source = caller[len(TARGET) + 1:], False, "agent_token"  # the token's own session
+    else:
         raise InvalidArgument(
             "target 'claude-code' needs a Claude Code session: call from inside one (its MCP server or its Bash "
             "tool), or pass session_id and cwd.", reason="no_claude_session")
-    if cwd is not None and not (isinstance(cwd, str) and not cwd.strip()):
-        return Session(here.session_id, check_cwd(cwd), here.source)
-    return Session(here.session_id, check_cwd(here.cwd), here.source)
+    recorded = recorded_cwd(sid, claude_home(environ))
+    base = recorded if recorded is not None else (here.cwd if own and here is not None else None)
+    if given(cwd):
+        asked = check_cwd(cwd)
+        if base is None and operator:
+            return Session(sid, asked, source)
+        if base is not None and not same_dir(asked, base):
+            raise InvalidArgument(f"cwd must be the directory Claude Code session {sid} runs in ({base[:200]}), not "
+                                  f"{asked[:200]}: leave cwd out (it is the session's own).",
+                                  reason="not_the_session_cwd")
+    if base is None:
+        if not operator:
+            raise InvalidArgument(f"no Claude Code session {sid} was found (no transcript under "
+                                  f"{claude_home(environ)}/projects): make the schedule from inside the session.",
+                                  reason="no_claude_session")
+        raise InvalidArgument(f"cwd is required with session_id {sid}: the directory claude was started in "
+                              "(no transcript of that session was found to read it from).")
+    return Session(sid, check_cwd(base), source)
 
 
 def agent_id_for(session_id: str) -> str:

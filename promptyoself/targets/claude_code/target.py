@@ -8,9 +8,16 @@ the prompt on stdin (issue 31 point 2; docs/claude-code.md).
 - One run at a time per session in this process (a lock per session); across processes the engine
   holds one live claim per agent, and a session is one agent (``claude-code-<session_id>``).
 - Exactly once: the delivered text ends with a marker line naming the occurrence id. ``lookup`` reads
-  the session's transcript (``<claude home>/projects/*/<session_id>.jsonl``) for that marker in a
-  user line; while a ``claude`` process resuming the session still runs (a run started by a worker
-  that died), the answer is ``pending``.
+  the session's transcript (``<claude home>/projects/*/<session_id>.jsonl``) for that marker as the
+  last line of a user message (inside a live push's ``<channel ...>`` wrapper: its last line before
+  ``</channel>``): a prompt that quotes another occurrence's marker carries its own marker after it,
+  so a marker copied into prompt text never counts (issue 42 point 4). While a ``claude`` process
+  of this user that our delivery started for that occurrence (``--resume <session_id>``, the
+  occurrence id in its environment as ``PROMPTYOSELF_CLAUDE_OCCURRENCE``) still runs (a run started by
+  a worker that died), the answer is ``pending``; another user's processes never count (point 10).
+- The stored ``cwd`` must be the session's recorded directory (the ``cwd`` its open ``claude`` records
+  in ``sessions/<pid>.json``, else the one its transcript records): a schedule stored with another
+  directory is paused (``TargetGone``) and never run there (issue 42 point 2).
 - Never ``--resume`` an open session (it would fork its transcript). A session that a running
   ``claude`` holds (``sessions/<pid>.json``, the pid alive) started with ``--channels`` naming our
   plugin, whose server listens on its socket, gets the prompt live instead
@@ -34,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import promptyoself.targets.claude_code.channel as claude_channel
+import promptyoself.targets.claude_code.session as claude_session
 from promptyoself.config import Settings
 from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
 from promptyoself.processes import pid_alive
@@ -84,8 +92,24 @@ def _user_texts(entry: dict[str, Any]) -> list[str]:
     return []
 
 
+CHANNEL_OPEN = "<channel "
+CHANNEL_CLOSE = "</channel>"
+
+
+def _delivered_marker(text: str) -> str:
+    """The line a delivery of ours ends a user message with: its last non-blank line (within a live
+    push's ``<channel ...>CONTENT</channel>`` wrapper, CONTENT's last line). A marker anywhere else in
+    the text is prompt text quoting it, which proves nothing (issue 42 point 4)."""
+    body = text.strip()
+    if body.startswith(CHANNEL_OPEN) and body.endswith(CHANNEL_CLOSE) and ">" in body:
+        body = body[body.index(">") + 1:-len(CHANNEL_CLOSE)].strip()
+    lines = body.splitlines()
+    return lines[-1].strip() if lines else ""
+
+
 def marker_in_transcript(session_id: str, occurrence_id: str, home: Path | None = None) -> bool:
-    """Whether a user line of the session's transcript carries the occurrence's marker."""
+    """Whether a user message of the session's transcript ends with the occurrence's marker (as a
+    delivery of that occurrence writes it: ``_delivered_marker``)."""
     needle = marker(occurrence_id)
     for path in transcripts(session_id, home):
         try:
@@ -101,7 +125,7 @@ def marker_in_transcript(session_id: str, occurrence_id: str, home: Path | None 
                         entry = json.loads(line)
                     except ValueError:
                         continue
-                    if isinstance(entry, dict) and any(needle in t for t in _user_texts(entry)):
+                    if isinstance(entry, dict) and any(_delivered_marker(t) == needle for t in _user_texts(entry)):
                         return True
         except OSError:
             continue
@@ -121,13 +145,33 @@ def live_holder(session_id: str, home: Path | None = None) -> int | None:
     return None
 
 
-def resuming(session_id: str) -> list[int]:
-    """Pids of processes running ``... --resume <session_id>`` (a delivery still under way; Linux /proc)."""
+OCCURRENCE_ENV = "PROMPTYOSELF_CLAUDE_OCCURRENCE"
+"""Set in the environment of each ``claude -p --resume`` we start: the occurrence it delivers."""
+
+
+def _uid_of(entry: Path) -> int | None:
+    """The real user id of the process ``/proc/<pid>`` (its ``status`` ``Uid:`` line)."""
+    try:
+        with (entry / "status").open("r", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def resuming(session_id: str, occurrence_id: str, proc: Path = Path("/proc")) -> list[int]:
+    """Pids of the runs our delivery started for this occurrence that still go on (Linux /proc):
+    processes of this user running ``... --resume <session_id>`` with ``PROMPTYOSELF_CLAUDE_OCCURRENCE``
+    naming the occurrence in their environment. Another user's ``--resume <session_id>`` (anyone can
+    put it in a command line) never keeps an occurrence pending (issue 42 point 10)."""
     found: list[int] = []
-    proc = Path("/proc")
     if not proc.is_dir():
         return found
     want = session_id.encode()
+    mark = f"{OCCURRENCE_ENV}={occurrence_id}".encode()
+    uid = os.getuid()
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -135,7 +179,15 @@ def resuming(session_id: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a == b"--resume" and i + 1 < len(argv) and argv[i + 1] == want for i, a in enumerate(argv)):
+        if not any(a == b"--resume" and i + 1 < len(argv) and argv[i + 1] == want for i, a in enumerate(argv)):
+            continue
+        if _uid_of(entry) != uid:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:  # not ours to read
+            continue
+        if mark in environ:
             found.append(int(entry.name))
     return found
 
@@ -178,6 +230,11 @@ class ClaudeCodeTarget:
             raise TargetGone("this Claude Code schedule names no session_id and cwd.")
         if not Path(cwd).is_dir():
             raise TargetGone(f"the session's directory {cwd} no longer exists.")
+        recorded = await asyncio.to_thread(claude_session.recorded_cwd, session_id, claude_home())
+        if recorded is not None and not claude_session.same_dir(cwd, recorded):
+            raise TargetGone(f"this schedule's cwd {cwd[:200]} is not the directory Claude Code session {session_id} "
+                             f"runs in ({recorded[:200]}): it is never run elsewhere; make the schedule again from "
+                             "the session.")
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
             return await self._run(occ, session_id, cwd, fence)
@@ -196,8 +253,9 @@ class ClaudeCodeTarget:
             raise NotSent("the claim's fence refused the run before claude was started")
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env=self._env(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_OUTPUT)
+                *argv, cwd=cwd, env={**self._env(), OCCURRENCE_ENV: occ.occurrence_id}, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+                limit=MAX_OUTPUT)
         except OSError as exc:
             self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
             raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
@@ -216,6 +274,12 @@ class ClaudeCodeTarget:
     async def _live(self, occ: Occurrence, session_id: str, pid: int, fence: Fence) -> Sent:
         """Push into the open session through its channel; confirmed by the marker in its transcript."""
         path = claude_channel.socket_path(pid)
+        folder_problem = claude_channel.not_private(os.path.dirname(path))
+        if folder_problem is not None and claude_channel.channels_on(pid):
+            raise TargetUnavailable(
+                f"Claude Code session {session_id} is open (claude pid {pid}) but the channel's folder "
+                f"{os.path.dirname(path)} {folder_problem}: set XDG_RUNTIME_DIR to a folder of this user with mode "
+                "0700; the prompt waits until the session closes.", transient=True)
         if not claude_channel.channels_on(pid) or not os.path.exists(path):
             raise TargetUnavailable(
                 f"Claude Code session {session_id} is open (claude pid {pid}) without PromptYoSelf's channel "
@@ -295,7 +359,7 @@ class ClaudeCodeTarget:
         found = await asyncio.to_thread(marker_in_transcript, session_id, occ.occurrence_id)
         if found:
             return Found("found", session_id)
-        if await asyncio.to_thread(resuming, session_id):  # a run started earlier may still write it
+        if await asyncio.to_thread(resuming, session_id, occ.occurrence_id):  # a run of ours may still write it
             return Found("pending")
         pushed = self._pushed.get(occ.occurrence_id)
         if pushed is not None and asyncio.get_running_loop().time() - pushed < PUSH_PENDING:

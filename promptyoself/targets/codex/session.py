@@ -132,7 +132,9 @@ def codex_ancestor(pid: int | None = None) -> int | None:
 
 
 def detect(environ: Mapping[str, str] | None = None, pid: int | None = None) -> Session | None:
-    """The Codex session this process runs in (see the module's docstring), or None."""
+    """The Codex session this process runs in (see the module's docstring), or None. With ``environ``
+    given (a caller other than this process: ``{}`` for a remote one) the process tree is not asked,
+    unless ``pid`` names where to start."""
     env = os.environ if environ is None else environ
     thread = (env.get("CODEX_THREAD_ID") or "").strip()
     if thread and THREAD.fullmatch(thread):
@@ -140,6 +142,8 @@ def detect(environ: Mapping[str, str] | None = None, pid: int | None = None) -> 
             meta = read_meta(path)
             if meta is not None:
                 return Session(thread.lower(), meta[1], str(path), "environment")
+    if environ is not None and pid is None:
+        return None  # another caller's environment (a remote caller's: {}): this process's parents are not its
     holder = codex_ancestor(pid)
     if holder is None:
         return None

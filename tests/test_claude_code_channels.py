@@ -35,7 +35,8 @@ pytestmark = pytest.mark.slow
 __all__ = ["cch"]  # the harness fixture, shared with test_claude_code_real
 
 TOOL = "mcp__plugin_promptyoself_promptyoself__promptyoself_schedule_time"
-CHANNEL_SOURCE = 'source="plugin:promptyoself:promptyoself"'
+SERVER = "plugin:promptyoself:promptyoself"
+CHANNEL_SOURCE = f'source="{SERVER}"'
 
 
 @pytest.fixture
@@ -80,6 +81,11 @@ def schedule_in(s: Any, prompt: str, when: str = "in 20 seconds") -> str:
 
     text = wait_until(called, timeout=120, interval=1)
     assert "success" in text, text
+    # In -p mode Claude Code registers a channel at the start of a turn for the servers connected by then.
+    # 2.1.328's ToolSearch waits for our server inside the first turn, so that turn can use the tool while
+    # the channel is not registered yet; the SDK's channel_enable registers it now (2.1.197: already is).
+    enabled = s.enable_channel(SERVER, timeout=60)
+    assert enabled.get("subtype") == "success", enabled
     return text
 
 
@@ -211,7 +217,7 @@ def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_
         if how != "channels":
             t.wait_for("development", timeout=120)
             t.send_keys("Enter")
-        t.wait_channel_registered("plugin:promptyoself:promptyoself", timeout=120)
+        t.wait_channel_registered(SERVER, timeout=120)
         t.type_line(f"MOCK_TOOL_CALL {call}")
         t.wait_for("MOCK_TOOL_DONE", timeout=120)
         session = str(t.session_id())

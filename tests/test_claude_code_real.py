@@ -27,7 +27,7 @@ from sqlalchemy import update
 from promptyoself.config import Settings
 from promptyoself.store.db import Schedule
 from promptyoself.targets.claude_code import session as claude_code
-from tests.claude_code_harness import ClaudeHarness, Unavailable
+from tests.claude_code_harness import ClaudeHarness, Unavailable, versions
 from tests.helpers_delivery import Proc, child_env, get, history, make_core, wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,10 +35,12 @@ pytestmark = pytest.mark.slow
 TOOL = "mcp__promptyoself__promptyoself_schedule_time"
 
 
-@pytest.fixture(scope="module")
-def cch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClaudeHarness]:
+@pytest.fixture(scope="module", params=versions())
+def cch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClaudeHarness]:
+    """A harness instance of one Claude Code version (each test runs against every one of ``versions()``)."""
+    version = str(request.param)
     try:
-        harness = ClaudeHarness(tmp_path_factory.mktemp("cch"))
+        harness = ClaudeHarness(tmp_path_factory.mktemp(f"cch-{version}"), version)
         harness.start()
     except (Unavailable, OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"the Claude Code harness cannot be set up here: {exc}")

@@ -2,10 +2,13 @@
 harness.py) in a folder of its own (its own network namespace, mock Anthropic API and HOME), so tests
 never share sessions with anyone else's.
 
-Two versions are tested (``VERSIONS``): the registry's latest we verified, ``LATEST`` (2.1.328, which
-answers MCP's ``server/discover`` era and defers MCP tools behind ``ToolSearch``), and the pinned
-``PINNED`` (2.1.197). ``PROMPTYOSELF_TEST_CLAUDE_CODE`` (a comma-separated list of versions) narrows or
-widens the set the Claude Code test modules run against (``versions()``).
+Two versions are tested: the registry's latest we verified, ``LATEST`` (2.1.328: it opens MCP with
+``server/discover`` and defers MCP tools behind ``ToolSearch``), and the pinned ``PINNED`` (2.1.197).
+Every harness test runs against the latest (``latest``); the few marked ``every_version`` (the
+durable path, and live delivery into an open session, where the two versions' MCP handshakes differ)
+run against the pinned one too: each harness test takes 25-35 s, and CI's whole run must stay within
+12 minutes. ``PROMPTYOSELF_TEST_CLAUDE_CODE`` (comma-separated versions, e.g. ``2.1.197`` or
+``2.1.328,2.1.197``) runs every harness test against exactly those instead.
 
 The harness folder is looked for next to the repository and one level up (a worktree lives one level
 deeper than the main checkout), or named by ``CLAUDE_CODE_HARNESS_SRC``. The CLI installed by
@@ -24,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = Path(os.environ.get("TMPDIR") or "/tmp") / "claude-code-harness"
 PINNED = "2.1.197"
@@ -31,10 +36,16 @@ LATEST = "2.1.328"
 VERSIONS = (LATEST, PINNED)
 
 
-def versions() -> list[str]:
-    """The Claude Code versions the tests run against: ``PROMPTYOSELF_TEST_CLAUDE_CODE`` or ``VERSIONS``."""
+def versions(every: bool = False) -> list[str]:
+    """The Claude Code versions a harness test runs against: those named in
+    ``PROMPTYOSELF_TEST_CLAUDE_CODE``, else both (``every``) or the latest only."""
     named = [v.strip() for v in os.environ.get("PROMPTYOSELF_TEST_CLAUDE_CODE", "").split(",") if v.strip()]
-    return named or list(VERSIONS)
+    return named or (list(VERSIONS) if every else [LATEST])
+
+
+# Decorators for a test that takes the ``cch`` fixture (the harness of the version it is given).
+latest = pytest.mark.parametrize("cch", versions(), indirect=True)
+every_version = pytest.mark.parametrize("cch", versions(every=True), indirect=True)
 
 
 def install_dir(version: str) -> Path:

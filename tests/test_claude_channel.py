@@ -108,6 +108,8 @@ def test_install_prints_the_plugin_and_how_to_start_the_session(tmp_path: Path) 
     server = out["files"]["plugins/promptyoself/.mcp.json"]["mcpServers"]["promptyoself"]
     assert server["env"]["PROMPTYOSELF_DB"] == settings.db_url
     assert out["commands"][-1] == f"claude plugin install --scope local {claude_plugin.REF}"
+    skill = out["files"][f"plugins/promptyoself/skills/{claude_plugin.SKILL}/SKILL.md"]
+    assert skill.startswith(f"---\nname: {claude_plugin.SKILL}\ndescription: ") and "CronCreate" in skill
     assert "mcp_json" not in out and not (tmp_path / ".mcp.json").exists()  # one registration: the plugin
     plain = claude_code.install(settings, str(tmp_path), mcp_json=True)
     assert plain["mode"] == "mcp_json" and "claude mcp add" in plain["claude_mcp_add"]

@@ -130,6 +130,11 @@ def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_pr
         assert "check the CI" in req["last_user_text"]
         # the same conversation: the scheduling turn is in the delivered request's history
         assert "promptyoself_schedule_time" in json.dumps(req["messages"])
+        # what the model is told up front (2.1.328 defers the tools' own descriptions behind ToolSearch):
+        # the server's instructions and the plugin's skill, both saying when to prefer us to CronCreate
+        context = json.dumps(req)
+        assert "Prefer PromptYoSelf to a session's own CronCreate" in context
+        assert f"promptyoself:{claude_plugin.SKILL}" in context
         [line] = cch.transcript_user_lines(session, marker)
         assert line["origin"]["kind"] == "channel" and line["isMeta"] is True
         assert folded(cch, marker, mark) == []

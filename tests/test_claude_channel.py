@@ -177,3 +177,26 @@ def test_a_session_counts_as_live_only_when_its_server_got_initialize(
     available while Claude Code 2.1.328 skipped the channel of a modern connection)."""
     got, reason = judge(answer)
     assert got is ok and why in reason
+
+
+def test_readiness_counts_only_sessions_whose_channel_can_register(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two open sessions run our channel; one server got Claude Code's initialize, the other's
+    connection is of the 2026-07-28 era: one of two is available, and health says why not the other."""
+    import os
+
+    from promptyoself.targets.claude_code import channel
+
+    live, modern = sorted((os.getpid(), os.getppid()))
+    (tmp_path / "sessions").mkdir()
+    for pid in (live, modern):
+        (tmp_path / "sessions" / f"{pid}.json").write_text(json.dumps({"pid": pid, "sessionId": SESSION}))
+    answers = {live: {"ok": True, "client": {"protocol": "2025-11-25", "name": "claude-code", "version": "2.1.328"}},
+               modern: {"ok": True, "client": None}}
+    monkeypatch.setattr(channel, "channels_on", lambda pid, plugin=channel.PLUGIN: True)
+    monkeypatch.setattr(channel, "channel_state", lambda pid: channel.judge(answers[pid]))
+    text = readiness(tmp_path)
+    assert text.startswith("live delivery (Channels) available in 1 of 2 open session(s)")
+    assert f"claude pid {modern}: Claude Code connected to its PromptYoSelf server without initialize" in text
+    answers[live] = {"ok": True, "client": None}
+    assert readiness(tmp_path).startswith("live delivery (Channels) not available")

@@ -1,12 +1,21 @@
-"""The real Claude Code 2.1.197 for tests: an instance of ``../shared/claude-code`` (setup.sh, start.sh,
-stop.sh, harness.py) in a folder of its own (its own network namespace, mock Anthropic API and HOME),
-so tests never share sessions with anyone else's.
+"""The real Claude Code for tests: an instance of ``../shared/claude-code`` (setup.sh, start.sh, stop.sh,
+harness.py) in a folder of its own (its own network namespace, mock Anthropic API and HOME), so tests
+never share sessions with anyone else's.
+
+Two versions are tested: the registry's latest we verified, ``LATEST`` (2.1.328: it opens MCP with
+``server/discover`` and defers MCP tools behind ``ToolSearch``), and the pinned ``PINNED`` (2.1.197).
+Every harness test runs against the latest (``latest``); the few marked ``every_version`` (the
+durable path, and live delivery into an open session, where the two versions' MCP handshakes differ)
+run against the pinned one too: each harness test takes 25-35 s, and CI's whole run must stay within
+12 minutes. ``PROMPTYOSELF_TEST_CLAUDE_CODE`` (comma-separated versions, e.g. ``2.1.197`` or
+``2.1.328,2.1.197``) runs every harness test against exactly those instead.
 
 The harness folder is looked for next to the repository and one level up (a worktree lives one level
 deeper than the main checkout), or named by ``CLAUDE_CODE_HARNESS_SRC``. The CLI installed by
-``.ci/run``'s ``setup.sh`` in the default harness folder (``/tmp/claude-code-harness``) is reused (a
-link to its ``node_modules``); else ``setup.sh`` installs it into the instance. When none of this can
-be set up, ``start`` raises ``Unavailable`` with the reason (the tests skip, saying it).
+``.ci/run``'s ``setup.sh`` runs (``install_dir(version)``: ``/tmp/claude-code-harness`` for the pinned
+one, ``/tmp/claude-code-harness-<version>`` for others) is reused (a link to its ``node_modules``); else
+``setup.sh`` installs that version into the instance. When none of this can be set up, ``start``
+raises ``Unavailable`` with the reason (the tests skip, saying it).
 """
 
 from __future__ import annotations
@@ -18,8 +27,38 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = Path(os.environ.get("TMPDIR") or "/tmp") / "claude-code-harness"
+PINNED = "2.1.197"
+LATEST = "2.1.328"
+VERSIONS = (LATEST, PINNED)
+
+
+def versions(every: bool = False) -> list[str]:
+    """The Claude Code versions a harness test runs against: those named in
+    ``PROMPTYOSELF_TEST_CLAUDE_CODE``, else both (``every``) or the latest only."""
+    named = [v.strip() for v in os.environ.get("PROMPTYOSELF_TEST_CLAUDE_CODE", "").split(",") if v.strip()]
+    return named or (list(VERSIONS) if every else [LATEST])
+
+
+# Decorators for a test that takes the ``cch`` fixture (the harness of the version it is given).
+latest = pytest.mark.parametrize("cch", versions(), indirect=True)
+every_version = pytest.mark.parametrize("cch", versions(every=True), indirect=True)
+
+
+def install_dir(version: str) -> Path:
+    """Where ``.ci/run`` installs ``version`` (``CLAUDE_CODE_VERSION=... CLAUDE_CODE_HARNESS=... setup.sh``)."""
+    return DEFAULT_DIR if version == PINNED else DEFAULT_DIR.with_name(f"claude-code-harness-{version}")
+
+
+def installed_version(folder: Path) -> str | None:
+    try:
+        data = json.loads((folder / "node_modules" / "@anthropic-ai" / "claude-code" / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return str(data.get("version")) if isinstance(data, dict) else None
 
 
 class Unavailable(RuntimeError):
@@ -36,29 +75,31 @@ def source_dir() -> Path | None:
 class ClaudeHarness:
     """One harness instance in ``folder``: ``start()``, then ``h`` (the shared ``harness.Harness``)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, version: str = PINNED) -> None:
         src = source_dir()
         if src is None:
             raise Unavailable("the Claude Code harness (shared/claude-code) is not next to the repository")
         self.src = src
         self.dir = folder
+        self.version = version
         self.h: Any = None
 
     def _run(self, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CLAUDE_CODE_HARNESS": str(self.dir)}
+        env = {**os.environ, "CLAUDE_CODE_HARNESS": str(self.dir), "CLAUDE_CODE_VERSION": self.version}
         return subprocess.run(["bash", str(self.src / script)], env=env, capture_output=True, text=True,
                               timeout=timeout, check=False)
 
     def start(self) -> Any:
         self.dir.mkdir(parents=True, exist_ok=True)
-        shared = DEFAULT_DIR / "node_modules"
+        shared = install_dir(self.version)
         mine = self.dir / "node_modules"
-        if (shared / ".bin" / "claude").exists() and not mine.exists():
-            mine.symlink_to(shared)
-        if not (mine / ".bin" / "claude").exists():
+        if installed_version(shared) == self.version and (shared / "node_modules" / ".bin" / "claude").exists() \
+                and not mine.exists():
+            mine.symlink_to(shared / "node_modules")
+        if installed_version(self.dir) != self.version or not (mine / ".bin" / "claude").exists():
             done = self._run("setup.sh", 600)
             if done.returncode != 0:
-                raise Unavailable(f"setup.sh failed: {done.stderr.strip()[-400:]}")
+                raise Unavailable(f"setup.sh (Claude Code {self.version}) failed: {done.stderr.strip()[-400:]}")
         done = self._run("start.sh", 120)
         if done.returncode != 0:
             raise Unavailable(f"start.sh failed: {done.stderr.strip()[-400:]}")

@@ -15,7 +15,7 @@ import pytest
 
 from promptyoself.targets.claude_code import install as claude_plugin
 from promptyoself.targets.claude_code import session as claude_code
-from promptyoself.targets.claude_code.channel import channel_named, meta_for, readiness, transcript_idle
+from promptyoself.targets.claude_code.channel import channel_named, judge, meta_for, readiness, transcript_idle
 from promptyoself.targets.claude_code.channel_server import METHOD, ChannelListener
 from tests.conftest import make_settings
 
@@ -108,6 +108,8 @@ def test_install_prints_the_plugin_and_how_to_start_the_session(tmp_path: Path) 
     server = out["files"]["plugins/promptyoself/.mcp.json"]["mcpServers"]["promptyoself"]
     assert server["env"]["PROMPTYOSELF_DB"] == settings.db_url
     assert out["commands"][-1] == f"claude plugin install --scope local {claude_plugin.REF}"
+    skill = out["files"][f"plugins/promptyoself/skills/{claude_plugin.SKILL}/SKILL.md"]
+    assert skill.startswith(f"---\nname: {claude_plugin.SKILL}\ndescription: ") and "CronCreate" in skill
     assert "mcp_json" not in out and not (tmp_path / ".mcp.json").exists()  # one registration: the plugin
     plain = claude_code.install(settings, str(tmp_path), mcp_json=True)
     assert plain["mode"] == "mcp_json" and "claude mcp add" in plain["claude_mcp_add"]
@@ -118,3 +120,83 @@ def test_readiness_says_when_no_open_session_runs_the_channel(tmp_path: Path) ->
     (tmp_path / "sessions" / "999999999.json").write_text(json.dumps({"sessionId": SESSION, "cwd": "/w"}))  # gone
     text = readiness(tmp_path)
     assert text.startswith("live delivery (Channels) not available") and "(0 open)" in text
+
+
+def _request(method: str, rid: int | str, params: dict[str, Any] | None = None) -> Any:
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    return SessionMessage(mcp_types.JSONRPCRequest(jsonrpc="2.0", id=rid, method=method, params=params))
+
+
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "claude-code", "version": "2.1.328"}}
+DISCOVER = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
+
+
+def test_the_plugin_server_refuses_server_discover_so_claude_code_falls_back_to_initialize(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code 2.1.328 opens with ``server/discover`` (2026-07-28); answered, the connection is
+    "modern" and it skips channel notifications. The plugin server's handshake answers it -32601
+    itself (FastMCP never sees it), passes everything else on, and keeps what ``initialize`` said for
+    ``hello``."""
+    listener, stream = _listener(tmp_path, monkeypatch)
+    to_server, from_client = anyio.create_memory_object_stream[Any](10)
+    to_fastmcp, fastmcp_reads = anyio.create_memory_object_stream[Any](10)
+    passed: list[Any] = []
+
+    async def scenario() -> dict[str, Any]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(listener.handshake, from_client, to_fastmcp)
+            await to_server.send(_request("server/discover", "server-discover-probe-1", DISCOVER))
+            await to_server.send(_request("initialize", 0, INITIALIZE))
+            await to_server.send(_request("tools/list", 1))
+            await to_server.aclose()
+            async with fastmcp_reads:
+                passed.extend([item async for item in fastmcp_reads])
+        return await listener.answer(b'{"op": "hello"}')
+
+    hello = anyio.run(scenario)
+    [refusal] = stream.sent
+    wire = json.loads(refusal.message.model_dump_json(by_alias=True, exclude_unset=True))
+    assert wire["id"] == "server-discover-probe-1" and wire["error"]["code"] == -32601
+    assert [m.message.method for m in passed] == ["initialize", "tools/list"]
+    assert hello["client"] == {"protocol": "2025-11-25", "name": "claude-code", "version": "2.1.328"}
+    assert judge(hello) == (True, "claude-code 2.1.328, MCP 2025-11-25")
+
+
+@pytest.mark.parametrize(("answer", "ok", "why"), [
+    ({"ok": True, "session_id": SESSION, "channels": True, "client": None}, False, "without initialize"),
+    ({"ok": True, "session_id": SESSION, "channels": True}, False, "predates"),
+    (None, False, "does not answer"),
+    ({"ok": True, "client": {"protocol": "2025-11-25", "name": "claude-code", "version": "2.1.197"}}, True, "2.1.197"),
+])
+def test_a_session_counts_as_live_only_when_its_server_got_initialize(
+        answer: dict[str, Any] | None, ok: bool, why: str) -> None:
+    """health's "live delivery (Channels) available" needs the 2025 handshake (issue 45: it said
+    available while Claude Code 2.1.328 skipped the channel of a modern connection)."""
+    got, reason = judge(answer)
+    assert got is ok and why in reason
+
+
+def test_readiness_counts_only_sessions_whose_channel_can_register(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two open sessions run our channel; one server got Claude Code's initialize, the other's
+    connection is of the 2026-07-28 era: one of two is available, and health says why not the other."""
+    import os
+
+    from promptyoself.targets.claude_code import channel
+
+    live, modern = sorted((os.getpid(), os.getppid()))
+    (tmp_path / "sessions").mkdir()
+    for pid in (live, modern):
+        (tmp_path / "sessions" / f"{pid}.json").write_text(json.dumps({"pid": pid, "sessionId": SESSION}))
+    answers = {live: {"ok": True, "client": {"protocol": "2025-11-25", "name": "claude-code", "version": "2.1.328"}},
+               modern: {"ok": True, "client": None}}
+    monkeypatch.setattr(channel, "channels_on", lambda pid, plugin=channel.PLUGIN: True)
+    monkeypatch.setattr(channel, "channel_state", lambda pid: channel.judge(answers[pid]))
+    text = readiness(tmp_path)
+    assert text.startswith("live delivery (Channels) available in 1 of 2 open session(s)")
+    assert f"claude pid {modern}: Claude Code connected to its PromptYoSelf server without initialize" in text
+    answers[live] = {"ok": True, "client": None}
+    assert readiness(tmp_path).startswith("live delivery (Channels) not available")

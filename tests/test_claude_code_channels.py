@@ -1,5 +1,5 @@
 """Claude Code live delivery through Channels (issue 31 points 3 and 4) against the real Claude Code
-2.1.197 in the shared harness (tests/claude_code_harness.py).
+2.1.328 in the shared harness (tests/claude_code_harness.py), and 2.1.197 for the first test.
 
 From an empty database with nothing else running: ``promptyoself claude-code install --write`` makes
 our server a Claude Code plugin; a session started with ``--channels plugin:promptyoself@...`` has its
@@ -27,7 +27,7 @@ import pytest
 from promptyoself.targets.claude_code import install as claude_plugin
 from promptyoself.targets.claude_code.channel import session_idle
 from promptyoself.targets.claude_code.target import transcripts
-from tests.claude_code_harness import ClaudeHarness, allow_channel
+from tests.claude_code_harness import ClaudeHarness, allow_channel, every_version, latest
 from tests.helpers_delivery import child_env, get, history, make_core, wait_until
 from tests.test_claude_code_real import cch, marker_of, only_schedule, stop, worker
 
@@ -35,7 +35,9 @@ pytestmark = pytest.mark.slow
 __all__ = ["cch"]  # the harness fixture, shared with test_claude_code_real
 
 TOOL = "mcp__plugin_promptyoself_promptyoself__promptyoself_schedule_time"
-CHANNEL_SOURCE = 'source="plugin:promptyoself:promptyoself"'
+SERVER = "plugin:promptyoself:promptyoself"
+SERVER_SCRIPT = Path(__file__).resolve().parent.parent / "promptyoself_mcp_server.py"
+CHANNEL_SOURCE = f'source="{SERVER}"'
 
 
 @pytest.fixture
@@ -80,6 +82,11 @@ def schedule_in(s: Any, prompt: str, when: str = "in 20 seconds") -> str:
 
     text = wait_until(called, timeout=120, interval=1)
     assert "success" in text, text
+    # In -p mode Claude Code registers a channel at the start of a turn for the servers connected by then.
+    # 2.1.328's ToolSearch waits for our server inside the first turn, so that turn can use the tool while
+    # the channel is not registered yet; the SDK's channel_enable registers it now (2.1.197: already is).
+    enabled = s.enable_channel(SERVER, timeout=60)
+    assert enabled.get("subtype") == "success", enabled
     return text
 
 
@@ -93,6 +100,7 @@ def folded(cch: ClaudeHarness, marker: str, since: int) -> list[dict[str, Any]]:
             and "while you were working" in json.dumps(r.get("messages"))]
 
 
+@every_version
 def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
     proj, db = plugin_project
     with cch.h.stream_session(cwd=str(proj), args=session_args()) as s:
@@ -122,6 +130,11 @@ def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_pr
         assert "check the CI" in req["last_user_text"]
         # the same conversation: the scheduling turn is in the delivered request's history
         assert "promptyoself_schedule_time" in json.dumps(req["messages"])
+        # what the model is told up front (2.1.328 defers the tools' own descriptions behind ToolSearch):
+        # the server's instructions and the plugin's skill, both saying when to prefer us to CronCreate
+        context = json.dumps(req)
+        assert "Prefer PromptYoSelf to a session's own CronCreate" in context
+        assert f"promptyoself:{claude_plugin.SKILL}" in context
         [line] = cch.transcript_user_lines(session, marker)
         assert line["origin"]["kind"] == "channel" and line["isMeta"] is True
         assert folded(cch, marker, mark) == []
@@ -132,6 +145,7 @@ def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_pr
     assert len(cch.prompts_with(marker, since=mark)) == 1
 
 
+@latest
 def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_project: tuple[Path, Path],
                                                     tmp_path: Path) -> None:
     """The session runs a turn that waits for a file (a Bash command) while the prompt falls due: the
@@ -170,6 +184,7 @@ def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_p
         core.close()
 
 
+@latest
 def test_no_open_session_gets_it_as_a_resumed_turn(cch: ClaudeHarness, plugin_project: tuple[Path, Path]) -> None:
     proj, db = plugin_project
     with cch.h.stream_session(cwd=str(proj), args=session_args()) as s:
@@ -194,6 +209,7 @@ def test_no_open_session_gets_it_as_a_resumed_turn(cch: ClaudeHarness, plugin_pr
 
 
 @pytest.mark.parametrize("how", ["channels", "dev_flag_not_allowlisted"])
+@latest
 def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_project: tuple[Path, Path],
                                                      how: str) -> None:
     """The same with an interactive ``claude`` (in tmux), the way people run it: registered on connect,
@@ -211,7 +227,7 @@ def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_
         if how != "channels":
             t.wait_for("development", timeout=120)
             t.send_keys("Enter")
-        t.wait_channel_registered("plugin:promptyoself:promptyoself", timeout=120)
+        t.wait_channel_registered(SERVER, timeout=120)
         t.type_line(f"MOCK_TOOL_CALL {call}")
         t.wait_for("MOCK_TOOL_DONE", timeout=120)
         session = str(t.session_id())
@@ -235,6 +251,7 @@ def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_
         core.close()
 
 
+@latest
 def test_a_worker_killed_after_the_push_still_delivers_once(cch: ClaudeHarness,
                                                              plugin_project: tuple[Path, Path]) -> None:
     """The session's claude is frozen (SIGSTOP) so that a pushed notification waits in its stdin; the
@@ -276,3 +293,44 @@ def test_a_worker_killed_after_the_push_still_delivers_once(cch: ClaudeHarness,
         outcomes = [h.outcome for h in history(core.store, row["id"])]
         assert outcomes.count("delivered") == 1 and set(outcomes) <= {"delivered", "retry"}
         core.close()
+
+
+def _handshake(env: dict[str, str], cwd: Path) -> list[dict[str, Any]]:
+    """Our stdio server's answers to what Claude Code 2.1.328 sends first: ``server/discover``
+    (2026-07-28), then, once refused, ``initialize`` (2025-11-25)."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "claude-code", "version": "2.1.328"},
+            "io.modelcontextprotocol/clientCapabilities": {}}
+    lines = [{"jsonrpc": "2.0", "id": "server-discover-probe-1", "method": "server/discover",
+              "params": {"_meta": meta}},
+             {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": True}},
+                         "clientInfo": {"name": "claude-code", "version": "2.1.328"}}}]
+    done = subprocess.run([sys.executable, str(SERVER_SCRIPT)], env=env, cwd=cwd,
+                          input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True,
+                          timeout=120, check=False)
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert len(answers) >= 1, done.stderr[-2000:]
+    return answers
+
+
+@pytest.mark.parametrize("plugin", [True, False])
+def test_the_plugin_server_makes_claude_code_use_the_2025_handshake(tmp_path: Path, plugin: bool) -> None:
+    """No harness needed: the stdio server as Claude Code starts a plugin's (``CLAUDECODE``,
+    ``CLAUDE_PLUGIN_ROOT``) answers ``server/discover`` with -32601, so the client falls back to
+    ``initialize``, and declares ``claude/channel`` there; not a plugin, it is FastMCP's own server,
+    which answers ``server/discover`` (the 2026-07-28 era)."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    extra = {"CLAUDECODE": "1", "CLAUDE_PLUGIN_ROOT": str(tmp_path), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    env = child_env(tmp_path / "hs.db", None, XDG_RUNTIME_DIR=str(runtime), PROMPTYOSELF_EXECUTOR_MODE="off",
+                    **(extra if plugin else {}))
+    answers = {a.get("id"): a for a in _handshake(env, tmp_path)}
+    discover = answers["server-discover-probe-1"]
+    if plugin:
+        assert discover["error"]["code"] == -32601 and "result" not in discover
+        init = answers[0]["result"]
+        assert init["protocolVersion"] == "2025-11-25"
+        assert init["capabilities"]["experimental"] == {"claude/channel": {}}
+    else:
+        assert "2026-07-28" in discover["result"]["supportedVersions"]

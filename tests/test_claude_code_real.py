@@ -1,5 +1,6 @@
 """Claude Code end to end (issue 31 points 1, 2 and 4) through the shared harness: the real Claude Code
-2.1.197 CLI against a mock Anthropic API in a loopback-only network namespace (tests/claude_code_harness.py).
+CLI, 2.1.328 (and 2.1.197 for the first test: ``every_version``), against a mock Anthropic API in a
+loopback-only network namespace (tests/claude_code_harness.py).
 
 From an empty database with nothing else running: a session whose agent (the mock driving a tool call
 of our MCP server, installed with ``claude-code install --write``) schedules "in 20 seconds" with no
@@ -27,7 +28,7 @@ from sqlalchemy import update
 from promptyoself.config import Settings
 from promptyoself.store.db import Schedule
 from promptyoself.targets.claude_code import session as claude_code
-from tests.claude_code_harness import ClaudeHarness, Unavailable
+from tests.claude_code_harness import LATEST, ClaudeHarness, Unavailable, every_version, latest
 from tests.helpers_delivery import Proc, child_env, get, history, make_core, wait_until
 
 pytestmark = pytest.mark.slow
@@ -36,9 +37,12 @@ TOOL = "mcp__promptyoself__promptyoself_schedule_time"
 
 
 @pytest.fixture(scope="module")
-def cch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClaudeHarness]:
+def cch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClaudeHarness]:
+    """A harness instance of the Claude Code version the test is given (``@latest`` / ``@every_version``
+    from tests/claude_code_harness.py), one per module and version."""
+    version = str(getattr(request, "param", LATEST))
     try:
-        harness = ClaudeHarness(tmp_path_factory.mktemp("cch"))
+        harness = ClaudeHarness(tmp_path_factory.mktemp(f"cch-{version}"), version)
         harness.start()
     except (Unavailable, OSError, subprocess.SubprocessError) as exc:
         pytest.skip(f"the Claude Code harness cannot be set up here: {exc}")
@@ -114,6 +118,7 @@ def marker_of(db: Path, sid: int) -> str:
     return f"[PromptYoSelf occurrence promptyoself-{sid}-{int(row.next_run.timestamp() * 1000)}]"
 
 
+@every_version
 def test_a_session_schedules_with_no_ids_and_gets_the_prompt_once(cch: ClaudeHarness,
                                                                   project: tuple[Path, Path]) -> None:
     proj, db = project
@@ -137,6 +142,7 @@ def test_a_session_schedules_with_no_ids_and_gets_the_prompt_once(cch: ClaudeHar
     core.close()
 
 
+@latest
 def test_two_sessions_stay_apart(cch: ClaudeHarness, project: tuple[Path, Path]) -> None:
     proj, db = project
     first = schedule_from_session(cch, proj, "alpha for the first session")
@@ -159,6 +165,7 @@ def test_two_sessions_stay_apart(cch: ClaudeHarness, project: tuple[Path, Path])
     core.close()
 
 
+@latest
 def test_a_worker_killed_mid_run_still_delivers_once(cch: ClaudeHarness, project: tuple[Path, Path]) -> None:
     """The delivered prompt makes the agent run a slow Bash command (the turn lasts seconds); the worker
     is killed while that turn runs. The next worker finds the occurrence's marker in the session's

@@ -69,12 +69,16 @@ from promptyoself.faces.jsonrpc_repair import MARK as INVALID_UNICODE
 
 log = logging.getLogger(__name__)
 
-INSTRUCTIONS = """PromptYoSelf schedules prompts that are delivered to you (a Letta agent) later.
+INSTRUCTIONS = """PromptYoSelf schedules prompts delivered to you later (a Letta agent, or this Claude Code session).
 Use promptyoself_schedule_time for one reminder ("tomorrow at 9am", "in 5m", "2026-12-25T09:00:00+01:00"),
 promptyoself_schedule_cron for calendar rules ("every weekday at 9", "0 9 * * MON-FRI", an RFC 5545 RRULE,
 in a timezone) and promptyoself_schedule_every for fixed intervals ("30m", max_repetitions=10).
 Each result lists the next runs (`upcoming`) and the rule in words (`description`): check them.
-Pass your own agent_id: Letta does not tell stdio servers who is calling.
+Under Letta pass your own agent_id (Letta does not tell stdio servers who is calling); in a Claude Code
+session pass no ids: the prompt comes back to this session.
+Prefer PromptYoSelf to a session's own CronCreate / ScheduleWakeup for anything that must not be lost:
+a schedule here outlives the session (kept in a database, delivered as a resumed turn once the session
+is closed), catches up runs missed while nothing ran, arrives exactly once, and the operator sees it.
 Deliveries are budgeted per day and new schedules per hour (promptyoself_list shows your guardrails):
 change or reuse a schedule rather than making a new one from every prompt."""
 
@@ -490,7 +494,7 @@ def promptyoself_schedule_time(
     core: TheCore,
     call: TheCall,
 ) -> ScheduleResult:
-    """Schedule a one-time prompt to be delivered to the agent at `time`."""
+    """Schedule a one-time prompt to be delivered to the agent at `time` (outlives the session, unlike CronCreate)."""
     return core.schedule_time(prompt, time, options, ctx=call)
 
 

@@ -12,8 +12,13 @@ hands the notification to that server over a private Unix socket:
   relay's (``faces.relay.runtime_dir`` on Linux).
 - One JSON line each way: ``{"op": "push", "session_id", "content", "meta"}`` answers ``{"ok": true}``
   once the notification is written to Claude Code's stdin, or ``{"ok": false, "error"}``;
-  ``{"op": "hello"}`` answers ``{"ok": true, "session_id", "channels"}``. Both ends check that the
-  other runs as the same user (``SO_PEERCRED``), like the relay.
+  ``{"op": "hello"}`` answers ``{"ok": true, "session_id", "channels", "client"}``, ``client`` being
+  what Claude Code's ``initialize`` said (``protocol``, ``name``, ``version``) or null when none came
+  (a connection of MCP's 2026-07-28 era, where Claude Code skips channel notifications). Both ends
+  check that the other runs as the same user (``SO_PEERCRED``), like the relay.
+- ``channel_state(pid)``: whether an open ``claude`` can take a prompt live: started with our channel,
+  our server listening in it, and that server's connection made with ``initialize`` (the 2025
+  handshake Claude Code routes channel notifications on). Health says "available" only then.
 - ``channels_on(pid)``: the ``claude`` was started with ``--channels`` (or
   ``--dangerously-load-development-channels``) naming our plugin; without it Claude Code drops the
   notification without a word.
@@ -40,6 +45,7 @@ SOCKET_PREFIX = "cc-"
 CHANNEL_FLAGS = ("--channels", "--dangerously-load-development-channels")
 MAX_LINE = 1024 * 1024
 TAIL_BYTES = 512 * 1024
+HELLO_TIMEOUT = 2.0
 
 
 RUN_USER = "/run/user"
@@ -233,12 +239,62 @@ async def ask(path: str, request: Mapping[str, Any], timeout: float = 10.0) -> d
     return answer
 
 
+def hello(path: str, timeout: float = HELLO_TIMEOUT) -> dict[str, Any] | None:
+    """The ``hello`` answer of the stdio server behind ``path`` (a blocking call, for health), or None
+    when it cannot be asked (no server, another user's, no answer in ``timeout``)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            if peer_uid(sock) != os.getuid():
+                return None
+            sock.sendall(b'{"op": "hello"}\n')
+            with sock.makefile("rb") as fh:
+                line = fh.readline(MAX_LINE)
+    except OSError:
+        return None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def judge(answer: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """From a ``hello`` answer: can Claude Code route our channel notifications (True and the client),
+    or why not. They are routed only on a connection opened with ``initialize`` (MCP's 2025 handshake);
+    on one of the 2026-07-28 era Claude Code 2.1.328 logs "Channel notifications skipped: connection
+    negotiated a modern protocol revision" and drops them."""
+    if not answer or not answer.get("ok"):
+        return False, "its PromptYoSelf server does not answer on its channel socket"
+    client = answer.get("client")
+    if "client" not in answer:
+        return False, "its PromptYoSelf server predates the handshake check (restart the session)"
+    if not isinstance(client, dict) or not client.get("protocol"):
+        return False, ("Claude Code connected to its PromptYoSelf server without initialize (an MCP 2026-07-28 "
+                       "connection, on which it skips channel notifications)")
+    return True, f"{client.get('name') or 'client'} {client.get('version') or '?'}, MCP {client['protocol']}"
+
+
+def channel_state(pid: int) -> tuple[bool, str]:
+    """Whether the ``claude`` of ``pid`` can take a prompt live through our channel, and why (not)."""
+    if not channels_on(pid):
+        return False, f"not started with --channels (or the development flag) naming plugin:{PLUGIN}@..."
+    path = socket_path(pid)
+    if not os.path.exists(path):
+        return False, "PromptYoSelf's plugin server does not run in it"
+    return judge(hello(path))
+
+
 def readiness(home: Path) -> str:
     """One phrase for health: how many open sessions (``<home>/sessions/<pid>.json``, the pid alive)
-    can take a prompt live."""
-    pids = [int(p.stem) for p in home.glob("sessions/*.json") if p.stem.isdigit() and pid_alive(int(p.stem))]
-    live = [p for p in pids if channels_on(p) and os.path.exists(socket_path(p))]
+    can take a prompt live (``channel_state``), and why the first one that cannot, cannot."""
+    pids = sorted(int(p.stem) for p in home.glob("sessions/*.json") if p.stem.isdigit() and pid_alive(int(p.stem)))
+    states = {pid: channel_state(pid) for pid in pids}
+    live = [pid for pid, (ok, _) in states.items() if ok]
+    why = next((f"; claude pid {pid}: {reason}" for pid, (ok, reason) in states.items()
+                if not ok and channels_on(pid)), "")
     if live:
-        return f"live delivery (Channels) available in {len(live)} of {len(pids)} open session(s)"
-    return (f"live delivery (Channels) not available: no open session runs our channel (plugin:{PLUGIN}@...) "
-            f"({len(pids)} open); prompts to an open session wait until it closes")
+        return f"live delivery (Channels) available in {len(live)} of {len(pids)} open session(s){why}"
+    return (f"live delivery (Channels) not available: no open session takes our channel (plugin:{PLUGIN}@...) "
+            f"({len(pids)} open){why}; prompts to an open session wait until it closes")

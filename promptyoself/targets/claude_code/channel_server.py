@@ -14,6 +14,16 @@ routes channel notifications of plugin-sourced servers), it
   now (``sessions/<pid>.json``, which follows ``/clear``). Connections from another user are closed
   without a word (``SO_PEERCRED``, like the stdio relay).
 
+Claude Code 2.1.328 opens with MCP's ``server/discover`` (protocol 2026-07-28) before ``initialize``;
+answered, the connection is "modern" and Claude Code skips channels on it ("Channel notifications
+skipped: connection negotiated a modern protocol revision with no unsolicited notification path").
+So in this mode (and only here) ``server/discover`` is answered with JSON-RPC -32601 (method not
+found) before FastMCP sees it: the client falls back to ``initialize`` (2025-11-25), the 2025
+handshake that keeps Channels, exactly as it does with a server that predates 2026-07-28. 2.1.197
+never sends ``server/discover``. The ``initialize`` the client sent (protocol version, client name
+and version) is kept and told in the socket's ``hello`` answer: the delivering side's sign that the
+channel can register (``channel.channel_state``).
+
 Whether the session is idle and whether the prompt arrived are the delivering side's business: it
 reads the session's transcript. Anywhere else (not under Claude Code, or not a plugin) the server runs
 as FastMCP's plain stdio server.
@@ -37,6 +47,7 @@ log = logging.getLogger(__name__)
 
 CAPABILITY = "claude/channel"
 METHOD = "notifications/claude/channel"
+DISCOVER = "server/discover"
 MAX_LINE = 1024 * 1024
 MAX_CONTENT = 256 * 1024
 
@@ -58,7 +69,9 @@ def run_stdio(mcp: Any) -> None:
 
 
 async def _serve(mcp: Any) -> None:
-    """FastMCP's ``run_stdio_async`` (fastmcp 4.x), with the write stream shared with the listener."""
+    """FastMCP's ``run_stdio_async`` (fastmcp 4.x), with the write stream shared with the listener and
+    the client's messages passed through ``ChannelListener.handshake`` (``server/discover`` refused)."""
+    import anyio
     from fastmcp.server.context import reset_transport, set_transport
     from mcp.server.stdio import stdio_server
 
@@ -66,9 +79,12 @@ async def _serve(mcp: Any) -> None:
     try:
         async with mcp._lifespan_manager(), stdio_server() as (read_stream, write_stream):
             listener = ChannelListener(write_stream, os.getppid())
-            async with listener.serving():
-                await mcp._mcp_server.run(read_stream, write_stream,
+            legacy_send, legacy_read = anyio.create_memory_object_stream[Any](0)
+            async with listener.serving(), anyio.create_task_group() as tasks:
+                tasks.start_soon(listener.handshake, read_stream, legacy_send)
+                await mcp._mcp_server.run(legacy_read, write_stream,
                                           mcp._mcp_server.create_initialization_options())
+                tasks.cancel_scope.cancel()
     finally:
         reset_transport(token)
 
@@ -81,6 +97,31 @@ class ChannelListener:
         self.claude_pid = claude_pid
         self.path = claude_code.channel_socket(claude_pid)
         self._inode: int | None = None
+        self.client: dict[str, Any] | None = None  # what the client's initialize said
+        self.discover_refused = 0
+
+    async def handshake(self, incoming: Any, outgoing: Any) -> None:
+        """Relay the client's messages to FastMCP, except ``server/discover``: answered -32601 here, so
+        the connection is a 2025 (``initialize``) one, where Claude Code routes channel notifications.
+        Keeps what ``initialize`` says about the client for ``hello``."""
+        import mcp_types
+        from mcp.shared.message import SessionMessage
+
+        async with outgoing:
+            async for item in incoming:
+                message = getattr(item, "message", None)
+                if isinstance(message, mcp_types.JSONRPCRequest) and message.method == DISCOVER:
+                    self.discover_refused += 1
+                    error = mcp_types.ErrorData(code=mcp_types.METHOD_NOT_FOUND,
+                                                message=f"Method not found: {DISCOVER}")
+                    await self.write_stream.send(SessionMessage(
+                        mcp_types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)))
+                    log.info("Claude Code channel: answered %s with -32601 (the 2025 handshake keeps Channels)",
+                             DISCOVER)
+                    continue
+                if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "initialize":
+                    self.client = _client_of(message.params or {})
+                await outgoing.send(item)
 
     def session_id(self) -> str | None:
         found = claude_code.live_session_of(self.claude_pid, claude_code.claude_home())
@@ -155,7 +196,8 @@ class ChannelListener:
             return {"ok": False, "error": "not a JSON object"}
         current = await asyncio.to_thread(self.session_id)
         if request.get("op") == "hello":
-            return {"ok": True, "session_id": current, "channels": claude_code.channels_on(self.claude_pid)}
+            return {"ok": True, "session_id": current, "channels": claude_code.channels_on(self.claude_pid),
+                    "client": self.client, "discover_refused": self.discover_refused}
         if request.get("op") != "push":
             return {"ok": False, "error": "unknown op"}
         content, meta = request.get("content"), request.get("meta") or {}
@@ -177,3 +219,11 @@ class ChannelListener:
         note = mcp_types.JSONRPCNotification(jsonrpc="2.0", method=METHOD,
                                              params={"content": content, "meta": dict(meta)})
         await self.write_stream.send(SessionMessage(note))
+
+
+def _client_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of an ``initialize`` request's params that ``hello`` reports."""
+    info = params.get("clientInfo")
+    info = info if isinstance(info, dict) else {}
+    return {"protocol": str(params.get("protocolVersion") or ""), "name": str(info.get("name") or ""),
+            "version": str(info.get("version") or "")}

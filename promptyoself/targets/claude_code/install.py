@@ -5,12 +5,13 @@ takes prompts live; ``--mcp-json`` keeps the plain ``.mcp.json`` entry (no live 
 
 The plugin lives in a local marketplace folder, ``<user data dir>/claude-code-plugin`` (platformdirs:
 ``~/.local/share/promptyoself/claude-code-plugin`` on Linux): ``.claude-plugin/marketplace.json`` and
-``plugins/promptyoself/{.claude-plugin/plugin.json,.mcp.json}``. With ``--write`` it is written, then
-``claude plugin marketplace add <folder>`` (or ``update``) and ``claude plugin install --scope local
-promptyoself@promptyoself-local`` run in the project (Claude Code copies the plugin into its cache and
-enables it in ``PROJECT/.claude/settings.local.json``), and our entry is taken out of the project's
-``.mcp.json``: Claude Code drops a plugin server whose command equals a manually configured one, and
-its channel with it.
+``plugins/promptyoself/{.claude-plugin/plugin.json,.mcp.json,skills/promptyoself-later/SKILL.md}``
+(the skill tells the session when to schedule with PromptYoSelf rather than its own ``CronCreate``).
+With ``--write`` it is written, then ``claude plugin marketplace add <folder>`` (or ``update``) and
+``claude plugin install --scope local promptyoself@promptyoself-local`` run in the project (Claude
+Code copies the plugin into its cache and enables it in ``PROJECT/.claude/settings.local.json``), and
+our entry is taken out of the project's ``.mcp.json``: Claude Code drops a plugin server whose command
+equals a manually configured one, and its channel with it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,39 @@ CHANNELS_ARG = f"plugin:{REF}"
 # it with the development flag (Claude Code asks to confirm a warning once per start). A plugin on the
 # allowlist would take ``--channels plugin:...`` instead.
 START_ARGS = ("--dangerously-load-development-channels", CHANNELS_ARG)
-VERSION = "1.0.0"
+VERSION = "1.1.0"
 CLAUDE_TIMEOUT = 120.0
+SKILL = "promptyoself-later"
+# The plugin's skill: Claude Code lists a plugin skill's description in every session's context (the
+# server's tools may be deferred behind ToolSearch there, their descriptions unseen until loaded), so
+# this says when PromptYoSelf is the right tool rather than the session's own CronCreate / ScheduleWakeup.
+SKILL_MD = f"""---
+name: {SKILL}
+description: Schedule a prompt back into this Claude Code session for later ("remind me in 2 hours", "every
+  weekday at 9", "check the CI tomorrow") when it must not be lost - use PromptYoSelf's
+  promptyoself_schedule_time / _cron / _every tools instead of CronCreate or ScheduleWakeup, whose tasks
+  end with the session.
+---
+
+# Scheduling a prompt for later with PromptYoSelf
+
+Use the `promptyoself_schedule_time` (one time: "in 2 hours", "tomorrow at 9am"),
+`promptyoself_schedule_cron` ("every weekday at 9", cron, RRULE) or `promptyoself_schedule_every`
+("30m", max_repetitions) tool of the `promptyoself` MCP server (load it with ToolSearch
+`select:<name>` if it is deferred). Pass no agent or session ids: the prompt comes back to this session.
+
+Prefer it to this session's own `CronCreate` / `ScheduleWakeup` / `/loop` whenever the prompt matters
+after this session might end:
+
+- it **outlives the session**: kept in PromptYoSelf's database; while the session is open and idle it
+  arrives live (Channels), otherwise as a resumed turn of this session once it is closed;
+- it **catches up**: a run missed while nothing was running is delivered by its missed-run policy;
+- it arrives **exactly once** per occurrence, checked against this session's transcript;
+- the **operator sees it** (`promptyoself list`, history, the console) and can pause or cancel it.
+
+Check the result's `upcoming` runs and `description`. `promptyoself_list` shows this session's
+schedules; `promptyoself_cancel` removes one.
+"""
 
 
 def plugin_folder() -> Path:
@@ -45,14 +77,18 @@ def plugin_folder() -> Path:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    _write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".promptyoself-tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
 def plugin_files(entry: dict[str, Any]) -> dict[str, Any]:
-    """The marketplace's files, relative to its folder."""
+    """The marketplace's files, relative to its folder: JSON documents, and the skill's text."""
     server = {k: entry[k] for k in ("command", "args", "env")}
     return {
         ".claude-plugin/marketplace.json": {
@@ -63,6 +99,7 @@ def plugin_files(entry: dict[str, Any]) -> dict[str, Any]:
             "name": PLUGIN, "version": VERSION,
             "description": "PromptYoSelf's MCP server: schedules prompts; delivers them live through Channels"},
         f"plugins/{PLUGIN}/.mcp.json": {"mcpServers": {PLUGIN: server}},
+        f"plugins/{PLUGIN}/skills/{SKILL}/SKILL.md": SKILL_MD,
     }
 
 
@@ -109,7 +146,10 @@ def install_plugin(settings: Settings, project: Path, entry: dict[str, Any], *, 
     if not project.is_dir():
         raise InvalidArgument(f"{project} is not a directory.")
     for rel, data in files.items():
-        _write_json(folder / rel, data)
+        if isinstance(data, str):
+            _write_text(folder / rel, data)
+        else:
+            _write_json(folder / rel, data)
     added = _claude(settings, commands[0], project)
     if added.returncode != 0:
         if "already" not in (added.stdout + added.stderr).lower():

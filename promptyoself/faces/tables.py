@@ -26,11 +26,13 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
+from promptyoself.core.results import receipt_summary
 
 ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "schedules": ("id", "agent_id", "target", "schedule_type", "schedule_value", "timezone", "state", "next_run",
                   "prompt_text"),
-    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
+    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "receipt",
+                   "error"),
     "agents": ("id", "name", "created_at", "last_updated"),
     "executed": ("id", "agent_id", "outcome", "delivered", "next_run", "repetition_count", "error"),
     "policy_entries": ("name", "value", "source", "origin"),
@@ -100,6 +102,8 @@ def show(key: str, value: Any, zone: ZoneInfo, row: Mapping[str, Any] | None = N
     """One value as a terminal shows it."""
     if value is None:
         return "-"
+    if key == "receipt" and isinstance(value, Mapping):  # a history row's receipt (issue 43), in one line
+        return clean(receipt_summary(value))
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

@@ -27,6 +27,7 @@ from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
 from promptyoself.targets.base import EXCERPT_BYTES, Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.claude_code import receipt as claude_receipt
 from promptyoself.targets.letta import receipt as letta_receipt
 
 T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
@@ -282,3 +283,46 @@ def test_letta_sync_answer_and_finished_run_as_receipts() -> None:
     assert done.state == "complete" and done.steps == 2 and done.reasoning_tokens == 7  # steps: distinct step ids
     assert done.stop_reason == "llm_api_error" and done.note == "the run ended failed"
     assert letta_receipt.pending(None).state == "none"
+
+
+# ---- Claude Code's answers as receipts ---------------------------------------------------------
+
+
+def test_claude_code_resumed_turn_result_as_a_receipt() -> None:
+    result = {  # the shape of `claude -p --output-format json`'s result (2.1.x)
+        "type": "result", "subtype": "success", "is_error": False, "duration_ms": 2100, "num_turns": 3,
+        "result": "I checked the CI: green.", "session_id": "s-1", "total_cost_usd": 0.0421,
+        "usage": {"input_tokens": 12, "cache_creation_input_tokens": 3000, "cache_read_input_tokens": 9000,
+                  "output_tokens": 250},
+        "permission_denials": [{"tool_name": "Bash", "tool_use_id": "t1", "tool_input": {}}]}
+    got = claude_receipt.of_result(result)
+    assert got == Receipt(reply="I checked the CI: green.", steps=3, input_tokens=12_012, output_tokens=250,
+                          cached_tokens=9000, cost_usd=0.0421, permission_denials=1, stop_reason="success")
+    assert claude_receipt.of_result({"result": 5, "usage": "x"}) == Receipt()
+
+
+def _line(kind: str, content: Any, **message: Any) -> str:
+    return json.dumps({"type": kind, "message": {"role": kind, "content": content, **message}})
+
+
+def test_claude_code_live_turn_from_the_transcript_after_the_marker() -> None:
+    needle = "[PromptYoSelf occurrence promptyoself-1-1000]"
+    waiting = claude_receipt.pending_turn("s-1", "promptyoself-1-1000")
+    before = [_line("user", "an earlier prompt"),
+              _line("assistant", [{"type": "text", "text": "earlier answer"}], id="m0", stop_reason="end_turn",
+                    usage={"input_tokens": 99, "output_tokens": 99})]
+    prompt = [_line("user", [{"type": "text", "text": f"<channel>check the CI\n\n{needle}</channel>"}])]
+    tool_turn = [
+        _line("assistant", [{"type": "text", "text": "Looking."}], id="m1", stop_reason=None,
+              usage={"input_tokens": 10, "cache_read_input_tokens": 100, "output_tokens": 5}),
+        _line("assistant", [{"type": "tool_use", "name": "Bash", "id": "t1", "input": {}}], id="m1",
+              stop_reason="tool_use", usage={"input_tokens": 10, "cache_read_input_tokens": 100, "output_tokens": 5}),
+        _line("user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+    ]
+    answer = [_line("assistant", [{"type": "text", "text": "CI is green."}], id="m2", stop_reason="end_turn",
+                    usage={"input_tokens": 20, "cache_read_input_tokens": 200, "output_tokens": 7})]
+    assert claude_receipt.of_transcript(before, needle, waiting) is waiting  # no marker yet
+    assert claude_receipt.of_transcript(before + prompt + tool_turn, needle, waiting) is waiting  # mid-turn
+    done = claude_receipt.of_transcript(before + prompt + tool_turn + answer + before, needle, waiting)
+    assert done == Receipt(reply="CI is green.", tools=("Bash",), tool_calls=1, steps=2, input_tokens=330,
+                           output_tokens=12, cached_tokens=300, stop_reason="end_turn")

@@ -148,3 +148,18 @@ def test_history_rows_from_before_receipts_and_other_outcomes_have_none(db: Path
     rows = run(env, "history", "--schedule-id", str(sid))["deliveries"]
     assert rows and all(r["outcome"] != "delivered" and r["receipt"] is None for r in rows)
     assert os.path.exists(db)
+
+
+def test_letta_code_receipt_from_the_turns_stream(db: Path, tmp_path: Path) -> None:
+    """Letta Code's App Server streams the turn (its answer, its usage) on the socket the send holds."""
+    from testkit.fake_letta_code import FakeLettaCode
+
+    with FakeLettaCode(tmp_path / "lc", agents=1, turn=0.1) as lc:
+        env = env_for(db, LETTA_CODE_URL=lc.url)
+        sid = due_prompt(env, lc.agent_ids[0], "--target", "letta-code")
+        assert run(env, "execute")["executed"][0]["outcome"] == "delivered"
+        [receipt] = receipts_of(env, sid)
+    assert receipt is not None and receipt["state"] == "complete"
+    assert (receipt["reply"], receipt["steps"], receipt["input_tokens"], receipt["output_tokens"]) == (
+        "fake reply", 1, 700, 2)
+    assert receipt["stop_reason"] == "end_turn" and receipt["cost_usd"] is None

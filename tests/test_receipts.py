@@ -326,3 +326,21 @@ def test_claude_code_live_turn_from_the_transcript_after_the_marker() -> None:
     done = claude_receipt.of_transcript(before + prompt + tool_turn + answer + before, needle, waiting)
     assert done == Receipt(reply="CI is green.", tools=("Bash",), tool_calls=1, steps=2, input_tokens=330,
                            output_tokens=12, cached_tokens=300, stop_reason="end_turn")
+
+
+def test_a_pending_receipt_whose_target_no_longer_loads_waits_then_times_out(tmp_path: Path,
+                                                                             target: ReceiptTarget) -> None:
+    clock = Clock()
+    deps, mem = deps_for(tmp_path, clock)
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    registry.unregister("receipts")
+    try:
+        pass_once(deps)  # the target cannot be opened: left pending, no error
+        assert rows(mem)[0]["receipt_state"] == "pending"
+        clock.now = T0 + receipts.WAIT + timedelta(seconds=1)
+        pass_once(deps)
+        assert rows(mem)[0]["receipt_state"] == "timed_out"
+    finally:
+        registry.register("receipts", lambda _settings: target)

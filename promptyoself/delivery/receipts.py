@@ -56,7 +56,11 @@ async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | No
     waited = core.now() - row.attempted_at
     if waited > WAIT:
         return timed_out(pending, waited)
-    target = targets.get(row.target)
+    try:
+        target = targets.get(row.target)
+    except Exception as exc:  # a plug-in that no longer loads: asked again until WAIT
+        log.debug("the %s target of history row %s cannot be opened: %s", row.target, row.delivery_id, exc)
+        return None
     source = getattr(target, "receipt", None)
     if source is None:
         return Receipt.none(f"the {target.name} target cannot read a receipt after the delivery")
@@ -90,8 +94,8 @@ async def run_receipts(parts: Any) -> None:
     while True:
         try:
             cursor = await follow_up(parts.core, parts.targets, parts.io, cursor)
-        except Exception:
-            log.exception("reading pending receipts failed; the next pass tries again")
+        except Exception as exc:  # the database is away, say: the next pass tries again
+            log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
             cursor = 0
         await asyncio.sleep(EVERY)
 

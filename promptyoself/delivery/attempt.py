@@ -37,7 +37,7 @@ from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, 
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.records import ScheduleRow, column_names
-from promptyoself.targets.base import Occurrence, Receipt
+from promptyoself.targets.base import Occurrence, Receipt, Sent
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +213,12 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
         return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed,
-                   receipt=sent.receipt or Receipt.none(f"the {target.name} target gives no receipt"))
+                   receipt=receipt_of(sent, target.name))
+
+
+def receipt_of(sent: Sent, target: str) -> Receipt:
+    """A send's receipt (issue 43): what the target reported, or ``none`` saying it gives none."""
+    return sent.receipt if sent.receipt is not None else Receipt.none(f"the {target} target gives no receipt")
 
 
 def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:

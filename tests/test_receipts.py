@@ -344,3 +344,25 @@ def test_a_pending_receipt_whose_target_no_longer_loads_waits_then_times_out(tmp
         assert rows(mem)[0]["receipt_state"] == "timed_out"
     finally:
         registry.register("receipts", lambda _settings: target)
+
+
+def test_no_secret_reaches_a_receipt(tmp_path: Path, target: ReceiptTarget) -> None:
+    """What the agent or a receiver answered may repeat a credential: history holds none (as for errors)."""
+    key = "sk-let-0123456789abcdef-SECRET"
+    clock = Clock()
+    mem = MemoryDeliveryStore()
+    settings = Settings(db=str(tmp_path / "unused.db"), executor_autostart=False, letta_timeout=2.0,
+                        lease_seconds=30.0, executor_interval=0.05, letta_api_key=key)  # type: ignore[arg-type]
+    deps = Deps(settings, deliveries=mem, clock=clock)
+    target.give = Receipt(reply=f"my key is {key}", body=f"Authorization: Bearer {key}")
+    mem.add("agent-a", "p", T0, target="receipts")
+    target_later = Receipt(state="pending")
+    mem.add("agent-b", "q", T0, target="receipts")
+    drain(deps)
+    assert all(key not in (h["receipt"] or "") for h in rows(mem))
+    assert "my key is" in (rows(mem)[0]["receipt"] or "")
+    target.later = Receipt(reply=f"later: {key}")
+    for h in mem.history:  # a pending one completed later is redacted too
+        h.update(receipt_state="pending", receipt=target_later.to_json())
+    pass_once(deps)
+    assert all(h["receipt_state"] == "complete" and key not in h["receipt"] for h in rows(mem))

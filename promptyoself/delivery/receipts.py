@@ -23,6 +23,7 @@ from typing import Any
 from promptyoself import timing
 from promptyoself.delivery.bridge import Targets
 from promptyoself.deps import Services
+from promptyoself.logs import Redactor
 from promptyoself.store.receipts import PendingRow
 from promptyoself.targets.base import PendingReceipt, Receipt
 
@@ -79,10 +80,11 @@ async def follow_up(core: Services, targets: Targets, io: IO, after_id: int = 0)
     """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
     that came (or timed out). Returns the cursor for the next pass (0: start again from the oldest)."""
     rows: list[PendingRow] = await io(core.deliveries.pending_receipts, BATCH, after_id)
+    redact = Redactor(core.settings) if rows else None
     for row in rows:
         got = await ask(core, targets, row)
-        if got is not None:
-            bounded = got.bounded()
+        if got is not None and redact is not None:
+            bounded = got.redacted(redact).bounded()
             await io(core.deliveries.complete_receipt, row.delivery_id, bounded.state, bounded.to_json())
     return rows[-1].delivery_id if len(rows) == BATCH else 0
 

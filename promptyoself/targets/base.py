@@ -161,8 +161,15 @@ class Receipt:
             return None
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known}
-        values["tools"] = tuple(values.get("tools") or ())
-        return cls(**values).bounded()
+        try:
+            values["tools"] = tuple(values.get("tools") or ())
+            return cls(**values).bounded()
+        except (TypeError, AttributeError, ValueError):  # a row that is not one of ours
+            return None
+
+    def redacted(self, redact: Callable[[str | None], str | None]) -> Receipt:
+        """The texts (reply, body, note) passed through ``redact``: history holds no secret."""
+        return replace(self, reply=redact(self.reply), body=redact(self.body), note=redact(self.note))
 
     @classmethod
     def none(cls, note: str) -> Receipt:

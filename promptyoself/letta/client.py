@@ -587,10 +587,11 @@ class LettaClient:
         ``payload`` (a Letta scheduling-API schedule's stored body: ``messages`` and optionally
         ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
         ``otid`` is put on its first message (``with_otid``). Returns ``{"run_id": str|None, "route":
-        "async"|"sync"}``; the sync route adds ``answer``, Letta's answer (the turn: its receipt). A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
-        Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked before each request
-        starts and again right before it is written (``_timed``); when it says no, ``NotSent`` is
-        raised and Letta never saw that request.
+        "async"|"sync"}``; the sync route adds ``answer``, Letta's answer (the turn: its receipt). A
+        ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached Letta (see
+        ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked before each request starts and
+        again right before it is written (``_timed``); when it says no, ``NotSent`` is raised and
+        Letta never saw that request.
         """
         return self._drive(_send_plan(agent_id, text, otid, payload, guard))
 

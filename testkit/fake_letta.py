@@ -22,7 +22,8 @@ serves until SIGTERM/SIGINT, then prints one JSON line of stats (and writes it t
 Test-control routes (both modes, never need auth, not counted in ``requests``):
 ``GET /_fake/stats``, ``GET /_fake/count`` (the counts of ``stats`` without the received
 messages: cheap to poll), ``POST /_fake/reset``, ``POST /_fake/config`` (JSON with any
-of ``fail_rate latency fail_modes timeout_sleep async_route run_status visible_delay seed``),
+of ``fail_rate latency fail_modes timeout_sleep async_route run_status visible_delay seed reply_text
+turn_tools``),
 ``POST /_fake/fail_next`` (``{"n", "status", "retry_after"}``), ``POST /_fake/agents``
 (``{"name"?}`` -> ``{"id"}``) and ``DELETE /_fake/agents/{id}``.
 """
@@ -80,6 +81,7 @@ _R_AGENT = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)$")
 _R_MESSAGES = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages$")
 _R_ASYNC = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/messages/async$")
 _R_RUN = re.compile(r"^/v1/runs/(?P<run_id>[^/]+)$")
+_R_RUN_PART = re.compile(r"^/v1/runs/(?P<run_id>[^/]+)/(?P<part>messages|usage)$")
 _R_TOOL_LINK = re.compile(r"^/v1/agents/(?P<agent_id>[^/]+)/tools/(?P<op>attach|detach)/(?P<tool_id>[^/]+)$")
 _ITEM_ROUTES = (_R_COUNT, _R_AGENT, _R_MESSAGES, _R_ASYNC, _R_RUN, _R_TOOL_LINK)
 
@@ -499,6 +501,10 @@ class FakeLetta:
     sleeps before dropping the connection) and ``run_status`` (what
     ``GET /v1/runs/{id}`` reports). ``release`` is a ``threading.Event``, set at start:
     clear it to hold every message POST (counted in flight) until it is set again.
+    ``reply_text`` and ``turn_tools``: the agent's turn for every message (its answer, and the tools it
+    calls first, one step each); the sync answer carries it with its ``usage``, an async run shows it at
+    ``GET /v1/runs/{id}/messages`` and ``/usage`` once it has finished, as Letta 0.16.8 does
+    (``turn_usage`` gives the numbers).
     ``echo_headers``: error answers repeat the request's headers (Authorization included) in their
     ``detail``, as some proxies and debug servers do.
 
@@ -534,6 +540,8 @@ class FakeLetta:
         self.timeout_sleep = timeout_sleep
         self.run_status = run_status
         self.visible_delay = visible_delay
+        self.reply_text = "OK"
+        self.turn_tools: tuple[str, ...] = ()
         self.host = host
         self.port = port
 
@@ -771,6 +779,8 @@ class FakeLetta:
                 "timeout_sleep": self.timeout_sleep,
                 "run_status": self.run_status,
                 "visible_delay": self.visible_delay,
+                "reply_text": self.reply_text,
+                "turn_tools": list(self.turn_tools),
                 "seed": self._seed,
                 "password_set": self.password is not None,
             }
@@ -789,6 +799,10 @@ class FakeLetta:
                     self.fail_modes = tuple(str(m) for m in value)
                 elif key == "run_status":
                     self.run_status = str(value)
+                elif key == "reply_text":
+                    self.reply_text = str(value)
+                elif key == "turn_tools":
+                    self.turn_tools = tuple(str(t) for t in value)
                 else:
                     raise ValueError(f"unknown setting {key!r}")
             return self.config()
@@ -902,6 +916,10 @@ class FakeLetta:
             if method != "GET":
                 return _error(405, "Method Not Allowed")
             return self._get_run(m["run_id"])
+        if m := _R_RUN_PART.match(path):
+            if method != "GET":
+                return _error(405, "Method Not Allowed")
+            return self._run_part(m["run_id"], m["part"])
         if m := _R_ASYNC.match(path):
             if method != "POST" or not self.async_route:
                 return _error(404 if not self.async_route else 405)
@@ -1054,7 +1072,7 @@ class FakeLetta:
 
     def _run_view(self, run: dict[str, Any], now: float) -> dict[str, Any]:
         """A run as Letta shows it: ``created`` until its message is visible, then ``run_status``."""
-        answer = {k: v for k, v in run.items() if k != "_visible_at"}
+        answer = {k: v for k, v in run.items() if k not in ("_visible_at", "_turn")}
         status = self.run_status if run.get("_visible_at", 0.0) <= now else "created"
         answer["status"] = status
         if status in ("completed", "failed", "cancelled"):
@@ -1080,6 +1098,44 @@ class FakeLetta:
             if run is None:
                 return _error(404, f"Run with ID {run_id} not found")
             return _Reply(200, self._run_view(run, time.time()))
+
+    @staticmethod
+    def turn_usage(steps: int) -> dict[str, int]:
+        """The usage the fake reports for a turn of ``steps`` steps: 100 prompt and 5 completion tokens a step."""
+        return {"completion_tokens": 5 * steps, "prompt_tokens": 100 * steps, "total_tokens": 105 * steps}
+
+    def _turn(self, run_id: str | None, iso: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The messages of one turn (a tool call and its return per tool, then the answer), each step
+        its own ``step_id``, and the turn's usage with its ``step_count`` (as the sync answer has it)."""
+        messages: list[dict[str, Any]] = []
+        for name in self.turn_tools:
+            step, call = _new_id("step"), _new_id("toolcall")
+            messages.append({"id": _new_id("message"), "date": iso, "message_type": "tool_call_message",
+                             "tool_call": {"name": name, "arguments": "{}", "tool_call_id": call},
+                             "run_id": run_id, "step_id": step})
+            messages.append({"id": _new_id("message"), "date": iso, "message_type": "tool_return_message",
+                             "tool_return": "ok", "status": "success", "tool_call_id": call, "run_id": run_id,
+                             "step_id": step})
+        messages.append({"id": _new_id("message"), "date": iso, "message_type": "assistant_message",
+                         "content": self.reply_text, "run_id": run_id, "step_id": _new_id("step")})
+        steps = len(self.turn_tools) + 1
+        return messages, {"message_type": "usage_statistics", **self.turn_usage(steps), "step_count": steps}
+
+    def _run_part(self, run_id: str, part: str) -> _Reply:
+        """``GET /v1/runs/{id}/messages`` (the run's messages, oldest first) and ``/usage`` (Letta's
+        ``UsageStatistics``: no step count), empty until the run has finished."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return _error(404, f"Run with ID {run_id} not found")
+            done = self._run_view(run, time.time())["status"] in ("completed", "failed", "cancelled")
+            turn = run.get("_turn") if done else None
+        if part == "usage":
+            usage = {"completion_tokens": 0, "prompt_tokens": 0, "total_tokens": 0}
+            if turn is not None:
+                usage = {k: turn[1][k] for k in usage}
+            return _Reply(200, {**usage, "prompt_tokens_details": None, "completion_tokens_details": None})
+        return _Reply(200, list(turn[0]) if turn is not None else [])
 
     @staticmethod
     def _parse_messages(raw: bytes) -> list[dict[str, Any]] | _Reply:
@@ -1293,24 +1349,20 @@ class FakeLetta:
                     "background": False,
                     "metadata": {},
                     "_visible_at": visible_at,
+                    "_turn": self._turn(run_id, iso),
                 }
                 self._runs[run_id] = run
-                return _Reply(200, {k: v for k, v in run.items() if k != "_visible_at"})
-        reply_message = {
-            "id": _new_id("message"),
-            "date": iso,
-            "message_type": "assistant_message",
-            "content": "OK",
-        }
+                return _Reply(200, {k: v for k, v in run.items() if k not in ("_visible_at", "_turn")})
+            messages, usage = self._turn(None, iso)
         return _Reply(
             200,
             {
-                "messages": [reply_message],
+                "messages": messages,
                 "stop_reason": {
                     "message_type": "stop_reason",
                     "stop_reason": "end_turn",
                 },
-                "usage": {},
+                "usage": usage,
             },
         )
 

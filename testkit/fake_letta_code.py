@@ -227,6 +227,14 @@ class FakeAppServer:
                      "content": [{"type": "text", "text": "fake reply"}], "run_id": run_id, "date": _now()}
             self.next_msg += 1
             self.messages.append(reply)  # replies are not kept across a restart (only user messages count)
+            # the turn's deltas as Letta Code streams them (/work/shared/letta-code/README.md): the answer,
+            # the usage, the stop reason
+            await self._emit(conv, {"type": "stream_delta", "delta": {
+                "id": reply["id"], "message_type": "assistant_message", "content": reply["content"],
+                "run_id": run_id, "seq_id": 1, "type": "message"}})
+            await self._emit(conv, {"type": "stream_delta", "delta": {
+                "message_type": "usage_statistics", "prompt_tokens": 700, "completion_tokens": 2, "total_tokens": 702,
+                "step_count": 1}})
             await self._emit(conv, {"type": "stream_delta", "delta": {
                 "message_type": "stop_reason", "stop_reason": "end_turn", "run_id": run_id}})
             if any(ws is not None and ws.state.name != "OPEN" and ws not in self.cut for _, _, ws in batch):

@@ -8,6 +8,7 @@ secret, records it, and answers what the test asked for.
         ... rx.url ...
         assert [r.verified for r in rx.received] == [True, True]
         rx.delivered_ids()             # webhook-ids answered 2xx, de-duplicated as a receiver would
+        rx.answer_body = b"..."        # what every answer's body is (default: {"ok": <verified>})
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class WebhookReceiver:
         self._arrived = threading.Condition()
         self._lock = threading.Lock()
         self._verifier = Webhook(self.secret)
+        self.answer_body: bytes | None = None
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -134,7 +136,7 @@ class WebhookReceiver:
             self._released.wait(120)
             rec.status = 0
             return
-        out = json.dumps({"ok": verified}).encode()
+        out = json.dumps({"ok": verified}).encode() if self.answer_body is None else self.answer_body
         req.send_response(status)
         for k, v in extra.items():
             req.send_header(k, v)

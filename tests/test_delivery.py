@@ -127,8 +127,10 @@ def test_delivery_uses_async_route_and_records_run_id(core: Any, fake: FakeLetta
     assert row.scheduled_for == T0 - timedelta(seconds=3) and row.attempted_at == T0 and row.lateness_s == 3.0
     hist = core.history(schedule_id=sid)["deliveries"][0]
     assert set(hist) == {"schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "letta_run_id",
-                         "error", "lateness_s"}
+                         "error", "lateness_s", "receipt"}
     assert hist["letta_run_id"] == msg["run_id"]
+    receipt = hist["receipt"]  # the run finished: execute's last pass read its turn (issue 43)
+    assert receipt is not None and (receipt["state"], receipt["reply"], receipt["steps"]) == ("complete", "OK", 1)
     state = get(core.store, sid)
     assert state.state == "completed" and state.repetition_count == 1 and state.last_run == T0
 

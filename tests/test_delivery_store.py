@@ -151,6 +151,29 @@ def test_a_claim_takes_at_most_each_targets_room_and_skips_full_targets(env: Env
     assert [r.id for r in recorded.claimed] == hung[:2]
 
 
+def test_pending_receipts_are_listed_oldest_first_and_completed_once(env: Env) -> None:
+    """Issue 43: the rows recorded with a ``pending`` receipt (in one batch: PostgreSQL's unnest path)
+    are listed with their schedule's target and run, and completed only while still pending."""
+    a, b, c = env.add("agent-a", T0), env.add("agent-b", T0), env.add("agent-c", T0)
+    env.ds.claim("A", T0, T0 + LEASE, limit=5)
+    batch = []
+    for sid, state in ((a, "pending"), (b, "complete"), (c, "pending")):
+        o = outcome(env, sid, "A")
+        entry = {**o.history[0], "letta_run_id": f"run-{sid}", "receipt_state": state,
+                 "receipt": f'{{"state":"{state}"}}'}
+        batch.append(Outcome(o.schedule_id, o.owner, o.slot, o.basis, (entry,), o.change, o.lost_history))
+    assert env.ds.record(batch).written == {a, b, c}
+    pending = env.ds.pending_receipts(10)
+    assert [(p.schedule_id, p.agent_id, p.target, p.letta_run_id, p.attempted_at, p.receipt) for p in pending] == [
+        (a, "agent-a", "letta", f"run-{a}", T0, '{"state":"pending"}'),
+        (c, "agent-c", "letta", f"run-{c}", T0, '{"state":"pending"}')]
+    assert [p.schedule_id for p in env.ds.pending_receipts(1)] == [a]
+    assert [p.schedule_id for p in env.ds.pending_receipts(10, after_id=pending[0].delivery_id)] == [c]
+    assert env.ds.complete_receipt(pending[0].delivery_id, "complete", '{"state":"complete","reply":"ok"}')
+    assert not env.ds.complete_receipt(pending[0].delivery_id, "timed_out", '{"state":"timed_out"}')  # once
+    assert [p.schedule_id for p in env.ds.pending_receipts(10)] == [c]
+
+
 def test_a_lapsed_claim_is_taken_over_and_its_first_holder_loses_it(env: Env) -> None:
     sid = env.add("agent-a", T0)
     assert [r.id for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)] == [sid]

@@ -174,6 +174,24 @@ def test_auth() -> None:
 
 
 @pytest.mark.slow
+def test_a_runs_messages_and_usage_once_it_has_finished(fake: FakeLetta, client: httpx.Client) -> None:
+    """As Letta 0.16.8: ``/v1/runs/{id}/messages`` (the turn: tool calls, returns, the answer) and
+    ``/usage`` (UsageStatistics, no step count), nothing while the run has not finished."""
+    fake.configure(reply_text="Done.", turn_tools=["memory_insert"], run_status="running")
+    run = client.post(f"/v1/agents/{fake.agent_ids[0]}/messages/async", json=_msg("hi")).json()
+    assert client.get(f"/v1/runs/{run['id']}/messages").json() == []
+    assert client.get(f"/v1/runs/{run['id']}/usage").json()["total_tokens"] == 0
+    fake.configure(run_status="completed")
+    msgs = client.get(f"/v1/runs/{run['id']}/messages").json()
+    assert [m["message_type"] for m in msgs] == ["tool_call_message", "tool_return_message", "assistant_message"]
+    assert msgs[0]["tool_call"]["name"] == "memory_insert" and msgs[-1]["content"] == "Done."
+    assert {m["run_id"] for m in msgs} == {run["id"]}
+    usage = client.get(f"/v1/runs/{run['id']}/usage").json()
+    assert usage == {**FakeLetta.turn_usage(2), "prompt_tokens_details": None, "completion_tokens_details": None}
+    assert client.get(f"/v1/runs/run-{uuid.uuid4()}/usage").status_code == 404
+
+
+@pytest.mark.slow
 def test_async_message_and_run(fake: FakeLetta, client: httpx.Client) -> None:
     aid = fake.agent_ids[0]
     before = time.time()
@@ -235,7 +253,8 @@ def test_sync_message(fake: FakeLetta, client: httpx.Client) -> None:
     body = r.json()
     assert isinstance(body["messages"], list)
     assert body["stop_reason"]["stop_reason"] == "end_turn"
-    assert body["usage"] == {}
+    assert body["usage"] == {"message_type": "usage_statistics", **FakeLetta.turn_usage(1), "step_count": 1}
+    assert body["messages"][-1]["message_type"] == "assistant_message" and body["messages"][-1]["content"] == "OK"
     assert fake.received[0]["route"] == "sync"
     assert fake.count_by_text() == {"sync hi": 1}
 

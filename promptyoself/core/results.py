@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NotRequired
 
@@ -10,6 +11,7 @@ from typing_extensions import TypedDict
 
 from promptyoself import recurrence
 from promptyoself.errors import PromptYoSelfError
+from promptyoself.targets.base import Receipt
 from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
 if TYPE_CHECKING:
@@ -87,6 +89,27 @@ class StateResult(TypedDict):
     message: str
 
 
+class ReceiptRecord(TypedDict):
+    """What a delivered turn did (issue 43 point 1; ``targets.base.Receipt``): None where the target
+    does not report it."""
+
+    state: str  # complete | pending | none | timed_out
+    reply: str | None
+    tools: list[str]
+    tool_calls: int | None
+    steps: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_tokens: int | None
+    reasoning_tokens: int | None
+    cost_usd: float | None
+    permission_denials: int | None
+    stop_reason: str | None
+    http_status: int | None
+    body: str | None
+    note: str | None
+
+
 class DeliveryRecord(TypedDict):
     schedule_id: int
     scheduled_for: str | None
@@ -96,6 +119,7 @@ class DeliveryRecord(TypedDict):
     letta_run_id: str | None
     error: str | None
     lateness_s: float | None
+    receipt: ReceiptRecord | None
 
 
 class HistoryResult(TypedDict):
@@ -349,4 +373,58 @@ def delivery_record(d: DeliveryRow) -> DeliveryRecord:
         "letta_run_id": d.letta_run_id,
         "error": d.error,
         "lateness_s": d.lateness_s,
+        "receipt": receipt_record(d.receipt),
     }
+
+
+def receipt_record(raw: str | None) -> ReceiptRecord | None:
+    """A history row's stored receipt, every field present (None: not reported); None on a row that
+    has none (not a delivery, or recorded before receipts)."""
+    r = Receipt.from_json(raw)
+    if r is None:
+        return None
+    return {"state": r.state, "reply": r.reply, "tools": list(r.tools), "tool_calls": r.tool_calls, "steps": r.steps,
+            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cached_tokens": r.cached_tokens,
+            "reasoning_tokens": r.reasoning_tokens, "cost_usd": r.cost_usd,
+            "permission_denials": r.permission_denials, "stop_reason": r.stop_reason, "http_status": r.http_status,
+            "body": r.body, "note": r.note}
+
+
+def receipt_summary(r: Mapping[str, Any] | None, excerpt: int = 120) -> str:
+    """A history row's receipt in one line, for a terminal or a page: its state, then what was
+    reported (the reply and body cut to ``excerpt`` characters); ``-`` for none."""
+    if not r:
+        return "-"
+
+    def cut(text: object) -> str:
+        one = " ".join(str(text).split())
+        return one if len(one) <= excerpt else one[: excerpt - 1] + "…"
+
+    parts = [str(r.get("state"))]
+    if r.get("reply"):
+        parts.append(f"reply: {cut(r['reply'])}")
+    if r.get("tools") or r.get("tool_calls"):
+        tools = ", ".join(r.get("tools") or [])
+        calls = r.get("tool_calls")
+        parts.append(f"tools: {tools}" + (f" ({calls} calls)" if calls and calls != len(r.get("tools") or []) else "")
+                     if tools else f"{calls} tool calls")
+    if r.get("steps") is not None:
+        parts.append(f"{r['steps']} steps")
+    if r.get("input_tokens") is not None or r.get("output_tokens") is not None:
+        extra = [f"{r[k]} {w}" for k, w in (("cached_tokens", "cached"), ("reasoning_tokens", "reasoning"))
+                 if r.get(k) is not None]
+        parts.append(f"tokens {r.get('input_tokens', '-')} in / {r.get('output_tokens', '-')} out"
+                     + (f" ({', '.join(extra)})" if extra else ""))
+    if r.get("cost_usd") is not None:
+        parts.append(f"${r['cost_usd']:.4f}")
+    if r.get("permission_denials"):
+        parts.append(f"{r['permission_denials']} permission denials")
+    if r.get("stop_reason"):
+        parts.append(f"stop: {r['stop_reason']}")
+    if r.get("http_status") is not None:
+        parts.append(f"HTTP {r['http_status']}")
+    if r.get("body"):
+        parts.append(f"body: {cut(r['body'])}")
+    if r.get("note"):
+        parts.append(cut(r["note"]))
+    return "; ".join(parts)

@@ -37,7 +37,7 @@ from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, 
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.records import ScheduleRow, column_names
-from promptyoself.targets.base import Occurrence
+from promptyoself.targets.base import Occurrence, Receipt, Sent
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,9 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             found = await target.lookup(occ)
             if found.state == "found":  # history names the run that carried it (when the target says)
                 return Attempt(claim, owner, "delivered", now, number, run_id=found.run_id,
-                               error=f"already at {where} (occurrence {otid}) from an earlier attempt; not sent again")
+                               error=f"already at {where} (occurrence {otid}) from an earlier attempt; not sent again",
+                               receipt=Receipt.none("found by a look-up after an earlier attempt whose answer was "
+                                                    "lost: no receipt"))
             if found.state == "pending":  # the agent has runs not started yet: one may carry it; look later
                 msg = f"occurrence {otid} not at {where} yet but the agent has runs pending; not sent"
                 raise StillPending(msg)
@@ -210,7 +212,13 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
-                   also_missed=plan.missed)
+                   also_missed=plan.missed,
+                   receipt=receipt_of(sent, target.name))
+
+
+def receipt_of(sent: Sent, target: str) -> Receipt:
+    """A send's receipt (issue 43): what the target reported, or ``none`` saying it gives none."""
+    return sent.receipt if sent.receipt is not None else Receipt.none(f"the {target} target gives no receipt")
 
 
 def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:
@@ -299,3 +307,5 @@ class Attempt:
     """A missed attempt's slot to continue from (a later due slot the catch-up rule sends)."""
     also_missed: tuple[datetime, ...] = ()
     """Later slots recorded as ``missed`` with this attempt (coalesced into it, or skipped)."""
+    receipt: Receipt | None = None
+    """A delivered attempt's receipt (issue 43): what the target reported of the turn, or why nothing."""

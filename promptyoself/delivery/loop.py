@@ -37,6 +37,7 @@ from promptyoself.delivery.claim_keeper import ClaimKeeper
 from promptyoself.delivery.clock import ClockWatch
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.parts import Parts
+from promptyoself.delivery.receipts import last_pass, run_receipts
 from promptyoself.delivery.senders import run_recorder, run_sender
 from promptyoself.delivery.watch import AuthBackoff, Drain, Gate, LoopState, Outage, Outcomes, Totals, Wakeup
 from promptyoself.deps import Services
@@ -209,9 +210,12 @@ class Executor:
                 keeper = tg.create_task(_part("claim keeper", parts.keeper.run(parts.io)), name="promptyoself-claims")
                 clock = watch_clock(parts, self._clock, min(self.interval, 5.0))
                 watchers = [tg.create_task(_part("outage probe", probe_outage(parts)), name="promptyoself-outage"),
-                            tg.create_task(_part("clock watch", clock), name="promptyoself-clock")]
+                            tg.create_task(_part("clock watch", clock), name="promptyoself-clock"),
+                            tg.create_task(_part("receipts", run_receipts(parts)), name="promptyoself-receipts")]
                 await Alarm(parts, self.interval).run()
                 await self._shutdown(parts, senders, recorder)
+                if self._drain is not None:  # execute: what finished by now gets its receipt (issue 43)
+                    await last_pass(parts)
                 for task in watchers:
                     task.cancel()
                 await keeper

@@ -42,6 +42,8 @@ def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = 
     for a in batch:  # history is served by `history`: no secret in it, ever (as in the logs)
         if a.error:
             a.error = redact(a.error)
+        if a.receipt is not None:  # what the agent or the receiver answered, too (issue 43)
+            a.receipt = a.receipt.redacted(redact)
     todo: Todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now)) for a in batch}
     claimed: Recorded | None = None
     busy = stale = 0

@@ -43,6 +43,7 @@ from starlette.routing import Route
 from promptyoself.core.console_sessions import ConsoleSessions
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import STATES
+from promptyoself.core.results import receipt_summary
 from promptyoself.core.timeline import (
     DENSE,
     MAX_AGENTS,
@@ -142,6 +143,7 @@ class Console:
         self.env = Environment(loader=PackageLoader("promptyoself.faces", "templates/console"),
                                autoescape=select_autoescape(default=True, default_for_string=True))
         self.env.filters["when"] = when
+        self.env.filters["receipt"] = receipt_summary  # a history row's receipt in one line (issue 43)
         routes = [
             Route("/", self._guard(self.index)),
             Route("/console", self._guard(self.index)),

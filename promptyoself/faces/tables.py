@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
+from promptyoself.core.results import receipt_summary
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 ROW_COLUMNS: dict[str, tuple[str, ...]] = {
     "schedules": ("id", "agent_id", "target", "schedule_type", "schedule_value", "timezone", "state", "next_run",
                   "prompt_text"),
-    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "error"),
+    "deliveries": ("schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "lateness_s", "receipt",
+                   "error"),
     "agents": ("id", "name", "created_at", "last_updated"),
     "executed": ("id", "agent_id", "outcome", "delivered", "next_run", "repetition_count", "error"),
     "policy_entries": ("name", "value", "source", "origin"),
@@ -112,6 +114,8 @@ def show(key: str, value: Any, zone: ZoneInfo, row: Mapping[str, Any] | None = N
     """One value as a terminal shows it."""
     if value is None:
         return "-"
+    if key == "receipt" and isinstance(value, Mapping):  # a history row's receipt (issue 43), in one line
+        return clean(receipt_summary(value))
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

@@ -382,7 +382,7 @@ def _send_plan(agent_id: str, text: str, otid: str | None, payload: dict[str, An
         msgs = data.get("messages") or []
         if msgs and isinstance(msgs[-1], dict):
             run_id = msgs[-1].get("run_id")
-    return {"run_id": run_id, "route": "sync"}
+    return {"run_id": run_id, "route": "sync", "answer": data}  # the answer: the turn's receipt (issue 43)
 
 
 def _find_plan(agent_id: str, otid: str) -> Plan[tuple[str, str | None]]:
@@ -398,6 +398,26 @@ def _find_plan(agent_id: str, otid: str) -> Plan[tuple[str, str | None]]:
             run = m.get("run_id")
             return "found", run if isinstance(run, str) and run else None
     return ("pending" if pending else "absent"), None
+
+
+FINISHED_RUN_STATUSES = ("completed", "failed", "cancelled")
+
+
+def _run_turn_plan(run_id: str) -> Plan[dict[str, Any]]:
+    """``run_turn``: the run; once it has finished, its messages (``GET /v1/runs/{id}/messages``) and
+    usage (``/usage``; None where the server has no such route)."""
+    run = _object((yield Call("GET", f"/v1/runs/{_seg(run_id)}")))
+    if run.get("status") not in FINISHED_RUN_STATUSES:
+        return {"run": run}
+    msgs = (yield Call("GET", f"/v1/runs/{_seg(run_id)}/messages", params={"limit": 100})).json()
+    usage: Any = None
+    try:
+        usage = (yield Call("GET", f"/v1/runs/{_seg(run_id)}/usage")).json()
+    except LettaUnavailable as exc:  # a server without the route (404, 405): no usage; else asked again
+        if exc.details.get("http_status") not in (404, 405):
+            raise
+    return {"run": run, "messages": msgs if isinstance(msgs, list) else [],
+            "usage": usage if isinstance(usage, dict) else None}
 
 
 def _create_tool_plan(source_code: str, description: str | None, tags: list[str] | None) -> Plan[dict[str, Any]]:
@@ -567,10 +587,11 @@ class LettaClient:
         ``payload`` (a Letta scheduling-API schedule's stored body: ``messages`` and optionally
         ``callback_url``, ``include_return_message_types``, ``max_steps``) is sent instead of ``text``;
         ``otid`` is put on its first message (``with_otid``). Returns ``{"run_id": str|None, "route":
-        "async"|"sync"}``. A ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached
-        Letta (see ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked before each request
-        starts and again right before it is written (``_timed``); when it says no, ``NotSent`` is
-        raised and Letta never saw that request.
+        "async"|"sync"}``; the sync route adds ``answer``, Letta's answer (the turn: its receipt). A
+        ``LettaUnavailable`` whose ``details["in_doubt"]`` is True may have reached Letta (see
+        ``IN_DOUBT``). ``guard`` (the delivery's claim fence) is asked before each request starts and
+        again right before it is written (``_timed``); when it says no, ``NotSent`` is raised and
+        Letta never saw that request.
         """
         return self._drive(_send_plan(agent_id, text, otid, payload, guard))
 
@@ -702,3 +723,7 @@ class AsyncLettaClient:
     async def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
         """``LettaClient.find_message_run``, awaited."""
         return await self._adrive(_find_plan(agent_id, otid))
+
+    async def run_turn(self, run_id: str) -> dict[str, Any]:
+        """A run (``{"run"}``) and, once it has finished, its ``messages`` and ``usage`` (receipts)."""
+        return await self._adrive(_run_turn_plan(run_id))

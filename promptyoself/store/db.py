@@ -46,10 +46,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0013"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
-0012, 0009.)"""
+0012, 0009, 0013.)"""
 
 
 def refuse_naive(value: datetime) -> None:
@@ -148,10 +148,15 @@ class Delivery(Base):
     letta_run_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     lateness_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # 0013: a delivered row's receipt (targets.base.Receipt as JSON) and its state: complete | pending |
+    # none | timed_out (NULL on every other row); the pending ones are completed later (delivery/receipts.py)
+    receipt_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    receipt: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
         Index("ix_deliveries_schedule", "schedule_id", "id"),
         Index("ix_deliveries_agent", "agent_id", "id"),
+        Index("ix_deliveries_receipt_state", "receipt_state", "id"),
     )
 
 

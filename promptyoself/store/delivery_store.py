@@ -27,11 +27,12 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
-from promptyoself.store import claims, health, operator
+from promptyoself.store import claims, health, operator, receipts
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
+from promptyoself.store.receipts import PendingRow
 from promptyoself.store.records import DayAsk, ScheduleRow
 
 RecurringRow = tuple[Any, ...]
@@ -102,6 +103,14 @@ class DeliveryStore(Protocol):
         """Active schedules, those due at ``now``, the oldest due one's slot, the earliest ``due_at``."""
         ...
 
+    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+        """Delivered rows whose receipt is ``pending`` (ids above ``after_id``), oldest first (issue 43)."""
+        ...
+
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
+        """Write a pending row's receipt (JSON) and its state, only while it is still pending."""
+        ...
+
 
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
@@ -147,3 +156,9 @@ class SqlDeliveryStore:
 
     def due_summary(self, now: datetime) -> Backlog:
         return health.backlog(self.store, now)
+
+    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+        return receipts.pending(self.store, limit, after_id)
+
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
+        return receipts.complete(self.store, delivery_id, state, receipt)

@@ -18,6 +18,7 @@ from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
+from promptyoself.store.receipts import PENDING, PendingRow
 from promptyoself.store.records import ScheduleRow
 
 _DEFAULTS: dict[str, Any] = {
@@ -216,3 +217,17 @@ class MemoryDeliveryStore:
         slots = [r.next_run or r.due_at for r in due]
         return Backlog(len(active), len(due), min((s for s in slots if s is not None), default=None),
                        min((r.due_at for r in active if r.due_at is not None), default=None))
+
+    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+        with self._lock:
+            rows = [h for h in self.history if h.get("receipt_state") == PENDING and h["id"] > after_id][:limit]
+            return [PendingRow(h["id"], h["schedule_id"], h["agent_id"], self.rows[h["schedule_id"]].target,
+                               h.get("letta_run_id"), h["attempted_at"], h.get("receipt")) for h in rows]
+
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
+        with self._lock:
+            for h in self.history:
+                if h["id"] == delivery_id and h.get("receipt_state") == PENDING:
+                    h.update(receipt_state=state, receipt=receipt)
+                    return True
+            return False

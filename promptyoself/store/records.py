@@ -127,6 +127,8 @@ class DeliveryRow:
     letta_run_id: str | None
     error: str | None
     lateness_s: float | None
+    receipt_state: str | None = None  # 0013: complete | pending | none | timed_out (delivered rows only)
+    receipt: str | None = None  # 0013: targets.base.Receipt as JSON
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,20 @@ Contract (every target keeps it; the engine relies on nothing else):
   safe for its receiver (webhooks: the receiver dedups on ``webhook-id``).
 - ``probe()`` is a cheap readiness check that raises like ``send``; ``readiness()`` is one line for
   health ("claude 2.1.197 at /usr/bin/claude", "endpoint ops: https://... reachable").
+- Receipts (issue 43): ``Sent.receipt`` is what the target knows of the turn the prompt started (a
+  ``Receipt``: reply excerpt, tools, steps, tokens, cost, permission denials, an HTTP status and body
+  excerpt), bounded by ``Receipt.bounded``. None means the target gives none (history says so). A
+  receipt that needs a later look is returned ``state="pending"`` (with ``ref``: what to look at);
+  the engine then calls the target's optional ``receipt(pending)`` (``ReceiptSource``) from a task of
+  its own, never a sender, until it answers a receipt that is not pending, or the receipt times out
+  (``timed_out``). The occurrence stays delivered either way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -56,6 +64,118 @@ class Occurrence:
     webhook ``endpoint`` name, Letta's ``payload``)."""
 
 
+ReceiptState = Literal["complete", "pending", "none", "timed_out"]
+
+EXCERPT_BYTES = 2048
+"""A receipt's reply and body excerpts: at most this many bytes of UTF-8."""
+MAX_TOOLS = 20
+"""Tool names kept in a receipt (``tool_calls`` still counts them all)."""
+NOTE_CHARS = 300
+
+
+def excerpt(text: object, limit: int = EXCERPT_BYTES) -> str | None:
+    """``text`` cut to ``limit`` bytes of UTF-8 (never mid-character); None for nothing."""
+    if text is None:
+        return None
+    raw = str(text).encode("utf-8", errors="replace")
+    if len(raw) <= limit:
+        return raw.decode("utf-8", errors="replace")
+    return raw[:limit].decode("utf-8", errors="ignore")
+
+
+def _count(value: object) -> int | None:
+    """A non-negative int, or None (what a target did not report)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return max(0, int(value))
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What a delivered turn did, as its target reports it; every field bounded (``bounded``), a field
+    the target does not report is None. Stored as JSON with the ``delivered`` history row."""
+
+    state: ReceiptState = "complete"
+    """``complete``: what the target reported; ``pending``: to be read later (``ref``); ``none``: the
+    target gives none (``note`` says why); ``timed_out``: it never came."""
+    reply: str | None = None
+    """An excerpt of the agent's answer (at most ``EXCERPT_BYTES`` bytes)."""
+    tools: tuple[str, ...] = ()
+    """Names of the tools it called, in order, at most ``MAX_TOOLS``."""
+    tool_calls: int | None = None
+    """How many tool calls (all of them, also past ``MAX_TOOLS``)."""
+    steps: int | None = None
+    """Model steps (Letta) or turns (Claude Code's ``num_turns``)."""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    """Input tokens served from (or read from) a cache."""
+    reasoning_tokens: int | None = None
+    cost_usd: float | None = None
+    permission_denials: int | None = None
+    stop_reason: str | None = None
+    http_status: int | None = None
+    """A webhook's answer: its status code ..."""
+    body: str | None = None
+    """... and an excerpt of its body (at most ``EXCERPT_BYTES`` bytes)."""
+    note: str | None = None
+    """Why there is none, what it waits for, why it timed out."""
+    ref: Mapping[str, Any] = field(default_factory=dict)
+    """For a pending receipt: what the target's ``receipt`` needs to look again (small, not shown)."""
+
+    def bounded(self) -> Receipt:
+        """The same receipt with every field within its bound."""
+        tools = tuple(str(t)[:64] for t in self.tools[:MAX_TOOLS])
+        calls = _count(self.tool_calls)
+        cost = self.cost_usd if isinstance(self.cost_usd, int | float) and not isinstance(self.cost_usd, bool) \
+            else None
+        ref = {str(k)[:40]: v for k, v in list(self.ref.items())[:8]
+               if isinstance(v, str | int | float | bool) or v is None}
+        return replace(
+            self, reply=excerpt(self.reply), body=excerpt(self.body), tools=tools,
+            tool_calls=max(calls, len(self.tools)) if calls is not None else (len(self.tools) or None),
+            steps=_count(self.steps), input_tokens=_count(self.input_tokens), output_tokens=_count(self.output_tokens),
+            cached_tokens=_count(self.cached_tokens), reasoning_tokens=_count(self.reasoning_tokens),
+            cost_usd=None if cost is None or cost != cost else round(max(0.0, float(cost)), 6),
+            permission_denials=_count(self.permission_denials), http_status=_count(self.http_status),
+            stop_reason=excerpt(self.stop_reason, 64), note=excerpt(self.note, NOTE_CHARS),
+            ref={k: excerpt(v, 512) if isinstance(v, str) else v for k, v in ref.items()})
+
+    def to_json(self) -> str:
+        """The stored form (bounded first): JSON, the fields a target did not report left out."""
+        data = asdict(self.bounded())
+        data["tools"] = list(data["tools"])
+        return json.dumps({k: v for k, v in data.items() if v not in (None, [], {})}, ensure_ascii=False,
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | None) -> Receipt | None:
+        """A stored receipt (None when there is none or it is unreadable)."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("state") not in ("complete", "pending", "none", "timed_out"):
+            return None
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        try:
+            values["tools"] = tuple(values.get("tools") or ())
+            return cls(**values).bounded()
+        except (TypeError, AttributeError, ValueError):  # a row that is not one of ours
+            return None
+
+    def redacted(self, redact: Callable[[str | None], str | None]) -> Receipt:
+        """The texts (reply, body, note) passed through ``redact``: history holds no secret."""
+        return replace(self, reply=redact(self.reply), body=redact(self.body), note=redact(self.note))
+
+    @classmethod
+    def none(cls, note: str) -> Receipt:
+        return cls(state="none", note=note)
+
+
 @dataclass(frozen=True)
 class Sent:
     """A send that the receiver accepted."""
@@ -64,6 +184,30 @@ class Sent:
     """How it went (``async``, ``sync``, ``ws``, ``resume``, ``channel``, ``webhook``): history shows it."""
     run_id: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    receipt: Receipt | None = None
+    """What the target knows of the turn (see the module's contract); None: it gives no receipt."""
+
+
+@dataclass(frozen=True)
+class PendingReceipt:
+    """A delivered occurrence whose receipt is still to come, as the engine hands it to the target's
+    ``receipt``: the history row's id, the agent, the run it started (when the target named one), and
+    the pending receipt (its ``ref``)."""
+
+    delivery_id: int
+    agent_id: str
+    run_id: str | None
+    receipt: Receipt
+    attempted_at: datetime
+
+
+@runtime_checkable
+class ReceiptSource(Protocol):
+    """A target that can read a receipt later (optional: ``receipt`` on its ``DeliveryTarget``). Answers
+    the receipt now known, or the same pending one when the turn has not finished yet; raises like
+    ``send`` when it cannot ask (the engine asks again later)."""
+
+    async def receipt(self, pending: PendingReceipt) -> Receipt: ...
 
 
 @dataclass(frozen=True)

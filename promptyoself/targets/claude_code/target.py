@@ -45,7 +45,8 @@ import promptyoself.targets.claude_code.session as claude_session
 from promptyoself.config import Settings
 from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
 from promptyoself.processes import pid_alive
-from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.claude_code import receipt as claude_receipt
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +312,8 @@ class ClaudeCodeTarget:
         if await self._confirmed(session_id, occ.occurrence_id):
             self._problem = None
             self._pushed.pop(occ.occurrence_id, None)
-            return Sent("channel", session_id, {"claude_pid": pid})
+            return Sent("channel", session_id, {"claude_pid": pid},
+                        receipt=claude_receipt.pending_turn(session_id, occ.occurrence_id))
         lost = TargetUnavailable(f"pushed into Claude Code session {session_id} (claude pid {pid}) but not in its "
                                 f"transcript after {CONFIRM_SECONDS:g}s", transient=True)
         lost.details["in_doubt"] = True
@@ -338,7 +340,8 @@ class ClaudeCodeTarget:
             denials = result.get("permission_denials")
             if isinstance(denials, list) and denials:
                 details["permission_denials"] = len(denials)
-            return Sent("resume", str(result.get("session_id") or session_id), details)
+            return Sent("resume", str(result.get("session_id") or session_id), details,
+                        receipt=claude_receipt.of_result(result))
         why = (str(result.get("result") or result.get("subtype") or "")[:200] if result
                else stderr[-200:] or f"exit code {code}, no JSON result")
         self._problem = f"the last delivered turn failed: {why}"
@@ -351,6 +354,25 @@ class ClaudeCodeTarget:
     def _kill(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+
+    async def receipt(self, pending: PendingReceipt) -> Receipt:
+        """A live push's receipt: the turn after its marker in the session's transcript (issue 43)."""
+        session, occurrence = pending.receipt.ref.get("session"), pending.receipt.ref.get("occurrence")
+        if not isinstance(session, str) or not isinstance(occurrence, str):
+            return Receipt.none("no Claude Code session to read the turn from")
+        return await asyncio.to_thread(self._turn_of, session, marker(occurrence), pending.receipt)
+
+    @staticmethod
+    def _turn_of(session_id: str, needle: str, pending: Receipt) -> Receipt:
+        for path in transcripts(session_id):
+            try:
+                with path.open("r", encoding="utf-8", errors="replace") as fh:
+                    got = claude_receipt.of_transcript(_bounded_lines(fh), needle, pending)
+            except OSError:
+                continue
+            if got is not pending:
+                return got
+        return pending
 
     async def lookup(self, occ: Occurrence) -> Found:
         session_id = str(occ.options.get("session_id") or "")
@@ -392,6 +414,16 @@ class ClaudeCodeTarget:
 
     async def aclose(self) -> None:
         self._locks.clear()
+
+
+def _bounded_lines(fh: Any) -> Any:
+    """A transcript's lines, up to ``MAX_TRANSCRIPT_SCAN`` characters."""
+    read = 0
+    for line in fh:
+        read += len(line)
+        if read > MAX_TRANSCRIPT_SCAN:
+            return
+        yield line
 
 
 def _last_json(text: str) -> dict[str, Any] | None:

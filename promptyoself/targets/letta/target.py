@@ -15,7 +15,8 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.letta.client import AsyncLettaClient
-from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.letta import receipt as letta_receipt
 
 
 class LettaRestTarget:
@@ -31,7 +32,16 @@ class LettaRestTarget:
         payload: Any = occ.options.get("payload")
         sent = await self.client.send_message(occ.agent_id, occ.text, otid=occ.occurrence_id,
                                               payload=payload if isinstance(payload, dict) else None, guard=fence)
-        return Sent(route=str(sent.get("route") or "async"), run_id=sent.get("run_id"))
+        route = str(sent.get("route") or "async")
+        receipt = letta_receipt.of_sync_answer(sent.get("answer")) if route == "sync" else \
+            letta_receipt.pending(sent.get("run_id"))
+        return Sent(route=route, run_id=sent.get("run_id"), receipt=receipt)
+
+    async def receipt(self, pending: PendingReceipt) -> Receipt:
+        """An async send's receipt: the run's turn once it has finished (``GET /v1/runs/{id}``...)."""
+        if not pending.run_id:
+            return Receipt.none("no Letta run to read the turn from")
+        return letta_receipt.of_run(pending.receipt, await self.client.run_turn(pending.run_id))
 
     async def lookup(self, occ: Occurrence) -> Found:
         state, run_id = await self.client.find_message_run(occ.agent_id, occ.occurrence_id)

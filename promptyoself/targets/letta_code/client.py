@@ -58,6 +58,8 @@ HISTORY_PAGES = 10
 """``find`` reads at most this many pages of ``HISTORY_PAGE`` messages, newest first."""
 BUSY = "already has an active run"
 RESEND_MARK = "~"
+MAX_TURN_DELTAS = 2000
+"""Stream deltas of one turn kept for its receipt (its messages' chunks and usage); later ones dropped."""
 
 
 OUR_PREFIX = "promptyoself-"
@@ -386,6 +388,7 @@ class LettaCodeClient:
                 disposition = msg.get("disposition")
                 break
         runs: set[str] = set()
+        turn: list[dict[str, Any]] = []  # the turn's stream deltas (messages, usage): its receipt (issue 43)
         for msg in self._frames(ws, time.monotonic() + self.turn_timeout):
             kind = msg.get("type")
             scope = msg.get("runtime") or {}
@@ -393,6 +396,10 @@ class LettaCodeClient:
                     scope.get("agent_id"), scope.get("conversation_id")) != (
                     runtime["agent_id"], runtime["conversation_id"]):
                 continue
+            if kind == "stream_delta" and isinstance(msg.get("delta"), dict) and len(turn) < MAX_TURN_DELTAS \
+                    and (scope.get("agent_id"), scope.get("conversation_id")) == (
+                        runtime["agent_id"], runtime["conversation_id"]):
+                turn.append(msg["delta"])  # kept for the receipt: those of our run (or of none) are read
             if kind == "update_loop_status":
                 by_run = (msg.get("loop_status") or {}).get("client_message_ids_by_run_id") or {}
                 runs |= {run for run, ids in by_run.items() if isinstance(ids, list) and cid in ids}
@@ -407,7 +414,8 @@ class LettaCodeClient:
                     # History's letta_run_id: run ids restart at local-run-1 with the server, so the
                     # message's id goes with it.
                     return {"run_id": f"{run_id} {cid}", "route": "ws", "client_message_id": cid,
-                            "disposition": disposition}
+                            "disposition": disposition,
+                            "turn": [d for d in turn if d.get("run_id") in (None, run_id)]}
                 if not runs and run_id is None and reason == "error":
                     # Our input was taken but its turn never started: the conversation is blocked
                     # (a client dropped its socket mid-turn; only a restart of Letta Code clears it).

@@ -13,6 +13,7 @@ from __future__ import annotations
 from promptyoself.config import Settings
 from promptyoself.errors import TargetUnavailable
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.letta_code import receipt as letta_code_receipt
 from promptyoself.targets.letta_code.blocking import BlockingCalls
 from promptyoself.targets.letta_code.client import LettaCodeClient
 
@@ -38,7 +39,8 @@ class LettaCodeTarget:
         sent = await self._calls.run(client.send, occ.agent_id, occ.text, otid=occ.occurrence_id,
                                      conversation_id=occ.conversation_id, guard=fence, attempt=occ.attempt)
         details: dict[str, object] = {k: sent[k] for k in ("client_message_id", "disposition") if k in sent}
-        return Sent(route=str(sent.get("route") or "ws"), run_id=sent.get("run_id"), details=details)
+        return Sent(route=str(sent.get("route") or "ws"), run_id=sent.get("run_id"), details=details,
+                    receipt=letta_code_receipt.of_deltas(sent.get("turn") or []))
 
     async def lookup(self, occ: Occurrence) -> Found:
         client = self._client()

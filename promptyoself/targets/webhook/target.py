@@ -36,6 +36,7 @@ from promptyoself.errors import (
 )
 from promptyoself.letta.client import retry_after
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.webhook import receipt as webhook_receipt
 
 NAME = "webhook"
 EVENT_TYPE = "promptyoself.prompt.due"
@@ -157,7 +158,8 @@ class WebhookTarget:
         status = resp.status_code
         if 200 <= status < 300:
             self._reachable[ep.name] = f"HTTP {status}"
-            return Sent("webhook", None, {"endpoint": ep.name, "http_status": status})
+            return Sent("webhook", None, {"endpoint": ep.name, "http_status": status},
+                        receipt=webhook_receipt.of_answer(status, resp.content))
         if status == 410:
             raise TargetGone(f"webhook endpoint {ep.name!r} answered 410 Gone: it takes no more deliveries.",
                              http_status=status)

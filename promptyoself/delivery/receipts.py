@@ -1,0 +1,112 @@
+"""Receipts that come after their delivery (issue 43 point 1).
+
+A target that knows what the turn did when its send returns puts it in ``Sent.receipt``, and it is
+recorded with the ``delivered`` row (``delivery.outcomes``; a target that gives none: ``none``,
+saying so). One that learns it only later (Letta's asynchronous route: the run finishes after the
+send answered) returns it ``pending``; the row is recorded delivered with that pending receipt, and
+this module's task (``run_receipts``, a task of the executor's group beside the senders, never a
+sender) asks the target's optional ``receipt`` (``targets.base.ReceiptSource``) for each pending row,
+every ``EVERY`` seconds, until the target answers a receipt that is not pending. A receipt still
+pending ``WAIT`` after its delivery is recorded ``timed_out``, saying so; the occurrence stays
+delivered either way. A drain (``promptyoself execute``) makes one last pass before it returns
+(``last_pass``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from promptyoself import timing
+from promptyoself.delivery.bridge import Targets
+from promptyoself.deps import Services
+from promptyoself.logs import Redactor
+from promptyoself.store.receipts import PendingRow
+from promptyoself.targets.base import PendingReceipt, Receipt
+
+log = logging.getLogger(__name__)
+
+EVERY = 2.0
+"""Seconds between two passes over the pending receipts."""
+WAIT = timedelta(minutes=30)
+"""How long after its delivery a receipt may stay pending; then it is recorded ``timed_out``."""
+BATCH = 50
+"""Pending rows asked in one pass (the next pass goes on after the last one asked)."""
+ASK_TIMEOUT = 30.0
+"""Seconds one target's ``receipt`` may take before the pass moves on (asked again next pass)."""
+LAST_PASS = 10.0
+"""Seconds the last pass of a drain may take at most."""
+
+IO = Callable[..., Awaitable[Any]]
+
+
+def timed_out(pending: Receipt, waited: timedelta) -> Receipt:
+    what = "the run" if pending.ref.get("run") or pending.ref.get("kind") == "run" else "the turn"
+    return replace(pending, state="timed_out", ref={},
+                   note=f"no receipt: {what} had not finished {timing.format_duration(waited)} after the delivery"
+                        + (f" ({pending.note})" if pending.note else ""))
+
+
+async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | None:
+    """The receipt of ``row`` now: the target's answer, ``timed_out`` past ``WAIT``, or None (still
+    pending, or the target could not be asked: the next pass asks again)."""
+    pending = Receipt.from_json(row.receipt) or Receipt(state="pending")
+    waited = core.now() - row.attempted_at
+    if waited > WAIT:
+        return timed_out(pending, waited)
+    try:
+        target = targets.get(row.target)
+    except Exception as exc:  # a plug-in that no longer loads: asked again until WAIT
+        log.debug("the %s target of history row %s cannot be opened: %s", row.target, row.delivery_id, exc)
+        return None
+    source = getattr(target, "receipt", None)
+    if source is None:
+        return Receipt.none(f"the {target.name} target cannot read a receipt after the delivery")
+    try:
+        async with asyncio.timeout(ASK_TIMEOUT):
+            got: Receipt = await source(PendingReceipt(row.delivery_id, row.agent_id, row.letta_run_id, pending,
+                                                       row.attempted_at))
+    except Exception as exc:  # asked again on the next pass, until WAIT
+        log.debug("reading the receipt of history row %s from the %s target failed: %s", row.delivery_id,
+                  target.name, exc)
+        return None
+    return None if got.state == "pending" else got
+
+
+async def follow_up(core: Services, targets: Targets, io: IO, after_id: int = 0) -> int:
+    """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
+    that came (or timed out). Returns the cursor for the next pass (0: start again from the oldest)."""
+    rows: list[PendingRow] = await io(core.deliveries.pending_receipts, BATCH, after_id)
+    redact = Redactor(core.settings) if rows else None
+    for row in rows:
+        got = await ask(core, targets, row)
+        if got is not None and redact is not None:
+            bounded = got.redacted(redact).bounded()
+            await io(core.deliveries.complete_receipt, row.delivery_id, bounded.state, bounded.to_json())
+    return rows[-1].delivery_id if len(rows) == BATCH else 0
+
+
+async def run_receipts(parts: Any) -> None:
+    """The executor's receipt task (``delivery.parts.Parts``): a pass every ``EVERY`` seconds until
+    the run cancels it. A pass that fails is logged; the next one tries again."""
+    cursor = 0
+    while True:
+        try:
+            cursor = await follow_up(parts.core, parts.targets, parts.io, cursor)
+        except Exception as exc:  # the database is away, say: the next pass tries again
+            log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
+            cursor = 0
+        await asyncio.sleep(EVERY)
+
+
+async def last_pass(parts: Any) -> None:
+    """A drain's last look at the pending receipts (at most ``LAST_PASS`` seconds): what finished by
+    now is recorded; the rest stays pending for the next executor."""
+    try:
+        async with asyncio.timeout(LAST_PASS):
+            await follow_up(parts.core, parts.targets, parts.io)
+    except Exception:  # TimeoutError included: the receipts stay pending
+        log.debug("the last pass over pending receipts did not finish", exc_info=True)

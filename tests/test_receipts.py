@@ -1,0 +1,368 @@
+"""Receipts (issue 43 point 1), the engine's logic in the fast tier: on the in-memory store with a
+stand-in target and a fixed clock, through the same ``Executor``, recorder and receipt task as
+production. A receipt is recorded with its delivered row, bounded; a target that gives none says so;
+a pending one is completed afterwards by the receipt task (never by a sender) or times out, and the
+occurrence stays delivered either way. The real entry points (the CLI, a worker, the fake Letta's
+sync and async routes, a webhook receiver, Claude Code) are in ``tests/test_receipts_e2e.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptyoself.config import Settings
+from promptyoself.core.results import receipt_record, receipt_summary
+from promptyoself.delivery import receipts
+from promptyoself.delivery.bridge import Targets
+from promptyoself.delivery.loop import Executor
+from promptyoself.deps import Deps
+from promptyoself.errors import NotSent, TargetUnavailable
+from promptyoself.store.memory import MemoryDeliveryStore
+from promptyoself.targets import registry
+from promptyoself.targets.base import EXCERPT_BYTES, Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.claude_code import receipt as claude_receipt
+from promptyoself.targets.letta import receipt as letta_receipt
+
+T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+
+class ReceiptTarget:
+    """Answers each send with ``give`` (a receipt, or None for none); ``later`` is what its
+    ``receipt`` answers for a pending one (None: still pending); ``hang``: ``receipt`` never answers."""
+
+    name = "receipts"
+
+    def __init__(self) -> None:
+        self.give: Receipt | None = Receipt(reply="done", steps=2, input_tokens=10, output_tokens=3)
+        self.later: Receipt | None = None
+        self.hang = False
+        self.sent: list[str] = []
+        self.asked: list[PendingReceipt] = []
+        self.down: set[str] = set()
+        self._lock = threading.Lock()
+
+    async def send(self, occ: Occurrence, fence: Fence) -> Sent:
+        if not fence():
+            raise NotSent("fenced")
+        if occ.agent_id in self.down:
+            raise TargetUnavailable("down", transient=True, in_doubt=False)
+        with self._lock:
+            self.sent.append(occ.occurrence_id)
+        return Sent("test", f"run-{len(self.sent)}", receipt=self.give)
+
+    async def receipt(self, pending: PendingReceipt) -> Receipt:
+        self.asked.append(pending)
+        if self.hang:
+            await asyncio.Event().wait()
+        return self.later or pending.receipt
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        return Found("found" if occ.occurrence_id in self.sent else "absent")
+
+    async def probe(self) -> None:
+        return None
+
+    def readiness(self) -> str:
+        return "ready"
+
+    async def aclose(self) -> None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def target() -> Iterator[ReceiptTarget]:
+    fake = ReceiptTarget()
+    registry.register("receipts", lambda _settings: fake)
+    yield fake
+    registry.unregister("receipts")
+
+
+def deps_for(tmp_path: Path, clock: Clock) -> tuple[Deps, MemoryDeliveryStore]:
+    mem = MemoryDeliveryStore()
+    settings = Settings(db=str(tmp_path / "unused.db"), executor_autostart=False, retry_base=1.0, retry_max=60.0,
+                        letta_timeout=2.0, lease_seconds=30.0, executor_interval=0.05)
+    deps = Deps(settings, deliveries=mem, clock=clock)
+    mem.day = deps.budget_day
+    return deps, mem
+
+
+def drain(deps: Deps) -> list[Any]:
+    return Executor(deps, role="test").drain(budget=20)
+
+
+def rows(mem: MemoryDeliveryStore) -> list[dict[str, Any]]:
+    return [dict(h) for h in mem.history]
+
+
+def stored(row: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(row["receipt"])
+
+
+def pass_once(deps: Deps) -> None:
+    """One pass of the receipt task, as the executor's runs it."""
+    async def one() -> None:
+        targets = Targets(deps.settings)
+        try:
+            await receipts.follow_up(deps, targets, lambda fn, *a: asyncio.to_thread(fn, *a))
+        finally:
+            await targets.aclose()
+
+    asyncio.run(one())
+
+
+def test_a_delivered_row_carries_what_the_target_reported(tmp_path: Path, target: ReceiptTarget) -> None:
+    deps, mem = deps_for(tmp_path, Clock())
+    mem.add("agent-a", "p", T0, target="receipts")
+    assert [r.outcome for r in drain(deps)] == ["delivered"]
+    [row] = rows(mem)
+    assert row["receipt_state"] == "complete"
+    assert stored(row) == {"state": "complete", "reply": "done", "steps": 2, "input_tokens": 10, "output_tokens": 3}
+
+
+def test_a_receipt_is_bounded_whatever_the_target_hands_back(tmp_path: Path, target: ReceiptTarget) -> None:
+    deps, mem = deps_for(tmp_path, Clock())
+    target.give = Receipt(reply="é" * 5000, body="x" * 9000, tools=tuple(f"tool_{i}" for i in range(100)),
+                          note="n" * 1000, cost_usd=float("nan"), steps=-3, ref={"a": "b" * 5000})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    [row] = rows(mem)
+    got = stored(row)
+    assert len(got["reply"].encode()) <= EXCERPT_BYTES and len(got["body"].encode()) <= EXCERPT_BYTES
+    assert got["reply"] == "é" * (EXCERPT_BYTES // 2)  # never cut mid-character
+    assert len(got["tools"]) == 20 and got["tool_calls"] == 100
+    assert "cost_usd" not in got and got["steps"] == 0 and len(got["note"]) <= 300
+    assert len(row["receipt"]) < 6000
+
+
+def test_a_target_that_gives_no_receipt_says_so_and_other_rows_have_none(tmp_path: Path,
+                                                                         target: ReceiptTarget) -> None:
+    deps, mem = deps_for(tmp_path, Clock())
+    target.give = None
+    mem.add("agent-a", "p", T0, target="receipts")
+    target.down.add("agent-b")
+    sid = mem.add("agent-b", "q", T0, target="receipts")
+    drain(deps)
+    by_schedule = {h["schedule_id"]: h for h in rows(mem)}
+    delivered = by_schedule[1]
+    assert delivered["outcome"] == "delivered" and delivered["receipt_state"] == "none"
+    assert stored(delivered) == {"state": "none", "note": "the receipts target gives no receipt"}
+    assert by_schedule[sid]["outcome"] == "retry" and by_schedule[sid]["receipt"] is None
+
+
+def test_a_pending_receipt_is_completed_afterwards_and_the_occurrence_stays_delivered(
+        tmp_path: Path, target: ReceiptTarget) -> None:
+    clock = Clock()
+    deps, mem = deps_for(tmp_path, clock)
+    target.give = Receipt(state="pending", note="waiting for run", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)  # the drain's last pass asks once: still pending
+    [row] = rows(mem)
+    assert row["outcome"] == "delivered" and row["receipt_state"] == "pending"
+    assert target.asked and target.asked[-1].run_id == "run-1" and target.asked[-1].receipt.ref == {"kind": "run"}
+    target.later = Receipt(reply="finished", steps=1)
+    pass_once(deps)
+    [row] = rows(mem)
+    assert row["outcome"] == "delivered" and row["receipt_state"] == "complete"
+    assert stored(row) == {"state": "complete", "reply": "finished", "steps": 1}
+    asked = len(target.asked)
+    pass_once(deps)  # nothing pending any more: the target is not asked again
+    assert len(target.asked) == asked
+
+
+def test_a_receipt_that_never_comes_times_out_saying_so(tmp_path: Path, target: ReceiptTarget) -> None:
+    clock = Clock()
+    deps, mem = deps_for(tmp_path, clock)
+    target.give = Receipt(state="pending", note="waiting for Letta run run-1 to finish", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    clock.now = T0 + receipts.WAIT - timedelta(seconds=1)
+    pass_once(deps)
+    assert rows(mem)[0]["receipt_state"] == "pending"
+    clock.now = T0 + receipts.WAIT + timedelta(minutes=1)
+    asked = len(target.asked)
+    pass_once(deps)
+    [row] = rows(mem)
+    assert row["outcome"] == "delivered" and row["receipt_state"] == "timed_out"
+    got = stored(row)
+    assert got["state"] == "timed_out" and "ref" not in got
+    assert got["note"].startswith("no receipt: the run had not finished 31m after the delivery")
+    assert len(target.asked) == asked  # past the wait, the target is not asked
+
+
+def test_a_receipt_that_hangs_holds_up_no_delivery(tmp_path: Path, target: ReceiptTarget,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target's ``receipt`` never answers: both of the agent's occurrences are still delivered,
+    one after the other, and the drain returns (its last pass is bounded)."""
+    monkeypatch.setattr(receipts, "LAST_PASS", 0.3)
+    monkeypatch.setattr(receipts, "EVERY", 0.01)
+    deps, mem = deps_for(tmp_path, Clock())
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    target.hang = True
+    mem.add("agent-a", "first", T0 - timedelta(seconds=2), target="receipts")
+    mem.add("agent-a", "second", T0 - timedelta(seconds=1), target="receipts")
+    assert [r.outcome for r in drain(deps)] == ["delivered", "delivered"]
+    assert [h["receipt_state"] for h in rows(mem)] == ["pending", "pending"]
+
+
+def test_a_target_without_a_later_look_records_none(tmp_path: Path, target: ReceiptTarget) -> None:
+    """A plug-in that answers ``pending`` but has no ``receipt`` method: recorded ``none``, saying so."""
+    class NoLook(ReceiptTarget):
+        receipt = None  # type: ignore[assignment]
+
+    other = NoLook()
+    other.give = Receipt(state="pending")
+    registry.register("nolook", lambda _settings: other)
+    try:
+        deps, mem = deps_for(tmp_path, Clock())
+        mem.add("agent-a", "p", T0, target="nolook")
+        drain(deps)
+        got = stored(rows(mem)[0])
+        assert got == {"state": "none", "note": "the receipts target cannot read a receipt after the delivery"}
+    finally:
+        registry.unregister("nolook")
+
+
+def test_history_shows_every_field_and_one_line_of_it() -> None:
+    raw = Receipt(reply="Checked the queue.", tools=("memory_insert", "web_search"), steps=3, input_tokens=1200,
+                  output_tokens=40, cached_tokens=800, cost_usd=0.0123, permission_denials=1).to_json()
+    record = receipt_record(raw)
+    assert record is not None and set(record) == {
+        "state", "reply", "tools", "tool_calls", "steps", "input_tokens", "output_tokens", "cached_tokens",
+        "reasoning_tokens", "cost_usd", "permission_denials", "stop_reason", "http_status", "body", "note"}
+    assert record["tool_calls"] == 2 and record["reasoning_tokens"] is None
+    assert receipt_summary(record) == ("complete; reply: Checked the queue.; tools: memory_insert, web_search; "
+                                       "3 steps; tokens 1200 in / 40 out (800 cached); $0.0123; "
+                                       "1 permission denials")
+    assert receipt_record(None) is None and receipt_record("not json") is None and receipt_summary(None) == "-"
+
+
+# ---- Letta's answers as receipts ---------------------------------------------------------------
+
+
+SYNC_ANSWER = {  # the shape of Letta 0.16.8's LettaResponse (/work/shared/letta/API.md)
+    "messages": [
+        {"id": "message-1", "message_type": "reasoning_message", "reasoning": "...", "step_id": "step-1"},
+        {"id": "message-2", "message_type": "tool_call_message", "step_id": "step-1",
+         "tool_call": {"name": "memory_insert", "arguments": "{}", "tool_call_id": "c1"}},
+        {"id": "message-3", "message_type": "tool_return_message", "step_id": "step-1", "tool_return": "ok"},
+        {"id": "message-4", "message_type": "assistant_message", "step_id": "step-2",
+         "content": [{"type": "text", "text": "Noted "}, {"type": "text", "text": "it."}]},
+    ],
+    "stop_reason": {"message_type": "stop_reason", "stop_reason": "end_turn"},
+    "usage": {"message_type": "usage_statistics", "completion_tokens": 30, "prompt_tokens": 900,
+              "total_tokens": 930, "step_count": 2, "cached_input_tokens": 512, "reasoning_tokens": None},
+}
+
+
+def test_letta_sync_answer_and_finished_run_as_receipts() -> None:
+    got = letta_receipt.of_sync_answer(SYNC_ANSWER)
+    assert got == Receipt(reply="Noted it.", tools=("memory_insert",), tool_calls=1, steps=2, input_tokens=900,
+                          output_tokens=30, cached_tokens=512, stop_reason="end_turn")
+    waiting = letta_receipt.pending("run-1")
+    assert waiting.state == "pending" and waiting.ref == {"kind": "run"}
+    assert letta_receipt.of_run(waiting, {"run": {"status": "running"}}) is waiting
+    usage = {"completion_tokens": 30, "prompt_tokens": 900, "total_tokens": 930,  # /usage: no step count
+             "prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": 7}}
+    done = letta_receipt.of_run(waiting, {"run": {"status": "failed", "stop_reason": "llm_api_error"},
+                                          "messages": SYNC_ANSWER["messages"], "usage": usage})
+    assert done.state == "complete" and done.steps == 2 and done.reasoning_tokens == 7  # steps: distinct step ids
+    assert done.stop_reason == "llm_api_error" and done.note == "the run ended failed"
+    assert letta_receipt.pending(None).state == "none"
+
+
+# ---- Claude Code's answers as receipts ---------------------------------------------------------
+
+
+def test_claude_code_resumed_turn_result_as_a_receipt() -> None:
+    result = {  # the shape of `claude -p --output-format json`'s result (2.1.x)
+        "type": "result", "subtype": "success", "is_error": False, "duration_ms": 2100, "num_turns": 3,
+        "result": "I checked the CI: green.", "session_id": "s-1", "total_cost_usd": 0.0421,
+        "usage": {"input_tokens": 12, "cache_creation_input_tokens": 3000, "cache_read_input_tokens": 9000,
+                  "output_tokens": 250},
+        "permission_denials": [{"tool_name": "Bash", "tool_use_id": "t1", "tool_input": {}}]}
+    got = claude_receipt.of_result(result)
+    assert got == Receipt(reply="I checked the CI: green.", steps=3, input_tokens=12_012, output_tokens=250,
+                          cached_tokens=9000, cost_usd=0.0421, permission_denials=1, stop_reason="success")
+    assert claude_receipt.of_result({"result": 5, "usage": "x"}) == Receipt()
+
+
+def _line(kind: str, content: Any, **message: Any) -> str:
+    return json.dumps({"type": kind, "message": {"role": kind, "content": content, **message}})
+
+
+def test_claude_code_live_turn_from_the_transcript_after_the_marker() -> None:
+    needle = "[PromptYoSelf occurrence promptyoself-1-1000]"
+    waiting = claude_receipt.pending_turn("s-1", "promptyoself-1-1000")
+    before = [_line("user", "an earlier prompt"),
+              _line("assistant", [{"type": "text", "text": "earlier answer"}], id="m0", stop_reason="end_turn",
+                    usage={"input_tokens": 99, "output_tokens": 99})]
+    prompt = [_line("user", [{"type": "text", "text": f"<channel>check the CI\n\n{needle}</channel>"}])]
+    tool_turn = [
+        _line("assistant", [{"type": "text", "text": "Looking."}], id="m1", stop_reason=None,
+              usage={"input_tokens": 10, "cache_read_input_tokens": 100, "output_tokens": 5}),
+        _line("assistant", [{"type": "tool_use", "name": "Bash", "id": "t1", "input": {}}], id="m1",
+              stop_reason="tool_use", usage={"input_tokens": 10, "cache_read_input_tokens": 100, "output_tokens": 5}),
+        _line("user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]),
+    ]
+    answer = [_line("assistant", [{"type": "text", "text": "CI is green."}], id="m2", stop_reason="end_turn",
+                    usage={"input_tokens": 20, "cache_read_input_tokens": 200, "output_tokens": 7})]
+    assert claude_receipt.of_transcript(before, needle, waiting) is waiting  # no marker yet
+    assert claude_receipt.of_transcript(before + prompt + tool_turn, needle, waiting) is waiting  # mid-turn
+    done = claude_receipt.of_transcript(before + prompt + tool_turn + answer + before, needle, waiting)
+    assert done == Receipt(reply="CI is green.", tools=("Bash",), tool_calls=1, steps=2, input_tokens=330,
+                           output_tokens=12, cached_tokens=300, stop_reason="end_turn")
+
+
+def test_a_pending_receipt_whose_target_no_longer_loads_waits_then_times_out(tmp_path: Path,
+                                                                             target: ReceiptTarget) -> None:
+    clock = Clock()
+    deps, mem = deps_for(tmp_path, clock)
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    registry.unregister("receipts")
+    try:
+        pass_once(deps)  # the target cannot be opened: left pending, no error
+        assert rows(mem)[0]["receipt_state"] == "pending"
+        clock.now = T0 + receipts.WAIT + timedelta(seconds=1)
+        pass_once(deps)
+        assert rows(mem)[0]["receipt_state"] == "timed_out"
+    finally:
+        registry.register("receipts", lambda _settings: target)
+
+
+def test_no_secret_reaches_a_receipt(tmp_path: Path, target: ReceiptTarget) -> None:
+    """What the agent or a receiver answered may repeat a credential: history holds none (as for errors)."""
+    key = "sk-let-0123456789abcdef-SECRET"
+    clock = Clock()
+    mem = MemoryDeliveryStore()
+    settings = Settings(db=str(tmp_path / "unused.db"), executor_autostart=False, letta_timeout=2.0,
+                        lease_seconds=30.0, executor_interval=0.05, letta_api_key=key)  # type: ignore[arg-type]
+    deps = Deps(settings, deliveries=mem, clock=clock)
+    target.give = Receipt(reply=f"my key is {key}", body=f"Authorization: Bearer {key}")
+    mem.add("agent-a", "p", T0, target="receipts")
+    target_later = Receipt(state="pending")
+    mem.add("agent-b", "q", T0, target="receipts")
+    drain(deps)
+    assert all(key not in (h["receipt"] or "") for h in rows(mem))
+    assert "my key is" in (rows(mem)[0]["receipt"] or "")
+    target.later = Receipt(reply=f"later: {key}")
+    for h in mem.history:  # a pending one completed later is redacted too
+        h.update(receipt_state="pending", receipt=target_later.to_json())
+    pass_once(deps)
+    assert all(h["receipt_state"] == "complete" and key not in h["receipt"] for h in rows(mem))

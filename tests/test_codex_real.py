@@ -119,6 +119,9 @@ def test_a_session_schedules_with_no_ids_and_gets_the_prompt_back_once(harness: 
     assert copies(harness, "check the CI again\n") == 1
     history = cli(harness, "history", "--agent-id", f"codex-{thread}")["deliveries"]
     assert [d["outcome"] for d in history] == ["delivered"]
+    receipt = history[0]["receipt"]  # the turn's reply and its own tokens (the mock answers 120 in, 30 out)
+    assert receipt["state"] == "complete" and "check the CI again" in receipt["reply"], receipt
+    assert (receipt["input_tokens"], receipt["output_tokens"]) == (120, 30), receipt
     assert len(marker_lines(harness, thread)) == 1
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
-from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, Receipt, Sent
 from promptyoself.targets.codex.session import codex_home, open_rollouts, read_meta, rollouts
 
 MARKER = "[PromptYoSelf occurrence {}]"
@@ -105,6 +105,52 @@ def holders(path: Path) -> list[int]:
     return found
 
 
+USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
+
+
+def thread_usage(path: Path) -> dict[str, int]:
+    """The thread's token totals so far: the last ``token_count`` event's ``total_token_usage`` in its
+    rollout (Codex's ``turn.completed`` reports the thread's totals, not the turn's)."""
+    last: dict[str, int] = {}
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if '"token_count"' not in line:
+                    continue
+                try:
+                    info = json.loads(line)["payload"]["info"]["total_token_usage"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if isinstance(info, dict):
+                    last = {k: int(v) for k, v in info.items() if isinstance(v, int) and not isinstance(v, bool)}
+    except OSError:
+        return {}
+    return last
+
+
+def turn_receipt(events: list[dict[str, Any]], before: dict[str, int]) -> Receipt:
+    """The receipt of a resumed turn from ``codex exec --json``'s events: the agent's last message, the
+    tools it ran (shell commands, MCP tools), and the turn's tokens (the thread's totals after the turn
+    less those before it)."""
+    items = [e["item"] for e in events if e.get("type") == "item.completed" and isinstance(e.get("item"), dict)]
+    replies = [str(i.get("text") or "") for i in items if i.get("type") == "agent_message"]
+    tools = [str(i.get("tool") or i.get("name") or i.get("type")) for i in items
+             if i.get("type") in ("command_execution", "mcp_tool_call", "web_search", "file_change")]
+    done: dict[str, Any] = next((e for e in reversed(events) if e.get("type") == "turn.completed"), {})
+    usage = done.get("usage") if isinstance(done.get("usage"), dict) else {}
+
+    def turn(key: str) -> int | None:
+        total = usage.get(key) if isinstance(usage, dict) else None
+        if not isinstance(total, int) or isinstance(total, bool):
+            return None
+        return max(0, total - before.get(key, 0))
+
+    return Receipt(reply=replies[-1] if replies else None, tools=tuple(tools), tool_calls=len(tools),
+                   input_tokens=turn("input_tokens"), cached_tokens=turn("cached_input_tokens"),
+                   output_tokens=turn("output_tokens"), reasoning_tokens=turn("reasoning_output_tokens"),
+                   note="tokens: the thread's totals after the turn less those before it").bounded()
+
+
 class CodexTarget:
     """``DeliveryTarget`` for Codex sessions (``occ.options``: ``session_id``, ``cwd``, ``codex_home``)."""
 
@@ -169,6 +215,7 @@ class CodexTarget:
             busy.details["retry_after"] = BUSY_RETRY
             raise busy
         text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
+        before = await asyncio.to_thread(thread_usage, rollout)
         argv = [binary, "exec", "--json", "--skip-git-repo-check", *self.extra_args, "resume", thread, "-"]
         if not fence():  # before the process starts: nothing has been sent yet
             raise NotSent("the claim's fence refused the run before codex was started")
@@ -198,14 +245,15 @@ class CodexTarget:
                                      f"({self.timeout:g}s) and was stopped.")
             late.details["in_doubt"] = True
             raise late from None
-        return self._outcome(thread, proc.returncode, out, err)
+        return self._outcome(thread, proc.returncode, out, err, before)
 
     @staticmethod
     def _kill(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
 
-    def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes) -> Sent:
+    def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes,
+                 before: dict[str, int] | None = None) -> Sent:
         events = []
         for line in out.decode(errors="replace").splitlines():
             try:
@@ -223,7 +271,7 @@ class CodexTarget:
             details: dict[str, Any] = {"usage": done.get("usage") or {}}
             if replies:
                 details["reply"] = replies[-1][:REPLY_EXCERPT]
-            return Sent("resume", thread, details)
+            return Sent("resume", thread, details, receipt=turn_receipt(events, before or {}))
         why = (json.dumps(failed)[:200] if failed else err.decode(errors="replace").strip()[-200:]
                or f"exit code {code}, no turn.completed")
         self._problem = f"the last delivered turn failed: {why}"

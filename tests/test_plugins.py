@@ -215,3 +215,12 @@ def test_the_cli_schedules_an_outside_target_and_delivers_it_once(tmp_path: Path
     assert [(x["tag"], x["text"].endswith("from the cli")) for x in lines(out)] == [("cli", True)]
     cli("execute")
     assert len(lines(out)) == 1
+
+
+def test_the_clis_description_names_what_it_schedules_for() -> None:
+    """Issue 45 point 3: not "for Letta agents" only; the installed targets are one command away."""
+    from promptyoself.faces.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "Schedule prompts for AI agents" in text and "promptyoself targets" in text
+    assert "targets" in text.split("Available commands:")[1]

@@ -1,8 +1,8 @@
 """The real Codex CLI for tests, offline: the pinned ``@openai/codex`` from npm (installed by ``.ci/run``
 into ``/tmp/codex-harness``, or here on first use), a mock of the OpenAI Responses API on 127.0.0.1
 (``testkit/mock_responses.py``), and a ``CODEX_HOME`` per test whose ``config.toml`` points Codex at the
-mock and starts our stdio MCP server as ``[mcp_servers.promptyoself]`` (as ``promptyoself codex install``
-writes it). ``Unavailable`` says why when it cannot be set up (no npm, no network to the registry): the
+mock and starts our stdio MCP server as ``[mcp_servers.promptyoself]`` (``required`` and
+``default_tools_approval_mode`` as ``promptyoself codex install`` writes them). ``Unavailable`` says why when it cannot be set up (no npm, no network to the registry): the
 tests skip, saying it.
 """
 
@@ -93,6 +93,8 @@ wire_api = "responses"
 [mcp_servers.promptyoself]
 command = {json.dumps(sys.executable)}
 args = ["-m", "promptyoself", "serve", "--transport", "stdio"]
+required = true
+default_tools_approval_mode = "approve"
 startup_timeout_sec = 60
 tool_timeout_sec = 120
 

@@ -28,14 +28,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 
 
-WARM_UP = "MOCK_TOOL_CALL " + json.dumps({"name": "exec_command", "arguments": {"cmd": "sleep 3"}})
-"""Codex 0.169 sends a turn's first request without waiting for its MCP servers (docs/codex.md): the agent
-does something first, and our tools are offered from the next request on."""
-
-
 def schedule_call(prompt: str, when: str = "in 3s") -> str:
-    return WARM_UP + "\nMOCK_TOOL_CALL " + json.dumps({"name": "promptyoself_schedule_time",
-                                                        "arguments": {"prompt": prompt, "time": when}})
+    return "MOCK_TOOL_CALL " + json.dumps({"name": "promptyoself_schedule_time",
+                                           "arguments": {"prompt": prompt, "time": when}})
 
 
 def result_of(reply: str) -> dict[str, Any]:

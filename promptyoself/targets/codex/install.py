@@ -37,7 +37,10 @@ def _q(value: str) -> str:
 def toml_table(settings: Any) -> str:
     e = entry(settings)
     lines = [f"[mcp_servers.{MCP_NAME}]", f"command = {_q(e['command'])}",
-             f"args = [{', '.join(_q(a) for a in e['args'])}]", "", f"[mcp_servers.{MCP_NAME}.env]"]
+             f"args = [{', '.join(_q(a) for a in e['args'])}]",
+             "required = true  # Codex waits for it before a session's first turn: the tools are there at once",
+             'default_tools_approval_mode = "approve"  # our tools only write schedules: no approval prompt',
+             "", f"[mcp_servers.{MCP_NAME}.env]"]
     lines += [f"{k} = {_q(v)}" for k, v in e["env"].items()]
     return "\n".join(lines) + "\n"
 

@@ -279,7 +279,7 @@ def claim_due(
     if limit <= 0:
         return []
     with store.write_lock, store.engine.begin() as conn:
-        return with_days(conn, store, claim_due_in(conn, owner, now, until, limit=limit, **options), day)
+        return with_days(conn, store, claim_due_in(conn, owner, now, until, limit=limit, **options), day, now)
 
 
 def claim_due_in(
@@ -670,5 +670,5 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
         if claim is not None:
             claimed = with_days(conn, store, claim_due_in(
                 conn, claim.owner, claim.now, claim.until, limit=claim.limit, exclude_agents=claim.exclude_agents,
-                targets=claim.targets, taken_over=taken, report=report), day)
+                targets=claim.targets, taken_over=taken, report=report), day, claim.now)
     return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)

@@ -31,6 +31,11 @@ from promptyoself.delivery.attempt import Attempt, Claim
 from promptyoself.delivery.watch import Gate, wait_event
 from promptyoself.targets.registry import DEFAULT
 
+NARROW_TARGETS: dict[str, int] = {"claude-code": 8}
+"""Targets whose every send is a heavy local process (a ``claude`` turn): at most this many slots
+unless ``PROMPTYOSELF_TARGET_IN_FLIGHT`` names the target, whatever ``PROMPTYOSELF_MAX_IN_FLIGHT``
+says (its default, 32, is sized for HTTP targets: issue 42 finding 15)."""
+
 RECORD_DELAY = 0.04
 """During a backlog, the recorder waits up to this long for a batch of attempts (up to
 ``2 * max_in_flight``) to record together, unless the claim queue runs low first (about two sends'
@@ -86,8 +91,11 @@ class Holdings:
         self._plan = planner.Plan(0)  # the last claim's plan (its rooms per target)
 
     def senders_of(self, name: str) -> int:
-        """The send slots of the target ``name``."""
-        return max(1, int(self.per_target.get(name, self.max_in_flight)))
+        """The send slots of the target ``name``: its count in ``PROMPTYOSELF_TARGET_IN_FLIGHT``, else
+        ``max_in_flight`` (at most ``NARROW_TARGETS``' count for such a target)."""
+        if name in self.per_target:
+            return max(1, int(self.per_target[name]))
+        return max(1, min(self.max_in_flight, NARROW_TARGETS.get(name, self.max_in_flight)))
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)

@@ -16,9 +16,12 @@ first slot on), set against the arrival rate (schedules / 60 s); the lateness of
 were recorded ``missed`` (coalesced into a later one); and duplicates (two ``delivered`` rows for one
 slot of one schedule: must be 0). The worker's CPU (utime + stime from /proc, per second of the
 window: 1.0 = one core) and the machine's (all cores, from /proc/stat; and the load average) are
-printed beside it. One message at a time per agent is a product rule: 50 prompts per agent per
-minute need one send, recording and next claim every 1.2 s per agent, which the figures show is not
-the bound. Run alone: ``python -m bench.capacity [--quick] [--pg-url URL]``.
+printed beside it. ``--capacity-compare 8`` first runs the same load with 8 send slots per target
+(the old default): 8 slots at 50 ms carry 160 a second, below the 167 that arrive, which is what the
+red team saw (100-180 a second at 19 % CPU, 52 s late on average, runs coalesced as ``missed``). The
+bound was the slots, not the CPU and not one message at a time per agent (a product rule: 50 prompts
+per agent per minute leave 1.2 s for each send, recording and next claim of that agent; at 50 ms a
+send, far from binding). Run alone: ``python -m bench.capacity [--quick] [--pg-url URL]``.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ def add_arguments(parser: Any) -> None:
                         help="capacity: fake Letta latency, s (default 0.05; 1.0 quick)")
     parser.add_argument("--capacity-in-flight", type=int, default=None,
                         help="capacity: the worker's PROMPTYOSELF_MAX_IN_FLIGHT (default: the service's default)")
+    parser.add_argument("--capacity-compare", type=int, default=None,
+                        help="capacity: first a SQLite run with this PROMPTYOSELF_MAX_IN_FLIGHT (8: the old default)")
     parser.add_argument("--capacity-profile", default=None,
                         help="capacity: run the worker under py-spy (pip install py-spy), writing this flame graph")
 
@@ -252,20 +257,25 @@ def run(args: Any) -> list[Row]:
     for flag, value in (("--capacity-schedules", args.capacity_schedules), ("--capacity-agents", args.capacity_agents),
                         ("--capacity-seconds", args.capacity_seconds),
                         ("--capacity-latency", args.capacity_latency),
-                        ("--capacity-in-flight", args.capacity_in_flight)):
+                        ("--capacity-in-flight", args.capacity_in_flight),
+                        ("--capacity-compare", args.capacity_compare)):
         if value is not None:
             extra += [flag, str(value)]
     command = bench_command(args, "capacity", extra)
     rows: list[Row] = []
-    for kind in backends:
-        say(f"[capacity] {kind}: {count} every-minute schedules over {n_agents} agents, {seconds:g} s measured, "
-            f"fake latency {latency * 1000:g} ms, max in flight {args.capacity_in_flight or 'default'} ...")
+    plan: list[tuple[str, str, int | None]] = [(kind, kind, args.capacity_in_flight) for kind in backends]
+    if args.capacity_compare:
+        plan.insert(0, ("SQLite", f"SQLite, {args.capacity_compare} slots", args.capacity_compare))
+    for kind, label, in_flight in plan:
+        say(f"[capacity] {label}: {count} every-minute schedules over {n_agents} agents, {seconds:g} s measured, "
+            f"fake latency {latency * 1000:g} ms, max in flight {in_flight or 'default'} ...")
         wrap = None
         if args.capacity_profile:
             spy = Path(sys.executable).parent / "py-spy"
             wrap = [str(spy) if spy.exists() else "py-spy", "record", "--idle", "-o",
                     f"{args.capacity_profile}.{kind.lower()}.svg", "--"]
-        r = one_run(kind, pg_url, count, n_agents, seconds, latency, wrap, args.capacity_in_flight)
+        r = one_run(kind, pg_url, count, n_agents, seconds, latency, wrap, in_flight)
+        kind = label
         say(f"[capacity]   {json.dumps({k: v for k, v in r.items()}, default=str)}")
         keep = r["delivered_per_s"] / r["arrival_per_s"]
         once = r["duplicates"] == 0

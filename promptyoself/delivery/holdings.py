@@ -29,12 +29,7 @@ from dataclasses import dataclass, field
 from promptyoself.delivery import planner
 from promptyoself.delivery.attempt import Attempt, Claim
 from promptyoself.delivery.watch import Gate, wait_event
-from promptyoself.targets.registry import DEFAULT
-
-NARROW_TARGETS: dict[str, int] = {"claude-code": 8}
-"""Targets whose every send is a heavy local process (a ``claude`` turn): at most this many slots
-unless ``PROMPTYOSELF_TARGET_IN_FLIGHT`` names the target, whatever ``PROMPTYOSELF_MAX_IN_FLIGHT``
-says (its default, 32, is sized for HTTP targets: issue 42 finding 15)."""
+from promptyoself.targets.registry import DEFAULT, SLOT_CAPS
 
 RECORD_DELAY = 0.04
 """During a backlog, the recorder waits up to this long for a batch of attempts (up to
@@ -92,10 +87,10 @@ class Holdings:
 
     def senders_of(self, name: str) -> int:
         """The send slots of the target ``name``: its count in ``PROMPTYOSELF_TARGET_IN_FLIGHT``, else
-        ``max_in_flight`` (at most ``NARROW_TARGETS``' count for such a target)."""
+        ``max_in_flight`` (at most a plug-in's cap in ``targets.registry.SLOT_CAPS``: a local process per send)."""
         if name in self.per_target:
             return max(1, int(self.per_target[name]))
-        return max(1, min(self.max_in_flight, NARROW_TARGETS.get(name, self.max_in_flight)))
+        return max(1, min(self.max_in_flight, SLOT_CAPS.get(name, self.max_in_flight)))
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)

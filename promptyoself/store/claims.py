@@ -415,6 +415,11 @@ def _candidates(
     # PostgreSQL: the same text whether or not there is something to leave out (see _not_in)
     stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite,
                       bool(exclude_targets) or not sqlite)
+    if not sqlite:
+        # A custom plan for this one query (the store's connections plan generically, store.db): with
+        # every row due at one instant, 50 per agent, the generic plan took 5 s a claim, the custom
+        # one 0.07 s (issue 42 finding 15: 12 deliveries a second on PostgreSQL). Until the commit.
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = auto")
     rows = _rows(conn, stmt, params)
     if taken_over is not None:
         taken_over.update(r.id for r in rows if r.claimed_by is not None)

@@ -58,6 +58,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate: 10,000 POSTs on PostgreSQL"),
     Section("starts", "bench.starts", "28", "Every start delivers: first-prompt lateness by client pattern; exits"),
     Section("timelang", "bench.timelang", "29.1", "Time language: CPU per rule, phrase and interval (adversarial)"),
+    Section("capacity", "bench.capacity", "42.15", "Capacity: 10,000 every-minute schedules, 200 agents, one worker"),
 )
 
 KEEP_MARKER = "<!-- bench/run.py keeps everything below this line when it rewrites the page -->"

@@ -273,7 +273,7 @@ class Settings(BaseSettings):
     worker_idle_exit: Seconds = _field(600.0, "PROMPTYOSELF_WORKER_IDLE_EXIT",
                                        ACCEPTS_SECONDS_OR_0.format(zero="never"), ge=0, allow_inf_nan=False)
     lease_seconds: Seconds = _field(60.0, "PROMPTYOSELF_LEASE_SECONDS", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
-    max_in_flight: int = _field(8, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
+    max_in_flight: int = _field(32, "PROMPTYOSELF_MAX_IN_FLIGHT", ACCEPTS_COUNT, ge=1)
     target_slots: str | None = _field(None, "PROMPTYOSELF_TARGET_IN_FLIGHT", ACCEPTS_TARGET_SLOTS)
     max_attempts: int | None = _field(None, "PROMPTYOSELF_MAX_ATTEMPTS",
                                       "a whole number >= 1 (empty = no count: retry until "

@@ -294,6 +294,20 @@ def test_the_claim_in_the_recording_transaction_counts_what_it_just_recorded(env
     assert [(r.id, r.day) for r in recorded.claimed] == [(second, DayCount(3, 1, 0, 0))]
 
 
+def test_deliveries_dated_after_now_do_not_count_against_todays_budget(env: Env) -> None:
+    """Issue 42 finding 12: the clock jumped a day ahead, prompts were delivered (dated tomorrow), and it
+    came back. Those rows are not today's: the agent is not over its budget for the rest of the day."""
+    every = env.add("agent-a", T0 - timedelta(hours=1), schedule_type="interval", value="1h", max_per_day=2)
+    deliver_at(env, every, T0 - timedelta(hours=1), then=T0 + timedelta(days=1))  # today, before the jump
+    tomorrow = T0 + timedelta(days=1)
+    deliver_at(env, every, tomorrow, then=tomorrow + timedelta(hours=1))  # while the clock ran a day ahead
+    deliver_at(env, every, tomorrow + timedelta(hours=1), then=T0 + timedelta(minutes=1))
+    env.budget.cap = 2
+    clock_back = T0 + timedelta(minutes=1)  # the clock is right again: today, noon
+    [row] = env.ds.claim("A", clock_back, clock_back + LEASE, limit=1)
+    assert row.id == every and row.day == DayCount(2, 1, 1, 0)
+
+
 def test_without_a_budget_a_claim_counts_nothing(env: Env) -> None:
     sid = env.add("agent-a", T0 - timedelta(hours=1), schedule_type="interval", value="1h")
     deliver_at(env, sid, T0 - timedelta(hours=1), then=T0)

@@ -185,3 +185,29 @@ def test_prompts_waiting_for_a_send_slot_are_behind(db_path: Path, fake: FakeLet
     assert "(letta) has waited 25.0s" in reason["message"]
     assert "PROMPTYOSELF_MAX_IN_FLIGHT" in reason["fix"] and "worker --status" in reason["fix"]
     core.close()
+
+
+def test_prompts_queued_behind_their_agent_past_a_minute_are_degraded(db_path: Path, fake: FakeLetta) -> None:
+    """Issue 42 finding 15: 50 every-minute schedules per agent, 9,469 due and the oldest 98 s overdue,
+    and health said ok (every agent had a prompt in flight, so none waited for a send slot). A due
+    prompt waiting behind its own agent's previous prompt for more than ``QUEUED_S`` is
+    ``delivery_queued``."""
+    from promptyoself.core.health import QUEUED_S
+    from promptyoself.store.claims import claim_due
+
+    core = make_core(db_path, fake.url, executor_interval=1.0)
+    hold_lease(core, os.getpid())
+    agent = "agent-with-fifty"
+    add_schedule(core.store, agent, "being sent", FIXED_NOW - timedelta(seconds=QUEUED_S + 40))
+    for i in range(3):
+        add_schedule(core.store, agent, f"queued {i}", FIXED_NOW - timedelta(seconds=QUEUED_S - 1 - i))
+    assert len(claim_due(core.store, "worker:x", FIXED_NOW, FIXED_NOW + timedelta(seconds=60), limit=5)) == 1
+    h = core.health()
+    assert h["status"] == "ok", h["reasons"]  # queued, but less than a minute
+    add_schedule(core.store, agent, "queued long", FIXED_NOW - timedelta(seconds=QUEUED_S + 38))
+    h = core.health()
+    assert h["status"] == "degraded" and codes(h) == ["delivery_queued"], h["reasons"]
+    [reason] = h["reasons"]
+    assert reason["message"].startswith("4 due prompt(s) wait behind their agent's previous prompt")
+    assert "(letta) has waited 98.0s" in reason["message"]
+    core.close()

@@ -164,6 +164,30 @@ def test_a_deleted_or_replaced_database_file_stops_writes(tmp_path: Path, how: s
 
 
 @pytest.mark.slow
+def test_a_clock_jump_ahead_is_flagged_in_health_and_nothing_is_re_armed(tmp_path: Path, loops: list[Running]) -> None:
+    """Issue 42 finding 12: the clock jumped a day ahead and health said nothing. The loop's clock watch
+    sees the wall clock run ahead of the machine's own clock: health says ``clock_jump`` (ahead)."""
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = Clock(start)
+    with FakeLetta(agents=[AGENT]) as fake:
+        core = make_core(tmp_path / "c.db", fake, clock=clock, executor_interval=0.1)
+        sid = add_schedule(core.store, AGENT, "every half hour", start + timedelta(minutes=30),
+                           schedule_type="interval", value="1800", anchor=start)
+        svc = service_for(core)
+        svc.start_loop()
+        try:
+            wait_until(lambda: svc.executor is not None and svc.executor.last_tick is not None, timeout=20)
+            clock.set(start + timedelta(days=1))
+            wait_until(lambda: "clock_jump" in _codes(core.health()), timeout=20)
+            [reason] = [r for r in core.health()["reasons"] if r["code"] == "clock_jump"]
+            assert "jumped ahead" in reason["message"], reason
+            assert get(core.store, sid).anchor == start  # the interval keeps its phase (nothing re-armed back)
+        finally:
+            svc.stop()
+            core.close()
+
+
+@pytest.mark.slow
 def test_a_clock_jump_back_re_arms_recurring_schedules(tmp_path: Path, loops: list[Running]) -> None:
     """The clock goes back 2 hours: an every-30m schedule would be silent for 2 hours; it is re-armed
     to the first slot after the current time, and health says the clock jumped."""

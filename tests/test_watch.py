@@ -52,6 +52,24 @@ def test_the_clock_watch_keeps_the_last_jump_back_for_health() -> None:
     assert w.shown(721.0, 600.0) is None
 
 
+def test_the_clock_watch_flags_a_jump_ahead_without_rearming() -> None:
+    """Issue 42 finding 12: the wall clock set a day ahead was not flagged. It is kept for health (with
+    ``ahead_s``), and ``check`` answers None (nothing to re-arm); small drifts are no jump."""
+    from datetime import UTC, datetime, timedelta
+
+    from promptyoself.delivery.clock import JUMP_S, ClockWatch
+
+    t0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+    w = ClockWatch()
+    assert w.check(t0, 100.0) is None
+    assert w.check(t0 + timedelta(seconds=10 + JUMP_S - 1), 110.0) is None and w.shown(110.0, 600.0) is None
+    ahead = t0 + timedelta(days=1, seconds=30)
+    assert w.check(ahead, 130.0) is None  # a day ahead while 20 s passed
+    assert w.shown(131.0, 600.0) == {"at": ahead.isoformat(), "ahead_s": 86371.0}  # 86,391 s of wall in 20 s
+    assert w.check(t0 + timedelta(seconds=60), 140.0) is not None  # and back: re-armed, shown as back
+    assert "back_s" in (w.shown(141.0, 600.0) or {})
+
+
 def test_totals_count_each_outcome_and_a_drain_keeps_the_results() -> None:
     from promptyoself.delivery.watch import Totals
 

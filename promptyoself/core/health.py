@@ -12,6 +12,9 @@ repairs it. The checks:
   ``BEHIND_FACTOR`` times its lateness budget (``PROMPTYOSELF_EXECUTOR_INTERVAL``, at least 1 s: the
   loop claims such a prompt within one interval): every send slot of its target is taken (a target
   that hangs), or the service cannot keep up (issue 42).
+* ``delivery_queued``: a due prompt has waited more than ``QUEUED_S`` (a minute) behind its own agent's
+  previous prompt (one message at a time per agent): the agent has more prompts due than its sends
+  carry (issue 42 finding 15: 50 every-minute schedules per agent; 9,469 due was ``ok``).
 * The targets: every target configured here or with active schedules is made by its plug-in
   (``targets.registry``) and asked ``probe()`` through the ``DeliveryTarget`` protocol; ``readiness``
   has its one line. A failed probe is the reason its plug-in's ``watch`` names (``letta_unreachable``,
@@ -36,7 +39,8 @@ repairs it. The checks:
 * ``delivery_waiting``: prompts wait for a retry after failed sends and the oldest is later than
   ``PROMPTYOSELF_HEALTH_MAX_LATENESS``; ``retry_waiting`` always says how many wait.
 * ``clock_jump``: the wall clock went back (the delivery loop saw it); recurring schedules were
-  re-armed from the current time.
+  re-armed from the current time. Or it jumped ahead (more than 30 s beyond the machine's own
+  clock between two looks): deliveries are dated in the future meanwhile.
 """
 
 from __future__ import annotations
@@ -86,6 +90,14 @@ FIX_BEHIND = (
     "workers (`promptyoself worker --shared`); see docs/deployment.md."
 )
 BEHIND_FACTOR = 5
+QUEUED_S = 60.0
+"""``delivery_queued``: a due prompt waiting behind its own agent's previous prompt for longer than this
+(a minute: an every-minute schedule queued longer than its period falls further behind each minute)."""
+FIX_QUEUED = (
+    "One message at a time per agent: an agent's prompts are sent one after another, so an agent with more "
+    "prompts due than its sends can carry falls behind. Spread the schedules over time or over agents, or make "
+    "the target answer faster; `promptyoself worker --status` shows the sends in flight; see docs/deployment.md."
+)
 """``delivery_behind``: a prompt free to send waits more than this many loop intervals (at least 1 s each)."""
 FIX_AUTH = "Set LETTA_API_KEY (or LETTA_SERVER_PASSWORD) to a credential Letta accepts, then run `promptyoself test`."
 FIX_WRITE = (
@@ -102,6 +114,7 @@ FIX_SEND = (
     "retried until PROMPTYOSELF_MISFIRE_GRACE after their time."
 )
 FIX_CLOCK = "Keep the system clock synchronised (NTP); recurring schedules were re-armed from the current time."
+FIX_CLOCK_AHEAD = "Keep the system clock synchronised (NTP): set it right; nothing needs re-arming."
 RECENT_ATTEMPTS = 50
 WRITE_CODES = ("database_read_only", "database_write_failed")
 """The reasons that mean nothing can be written: health is down and delivery has stopped."""
@@ -296,6 +309,7 @@ def assess(core: Checked) -> HealthResult:
         delivery = core.delivery.health_info() if core.delivery is not None else None
         targets = queries.by_target(store, now)
         waiting_slot = queries.unclaimed(store, now)
+        waiting_agent = queries.queued(store, now)
         from promptyoself.core.operator import guardrail_summary
 
         guard = guardrail_summary(settings, store, now)
@@ -360,12 +374,24 @@ def assess(core: Checked) -> HealthResult:
                 f"{budget:g}s, PROMPTYOSELF_EXECUTOR_INTERVAL).",
                 fix=FIX_BEHIND,
             ))
+        if waiting_agent.oldest_due is not None and live and \
+                (wait := (now - waiting_agent.oldest_due).total_seconds()) > QUEUED_S:
+            reasons.append(Reason(
+                code="delivery_queued",
+                message=f"{waiting_agent.count} due prompt(s) wait behind their agent's previous prompt; the oldest "
+                f"({waiting_agent.target}) has waited {wait:.1f}s (more than {QUEUED_S:g}s).",
+                fix=FIX_QUEUED,
+            ))
     readiness, unready = target_readiness(core, targets)
     unready += broken_plugins()
     out["readiness"] = readiness
     reasons.extend(unready)
     jump = (out.get("executor") or {}).get("clock_jump") if isinstance(out.get("executor"), dict) else None
-    if jump:
+    if jump and "ahead_s" in jump:  # (issue 42 finding 12)
+        reasons.append(Reason(code="clock_jump", message=f"The system clock jumped ahead {jump['ahead_s']:.0f}s at "
+                              f"{jump['at']}: deliveries recorded since are dated in the future (budget days "
+                              "do not count them once the clock is right).", fix=FIX_CLOCK_AHEAD))
+    elif jump:
         reasons.append(Reason(code="clock_jump", message=f"The system clock went back {jump['back_s']:.0f}s at "
                               f"{jump['at']}.", fix=FIX_CLOCK))
     down = down or any(r["code"] in WRITE_CODES for r in reasons)

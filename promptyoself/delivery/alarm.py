@@ -5,7 +5,8 @@
   holdings; while claims come back full (a backlog) the recorder claims ahead and the alarm waits;
 - ``probe_outage``: during an outage of a target, asks it every few seconds whether it answers
   again; once it does (or a delivery succeeded), the prompts waiting out a backoff are due now;
-- ``watch_clock``: the wall clock jumping back re-arms the recurring schedules from now.
+- ``watch_clock``: the wall clock jumping back re-arms the recurring schedules from now (a jump ahead
+  is only noticed, for health).
 
 Each tells the alarm what changed through the ``Wakeup`` (an event the loop owns)."""
 
@@ -18,7 +19,7 @@ import time
 from datetime import datetime
 
 from promptyoself.delivery.attempt import Claim
-from promptyoself.delivery.clock import ClockWatch, rearm_recurring
+from promptyoself.delivery.clock import ClockWatch, rearm_recurring, steady
 from promptyoself.delivery.parts import Parts
 from promptyoself.delivery.watch import wait_event
 
@@ -170,7 +171,7 @@ async def watch_clock(parts: Parts, clock: ClockWatch, every: float) -> None:
     (health) and re-arm recurring schedules from now."""
     while True:
         now = parts.core.now()
-        back = clock.check(now, time.monotonic())
+        back = clock.check(now, steady())
         if back is not None:
             try:
                 moved = await parts.io(rearm_recurring, parts.core, now)

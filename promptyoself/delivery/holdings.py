@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from promptyoself.delivery import planner
 from promptyoself.delivery.attempt import Attempt, Claim
 from promptyoself.delivery.watch import Gate, wait_event
-from promptyoself.targets.registry import DEFAULT
+from promptyoself.targets.registry import DEFAULT, SLOT_CAPS
 
 RECORD_DELAY = 0.04
 """During a backlog, the recorder waits up to this long for a batch of attempts (up to
@@ -86,8 +86,11 @@ class Holdings:
         self._plan = planner.Plan(0)  # the last claim's plan (its rooms per target)
 
     def senders_of(self, name: str) -> int:
-        """The send slots of the target ``name``."""
-        return max(1, int(self.per_target.get(name, self.max_in_flight)))
+        """The send slots of the target ``name``: its count in ``PROMPTYOSELF_TARGET_IN_FLIGHT``, else
+        ``max_in_flight`` (at most a plug-in's cap in ``targets.registry.SLOT_CAPS``: a local process per send)."""
+        if name in self.per_target:
+            return max(1, int(self.per_target[name]))
+        return max(1, min(self.max_in_flight, SLOT_CAPS.get(name, self.max_in_flight)))
 
     def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)

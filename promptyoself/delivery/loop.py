@@ -34,7 +34,7 @@ from promptyoself.delivery.alarm import Alarm, probe_outage, watch_clock
 from promptyoself.delivery.attempt import Result, policy
 from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.claim_keeper import ClaimKeeper
-from promptyoself.delivery.clock import ClockWatch
+from promptyoself.delivery.clock import ClockWatch, steady
 from promptyoself.delivery.holdings import Holdings
 from promptyoself.delivery.parts import Parts
 from promptyoself.delivery.receipts import last_pass, run_receipts
@@ -50,7 +50,7 @@ then expire after the lease and another process retries)."""
 ONCE_BUDGET = 120.0
 """``drain`` (``execute`` without ``--loop``) stops claiming after this many seconds."""
 CLOCK_JUMP_SHOWN = 600.0
-"""Seconds a jump of the wall clock back stays in ``info()`` (and so in health)."""
+"""Seconds a jump of the wall clock (back or ahead) stays in ``info()`` (and so in health)."""
 
 
 class PartFailed(Exception):
@@ -310,6 +310,6 @@ class Executor:
                 "retried": self.totals.retried,
                 "missed": self.totals.missed,
                 "auth_error": self.auth.error,
-                "clock_jump": self._clock.shown(time.monotonic(), CLOCK_JUMP_SHOWN),
+                "clock_jump": self._clock.shown(steady(), CLOCK_JUMP_SHOWN),
                 "stopped_because": self.state.why,
             }

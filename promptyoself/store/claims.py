@@ -279,7 +279,7 @@ def claim_due(
     if limit <= 0:
         return []
     with store.write_lock, store.engine.begin() as conn:
-        return with_days(conn, store, claim_due_in(conn, owner, now, until, limit=limit, **options), day)
+        return with_days(conn, store, claim_due_in(conn, owner, now, until, limit=limit, **options), day, now)
 
 
 def claim_due_in(
@@ -415,6 +415,11 @@ def _candidates(
     # PostgreSQL: the same text whether or not there is something to leave out (see _not_in)
     stmt = _first_due(sqlite, bool(exclude_agents) or not sqlite, bool(exclude_ids) or not sqlite,
                       bool(exclude_targets) or not sqlite)
+    if not sqlite:
+        # A custom plan for this one query (the store's connections plan generically, store.db): with
+        # every row due at one instant, 50 per agent, the generic plan took 5 s a claim, the custom
+        # one 0.07 s (issue 42 finding 15: 12 deliveries a second on PostgreSQL). Until the commit.
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = auto")
     rows = _rows(conn, stmt, params)
     if taken_over is not None:
         taken_over.update(r.id for r in rows if r.claimed_by is not None)
@@ -670,5 +675,5 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
         if claim is not None:
             claimed = with_days(conn, store, claim_due_in(
                 conn, claim.owner, claim.now, claim.until, limit=claim.limit, exclude_agents=claim.exclude_agents,
-                targets=claim.targets, taken_over=taken, report=report), day)
+                targets=claim.targets, taken_over=taken, report=report), day, claim.now)
     return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, func, literal, select
@@ -27,6 +28,7 @@ _P = PassthroughSend.__table__
 NO_BUDGET = DayCount(0, 0, 0, 0)
 """The day of a row under no budget (no agent cap, no ``max_per_day``): nothing to count."""
 _SINCE = bindparam("since", type_=UTCDateTime())
+_UNTIL = bindparam("until", type_=UTCDateTime())
 _FLOOR = bindparam("floor", type_=Integer())
 
 
@@ -47,8 +49,10 @@ def _counts() -> Any:
     delivered_last = func.coalesce(
         select(last.c.id).where(last.c.agent_id == _S.c.agent_id, last.c.id >= window, last.c.outcome == "delivered")
         .order_by(last.c.id.desc()).limit(1).correlate(_S).scalar_subquery(), literal(0))
-    today = (_D.c.id >= _FLOOR, _D.c.outcome == "delivered", _D.c.attempted_at >= _SINCE)
-    sends = select(func.count()).select_from(_P).where(_P.c.agent_id == _S.c.agent_id, _P.c.sent_at >= _SINCE)
+    # (a row dated after now is not of today: it was written while the clock ran ahead, issue 42 finding 12)
+    today = (_D.c.id >= _FLOOR, _D.c.outcome == "delivered", _D.c.attempted_at >= _SINCE, _D.c.attempted_at <= _UNTIL)
+    sends = select(func.count()).select_from(_P).where(_P.c.agent_id == _S.c.agent_id, _P.c.sent_at >= _SINCE,
+                                                       _P.c.sent_at <= _UNTIL)
     return select(
         _S.c.id,
         _count(_D.c.agent_id == _S.c.agent_id, *today).label("agent_today"),
@@ -62,16 +66,19 @@ def _counts() -> Any:
 _COUNTS = _counts()
 
 
-def with_days(conn: Any, store: Store, rows: Sequence[ScheduleRow], ask: DayAsk | None) -> list[ScheduleRow]:
+def with_days(conn: Any, store: Store, rows: Sequence[ScheduleRow], ask: DayAsk | None,
+              now: datetime) -> list[ScheduleRow]:
     """``rows`` (just claimed, inside the claim's transaction), each with its ``day`` counted (all
-    zero when no budget applies: no agent cap, no row with ``max_per_day``); as they are without ``ask``."""
+    zero when no budget applies: no agent cap, no row with ``max_per_day``); as they are without ``ask``.
+    Only rows dated from the day's start to ``now`` count: after the wall clock ran ahead (a day, say)
+    and came back, the deliveries dated in the future are not today's."""
     if ask is None or not rows:
         return list(rows)
     if not ask.agent_cap and all(r.max_per_day is None for r in rows):
         return [dataclasses.replace(row, day=NO_BUDGET) for row in rows]
     floor = day_floor(conn, store, ask.since)
     got = {r.id: r for r in conn.execute(_COUNTS, {"ids": [r.id for r in rows], "since": ask.since,
-                                                  "floor": floor}).all()}
+                                                  "until": now, "floor": floor}).all()}
     return [dataclasses.replace(row, day=_day(ask, row, got[row.id])) for row in rows]
 
 
@@ -82,12 +89,15 @@ def _day(ask: DayAsk, row: ScheduleRow, got: Any) -> DayCount:
                     int(got.unannounced))
 
 
-def count_in_memory(history: Sequence[dict[str, Any]], row: ScheduleRow, ask: DayAsk) -> DayCount:
-    """``with_days``' count of one row over history rows held in memory (``store.memory``)."""
+def count_in_memory(history: Sequence[dict[str, Any]], row: ScheduleRow, ask: DayAsk,
+                    now: datetime | None = None) -> DayCount:
+    """``with_days``' count of one row over history rows held in memory (``store.memory``); with
+    ``now``, rows dated after it do not count (as ``with_days``)."""
     if not ask.agent_cap and row.max_per_day is None:
         return NO_BUDGET
     mine = [h for h in history if h["agent_id"] == row.agent_id]
-    today = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= ask.since]
+    today = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= ask.since
+             and (now is None or h["attempted_at"] <= now)]
     own = sum(1 for h in today if h["schedule_id"] == row.id) if row.max_per_day is not None else 0
     unannounced = 0
     for h in reversed(mine[-NOTICE_WINDOW:]):

@@ -80,6 +80,24 @@ def unclaimed(store: Store, now: datetime) -> Unclaimed:
     return Unclaimed(int(count), _aware(first[0]), str(first[1]))
 
 
+def queued(store: Store, now: datetime) -> Unclaimed:
+    """Due occurrences no claim holds whose agent has a live claim (on another of its schedules): what
+    waits for its own agent's previous prompt, one message at a time per agent (issue 42 finding 15).
+    The count, the earliest ``due_at`` among them and that occurrence's target."""
+    busy = Schedule.__table__.alias("busy")
+    held = select(busy.c.id).where(busy.c.agent_id == Schedule.agent_id, busy.c.claimed_by.is_not(None),
+                                   busy.c.claim_until >= now).exists()
+    where = (Schedule.state == "active", Schedule.due_at <= now,
+             (Schedule.claimed_by.is_(None)) | (Schedule.claim_until < now), held)
+    with store.session() as s:
+        first = s.execute(select(Schedule.due_at, Schedule.target).where(*where)
+                          .order_by(Schedule.due_at).limit(1)).first()
+        if first is None:
+            return Unclaimed(0, None, None)
+        count = s.execute(select(func.count()).select_from(Schedule).where(*where)).scalar_one()
+    return Unclaimed(int(count), _aware(first[0]), str(first[1]))
+
+
 def _aware(value: Any) -> datetime | None:
     """``func.min`` over a coalesce loses the column type: SQLite hands back text or a naive value."""
     if value is None:

@@ -112,7 +112,7 @@ class MemoryDeliveryStore:
                 taken_over.add(row.id)
             self.rows[row.id] = claimed = dataclasses.replace(row, claimed_by=owner, claim_until=until)
             if ask is not None:  # what store.day_counts.with_days reads in the claim's transaction
-                claimed = dataclasses.replace(claimed, day=count_in_memory(self.history, row, ask))
+                claimed = dataclasses.replace(claimed, day=count_in_memory(self.history, row, ask, now))
             out.append(claimed)
         return out
 

@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 GROUP = "promptyoself.targets"
 DEFAULT = "letta"
+SLOT_CAPS: dict[str, int] = {"claude-code": 8}
+"""Targets whose every send is a heavy local process (a ``claude`` turn): at most this many send slots
+unless ``PROMPTYOSELF_TARGET_IN_FLIGHT`` names the target, whatever ``PROMPTYOSELF_MAX_IN_FLIGHT`` says
+(its default, 32, is sized for HTTP targets: issue 42 finding 15). ``delivery.holdings`` reads it."""
 """A schedule with no target (rows older than the column, a call that names none and that no plug-in
 claims) goes to the Letta REST API."""
 

@@ -23,10 +23,11 @@ class LettaRestTarget:
     name = "letta"
 
     def __init__(self, settings: Settings, *, client: AsyncLettaClient | None = None) -> None:
-        # A kept connection for each send in flight, plus a look-up and a probe.
+        # A kept connection for each send in flight (the target's own slots when
+        # PROMPTYOSELF_TARGET_IN_FLIGHT names it), plus a look-up and a probe.
+        slots = max(settings.max_in_flight, settings.target_in_flight.get(self.name, 0))
         self.client = client or AsyncLettaClient(settings.letta_base_url, settings.letta_token,
-                                                 timeout=settings.letta_timeout,
-                                                 connections=settings.max_in_flight + 2)
+                                                 timeout=settings.letta_timeout, connections=slots + 2)
 
     async def send(self, occ: Occurrence, fence: Fence) -> Sent:
         payload: Any = occ.options.get("payload")

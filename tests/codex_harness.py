@@ -2,8 +2,8 @@
 into ``/tmp/codex-harness``, or here on first use), a mock of the OpenAI Responses API on 127.0.0.1
 (``testkit/mock_responses.py``), and a ``CODEX_HOME`` per test whose ``config.toml`` points Codex at the
 mock and starts our stdio MCP server as ``[mcp_servers.promptyoself]`` (``required`` and
-``default_tools_approval_mode`` as ``promptyoself codex install`` writes them). ``Unavailable`` says why when it cannot be set up (no npm, no network to the registry): the
-tests skip, saying it.
+``default_tools_approval_mode`` as ``promptyoself codex install`` writes them). ``Unavailable`` says why
+when it cannot be set up (no npm, no network to the registry): the tests skip, saying it.
 """
 
 from __future__ import annotations

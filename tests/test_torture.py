@@ -434,6 +434,45 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
     assert killed_holding > 0 and restarts > 0 and outcomes["retry"] > 0
 
 
+def kill_and_stall(db: Any, env: dict[str, str], rng: random.Random) -> tuple[int, int]:
+    """Four delivering processes (two shared workers, ``execute --loop``, the service); once the prompts
+    fall due, one worker is SIGKILLed and another process SIGSTOPped for longer than the lease while each
+    holds claims; returns when nothing is active and the survivors stopped cleanly: how many claims the
+    killed and the stopped process held."""
+    py = [sys.executable, "-m", "promptyoself"]
+    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
+    looper = Proc([*py, "execute", "--loop"], env)
+    served = Proc([*py, "serve", "--port", str(free_port())], env)
+    procs = [*workers, looper, served]
+    try:
+        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
+        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
+        time.sleep(rng.uniform(0.5, 1.5))
+        doomed = workers[rng.randrange(2)]
+        killed_holding = wait_holding(db, doomed)
+        os.kill(doomed.popen.pid, signal.SIGKILL)
+        doomed.popen.wait(timeout=10)
+        time.sleep(rng.uniform(0.2, 1.0))
+        frozen = rng.choice([p for p in procs if p is not doomed])
+        stopped_holding = wait_holding(db, frozen)
+        os.kill(frozen.popen.pid, signal.SIGSTOP)
+        time.sleep(STOP_S)
+        os.kill(frozen.popen.pid, signal.SIGCONT)
+        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
+        for p in (looper, served):
+            p.popen.send_signal(signal.SIGTERM)
+        for p in procs:
+            if p is not doomed:
+                p.popen.wait(timeout=30)
+                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+    return killed_holding, stopped_holding
+
+
 # ---- the same guarantee through an outside target plug-in (issue 41) ------------------------------
 
 PLUGIN_SEEDS = [int(s) for s in os.environ.get("PROMPTYOSELF_TORTURE_PLUGIN_SEEDS", "5").split(",")]
@@ -482,37 +521,7 @@ def test_torture_an_outside_plugin_exactly_once_under_faults_kills_and_stalls(an
     env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,  # no Letta: only the plug-in
                       FLAKY_TARGET_FILE=str(out), FLAKY_SEED=str(seed), FLAKY_FAIL_RATE=str(FAIL_RATE))
     env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
-    py = [sys.executable, "-m", "promptyoself"]
-    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
-    looper = Proc([*py, "execute", "--loop"], env)
-    served = Proc([*py, "serve", "--port", str(free_port())], env)
-    procs = [*workers, looper, served]
-    try:
-        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
-        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
-        time.sleep(rng.uniform(0.5, 1.5))
-        doomed = workers[rng.randrange(2)]
-        killed_holding = wait_holding(db, doomed)
-        os.kill(doomed.popen.pid, signal.SIGKILL)
-        doomed.popen.wait(timeout=10)
-        time.sleep(rng.uniform(0.2, 1.0))
-        frozen = rng.choice([p for p in procs if p is not doomed])
-        stopped_holding = wait_holding(db, frozen)
-        os.kill(frozen.popen.pid, signal.SIGSTOP)
-        time.sleep(STOP_S)
-        os.kill(frozen.popen.pid, signal.SIGCONT)
-        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
-        for p in (looper, served):
-            p.popen.send_signal(signal.SIGTERM)
-        for p in procs:
-            if p is not doomed:
-                p.popen.wait(timeout=30)
-                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
-    finally:
-        for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait(timeout=10)
+    killed_holding, stopped_holding = kill_and_stall(db, env, rng)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     core = make_core(db)
     rows = history(core.store)
@@ -598,37 +607,7 @@ def test_torture_codex_sessions_exactly_once_under_faults_kills_and_stalls(any_d
     env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,
                       PROMPTYOSELF_CODEX_BIN=str(stand_in), PROMPTYOSELF_CODEX_TIMEOUT="5", CODEX_HOME=str(home),
                       FAKE_CODEX_SEED=str(seed), FAKE_CODEX_FAIL_RATE=str(FAIL_RATE), FAKE_CODEX_SLOW="2")
-    py = [sys.executable, "-m", "promptyoself"]
-    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
-    looper = Proc([*py, "execute", "--loop"], env)
-    served = Proc([*py, "serve", "--port", str(free_port())], env)
-    procs = [*workers, looper, served]
-    try:
-        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
-        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
-        time.sleep(rng.uniform(0.5, 1.5))
-        doomed = workers[rng.randrange(2)]
-        killed_holding = wait_holding(db, doomed)
-        os.kill(doomed.popen.pid, signal.SIGKILL)
-        doomed.popen.wait(timeout=10)
-        time.sleep(rng.uniform(0.2, 1.0))
-        frozen = rng.choice([p for p in procs if p is not doomed])
-        stopped_holding = wait_holding(db, frozen)
-        os.kill(frozen.popen.pid, signal.SIGSTOP)
-        time.sleep(STOP_S)
-        os.kill(frozen.popen.pid, signal.SIGCONT)
-        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
-        for p in (looper, served):
-            p.popen.send_signal(signal.SIGTERM)
-        for p in procs:
-            if p is not doomed:
-                p.popen.wait(timeout=30)
-                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
-    finally:
-        for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait(timeout=10)
+    killed_holding, stopped_holding = kill_and_stall(db, env, rng)
     marker = re.compile(r"\[PromptYoSelf occurrence (promptyoself-\d+-\d+)\]$")
     seen: Counter[str] = Counter()
     texts: Counter[str] = Counter()

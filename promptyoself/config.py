@@ -303,6 +303,10 @@ class Settings(BaseSettings):
     letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
     allowed_hosts: str | None = _field(None, "PROMPTYOSELF_ALLOWED_HOSTS",
                                 "host names separated by commas, or * for any (empty = loopback names only)")
+    trusted_proxies: str | None = _field(
+        None, "PROMPTYOSELF_TRUSTED_PROXIES",
+        "IP addresses or networks (CIDR) of reverse proxies, separated by commas (empty = none: the "
+        "peer address is the client)")
     max_request_bytes: int = _field(4 * 1024 * 1024, "PROMPTYOSELF_MAX_REQUEST_BYTES", "a whole number >= 1024",
                                     ge=1024)
     mcp_session_idle: Seconds = _field(600.0, "PROMPTYOSELF_MCP_SESSION_IDLE", ACCEPTS_SECONDS,
@@ -368,6 +372,18 @@ class Settings(BaseSettings):
         names = [n.strip().lower() for n in value.split(",") if n.strip()]
         if any(not _HOST_NAME.fullmatch(n) for n in names) or ("*" in names and len(names) > 1):
             raise ValueError("not host names")
+        return ",".join(names) or None
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        import ipaddress
+
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        for name in names:
+            ipaddress.ip_network(name, strict=False)  # ValueError: not an address or a network
         return ",".join(names) or None
 
     @property

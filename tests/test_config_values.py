@@ -78,6 +78,7 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_AGENT_TOKEN": ("pys_agent_\x7f", "pys_agent_t0ken", _secret("pys_agent_t0ken")),
     "PROMPTYOSELF_LETTA_PROXY": ("proxy", "off", False),
     "PROMPTYOSELF_ALLOWED_HOSTS": ("a b", "Promptyoself, [::1]", "promptyoself,[::1]"),
+    "PROMPTYOSELF_TRUSTED_PROXIES": ("proxy.example", " 127.0.0.1, 10.0.0.0/8 ", "127.0.0.1,10.0.0.0/8"),
     "PROMPTYOSELF_MAX_REQUEST_BYTES": ("1000", "65536", 65536),
     "PROMPTYOSELF_MCP_SESSION_IDLE": ("0", "5m", 300.0),
     "PROMPTYOSELF_MCP_MAX_SESSIONS": ("0", "20", 20),

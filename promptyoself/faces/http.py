@@ -44,6 +44,7 @@ from promptyoself.faces.http_auth import (
     caller_agent,
     forbidden_body,
     http_token,
+    proxy_options,
 )
 from promptyoself.faces.http_guard import McpSessions, RequestGuard, allowed_hosts
 from promptyoself.faces.mcp import build_server
@@ -274,7 +275,7 @@ def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path
              "in this process" if settings.executor_enabled else "off")
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
                             access_log=level == "debug", lifespan="on",
-                            http=bounded_h11(settings.http_header_timeout, cap))
+                            http=bounded_h11(settings.http_header_timeout, cap), **proxy_options(settings))
     server = uvicorn.Server(config)
 
     def stop() -> None:  # the delivery engine stopped by itself: shut down as on SIGTERM, then exit 1

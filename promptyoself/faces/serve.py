@@ -170,7 +170,7 @@ def _serve(args: argparse.Namespace) -> int:
             with StdioSigintExits(lambda: _stop_for_exit(core)):
                 run_stdio(mcp)
         else:
-            from promptyoself.faces.http_auth import agent_resolver, http_token, transport_middleware
+            from promptyoself.faces.http_auth import agent_resolver, http_token, proxy_options, transport_middleware
 
             level = settings.log_level.lower()
             log.info(
@@ -192,7 +192,9 @@ def _serve(args: argparse.Namespace) -> int:
                 middleware=transport_middleware(settings, args.host, agent_resolver(core)),
                 # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
                 # default config would print access lines on stdout.
-                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},
+                # X-Forwarded-For only from PROMPTYOSELF_TRUSTED_PROXIES (the wrong-token throttle's key)
+                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug",
+                                **proxy_options(settings)},
             )
     finally:
         core.close()

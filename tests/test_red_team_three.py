@@ -90,3 +90,116 @@ def test_trusted_proxies_setting_takes_addresses_and_networks_only() -> None:
     assert Settings(trusted_proxies="").trusted_proxies is None
     with pytest.raises(ValueError):
         Settings(trusted_proxies="proxy.example")
+
+
+# ---- item 5: answer bodies are read with a size bound -------------------------------------------------
+
+
+class _Endless:
+    """An answer body of up to ``chunks`` x 64 KiB that counts how much of it was read."""
+
+    def __init__(self, chunks: int = 1000) -> None:
+        self.chunks = chunks
+        self.taken = 0
+
+    async def __aiter__(self) -> Any:
+        for _ in range(self.chunks):
+            self.taken += 1
+            yield b"x" * 65536
+
+
+@pytest.mark.parametrize("status", [200, 503, 400])
+async def test_a_huge_webhook_answer_is_not_read_whole(status: int) -> None:
+    import base64
+
+    from promptyoself.config import Settings, WebhookEndpoint
+    from promptyoself.errors import PromptYoSelfError
+    from promptyoself.targets.webhook.target import WebhookTarget
+    from tests.test_webhook_target import occ, yes
+
+    body = _Endless()
+    ep = WebhookEndpoint("default", "https://hooks.example/in", ("whsec_" + base64.b64encode(b"k" * 24).decode(),))
+    tgt = WebhookTarget(Settings(letta_timeout=5), endpoints={"default": ep},
+                        transport=httpx.MockTransport(lambda r: httpx.Response(status, content=body)))
+    try:
+        sent = await tgt.send(occ(), yes)
+    except PromptYoSelfError as exc:
+        assert status != 200 and exc.details["http_status"] == status
+    else:
+        assert status == 200 and sent.details["http_status"] == 200
+    finally:
+        await tgt.aclose()
+    assert body.taken <= 2, f"{body.taken} chunks of 64 KiB read of an answer whose status was all that counted"
+
+
+class _EndlessSync:
+    def __init__(self, chunks: int = 1000) -> None:
+        self.chunks = chunks
+        self.taken = 0
+
+    def __iter__(self) -> Any:
+        for _ in range(self.chunks):
+            self.taken += 1
+            yield b"x" * 65536
+
+
+def test_a_huge_letta_answer_fails_the_blocking_call_unread() -> None:
+    from promptyoself.letta.client import MAX_ANSWER_BYTES, LettaClient
+    from promptyoself.letta.errors import LettaUnavailable
+
+    body = _EndlessSync()
+    client = LettaClient("http://letta.test",
+                         transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body)))
+    with pytest.raises(LettaUnavailable, match="more than"):
+        client.health()
+    assert body.taken * 65536 <= MAX_ANSWER_BYTES + 65536
+
+
+async def test_a_huge_letta_answer_fails_the_async_call_unread() -> None:
+    from promptyoself.letta.client import MAX_ANSWER_BYTES, AsyncLettaClient
+    from promptyoself.letta.errors import LettaUnavailable
+
+    body = _Endless()
+    client = AsyncLettaClient("http://letta.test",
+                              transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body)))
+    with pytest.raises(LettaUnavailable, match="more than"):
+        await client.list_agents()
+    assert body.taken * 65536 <= MAX_ANSWER_BYTES + 65536
+
+
+@pytest.mark.slow
+async def test_an_endless_letta_answer_over_a_real_socket_is_cut() -> None:
+    """aiohttp, as the delivery engine uses it, against a server that sends a chunked answer for ever."""
+    import asyncio
+
+    from promptyoself.letta.client import AsyncLettaClient
+    from promptyoself.letta.errors import LettaUnavailable
+
+    sent = 0
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        try:
+            while sent < 200 * 1024 * 1024:  # 200 MB at most, should the client read on
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+                sent += len(chunk)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(endless, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = AsyncLettaClient(f"http://127.0.0.1:{port}", timeout=30)
+    try:
+        with pytest.raises(LettaUnavailable, match="more than"):
+            await client.list_agents()
+    finally:
+        await client.aclose()
+        server.close()
+        await server.wait_closed()
+    assert sent < 64 * 1024 * 1024, sent

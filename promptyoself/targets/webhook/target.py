@@ -39,6 +39,9 @@ from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 
 NAME = "webhook"
 EVENT_TYPE = "promptyoself.prompt.due"
+MAX_ANSWER_BYTES = 4096
+"""The most of an endpoint's answer body read: its status is the verdict, the body is never used, so a
+huge or endless answer costs at most this much (issue 42 item 5: a 1 GB ``200`` was read whole)."""
 MAX_ENDPOINT_NAME = 64
 IN_DOUBT = "in_doubt"
 
@@ -81,6 +84,23 @@ def signature(secrets: tuple[str, ...], msg_id: str, sent_at: datetime, body: by
     """``webhook-signature``: one ``v1,<base64>`` per secret, space-separated."""
     text = body.decode()
     return " ".join(Webhook(secret).sign(msg_id, sent_at, text) for secret in secrets)
+
+
+async def _read_at_most(resp: httpx.Response, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a streamed answer's body; the rest is left unread. A body that breaks
+    off is no failure: the status, already in, is the answer (a body read to its end lets the
+    connection be used again). Raw bytes: a compressed answer is not inflated."""
+    got = bytearray()
+    try:
+        async for chunk in resp.aiter_raw():
+            got.extend(chunk[: limit - len(got)])
+            if len(got) >= limit:
+                break
+    except httpx.StreamConsumed:  # an answer already in memory (a test transport's): nothing to stream
+        return resp.content[:limit]
+    except httpx.HTTPError:
+        pass
+    return bytes(got)
 
 
 class WebhookTarget:
@@ -142,8 +162,13 @@ class WebhookTarget:
             raise NotSent("the claim's fence refused the webhook before it started")
         try:
             async with asyncio.timeout(self.timeout):  # the whole request, not each read
-                resp = await self._client().post(ep.url, content=body, headers=headers,
-                                                 extensions={"trace": trace})
+                request = self._client().build_request("POST", ep.url, content=body, headers=headers,
+                                                       extensions={"trace": trace})
+                resp = await self._client().send(request, stream=True)
+                try:
+                    await _read_at_most(resp, MAX_ANSWER_BYTES)
+                finally:
+                    await resp.aclose()  # the rest is never read (the connection is dropped, not drained)
         except (TimeoutError, httpx.HTTPError) as exc:
             written = WRITTEN_AFTER in marks
             doubt = written and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)

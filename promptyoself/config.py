@@ -108,6 +108,43 @@ def redact_url(text: str) -> str:
     return _URL.sub(one, text)
 
 
+def redact_endpoint(url: str) -> str:
+    """A URL whose path and query may themselves be the credential (a webhook endpoint's: Slack's
+    ``/services/T.../B.../<secret>``, a ``?token=`` of any name): ``scheme://host:port`` and, when
+    there was more, ``/***``. The user and password go too. For every place such a URL is shown: error
+    messages and history, health and readiness lines, logs (issue 42 item 7)."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if not parts.scheme or not host:
+        return REDACTED
+    shown_host = f"[{host}]" if ":" in host else host
+    head = f"{parts.scheme}://{shown_host}" + (f":{port}" if port is not None else "")
+    more = parts.path.strip("/") or parts.query or parts.fragment
+    return head + (f"/{REDACTED}" if more else "")
+
+
+def endpoint_secrets(url: str) -> list[str]:
+    """The part of a webhook endpoint's URL that ``redact_endpoint`` hides (its path and query), for the
+    log filter and the history's redaction, when it is long enough to be a credential rather than a
+    word that other text holds too (``/in``, ``/hook``)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    hidden = parts.path.strip("/") + (f"?{parts.query}" if parts.query else "")
+    found = [hidden, parts.path.rstrip("/"), parts.query, unquote(hidden)]
+    return [s for s in dict.fromkeys(found) if len(s) >= 12]
+
+
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
 
 

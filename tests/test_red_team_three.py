@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from promptyoself.core.operations import Core
+from promptyoself.faces.http import build_service_app
 from tests.helpers_delivery import make_settings
 
 TOKEN = "red-team-three-token-0123456789"
@@ -203,3 +204,68 @@ async def test_an_endless_letta_answer_over_a_real_socket_is_cut() -> None:
         server.close()
         await server.wait_closed()
     assert sent < 64 * 1024 * 1024, sent
+
+
+# ---- item 7: a webhook URL's path and query are never shown -------------------------------------------
+
+HOOK_PATH = "/services/T0001/B0001/s3cr3tPathXYZ"
+HOOK_URL = f"http://127.0.0.1:9{HOOK_PATH}?token=q5ecret"
+
+
+@pytest.fixture
+def hook_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    monkeypatch.setenv("PROMPTYOSELF_WEBHOOK_URL", HOOK_URL)
+    monkeypatch.setenv("PROMPTYOSELF_WEBHOOK_SECRET", "whsec_" + base64.b64encode(b"k" * 24).decode())
+
+
+def test_redact_endpoint_keeps_scheme_host_and_port_only() -> None:
+    from promptyoself.config import redact_endpoint
+
+    assert redact_endpoint(HOOK_URL) == "http://127.0.0.1:9/***"
+    assert redact_endpoint("https://u:pw@hooks.example/x?y=1#z") == "https://hooks.example/***"
+    assert redact_endpoint("https://[::1]:8443") == "https://[::1]:8443"
+    assert redact_endpoint("https://hooks.example/") == "https://hooks.example"
+    assert redact_endpoint("not a url") == "***"
+
+
+async def test_webhook_errors_and_readiness_hide_the_path(hook_env: None) -> None:
+    from promptyoself.config import Settings
+    from promptyoself.errors import PromptYoSelfError
+    from promptyoself.targets.webhook.target import WebhookTarget
+    from tests.test_webhook_target import occ, yes
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    tgt = WebhookTarget(Settings(), transport=httpx.MockTransport(refuse))
+    with pytest.raises(PromptYoSelfError) as caught:
+        await tgt.send(occ(), yes)
+    with pytest.raises(PromptYoSelfError) as probed:
+        await tgt.probe()
+    await tgt.aclose()
+    for shown in (caught.value.message, probed.value.message, tgt.readiness(), str(caught.value.to_dict())):
+        assert "s3cr3t" not in shown and "q5ecret" not in shown and "services" not in shown, shown
+        assert "http://127.0.0.1:9/***" in shown, shown
+
+
+def test_healthz_and_logs_hide_the_webhook_path(hook_env: None, db_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from promptyoself.logs import Redactor
+
+    settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
+    core = Core(settings)
+    core.schedule_every("ping", "1h", agent_id="agent-hook", target="webhook", skip_validation=True)
+    try:
+        c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000")
+        for path in ("/healthz", "/readyz"):
+            text = c.get(path).text
+            assert "s3cr3t" not in text and "q5ecret" not in text, (path, text)
+        assert "127.0.0.1:9/***" in c.get("/healthz").text
+        redact = Redactor(settings)
+        stored = redact(f"POST {HOOK_URL} failed; path {HOOK_PATH}; decoded {HOOK_PATH.strip('/')}")
+        assert stored is not None and "s3cr3t" not in stored and "q5ecret" not in stored, stored
+    finally:
+        core.close()

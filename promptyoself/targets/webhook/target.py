@@ -25,7 +25,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from promptyoself import __version__, timing
-from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, redact_url, webhook_endpoints
+from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, redact_endpoint, webhook_endpoints
 from promptyoself.errors import (
     WRITTEN_AFTER,
     InvalidArgument,
@@ -148,7 +148,7 @@ class WebhookTarget:
             "webhook-timestamp": str(int(sent_at.timestamp())),
             "webhook-signature": signature(ep.secrets, occ.occurrence_id, sent_at, body),
         }
-        shown = redact_url(ep.url)
+        shown = redact_endpoint(ep.url)
         marks: dict[str, float] = {}
         started = time.monotonic()
 
@@ -208,15 +208,15 @@ class WebhookTarget:
                     resp = await self._client().head(ep.url)
             except (TimeoutError, httpx.HTTPError) as exc:
                 self._reachable[ep.name] = f"unreachable ({type(exc).__name__})"
-                raise TargetUnavailable(f"webhook endpoint {ep.name!r} at {redact_url(ep.url)} cannot be reached "
+                raise TargetUnavailable(f"webhook endpoint {ep.name!r} at {redact_endpoint(ep.url)} cannot be reached "
                                        f"({type(exc).__name__}).", transient=True) from None
             self._reachable[ep.name] = f"reachable (HTTP {resp.status_code} to HEAD)"
 
     def readiness(self) -> str:
         if not self.endpoints:
             return "no webhook endpoint configured (PROMPTYOSELF_WEBHOOK_URL)"
-        return "; ".join(f"endpoint {ep.name}: {redact_url(ep.url)} {self._reachable.get(ep.name, 'not probed yet')}"
-                         for ep in self.endpoints.values())
+        return "; ".join(f"endpoint {ep.name}: {redact_endpoint(ep.url)} "
+                         f"{self._reachable.get(ep.name, 'not probed yet')}" for ep in self.endpoints.values())
 
     async def aclose(self) -> None:
         if self._http is not None:

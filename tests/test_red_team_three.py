@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -267,5 +268,33 @@ def test_healthz_and_logs_hide_the_webhook_path(hook_env: None, db_path: Path) -
         redact = Redactor(settings)
         stored = redact(f"POST {HOOK_URL} failed; path {HOOK_PATH}; decoded {HOOK_PATH.strip('/')}")
         assert stored is not None and "s3cr3t" not in stored and "q5ecret" not in stored, stored
+    finally:
+        core.close()
+
+
+# ---- item 8: nothing about the operator token on /healthz ----------------------------------------------
+
+
+@pytest.mark.slow  # the delivery engine runs (its threads) and the test waits for its lease
+def test_healthz_shows_nothing_of_the_operator_token(db_path: Path) -> None:
+    import hashlib
+    import time
+
+    from starlette.testclient import TestClient
+
+    settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN,
+                             executor_autostart=True, stdio_relay="off")
+    core = Core(settings)
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    try:
+        with TestClient(build_service_app(core, settings, delivery=True), base_url="http://127.0.0.1:8000") as c:
+            for _ in range(100):  # the engine takes the lease (and records its token print) as it starts
+                body = c.get("/healthz").json()
+                if (body.get("worker") or {}).get("alive"):
+                    break
+                time.sleep(0.05)
+            text = json.dumps(body)
+        assert body["worker"]["alive"], body
+        assert digest[:6] not in text and '"token"' not in text and "sha256" not in text, text
     finally:
         core.close()

@@ -298,3 +298,21 @@ def test_healthz_shows_nothing_of_the_operator_token(db_path: Path) -> None:
         assert digest[:6] not in text and '"token"' not in text and "sha256" not in text, text
     finally:
         core.close()
+
+
+# ---- item 9: serve refuses to run under an agent token -------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", [[], ["--transport", "http"], ["--transport", "sse"]])
+def test_serve_refuses_an_agent_token(transport: list[str], db_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from promptyoself.faces.cli import main
+
+    monkeypatch.setenv("PROMPTYOSELF_DB", str(db_path))
+    monkeypatch.setenv("PROMPTYOSELF_AGENT_TOKEN", "pys_agent_not-the-operator")
+    monkeypatch.setenv("PROMPTYOSELF_EXECUTOR_AUTOSTART", "false")
+    code = main(["serve", "--port", "0", *transport])  # refused before any port is bound (fast tier: none may be)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "PROMPTYOSELF_AGENT_TOKEN" in err and "operator" in err and "pys_agent_not" not in err
+    assert not db_path.exists(), "refused before the database was opened"

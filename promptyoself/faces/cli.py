@@ -632,13 +632,13 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
             run = COMMANDS.get(args.command) if args.command else None
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return int(exc.code or 0)
-    if args.command is None or run is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    if args.command == "serve":
+    if args.command == "serve":  # no Run of its own; it refuses PROMPTYOSELF_AGENT_TOKEN itself (faces/serve.py)
         from promptyoself.faces.serve import serve
 
         return serve(args)
+    if args.command is None or run is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
     as_json = want_json(args)
     own_core = core is None
     # imported after parsing: `--help` and usage errors need the standard library only

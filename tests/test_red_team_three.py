@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -316,3 +317,69 @@ def test_serve_refuses_an_agent_token(transport: list[str], db_path: Path, monke
     assert code == 2 and out == ""
     assert "PROMPTYOSELF_AGENT_TOKEN" in err and "operator" in err and "pys_agent_not" not in err
     assert not db_path.exists(), "refused before the database was opened"
+
+
+# ---- item 14: one spelling per id; a spaced-out secret is still redacted --------------------------------
+
+ODD_IDS = ["12.0", "%2012", "%2012%20", "0012", "1_2", "%2B12", "12%0A", "１２"]
+
+
+@pytest.fixture
+def twelve(db_path: Path) -> Iterator[tuple[Core, Any]]:
+    from starlette.testclient import TestClient
+
+    settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
+    core = Core(settings)
+    for i in range(12):
+        core.schedule_every(f"prompt {i}", "1h", agent_id="agent-ids", skip_validation=True)
+    c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000",
+                   raise_server_exceptions=False)
+    yield core, c
+    c.close()
+    core.close()
+
+
+def _state(core: Core, sid: int) -> str:
+    from promptyoself.store import schedules
+
+    row = schedules.get(core.store, sid)
+    assert row is not None
+    return str(row.state)
+
+
+@pytest.mark.parametrize("odd", ODD_IDS)
+def test_rest_ids_have_one_spelling(twelve: tuple[Core, Any], odd: str) -> None:
+    core, c = twelve
+    assert c.post("/api/schedules/12/pause", headers=H).status_code == 200  # the canonical one works
+    assert c.post("/api/schedules/12/resume", headers=H).status_code == 200
+    for method, path in (("POST", f"/api/schedules/{odd}/pause"), ("POST", f"/api/schedules/{odd}/resume"),
+                         ("DELETE", f"/api/schedules/{odd}"), ("GET", f"/api/history?schedule_id={odd}")):
+        r = c.request(method, path, headers=H)
+        assert r.status_code == 422 and r.json()["code"] == "invalid_argument", (method, path, r.status_code, r.text)
+    for method in ("GET", "DELETE"):
+        r = c.request(method, f"/v1/agents/agent-ids/schedule/{odd}", headers=H)
+        assert r.status_code == 404, (method, odd, r.status_code, r.text)
+    assert _state(core, 12) == "active"
+
+
+@pytest.mark.parametrize("odd", ["12.0", " 12", "12 ", "0012", "1_2", "+12", "１２", "12\n"])
+def test_the_core_id_check_takes_canonical_text_only(odd: str) -> None:
+    from promptyoself.core.checks import parse_schedule_id
+    from promptyoself.errors import InvalidArgument
+
+    assert parse_schedule_id("12") == 12 and parse_schedule_id(12) == 12
+    with pytest.raises(InvalidArgument):
+        parse_schedule_id(odd)
+
+
+def test_a_spaced_out_secret_in_a_stored_error_is_redacted(db_path: Path) -> None:
+    from promptyoself.logs import Redactor
+
+    key = "sk-live-0123456789abcdef"
+    redact = Redactor(make_settings(db_path, letta_api_key=key))
+    for copy in (" ".join(key), "sk-live-0123 4567 89ab cdef", "\t".join(key.upper()), key):
+        stored = redact(f"Letta said: key {copy} was refused")
+        assert stored is not None
+        squashed = "".join(stored.split()).lower()
+        assert "0123456789abcdef" not in squashed and "789abc" not in squashed, stored
+    assert redact("nothing secret here: s k 1 2") == "nothing secret here: s k 1 2"

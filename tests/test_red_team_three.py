@@ -383,3 +383,32 @@ def test_a_spaced_out_secret_in_a_stored_error_is_redacted(db_path: Path) -> Non
         squashed = "".join(stored.split()).lower()
         assert "0123456789abcdef" not in squashed and "789abc" not in squashed, stored
     assert redact("nothing secret here: s k 1 2") == "nothing secret here: s k 1 2"
+
+
+# ---- item 11: an agent token cannot have Letta fetch a URL ----------------------------------------------
+
+
+def _letta_body(**extra: Any) -> dict[str, Any]:
+    import time
+
+    return {"schedule": {"type": "one-time", "scheduled_at": int(time.time() * 1000) + 3_600_000},
+            "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def test_an_agent_token_cannot_pass_a_callback_url(twelve: tuple[Core, Any]) -> None:
+    from promptyoself.core import agent_tokens
+    from promptyoself.store import schedules
+
+    core, c = twelve
+    token = agent_tokens.mint(core, "agent-ids")["token"]
+    mine = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    before = len(schedules.letta_page(core.store, "agent-ids", None, 100))
+    for url in ("http://169.254.169.254/latest/meta-data/", "https://example.org/hook"):
+        r = c.post("/v1/agents/agent-ids/schedule", json=_letta_body(callback_url=url), headers=mine)
+        assert r.status_code == 403 and r.json()["code"] == "forbidden" and "callback_url" in r.json()["error"], r.text
+    assert len(schedules.letta_page(core.store, "agent-ids", None, 100)) == before, "nothing stored"
+    # Without it the agent's request goes on (to the agent check on Letta, which is down here: 503), and
+    # the operator may set one.
+    assert c.post("/v1/agents/agent-ids/schedule", json=_letta_body(), headers=mine).status_code == 503
+    r = c.post("/v1/agents/agent-ids/schedule", json=_letta_body(callback_url="https://example.org/hook"), headers=H)
+    assert r.status_code == 503 and r.json()["code"] != "forbidden", r.text

@@ -32,7 +32,7 @@ from promptyoself.core.results import (
     LettaScheduledMessage,
     LettaSchedulePage,
 )
-from promptyoself.errors import BadNumber, InvalidArgument, InvalidCron, NotFound, PromptTooLong
+from promptyoself.errors import BadNumber, Forbidden, InvalidArgument, InvalidCron, NotFound, PromptTooLong
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ RETURN_TYPES = (
     "approval_request_message",
     "approval_response_message",
 )
+URL_FIELDS = ("callback_url",)
+"""Fields of the create body that make Letta fetch a URL (with our credentials, from Letta's network):
+refused from an agent token (issue 42 item 11). Images are base64 only (``_part``), never a URL."""
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 MAX_STEPS = 10_000
@@ -187,12 +190,20 @@ class LettaSchedules:
 
     # ---- create -------------------------------------------------------------------------------
 
-    def create(self, agent_id: str, body: object) -> LettaScheduleCreated:
+    def create(self, agent_id: str, body: object, *, by_agent: bool = False) -> LettaScheduleCreated:
+        """``by_agent``: the caller holds an agent token, not the operator's: it may not name a URL that
+        Letta would fetch with this service's credentials (``URL_FIELDS``: 403 ``forbidden``)."""
         from promptyoself.core.operations import Plan
         from promptyoself.core.options import ScheduleOptions
 
         if not isinstance(body, dict):
             raise InvalidArgument("The body must be a JSON object with 'schedule' and 'messages'.")
+        if by_agent:
+            named = [key for key in URL_FIELDS if body.get(key) is not None]
+            if named:
+                raise Forbidden(f"{', '.join(named)} is the operator's: Letta fetches that URL with this "
+                                "service's credentials, so an agent token may not set it. Leave it out, or "
+                                "schedule with the operator token (PROMPTYOSELF_HTTP_TOKEN).")
         sched = body.get("schedule")
         if not isinstance(sched, dict):
             raise InvalidArgument("schedule must be an object: {'type': 'one-time', 'scheduled_at': <unix ms>} "

@@ -368,7 +368,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return JSONResponse(error_body("The body is not valid JSON (or is nested too deep).", "invalid_argument"),
                                 400)
-        return await call(api.create, agent_id, body)
+        return await call(api.create, agent_id, body, by_agent=who is not None)
 
     @app.get("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="List scheduled messages (Letta API)")
     async def letta_list(request: Request, agent_id: str, after: str | None = None,

@@ -145,6 +145,22 @@ def endpoint_secrets(url: str) -> list[str]:
     return [s for s in dict.fromkeys(found) if len(s) >= 12]
 
 
+def configured_endpoint_secrets() -> list[str]:
+    """What the log filter and the history's redaction hide of the configured webhook endpoints: their
+    ``whsec_`` secrets, the passwords and credential parameters of their URLs, and their paths and
+    queries (``endpoint_secrets``). None when the endpoints are misconfigured (reported elsewhere)."""
+    try:
+        endpoints = webhook_endpoints()
+    except ConfigError:
+        return []
+    found: list[str] = []
+    for endpoint in endpoints.values():
+        found.extend(endpoint.secrets)
+        found.extend(url_secrets(endpoint.url))
+        found.extend(endpoint_secrets(endpoint.url))
+    return found
+
+
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
 
 
@@ -318,6 +334,12 @@ class Settings(BaseSettings):
     max_active_per_agent: int = _field(100, "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT", ACCEPTS_COUNT, ge=1)
     min_interval: Duration = _field("10s", "PROMPTYOSELF_MIN_INTERVAL", ACCEPTS_INTERVAL, validate_default=True)
     max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
+    max_payload_bytes: int = _field(256 * 1024, "PROMPTYOSELF_MAX_PAYLOAD_BYTES", "a whole number >= 1024", ge=1024)
+    # Retention (promptyoself purge, and the service once an hour): ended schedules and old history go.
+    keep_ended: DurationOrOff = _field("7d", "PROMPTYOSELF_KEEP_ENDED", ACCEPTS_INTERVAL_OR_OFF,
+                                       validate_default=True)
+    keep_history: DurationOrOff = _field("30d", "PROMPTYOSELF_KEEP_HISTORY", ACCEPTS_INTERVAL_OR_OFF,
+                                         validate_default=True)
 
     # Guardrails against a runaway agent (docs/console.md): each delivered prompt costs an LLM turn.
     max_deliveries_per_agent_per_day: int = _field(500, "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY",

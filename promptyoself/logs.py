@@ -19,15 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from promptyoself.config import (
-    REDACTED,
-    ConfigError,
-    Settings,
-    endpoint_secrets,
-    redact_credentials,
-    url_secrets,
-    webhook_endpoints,
-)
+from promptyoself.config import REDACTED, Settings, configured_endpoint_secrets, redact_credentials, url_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers that install their own handlers; we route them through ours instead.
@@ -130,14 +122,7 @@ def settings_secrets(settings: Settings) -> list[str]:
     found.extend(s for s in stripped if s)
     for url in (settings.db_url, settings.letta_base_url):
         found.extend(url_secrets(url))
-    try:  # a webhook endpoint's path and query may be its credential (issue 42 item 7)
-        endpoints = webhook_endpoints()
-    except ConfigError:  # reported where the settings are checked
-        endpoints = {}
-    for endpoint in endpoints.values():
-        found.extend(url_secrets(endpoint.url))
-        found.extend(endpoint_secrets(endpoint.url))
-        found.extend(endpoint.secrets)
+    found.extend(configured_endpoint_secrets())  # an endpoint URL's path may be its credential (issue 42 item 7)
     return found
 
 

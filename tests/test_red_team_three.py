@@ -412,3 +412,146 @@ def test_an_agent_token_cannot_pass_a_callback_url(twelve: tuple[Core, Any]) -> 
     assert c.post("/v1/agents/agent-ids/schedule", json=_letta_body(), headers=mine).status_code == 503
     r = c.post("/v1/agents/agent-ids/schedule", json=_letta_body(callback_url="https://example.org/hook"), headers=H)
     assert r.status_code == 503 and r.json()["code"] != "forbidden", r.text
+
+
+# ---- item 6: an agent token cannot fill the disk ---------------------------------------------------------
+
+
+def test_image_data_counts_against_the_stored_payload_limit(twelve: tuple[Core, Any]) -> None:
+    from promptyoself.core import agent_tokens
+    from promptyoself.store import schedules
+
+    core, c = twelve
+    token = agent_tokens.mint(core, "agent-ids")["token"]
+    mine = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 300_000}}
+    body = _letta_body()
+    body["messages"] = [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}]
+    r = c.post("/v1/agents/agent-ids/schedule", json=body, headers=mine)
+    assert r.status_code == 413 and "PROMPTYOSELF_MAX_PAYLOAD_BYTES" in r.json()["error"], r.text
+    assert schedules.letta_page(core.store, "agent-ids", None, 100) == []
+
+
+def _cancelled_with_history(core: Core, n: int) -> list[int]:
+    from datetime import UTC, datetime
+
+    from promptyoself.store.db import Delivery
+
+    ids = []
+    for i in range(n):
+        sid = core.schedule_every(f"fill {i}", "1h", agent_id="agent-fill", skip_validation=True)["id"]
+        core.cancel(sid)
+        ids.append(sid)
+    with core.store.session() as s:
+        now = datetime.now(UTC)
+        for sid in ids:
+            s.add(Delivery(schedule_id=sid, agent_id="agent-fill", scheduled_for=now, attempted_at=now,
+                           outcome="delivered", attempt=1))
+    return ids
+
+
+def test_retention_purges_ended_schedules_and_old_history(db_path: Path) -> None:
+    from datetime import timedelta
+
+    from promptyoself.core.retention import purge
+    from promptyoself.store import schedules
+    from promptyoself.store.history import deliveries
+
+    core = Core(make_settings(db_path))
+    try:
+        gone = _cancelled_with_history(core, 3)
+        kept = core.schedule_every("still here", "1h", agent_id="agent-fill", skip_validation=True)["id"]
+        now = core.now()
+        assert purge(core, now=now)["schedules"] == 0, "nothing ended 7 days ago yet"
+        later = now + timedelta(days=8)  # PROMPTYOSELF_KEEP_ENDED (7d) has passed for the cancelled ones
+        done = purge(core, now=later)
+        assert done["schedules"] == 3 and done["history"] == 3, done
+        assert all(schedules.get(core.store, sid) is None for sid in gone)
+        assert schedules.get(core.store, kept) is not None
+        assert deliveries(core.store, schedule_id=None, agent_id=None, limit=10) == []
+    finally:
+        core.close()
+
+
+def test_retention_off_keeps_everything(db_path: Path) -> None:
+    from datetime import timedelta
+
+    from promptyoself.core.retention import purge
+
+    core = Core(make_settings(db_path, keep_ended="off", keep_history="off"))
+    try:
+        _cancelled_with_history(core, 2)
+        assert purge(core, now=core.now() + timedelta(days=400))["schedules"] == 0
+    finally:
+        core.close()
+
+
+def test_the_purge_command(db_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from promptyoself.faces.cli import main
+
+    core = Core(make_settings(db_path))
+    try:
+        _cancelled_with_history(core, 2)
+        assert main(["purge", "--json"], core=core) == 0
+        assert json.loads(capsys.readouterr().out)["schedules"] == 0  # ended just now: within 7 days
+        assert main(["purge", "--before", "2999-01-01", "--json"], core=core) != 0  # the future: refused
+        capsys.readouterr()
+        future = core.now().isoformat()  # everything so far ended before it
+        assert main(["purge", "--before", future, "--json"], core=core) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["schedules"] == 2 and out["history"] == 2, out
+    finally:
+        core.close()
+
+
+def test_a_full_database_is_503_not_internal(db_path: Path) -> None:
+    """SQLite's SQLITE_FULL ("database or disk is full", here from max_page_count, as from a full disk)."""
+    from sqlalchemy import event, text
+    from starlette.testclient import TestClient
+
+    settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
+    core = Core(settings)
+    try:
+        with core.store.engine.connect() as conn:
+            pages = int(conn.execute(text("PRAGMA page_count")).scalar() or 0)
+        core.store.engine.dispose()
+        event.listen(core.store.engine, "connect",
+                     lambda dbapi, _rec: dbapi.execute(f"PRAGMA max_page_count={pages + 2}"))
+        c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000",
+                       raise_server_exceptions=False)
+        body = {"prompt": "x" * 7000, "every": "1h", "agent_id": "agent-full", "skip_validation": True}
+        codes = [c.post("/api/schedules/every", json=body, headers=H) for _ in range(20)]
+        failed = [r for r in codes if r.status_code != 200]
+        assert failed, "the database never filled"
+        assert failed[0].status_code == 503 and failed[0].json()["code"] == "database_unavailable", failed[0].text
+        assert "cannot store more" in failed[0].json()["error"]
+    finally:
+        core.close()
+
+
+@pytest.mark.slow  # the delivery engine and the hourly purge run; the test waits for the first purge
+def test_the_service_purges_at_start(db_path: Path) -> None:
+    import time
+    from datetime import timedelta
+
+    from sqlalchemy import update
+    from starlette.testclient import TestClient
+
+    from promptyoself.store import schedules
+    from promptyoself.store.db import Schedule
+
+    settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN,
+                             executor_autostart=True, stdio_relay="off")
+    core = Core(settings)
+    try:
+        ids = _cancelled_with_history(core, 2)
+        with core.store.session() as s:  # ended 8 days ago: past PROMPTYOSELF_KEEP_ENDED (7d)
+            s.execute(update(Schedule).where(Schedule.id.in_(ids)).values(updated_at=core.now() - timedelta(days=8)))
+        with TestClient(build_service_app(core, settings, delivery=True), base_url="http://127.0.0.1:8000"):
+            for _ in range(200):
+                if all(schedules.get(core.store, sid) is None for sid in ids):
+                    break
+                time.sleep(0.05)
+        assert all(schedules.get(core.store, sid) is None for sid in ids)
+    finally:
+        core.close()

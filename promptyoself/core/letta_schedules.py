@@ -245,8 +245,14 @@ class LettaSchedules:
         else:
             raise InvalidArgument("schedule.type must be 'one-time' or 'recurring'.")
         text = summary_text(payload, core.settings.max_prompt_chars)
-        plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message,
-                    letta_payload=json.dumps(payload, separators=(",", ":"), allow_nan=False))
+        stored = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        size = len(stored.encode("utf-8", "surrogatepass"))
+        if size > core.settings.max_payload_bytes:  # image data too: every byte that is stored counts
+            raise PromptTooLong(
+                f"The scheduled message is {size} bytes as stored (images included); the limit is "
+                f"{core.settings.max_payload_bytes} (PROMPTYOSELF_MAX_PAYLOAD_BYTES). Send smaller images or less text."
+            )
+        plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message, letta_payload=stored)
         created = core._create(text, plan, ScheduleOptions(agent_id=agent_id), now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 

@@ -111,6 +111,59 @@ def redact_url(text: str) -> str:
     return _URL.sub(one, text)
 
 
+def redact_endpoint(url: str) -> str:
+    """A URL whose path and query may themselves be the credential (a webhook endpoint's: Slack's
+    ``/services/T.../B.../<secret>``, a ``?token=`` of any name): ``scheme://host:port`` and, when
+    there was more, ``/***``. The user and password go too. For every place such a URL is shown: error
+    messages and history, health and readiness lines, logs (issue 42 item 7)."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if not parts.scheme or not host:
+        return REDACTED
+    shown_host = f"[{host}]" if ":" in host else host
+    head = f"{parts.scheme}://{shown_host}" + (f":{port}" if port is not None else "")
+    more = parts.path.strip("/") or parts.query or parts.fragment
+    return head + (f"/{REDACTED}" if more else "")
+
+
+def endpoint_secrets(url: str) -> list[str]:
+    """The part of a webhook endpoint's URL that ``redact_endpoint`` hides (its path and query), for the
+    log filter and the history's redaction, when it is long enough to be a credential rather than a
+    word that other text holds too (``/in``, ``/hook``)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    hidden = parts.path.strip("/") + (f"?{parts.query}" if parts.query else "")
+    found = [hidden, parts.path.rstrip("/"), parts.query, unquote(hidden)]
+    return [s for s in dict.fromkeys(found) if len(s) >= 12]
+
+
+def configured_endpoint_secrets() -> list[str]:
+    """What the log filter and the history's redaction hide of the configured webhook endpoints: their
+    ``whsec_`` secrets, the passwords and credential parameters of their URLs, and their paths and
+    queries (``endpoint_secrets``). None when the endpoints are misconfigured (reported elsewhere)."""
+    try:
+        endpoints = webhook_endpoints()
+    except ConfigError:
+        return []
+    found: list[str] = []
+    for endpoint in endpoints.values():
+        found.extend(endpoint.secrets)
+        found.extend(url_secrets(endpoint.url))
+        found.extend(endpoint_secrets(endpoint.url))
+    return found
+
+
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
 
 
@@ -294,6 +347,12 @@ class Settings(BaseSettings):
     max_active_per_agent: int = _field(100, "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT", ACCEPTS_COUNT, ge=1)
     min_interval: Duration = _field("10s", "PROMPTYOSELF_MIN_INTERVAL", ACCEPTS_INTERVAL, validate_default=True)
     max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
+    max_payload_bytes: int = _field(256 * 1024, "PROMPTYOSELF_MAX_PAYLOAD_BYTES", "a whole number >= 1024", ge=1024)
+    # Retention (promptyoself purge, and the service once an hour): ended schedules and old history go.
+    keep_ended: DurationOrOff = _field("7d", "PROMPTYOSELF_KEEP_ENDED", ACCEPTS_INTERVAL_OR_OFF,
+                                       validate_default=True)
+    keep_history: DurationOrOff = _field("30d", "PROMPTYOSELF_KEEP_HISTORY", ACCEPTS_INTERVAL_OR_OFF,
+                                         validate_default=True)
 
     # Guardrails against a runaway agent (docs/console.md): each delivered prompt costs an LLM turn.
     max_deliveries_per_agent_per_day: int = _field(500, "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY",
@@ -316,6 +375,10 @@ class Settings(BaseSettings):
     letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
     allowed_hosts: str | None = _field(None, "PROMPTYOSELF_ALLOWED_HOSTS",
                                 "host names separated by commas, or * for any (empty = loopback names only)")
+    trusted_proxies: str | None = _field(
+        None, "PROMPTYOSELF_TRUSTED_PROXIES",
+        "IP addresses or networks (CIDR) of reverse proxies, separated by commas (empty = none: the "
+        "peer address is the client)")
     max_request_bytes: int = _field(4 * 1024 * 1024, "PROMPTYOSELF_MAX_REQUEST_BYTES", "a whole number >= 1024",
                                     ge=1024)
     mcp_session_idle: Seconds = _field(600.0, "PROMPTYOSELF_MCP_SESSION_IDLE", ACCEPTS_SECONDS,
@@ -381,6 +444,18 @@ class Settings(BaseSettings):
         names = [n.strip().lower() for n in value.split(",") if n.strip()]
         if any(not _HOST_NAME.fullmatch(n) for n in names) or ("*" in names and len(names) > 1):
             raise ValueError("not host names")
+        return ",".join(names) or None
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        import ipaddress
+
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        for name in names:
+            ipaddress.ip_network(name, strict=False)  # ValueError: not an address or a network
         return ",".join(names) or None
 
     @property

@@ -399,6 +399,19 @@ def postgres_problem(where: str, cause: str) -> str:
     return f"Cannot connect to the database at {where}: {cause}. {fix} Then run `promptyoself health`."
 
 
+FULL_MARKERS = ("database or disk is full", "could not extend file", "no space left on device",
+                "disk quota exceeded", "disk full")
+"""Driver texts that mean the database cannot grow (SQLite's SQLITE_FULL, PostgreSQL's 53100
+``disk_full``): ``database_unavailable`` (503 on the REST API), not an internal error (issue 42 item 6)."""
+
+
+def full_problem(where: str, cause: str, path: Path | None) -> str:
+    """What to say when the database cannot grow: where, the driver's words, and what to do."""
+    place = f"the file system of {path.parent}" if path is not None else "the database server's disk"
+    return (f"The database at {where} cannot store more: {cause}. Nothing was written. Free space on {place} "
+            "(and run `promptyoself purge` to drop ended schedules and old history), then try again.")
+
+
 def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
     """Map a failure to open or reach the database onto ``database_driver_missing`` or
     ``database_unavailable`` (docs/design.md §9), worded for SQLite or the database server; ``None``
@@ -422,6 +435,8 @@ def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
         cause = _cause(exc)
         if isinstance(exc, (IntegrityError, ProgrammingError)) and "permission denied" not in cause.lower():
             return None  # a constraint or a statement: the caller's business, not the database's reach
+        if any(marker in cause.lower() for marker in FULL_MARKERS):
+            return DatabaseUnavailable(full_problem(where, cause, path))
         if any(marker in cause.lower() for marker in _UNREACHABLE):
             if path is not None:
                 return DatabaseUnavailable(_sqlite_words(path, cause))

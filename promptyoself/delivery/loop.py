@@ -31,6 +31,7 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.delivery.alarm import Alarm, probe_outage, watch_clock
+from promptyoself.delivery.alerts import run_alert_sender
 from promptyoself.delivery.attempt import Result, policy
 from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.claim_keeper import ClaimKeeper
@@ -209,7 +210,9 @@ class Executor:
                 keeper = tg.create_task(_part("claim keeper", parts.keeper.run(parts.io)), name="promptyoself-claims")
                 clock = watch_clock(parts, self._clock, min(self.interval, 5.0))
                 watchers = [tg.create_task(_part("outage probe", probe_outage(parts)), name="promptyoself-outage"),
-                            tg.create_task(_part("clock watch", clock), name="promptyoself-clock")]
+                            tg.create_task(_part("clock watch", clock), name="promptyoself-clock"),
+                            tg.create_task(_part("alert sender", run_alert_sender(self.core, parts.io)),
+                                           name="promptyoself-alerts")]
                 await Alarm(parts, self.interval).run()
                 await self._shutdown(parts, senders, recorder)
                 for task in watchers:

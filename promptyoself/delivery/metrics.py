@@ -122,6 +122,7 @@ class DeliveryCollector(Collector):
         g.add_metric(["max_deliveries_per_agent_per_day"], policy.max_deliveries_per_agent_per_day)
         g.add_metric(["max_schedules_per_agent_per_hour"], policy.max_schedules_per_agent_per_hour)
         g.add_metric(["max_active_per_agent"], policy.max_active_per_agent)
+        g.add_metric(["pause_after_failures"], policy.pause_after_failures)
         below = policy.approval_below
         g.add_metric(["approval_below_seconds"], below.total_seconds() if below is not None else 0)
         yield g

@@ -202,6 +202,8 @@ class PolicyRequest(BaseModel):
         None, description="Recurring schedules firing more often than this (alone or with the agent's other "
         "active schedules) wait for approval: a duration such as '30m', seconds, or 'off'.")
     max_active_per_agent: StrictInt | None = Field(None, description="Live (active or paused) schedules per agent.")
+    pause_after_failures: StrictInt | None = Field(
+        None, description="Failed occurrences in a row after which delivery pauses a schedule; 0 = never.")
 
 
 AGENT_HEADER: Any = Header(None, alias="X-Agent-Id",

@@ -26,7 +26,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
@@ -203,7 +203,8 @@ class AlertSender:
         if self._http is None:
             self._http = httpx.AsyncClient(headers={"User-Agent": f"promptyoself/{__version__}"},
                                            timeout=self.timeout, transport=self.transport, follow_redirects=False)
-        sent_at = self.now().replace(microsecond=0)
+        sent_at = datetime.now(UTC).replace(microsecond=0)  # the wire's time (receivers check it), as the
+        # webhook target signs, whatever clock the engine runs on
         body = event_body(alert, sent_at)
         headers = {"content-type": "application/json", "webhook-id": alert.id,
                    "webhook-timestamp": str(int(sent_at.timestamp())),

@@ -87,13 +87,19 @@ def next_state(
         out["last_error"] = error
     out.update(_after_slot(basis, kind, count, now, attempted_at, skip_to))
     if kind == "failed":
-        failures = (basis.failures_in_row or 0) + 1
-        out["failures_in_row"] = failures
-        if pause_after and failures >= pause_after and active and out.get("state", state) == "active":
-            out.update(state="paused", due_at=None, failures_in_row=0, last_error=(
-                f"paused: {failures} occurrences in a row failed (the operator's policy pause_after_failures="
-                f"{pause_after}); resume it once the cause is fixed. The last error: {error or 'none recorded'}"))
+        out.update(_after_failure(basis, out.get("state", state), error, pause_after))
     return out
+
+
+def _after_failure(basis: Basis, state: str, error: str | None, pause_after: int) -> dict[str, Any]:
+    """One more failed occurrence in a row; the one that makes ``pause_after`` pauses a schedule that
+    would go on (``state`` after the slot still active), and starts the count again."""
+    failures = (basis.failures_in_row or 0) + 1
+    if not (pause_after and failures >= pause_after and basis.state == "active" and state == "active"):
+        return {"failures_in_row": failures}
+    return {"state": "paused", "due_at": None, "failures_in_row": 0, "last_error": (
+        f"paused: {failures} occurrences in a row failed (the operator's policy pause_after_failures="
+        f"{pause_after}); resume it once the cause is fixed. The last error: {error or 'none recorded'}")}
 
 
 def _after_slot(basis: Basis, kind: str, count: int, now: datetime, attempted_at: datetime,

@@ -213,7 +213,7 @@ class PassthroughSend(Base):
 class Alert(Base):
     """An alert for the operator (0013; ``store/alerts.py``): a schedule paused by delivery, an agent's
     first occurrence held by a budget in a day, a target that stopped answering. ``id`` is the alert's
-    webhook-id (the same on every retry of its POST); ``send_state`` pending | sent | failed | expired."""
+    id in its signed POST (the same on every retry); ``send_state`` pending | sent | failed | expired."""
 
     __tablename__ = "alerts"
 

@@ -363,3 +363,27 @@ def test_event_body_is_compact_json() -> None:
     alert = AlertRow(**{n: mem.alerts[aid][n] for n in column_names(AlertRow)})
     body = json.loads(delivery_alerts.event_body(alert, T0))
     assert body["data"]["schedule_id"] == 1 and body["timestamp"].startswith("2026-06-15T12:00:00")
+
+
+def test_the_console_banner_shows_alerts_until_dismissed(db_path: Path) -> None:
+    from tests.test_console import TOKEN, make, sign_in  # the same app and sign-in as the console's tests
+
+    core, client = make(db_path, TOKEN)
+    try:
+        csrf = sign_in(client)
+        assert 'id="alerts"' not in client.get("/").text
+        with core.store.engine.begin() as conn:
+            stored_alerts.add(conn, [
+                delivery_alerts.row("a", "schedule_paused", "Schedule 1 was paused by delivery: paused: 5 in a row",
+                                    T0, schedule_id=1),
+                delivery_alerts.row("b", "target_unready", "Target letta does not answer", T0, target="letta")])
+        page = client.get("/console/policy").text
+        assert 'id="alerts"' in page and "2 alerts" in page and "paused: 5 in a row" in page
+        assert "(still down)" in page and 'name="pause_after_failures"' in page
+        r = client.post("/console/alerts/dismiss", data={"csrf": csrf, "back": "/console/policy"})
+        assert r.status_code == 303 and r.headers["location"] == "/console/policy"
+        assert 'id="alerts"' not in client.get("/").text
+        assert stored_alerts.count_unseen(core.store) == 0
+    finally:
+        client.close()
+        core.close()

@@ -306,7 +306,14 @@ def test_the_alert_endpoint_needs_both_settings(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_the_alerts_table_keeps_each_alert_once(tmp_path: Path) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    check_the_alerts_table(Store(f"sqlite:///{tmp_path / 'a.db'}"))
+
+
+def test_the_alerts_table_on_postgres(pg_url: str) -> None:
+    check_the_alerts_table(Store(pg_url))
+
+
+def check_the_alerts_table(store: Store) -> None:
     try:
         row = delivery_alerts.row("k1", "over_budget", "m", T0, agent_id="agent-a")
         with store.engine.begin() as conn:
@@ -387,3 +394,31 @@ def test_the_console_banner_shows_alerts_until_dismissed(db_path: Path) -> None:
     finally:
         client.close()
         core.close()
+
+
+def five_failures_on_sql(url: str, target: Target, clock: Clock) -> None:
+    from promptyoself.core.operations import Core
+
+    core = Core(Settings(db=url, executor_autostart=False, max_attempts=1, retry_base=1.0, letta_timeout=2.0,
+                         executor_interval=0.05, min_interval="1s"), clock=clock)
+    target.mode = "reject"
+    try:
+        sid = core.schedule_every("p", "1m", agent_id="agent-a", target="alerting", skip_validation=True)["id"]
+        for _ in range(5):
+            row = next(s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid)
+            clock.now = datetime.fromisoformat(str(row["next_run"]))
+            Executor(core, role="test").drain(budget=20)
+        [row] = [s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid]
+        assert row["state"] == "paused" and str(row["last_error"]).startswith("paused: 5 occurrences")
+        [alert] = stored_alerts.recent(core.store)
+        assert alert.kind == "schedule_paused" and alert.schedule_id == sid and alert.send_state == "pending"
+    finally:
+        core.close()
+
+
+def test_five_failures_pause_on_sqlite(tmp_path: Path, target: Target, clock: Clock) -> None:
+    five_failures_on_sql(f"sqlite:///{tmp_path / 'f.db'}", target, clock)
+
+
+def test_five_failures_pause_on_postgres(pg_url: str, target: Target, clock: Clock) -> None:
+    five_failures_on_sql(pg_url, target, clock)

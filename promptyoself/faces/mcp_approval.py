@@ -32,7 +32,7 @@ from fastmcp.tools.base import ToolResult
 from mcp import types
 
 from promptyoself.core.operations import Core
-from promptyoself.store import PENDING_APPROVAL
+from promptyoself.core.operator import PENDING_APPROVAL
 
 log = logging.getLogger(__name__)
 

@@ -360,6 +360,18 @@ class Settings(BaseSettings):
     max_schedules_per_agent_per_hour: int = _field(60, "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR",
                                                    ACCEPTS_COUNT_OR_0, ge=0)
     approval_below: DurationOrOff = _field(None, "PROMPTYOSELF_APPROVAL_BELOW", ACCEPTS_INTERVAL_OR_OFF)
+    # Failure alerts (docs/console.md, "Alerts"): the policy's seed, and where alerts are POSTed.
+    pause_after_failures: int = _field(5, "PROMPTYOSELF_PAUSE_AFTER_FAILURES",
+                                       "a whole number >= 0 (0 = never pause for failures)", ge=0)
+    alert_url: str | None = _field(None, "PROMPTYOSELF_ALERT_URL",
+                                   "an http:// or https:// URL with a host that receives signed alert POSTs "
+                                   "(empty = alerts only in the console and /metrics)")
+    alert_secret: SecretStr | None = _field(None, "PROMPTYOSELF_ALERT_SECRET",
+                                            "whsec_ followed by base64 (the alert endpoint's signing secret; "
+                                            "needed with PROMPTYOSELF_ALERT_URL)")
+    approval_ask_timeout: Seconds = _field(60.0, "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT",
+                                           ACCEPTS_SECONDS_OR_0.format(zero="never ask in the client"),
+                                           ge=0, allow_inf_nan=False)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _field(
         "INFO", "PROMPTYOSELF_LOG_LEVEL", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]} (any case)")
@@ -471,6 +483,34 @@ class Settings(BaseSettings):
         if isinstance(text, str) and _CONTROL.search(text.strip()):
             raise ValueError("control characters")
         return value
+
+    @field_validator("alert_url", mode="before")
+    @classmethod
+    def _alert_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text and (not _is_url(text, "https?") or len(text) > 2000):
+                raise ValueError("not an http(s) URL")
+            return text or None
+        return value
+
+    @field_validator("alert_secret", mode="before")
+    @classmethod
+    def _alert_secret(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str):
+            text = text.strip()
+            if text and (not _WHSEC.fullmatch(text) or len(text) > 200):
+                raise ValueError("not a whsec_ secret")
+            return text or None
+        return value
+
+    @property
+    def alert_endpoint(self) -> tuple[str, str] | None:
+        """``(url, secret)`` of the alert endpoint when both are set, else None."""
+        if self.alert_url and self.alert_secret is not None:
+            return self.alert_url, self.alert_secret.get_secret_value()
+        return None
 
     @field_validator("target_slots", mode="before")
     @classmethod
@@ -607,6 +647,10 @@ def load_settings(**overrides: object) -> Settings:
         values: dict[str, Any] = dict(overrides)  # each checked by its field's validator
         settings = Settings(_env_file=env_file(), **values)  # type: ignore[call-arg]
         webhook_endpoints()  # a malformed endpoint stops every entry point as a bad setting does
+        if (settings.alert_url is None) != (settings.alert_secret is None):
+            have, lack = (("PROMPTYOSELF_ALERT_URL", "PROMPTYOSELF_ALERT_SECRET") if settings.alert_url
+                          else ("PROMPTYOSELF_ALERT_SECRET", "PROMPTYOSELF_ALERT_URL"))
+            raise ConfigError(f"invalid configuration: {have} is set but {lack} is not (alerts need both)")
         if settings.http_token is None and "http_token" not in overrides:
             stored = read_token_file(token_file(settings.db_url))
             if stored:

@@ -93,6 +93,14 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_HTTP_MAX_CONNECTIONS": ("15", "2000", 2000),
     "PROMPTYOSELF_HEALTH_MAX_LATENESS": ("0", "PT2M", timedelta(minutes=2)),
     "PROMPTYOSELF_HEALTH_LETTA_CACHE": ("-1", "0", 0.0),
+    "PROMPTYOSELF_PAUSE_AFTER_FAILURES": ("-1", "3", 3),
+    "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT": ("soon", "2m", 120.0),
+    "PROMPTYOSELF_ALERT_URL": ("ftp://alerts.example/x", " https://alerts.example/hook ", "https://alerts.example/hook"),
+    "PROMPTYOSELF_ALERT_SECRET": ("secret-without-prefix", "whsec_dGhlLXNlY3JldA==", _secret("whsec_dGhlLXNlY3JldA==")),
+}
+PAIRED = {  # set together: one without the other stops every entry point (a test of its own)
+    "PROMPTYOSELF_ALERT_URL": ("PROMPTYOSELF_ALERT_SECRET", "whsec_dGhlLXNlY3JldA=="),
+    "PROMPTYOSELF_ALERT_SECRET": ("PROMPTYOSELF_ALERT_URL", "https://alerts.example/hook"),
 }
 
 FIELDS = {str(f.validation_alias): name for name, f in Settings.model_fields.items()}
@@ -103,7 +111,7 @@ TYPES = {  # the type each kind of setting loads as
             "PROMPTYOSELF_RETRY_AFTER_MAX",
             "PROMPTYOSELF_HEALTH_LETTA_CACHE", "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT",
             "PROMPTYOSELF_CLAUDE_TIMEOUT", "PROMPTYOSELF_HTTP_HEADER_TIMEOUT",
-            "PROMPTYOSELF_CODEX_TIMEOUT"),
+            "PROMPTYOSELF_CODEX_TIMEOUT", "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT"),
     ZoneInfo: ("PROMPTYOSELF_TIMEZONE",),
     Path: ("PROMPTYOSELF_LOG_FILE",),
 }
@@ -131,6 +139,8 @@ def test_every_setting_has_a_case() -> None:
 def test_good_value_loads_as_its_type(env: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _bad, good, want = CASES[env]
     monkeypatch.setenv(env, good)
+    if env in PAIRED:
+        monkeypatch.setenv(*PAIRED[env])
     got = getattr(load_settings(), FIELDS[env])
     if env == "PROMPTYOSELF_DB":
         got = load_settings().db_url

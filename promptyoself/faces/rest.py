@@ -204,6 +204,8 @@ class PolicyRequest(BaseModel):
         None, description="Recurring schedules firing more often than this (alone or with the agent's other "
         "active schedules) wait for approval: a duration such as '30m', seconds, or 'off'.")
     max_active_per_agent: StrictInt | None = Field(None, description="Live (active or paused) schedules per agent.")
+    pause_after_failures: StrictInt | None = Field(
+        None, description="Failed occurrences in a row after which delivery pauses a schedule; 0 = never.")
 
 
 ScheduleId = Annotated[int, BeforeValidator(canonical_id), Field(gt=0, le=MAX_ID)]

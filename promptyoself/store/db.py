@@ -46,10 +46,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0013_alerts"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
-0012, 0009, 0013.)"""
+0012, 0009, 0013, 0013_alerts.)"""
 
 
 def refuse_naive(value: datetime) -> None:
@@ -122,6 +122,9 @@ class Schedule(Base):
     # 0012: what the target needs besides the agent id, as a JSON object (Occurrence.options): a
     # the target's own options (its plug-in's model), as JSON.
     target_options: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0013: failed occurrences in a row (delivery.outcomes.next_state pauses at the policy's
+    # pause_after_failures; a delivery, or the pause, sets it back to 0).
+    failures_in_row: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0", default=0)
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),
@@ -210,6 +213,34 @@ class PassthroughSend(Base):
     route: Mapped[str] = mapped_column(String(200), nullable=False)
 
     __table_args__ = (Index("ix_passthrough_agent", "agent_id", "sent_at"),)
+
+
+class Alert(Base):
+    """An alert for the operator (0013; ``store/alerts.py``): a schedule paused by delivery, an agent's
+    first occurrence held by a budget in a day, a target that stopped answering. ``id`` is the alert's
+    id in its signed POST (the same on every retry); ``send_state`` pending | sent | failed | expired."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    agent_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    target: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    send_state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    send_attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    next_send_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    sending_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    send_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ix_alerts_send", "send_state", "next_send_at"),
+                      Index("ix_alerts_created", "created_at"),
+                      Index("ix_alerts_open", "kind", "target", "closed_at"))
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -254,6 +254,7 @@ def run(args: Any) -> list[Row]:
     command = f"PROMPTYOSELF_TEST_PG_URL={_shown_url(pg_url)} " + bench_command(args, "peer", extra)
     ideal = count * LATENCY / (workers * in_flight)
     results: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in chosen}
+    load_start = os.getloadavg()
     for i in range(runs):
         for key, label, kind in chosen:
             say(f"[peer] run {i + 1}/{runs} ({key}) {label}: {count} to {n_agents} agents, {workers} × {in_flight} "
@@ -307,5 +308,17 @@ def run(args: Any) -> list[Row]:
                             None if minimum is None else ratio >= minimum, command,
                             f"{shown.format(value)} / {shown.format(base)}"))
     rows.append(Row("peer", "every configuration delivered exactly once", 1.0 if all_once else 0.0, "",
-                    "= 1 (yes)", all_once, command, "every message's text arrived once, none twice, none extra"))
+                    "= 1 (yes)", all_once, command, "every message's text arrived once, none twice, none extra",
+                    {"load_start": list(load_start), "load_end": list(os.getloadavg())}))
     return rows
+
+
+def explain(rows: list[Row]) -> str:
+    """The machine's load around the section (printed under its table): the figures are read against it."""
+    last = next((r for r in rows if r.metric == "every configuration delivered exactly once"), None)
+    if last is None or "load_start" not in last.extra:
+        return ""
+    start, end = (", ".join(f"{x:.2f}" for x in last.extra[k]) for k in ("load_start", "load_end"))
+    return (f"Load average (1, 5, 15 min) when the section started: {start}; when it ended: {end} "
+            f"({os.cpu_count()} CPUs; other work on the machine shares them: the configurations are interleaved "
+            "so that it hits each alike).")

@@ -124,7 +124,7 @@ class Schedule(Base):
     target_options: Mapped[str | None] = mapped_column(Text, nullable=True)
     # 0013: failed occurrences in a row (delivery.outcomes.next_state pauses at the policy's
     # pause_after_failures; a delivery, or the pause, sets it back to 0).
-    failures_in_row: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0", default=0)
+    failures_in_row: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),

@@ -167,7 +167,7 @@ class WebhookTarget:
                                                        extensions={"trace": trace})
                 resp = await self._client().send(request, stream=True)
                 try:
-                    await _read_at_most(resp, MAX_ANSWER_BYTES)
+                    answer = await _read_at_most(resp, MAX_ANSWER_BYTES)
                 finally:
                     await resp.aclose()  # the rest is never read (the connection is dropped, not drained)
         except (TimeoutError, httpx.HTTPError) as exc:
@@ -184,7 +184,7 @@ class WebhookTarget:
         if 200 <= status < 300:
             self._reachable[ep.name] = f"HTTP {status}"
             return Sent("webhook", None, {"endpoint": ep.name, "http_status": status},
-                        receipt=webhook_receipt.of_answer(status, resp.content))
+                        receipt=webhook_receipt.of_answer(status, answer))
         if status == 410:
             raise TargetGone(f"webhook endpoint {ep.name!r} answered 410 Gone: it takes no more deliveries.",
                              http_status=status)

@@ -55,7 +55,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("cli_speed", "bench.cli_speed", "32.3", "An agent's CLI call beside a bare Python start"),
     Section("scaleout", "bench.scaleout", "13.2", "Scale-out: 4 shared workers on PostgreSQL, 10,000 prompts"),
     Section("million", "bench.million", "13.3", "A million schedules: latency and idle CPU, SQLite and PostgreSQL"),
-    Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate: 10,000 POSTs on PostgreSQL"),
+    Section("peer", "bench.peer", "20.5", "PromptYoSelf beside procrastinate and pgqueuer: 10,000 POSTs on PostgreSQL"),
     Section("starts", "bench.starts", "28", "Every start delivers: first-prompt lateness by client pattern; exits"),
     Section("timelang", "bench.timelang", "29.1", "Time language: CPU per rule, phrase and interval (adversarial)"),
     Section("capacity", "bench.capacity", "42.15", "Capacity: 10,000 every-minute schedules, 200 agents, one worker"),

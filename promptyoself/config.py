@@ -111,6 +111,59 @@ def redact_url(text: str) -> str:
     return _URL.sub(one, text)
 
 
+def redact_endpoint(url: str) -> str:
+    """A URL whose path and query may themselves be the credential (a webhook endpoint's: Slack's
+    ``/services/T.../B.../<secret>``, a ``?token=`` of any name): ``scheme://host:port`` and, when
+    there was more, ``/***``. The user and password go too. For every place such a URL is shown: error
+    messages and history, health and readiness lines, logs (issue 42 item 7)."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return REDACTED
+    if not parts.scheme or not host:
+        return REDACTED
+    shown_host = f"[{host}]" if ":" in host else host
+    head = f"{parts.scheme}://{shown_host}" + (f":{port}" if port is not None else "")
+    more = parts.path.strip("/") or parts.query or parts.fragment
+    return head + (f"/{REDACTED}" if more else "")
+
+
+def endpoint_secrets(url: str) -> list[str]:
+    """The part of a webhook endpoint's URL that ``redact_endpoint`` hides (its path and query), for the
+    log filter and the history's redaction, when it is long enough to be a credential rather than a
+    word that other text holds too (``/in``, ``/hook``)."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    hidden = parts.path.strip("/") + (f"?{parts.query}" if parts.query else "")
+    found = [hidden, parts.path.rstrip("/"), parts.query, unquote(hidden)]
+    return [s for s in dict.fromkeys(found) if len(s) >= 12]
+
+
+def configured_endpoint_secrets() -> list[str]:
+    """What the log filter and the history's redaction hide of the configured webhook endpoints: their
+    ``whsec_`` secrets, the passwords and credential parameters of their URLs, and their paths and
+    queries (``endpoint_secrets``). None when the endpoints are misconfigured (reported elsewhere)."""
+    try:
+        endpoints = webhook_endpoints()
+    except ConfigError:
+        return []
+    found: list[str] = []
+    for endpoint in endpoints.values():
+        found.extend(endpoint.secrets)
+        found.extend(url_secrets(endpoint.url))
+        found.extend(endpoint_secrets(endpoint.url))
+    return found
+
+
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
 
 
@@ -294,6 +347,12 @@ class Settings(BaseSettings):
     max_active_per_agent: int = _field(100, "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT", ACCEPTS_COUNT, ge=1)
     min_interval: Duration = _field("10s", "PROMPTYOSELF_MIN_INTERVAL", ACCEPTS_INTERVAL, validate_default=True)
     max_prompt_chars: int = _field(8000, "PROMPTYOSELF_MAX_PROMPT_CHARS", ACCEPTS_COUNT, ge=1)
+    max_payload_bytes: int = _field(256 * 1024, "PROMPTYOSELF_MAX_PAYLOAD_BYTES", "a whole number >= 1024", ge=1024)
+    # Retention (promptyoself purge, and the service once an hour): ended schedules and old history go.
+    keep_ended: DurationOrOff = _field("7d", "PROMPTYOSELF_KEEP_ENDED", ACCEPTS_INTERVAL_OR_OFF,
+                                       validate_default=True)
+    keep_history: DurationOrOff = _field("30d", "PROMPTYOSELF_KEEP_HISTORY", ACCEPTS_INTERVAL_OR_OFF,
+                                         validate_default=True)
 
     # Guardrails against a runaway agent (docs/console.md): each delivered prompt costs an LLM turn.
     max_deliveries_per_agent_per_day: int = _field(500, "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY",
@@ -301,6 +360,18 @@ class Settings(BaseSettings):
     max_schedules_per_agent_per_hour: int = _field(60, "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR",
                                                    ACCEPTS_COUNT_OR_0, ge=0)
     approval_below: DurationOrOff = _field(None, "PROMPTYOSELF_APPROVAL_BELOW", ACCEPTS_INTERVAL_OR_OFF)
+    # Failure alerts (docs/console.md, "Alerts"): the policy's seed, and where alerts are POSTed.
+    pause_after_failures: int = _field(5, "PROMPTYOSELF_PAUSE_AFTER_FAILURES",
+                                       "a whole number >= 0 (0 = never pause for failures)", ge=0)
+    alert_url: str | None = _field(None, "PROMPTYOSELF_ALERT_URL",
+                                   "an http:// or https:// URL with a host that receives signed alert POSTs "
+                                   "(empty = alerts only in the console and /metrics)")
+    alert_secret: SecretStr | None = _field(None, "PROMPTYOSELF_ALERT_SECRET",
+                                            "whsec_ followed by base64 (the alert endpoint's signing secret; "
+                                            "needed with PROMPTYOSELF_ALERT_URL)")
+    approval_ask_timeout: Seconds = _field(60.0, "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT",
+                                           ACCEPTS_SECONDS_OR_0.format(zero="never ask in the client"),
+                                           ge=0, allow_inf_nan=False)
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = _field(
         "INFO", "PROMPTYOSELF_LOG_LEVEL", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]} (any case)")
@@ -316,6 +387,10 @@ class Settings(BaseSettings):
     letta_proxy: bool = _field(False, "PROMPTYOSELF_LETTA_PROXY", ACCEPTS_BOOL)
     allowed_hosts: str | None = _field(None, "PROMPTYOSELF_ALLOWED_HOSTS",
                                 "host names separated by commas, or * for any (empty = loopback names only)")
+    trusted_proxies: str | None = _field(
+        None, "PROMPTYOSELF_TRUSTED_PROXIES",
+        "IP addresses or networks (CIDR) of reverse proxies, separated by commas (empty = none: the "
+        "peer address is the client)")
     max_request_bytes: int = _field(4 * 1024 * 1024, "PROMPTYOSELF_MAX_REQUEST_BYTES", "a whole number >= 1024",
                                     ge=1024)
     mcp_session_idle: Seconds = _field(600.0, "PROMPTYOSELF_MCP_SESSION_IDLE", ACCEPTS_SECONDS,
@@ -383,6 +458,18 @@ class Settings(BaseSettings):
             raise ValueError("not host names")
         return ",".join(names) or None
 
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        import ipaddress
+
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        for name in names:
+            ipaddress.ip_network(name, strict=False)  # ValueError: not an address or a network
+        return ",".join(names) or None
+
     @property
     def allowed_host_names(self) -> frozenset[str] | None:
         """``PROMPTYOSELF_ALLOWED_HOSTS`` as names (lower case, no port), or None for ``*`` (any host)."""
@@ -396,6 +483,34 @@ class Settings(BaseSettings):
         if isinstance(text, str) and _CONTROL.search(text.strip()):
             raise ValueError("control characters")
         return value
+
+    @field_validator("alert_url", mode="before")
+    @classmethod
+    def _alert_url(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            if text and (not _is_url(text, "https?") or len(text) > 2000):
+                raise ValueError("not an http(s) URL")
+            return text or None
+        return value
+
+    @field_validator("alert_secret", mode="before")
+    @classmethod
+    def _alert_secret(cls, value: object) -> object:
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str):
+            text = text.strip()
+            if text and (not _WHSEC.fullmatch(text) or len(text) > 200):
+                raise ValueError("not a whsec_ secret")
+            return text or None
+        return value
+
+    @property
+    def alert_endpoint(self) -> tuple[str, str] | None:
+        """``(url, secret)`` of the alert endpoint when both are set, else None."""
+        if self.alert_url and self.alert_secret is not None:
+            return self.alert_url, self.alert_secret.get_secret_value()
+        return None
 
     @field_validator("target_slots", mode="before")
     @classmethod
@@ -532,6 +647,10 @@ def load_settings(**overrides: object) -> Settings:
         values: dict[str, Any] = dict(overrides)  # each checked by its field's validator
         settings = Settings(_env_file=env_file(), **values)  # type: ignore[call-arg]
         webhook_endpoints()  # a malformed endpoint stops every entry point as a bad setting does
+        if (settings.alert_url is None) != (settings.alert_secret is None):
+            have, lack = (("PROMPTYOSELF_ALERT_URL", "PROMPTYOSELF_ALERT_SECRET") if settings.alert_url
+                          else ("PROMPTYOSELF_ALERT_SECRET", "PROMPTYOSELF_ALERT_URL"))
+            raise ConfigError(f"invalid configuration: {have} is set but {lack} is not (alerts need both)")
         if settings.http_token is None and "http_token" not in overrides:
             stored = read_token_file(token_file(settings.db_url))
             if stored:

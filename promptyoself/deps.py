@@ -84,6 +84,8 @@ class Services(Protocol):
 
     def daily_budget(self, now: datetime) -> int: ...
 
+    def pause_after_failures(self, now: datetime) -> int: ...
+
     def now(self) -> datetime: ...
 
     def close(self) -> None: ...
@@ -161,6 +163,16 @@ class Deps:
             return self.settings.max_deliveries_per_agent_per_day
 
         return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).max_deliveries_per_agent_per_day
+
+    def pause_after_failures(self, now: datetime) -> int:
+        """The operator's policy ``pause_after_failures`` (failed occurrences in a row before delivery
+        pauses a schedule; 0 = never), read as ``daily_budget`` is."""
+        from promptyoself.store.delivery_store import SqlDeliveryStore
+        from promptyoself.store.policy import load
+
+        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
+            return self.settings.pause_after_failures
+        return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).pause_after_failures
 
     @property
     def letta(self) -> LettaClient:

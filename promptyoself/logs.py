@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from promptyoself.config import REDACTED, Settings, redact_credentials, url_secrets
+from promptyoself.config import REDACTED, Settings, configured_endpoint_secrets, redact_credentials, url_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers that install their own handlers; we route them through ours instead.
@@ -53,11 +53,23 @@ def secret_variants(secret: str) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+SPACED_MIN = 8
+"""Secrets this long or longer are also found with white space between their characters."""
+
+
+def _spaced(secret: str) -> str:
+    """A pattern for ``secret`` as is and with white space anywhere between its characters (a copy
+    split into groups, or spelt out one character at a time, in an echoed error: issue 42 item 14)."""
+    if len(secret) < SPACED_MIN:
+        return re.escape(secret)
+    return r"\s*".join(re.escape(c) for c in secret)
+
+
 @functools.lru_cache(maxsize=64)
 def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
-    """One case-insensitive pattern matching any of ``secrets`` (the longest first)."""
+    """One case-insensitive pattern matching any of ``secrets`` (the longest first), also spaced out."""
     found = sorted({s for s in secrets if s}, key=len, reverse=True)
-    return re.compile("|".join(re.escape(s) for s in found), re.IGNORECASE) if found else None
+    return re.compile("|".join(_spaced(s) for s in found), re.IGNORECASE) if found else None
 
 
 def redact(text: str, secrets: list[str]) -> str:
@@ -110,6 +122,7 @@ def settings_secrets(settings: Settings) -> list[str]:
     found.extend(s for s in stripped if s)
     for url in (settings.db_url, settings.letta_base_url):
         found.extend(url_secrets(url))
+    found.extend(configured_endpoint_secrets())  # an endpoint URL's path may be its credential (issue 42 item 7)
     return found
 
 

@@ -181,6 +181,9 @@ WORDS_ALLOWED = {
     # the Letta client's own errors
     "promptyoself.letta.errors",
     "promptyoself.letta.client",
+    # the operator's alert POST is a Standard Webhooks request (its webhook-id / -signature headers), signed
+    # as the webhook target signs; it names the headers, not the target
+    "promptyoself.delivery.alerts",
 }
 PUBLIC_TARGET_MODULES = {"promptyoself.targets", "promptyoself.targets.registry", "promptyoself.targets.base"}
 

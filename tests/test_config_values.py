@@ -70,6 +70,9 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_MAX_ACTIVE_PER_AGENT": ("-3", "7", 7),
     "PROMPTYOSELF_MIN_INTERVAL": ("500ms", "1m", timedelta(minutes=1)),
     "PROMPTYOSELF_MAX_PROMPT_CHARS": ("lots", "100", 100),
+    "PROMPTYOSELF_MAX_PAYLOAD_BYTES": ("1000", "65536", 65536),
+    "PROMPTYOSELF_KEEP_ENDED": ("forever", "3d", timedelta(days=3)),
+    "PROMPTYOSELF_KEEP_HISTORY": ("0", "off", None),
     "PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY": ("-1", "0", 0),
     "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR": ("ten", "12", 12),
     "PROMPTYOSELF_APPROVAL_BELOW": ("soon", "15m", timedelta(minutes=15)),
@@ -82,6 +85,7 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_AGENT_TOKEN": ("pys_agent_\x7f", "pys_agent_t0ken", _secret("pys_agent_t0ken")),
     "PROMPTYOSELF_LETTA_PROXY": ("proxy", "off", False),
     "PROMPTYOSELF_ALLOWED_HOSTS": ("a b", "Promptyoself, [::1]", "promptyoself,[::1]"),
+    "PROMPTYOSELF_TRUSTED_PROXIES": ("proxy.example", " 127.0.0.1, 10.0.0.0/8 ", "127.0.0.1,10.0.0.0/8"),
     "PROMPTYOSELF_MAX_REQUEST_BYTES": ("1000", "65536", 65536),
     "PROMPTYOSELF_MCP_SESSION_IDLE": ("0", "5m", 300.0),
     "PROMPTYOSELF_MCP_MAX_SESSIONS": ("0", "20", 20),
@@ -89,6 +93,14 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_HTTP_MAX_CONNECTIONS": ("15", "2000", 2000),
     "PROMPTYOSELF_HEALTH_MAX_LATENESS": ("0", "PT2M", timedelta(minutes=2)),
     "PROMPTYOSELF_HEALTH_LETTA_CACHE": ("-1", "0", 0.0),
+    "PROMPTYOSELF_PAUSE_AFTER_FAILURES": ("-1", "3", 3),
+    "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT": ("soon", "2m", 120.0),
+    "PROMPTYOSELF_ALERT_URL": ("ftp://alerts.example/x", " https://alerts.example/hook ", "https://alerts.example/hook"),
+    "PROMPTYOSELF_ALERT_SECRET": ("secret-without-prefix", "whsec_dGhlLXNlY3JldA==", _secret("whsec_dGhlLXNlY3JldA==")),
+}
+PAIRED = {  # set together: one without the other stops every entry point (a test of its own)
+    "PROMPTYOSELF_ALERT_URL": ("PROMPTYOSELF_ALERT_SECRET", "whsec_dGhlLXNlY3JldA=="),
+    "PROMPTYOSELF_ALERT_SECRET": ("PROMPTYOSELF_ALERT_URL", "https://alerts.example/hook"),
 }
 
 FIELDS = {str(f.validation_alias): name for name, f in Settings.model_fields.items()}
@@ -99,7 +111,7 @@ TYPES = {  # the type each kind of setting loads as
             "PROMPTYOSELF_RETRY_AFTER_MAX",
             "PROMPTYOSELF_HEALTH_LETTA_CACHE", "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT",
             "PROMPTYOSELF_CLAUDE_TIMEOUT", "PROMPTYOSELF_HTTP_HEADER_TIMEOUT",
-            "PROMPTYOSELF_CODEX_TIMEOUT"),
+            "PROMPTYOSELF_CODEX_TIMEOUT", "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT"),
     ZoneInfo: ("PROMPTYOSELF_TIMEZONE",),
     Path: ("PROMPTYOSELF_LOG_FILE",),
 }
@@ -127,6 +139,8 @@ def test_every_setting_has_a_case() -> None:
 def test_good_value_loads_as_its_type(env: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _bad, good, want = CASES[env]
     monkeypatch.setenv(env, good)
+    if env in PAIRED:
+        monkeypatch.setenv(*PAIRED[env])
     got = getattr(load_settings(), FIELDS[env])
     if env == "PROMPTYOSELF_DB":
         got = load_settings().db_url

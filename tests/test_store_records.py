@@ -13,8 +13,9 @@ import pytest
 
 from promptyoself.store import health as store_health
 from promptyoself.store import history, lease, schedules
-from promptyoself.store.db import Delivery, Schedule, Store, WorkerLease
+from promptyoself.store.db import Alert, Delivery, Schedule, Store, WorkerLease
 from promptyoself.store.records import (
+    AlertRow,
     DeliveryRow,
     LeaseRow,
     ListedSchedule,
@@ -42,7 +43,9 @@ def test_each_record_names_exactly_its_tables_columns() -> None:
     assert names(LeaseRow) == columns(WorkerLease)
     assert names(ListedSchedule) < names(ScheduleRow)
     # what an insert may set: not the id, nor what only delivery writes (claim, last error)
-    assert names(NewSchedule) == columns(Schedule) - {"id", "claimed_by", "claim_until", "last_error"}
+    assert names(NewSchedule) == columns(Schedule) - {"id", "claimed_by", "claim_until", "last_error",
+                                                      "failures_in_row"}
+    assert names(AlertRow) == columns(Alert)
 
 
 def new(agent: str = "agent-1", key: str | None = None, **kw: object) -> NewSchedule:

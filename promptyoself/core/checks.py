@@ -28,17 +28,30 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _FUNCTION = re.compile(r"^\s*(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.M)
 
 
+ID_TEXT = re.compile(r"[1-9][0-9]{0,18}")
+"""A schedule id written as text: canonical decimal only. ``int()`` and pydantic also read ``12.0``,
+``" 12"``, ``0012``, ``1_2`` and ``+12`` as 12 (issue 42 item 14); one id has one spelling."""
+
+
+def canonical_id(value: object) -> object:
+    """``value`` unchanged when it is not text or is an id's one spelling; ``ValueError`` otherwise (a
+    pydantic ``BeforeValidator`` for ids in REST paths and queries)."""
+    if isinstance(value, str) and not (ID_TEXT.fullmatch(value) and int(value) <= MAX_ID):
+        raise ValueError("an id is a positive whole number in decimal digits, without sign, spaces, leading "
+                         "zeros, separators or fraction")
+    return value
+
+
 def parse_schedule_id(value: object) -> int:
-    """Schedule ids are positive integers; numeric strings are accepted too."""
+    """Schedule ids are positive integers; their canonical decimal text (``12``, not ``012`` or
+    ``" 12"``) is accepted too."""
     if isinstance(value, bool):
         value = None
     if isinstance(value, int) and 0 < value <= MAX_ID:
         return value
-    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses) and "１" (which int() reads as 1)
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) < 19:
-        number = int(value.strip())
-        if number > 0:
-            return number
+    # ASCII digits only (no "²", no "１"), no sign, space, leading zero or separator
+    if isinstance(value, str) and ID_TEXT.fullmatch(value) and int(value) <= MAX_ID:
+        return int(value)
     shown = repr(value)[:40]
     raise InvalidArgument(f"schedule_id must be a positive integer, got {shown}. Call promptyoself_list to see ids.")
 

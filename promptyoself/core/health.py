@@ -268,6 +268,19 @@ def broken_plugins() -> list[Reason]:
                    f"not load: {error}", fix=FIX_PLUGIN) for name, error in sorted(registry.problems().items())]
 
 
+def _without_token(delivery: Any) -> Any:
+    """The delivery's report without what its lease row records of the operator token (its source and
+    a SHA-256 prefix, kept for ``promptyoself token show``): health is shown on ``/healthz`` to anyone,
+    and a hash prefix of a weak token is an offline guess that skips the throttle (issue 42 item 8)."""
+    worker = delivery.get("worker") if isinstance(delivery, dict) else None
+    if not isinstance(worker, dict):
+        return delivery
+    info = worker.get("info")
+    if not isinstance(info, dict) or "token" not in info:
+        return delivery
+    return {**delivery, "worker": {**worker, "info": {k: v for k, v in info.items() if k != "token"}}}
+
+
 def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None) -> bool:
     if lease is not None and lease.get("alive"):
         return True
@@ -337,7 +350,7 @@ def assess(core: Checked) -> HealthResult:
         late = (now - bl.oldest_overdue).total_seconds() if bl.oldest_overdue is not None else None
         out["oldest_overdue_s"] = round(late, 3) if late is not None else None
         if delivery is not None:
-            out.update(delivery)
+            out.update(_without_token(delivery))
         elif lease is not None:
             out["worker"] = {k: lease[k] for k in queries.LEASE_SUMMARY}
         stopped = any(r["code"] in WRITE_CODES for r in reasons)

@@ -32,7 +32,7 @@ from promptyoself.core.results import (
     LettaScheduledMessage,
     LettaSchedulePage,
 )
-from promptyoself.errors import BadNumber, InvalidArgument, InvalidCron, NotFound, PromptTooLong
+from promptyoself.errors import BadNumber, Forbidden, InvalidArgument, InvalidCron, NotFound, PromptTooLong
 from promptyoself.store import LIVE_STATES
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ RETURN_TYPES = (
     "approval_request_message",
     "approval_response_message",
 )
+URL_FIELDS = ("callback_url",)
+"""Fields of the create body that make Letta fetch a URL (with our credentials, from Letta's network):
+refused from an agent token (issue 42 item 11). Images are base64 only (``_part``), never a URL."""
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 100
 MAX_STEPS = 10_000
@@ -187,12 +190,20 @@ class LettaSchedules:
 
     # ---- create -------------------------------------------------------------------------------
 
-    def create(self, agent_id: str, body: object) -> LettaScheduleCreated:
+    def create(self, agent_id: str, body: object, *, by_agent: bool = False) -> LettaScheduleCreated:
+        """``by_agent``: the caller holds an agent token, not the operator's: it may not name a URL that
+        Letta would fetch with this service's credentials (``URL_FIELDS``: 403 ``forbidden``)."""
         from promptyoself.core.operations import Plan
         from promptyoself.core.options import ScheduleOptions
 
         if not isinstance(body, dict):
             raise InvalidArgument("The body must be a JSON object with 'schedule' and 'messages'.")
+        if by_agent:
+            named = [key for key in URL_FIELDS if body.get(key) is not None]
+            if named:
+                raise Forbidden(f"{', '.join(named)} is the operator's: Letta fetches that URL with this "
+                                "service's credentials, so an agent token may not set it. Leave it out, or "
+                                "schedule with the operator token (PROMPTYOSELF_HTTP_TOKEN).")
         sched = body.get("schedule")
         if not isinstance(sched, dict):
             raise InvalidArgument("schedule must be an object: {'type': 'one-time', 'scheduled_at': <unix ms>} "
@@ -234,8 +245,14 @@ class LettaSchedules:
         else:
             raise InvalidArgument("schedule.type must be 'one-time' or 'recurring'.")
         text = summary_text(payload, core.settings.max_prompt_chars)
-        plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message,
-                    letta_payload=json.dumps(payload, separators=(",", ":"), allow_nan=False))
+        stored = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        size = len(stored.encode("utf-8", "surrogatepass"))
+        if size > core.settings.max_payload_bytes:  # image data too: every byte that is stored counts
+            raise PromptTooLong(
+                f"The scheduled message is {size} bytes as stored (images included); the limit is "
+                f"{core.settings.max_payload_bytes} (PROMPTYOSELF_MAX_PAYLOAD_BYTES). Send smaller images or less text."
+            )
+        plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message, letta_payload=stored)
         created = core._create(text, plan, ScheduleOptions(agent_id=agent_id), now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 

@@ -192,6 +192,9 @@ class Core:
     def daily_budget(self, now: datetime) -> int:
         return self.deps.daily_budget(now)
 
+    def pause_after_failures(self, now: datetime) -> int:
+        return self.deps.pause_after_failures(now)
+
     def now(self) -> datetime:
         return self.deps.now()
 

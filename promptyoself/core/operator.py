@@ -405,14 +405,15 @@ class Operator:
 
         return self._operator_change(schedule_id, change, "Approved schedule {id}; it is active.")
 
-    def reject(self, schedule_id: object) -> StateResult:
-        """Refuse a schedule that waits for approval: it is cancelled and never delivers."""
+    def reject(self, schedule_id: object, reason: str | None = None) -> StateResult:
+        """Refuse a schedule that waits for approval: it is cancelled and never delivers; ``reason``
+        (default: rejected by an operator) is kept as its ``last_error``."""
 
         def change(row: ScheduleRow, now: datetime) -> ScheduleRow:
             if row.state != PENDING_APPROVAL:
                 raise InvalidArgument(f"Schedule {row.id} is {row.state}; only schedules in state "
                                       "pending_approval can be rejected (use cancel for the others).")
-            return replace(row, state="cancelled", due_at=None, last_error=REJECTED, updated_at=now)
+            return replace(row, state="cancelled", due_at=None, last_error=reason or REJECTED, updated_at=now)
 
         return self._operator_change(schedule_id, change, "Rejected schedule {id}; it is cancelled.")
 

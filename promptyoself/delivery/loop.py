@@ -31,6 +31,7 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.delivery.alarm import Alarm, probe_outage, watch_clock
+from promptyoself.delivery.alerts import run_alert_sender
 from promptyoself.delivery.attempt import Result, policy
 from promptyoself.delivery.bridge import Targets
 from promptyoself.delivery.claim_keeper import ClaimKeeper
@@ -211,7 +212,9 @@ class Executor:
                 clock = watch_clock(parts, self._clock, min(self.interval, 5.0))
                 watchers = [tg.create_task(_part("outage probe", probe_outage(parts)), name="promptyoself-outage"),
                             tg.create_task(_part("clock watch", clock), name="promptyoself-clock"),
-                            tg.create_task(_part("receipts", run_receipts(parts)), name="promptyoself-receipts")]
+                            tg.create_task(_part("receipts", run_receipts(parts)), name="promptyoself-receipts"),
+                            tg.create_task(_part("alert sender", run_alert_sender(self.core, parts.io)),
+                                           name="promptyoself-alerts")]
                 await Alarm(parts, self.interval).run()
                 await self._shutdown(parts, senders, recorder)
                 if self._drain is not None:  # execute: what finished by now gets its receipt (issue 43)

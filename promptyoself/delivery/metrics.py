@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from promptyoself.deps import Services
-from promptyoself.store import PENDING_APPROVAL
+from promptyoself.store import PENDING_APPROVAL, alerts
 from promptyoself.store import health as queries
 from promptyoself.store.operator import count_state, outcomes_since
 from promptyoself.store.policy import Policy, load
@@ -49,6 +49,7 @@ class DeliveryCollector(Collector):
             pending = count_state(store, PENDING_APPROVAL)
             today = outcomes_since(store, day_start(now, self.core.settings.timezone))
             policy = load(store, self.core.settings, now)
+            raised = alerts.by_kind(store)
         except Exception as exc:
             log.warning("metrics: the database cannot be read: %s", str(exc).splitlines()[0][:200])
             up.add_metric([], 0)
@@ -103,6 +104,13 @@ class DeliveryCollector(Collector):
 
         yield from self._guardrails(policy, pending, today)
 
+        c = CounterMetricFamily("promptyoself_alerts", "Alerts raised for the operator (a schedule paused by "
+                                "delivery, an agent's first prompt held by a budget in a day, a target that "
+                                "stopped answering), by kind.", labels=["kind"])
+        for kind in sorted({"schedule_paused", "over_budget", "target_unready", *raised}):
+            c.add_metric([kind], raised.get(kind, 0))
+        yield c
+
         running = False
         delivery: Any = self.core.delivery
         ex = getattr(delivery, "executor", None)
@@ -122,6 +130,7 @@ class DeliveryCollector(Collector):
         g.add_metric(["max_deliveries_per_agent_per_day"], policy.max_deliveries_per_agent_per_day)
         g.add_metric(["max_schedules_per_agent_per_hour"], policy.max_schedules_per_agent_per_hour)
         g.add_metric(["max_active_per_agent"], policy.max_active_per_agent)
+        g.add_metric(["pause_after_failures"], policy.pause_after_failures)
         below = policy.approval_below
         g.add_metric(["approval_below_seconds"], below.total_seconds() if below is not None else 0)
         yield g

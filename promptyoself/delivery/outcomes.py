@@ -11,6 +11,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
+from promptyoself.delivery import alerts
+from promptyoself.delivery.alerts import AlertRules
 from promptyoself.delivery.attempt import SENT_ON_LOST_CLAIM, Attempt, Result
 from promptyoself.store import LIVE_STATES
 from promptyoself.store.claims import Outcome
@@ -33,12 +35,13 @@ class Basis:
     repetition_count: int
     max_repetitions: int | None
     catch_up: str
+    failures_in_row: int = 0
 
     @classmethod
     def of_row(cls, row: ScheduleRow) -> Basis:
         """From a schedule's columns: a ``Claim`` (what the claim saw) or the store's fresh row."""
         return cls(row.state, row.schedule_type, row.schedule_value, row.timezone, row.anchor, row.next_run,
-                   row.repetition_count, row.max_repetitions, row.catch_up)
+                   row.repetition_count, row.max_repetitions, row.catch_up, row.failures_in_row)
 
     def pairs(self) -> tuple[tuple[str, Any], ...]:
         return tuple(self.__dict__.items())
@@ -54,9 +57,13 @@ def next_state(
     delay: float | None,
     *,
     skip_to: datetime | None = None,
+    pause_after: int = 0,
 ) -> dict[str, Any]:
     """The columns of a schedule that change after an attempt of ``kind`` (pure). ``skip_to``: a
-    missed attempt continues at that (due) slot (the catch-up rule)."""
+    missed attempt continues at that (due) slot (the catch-up rule). ``pause_after`` (the policy's
+    ``pause_after_failures``, 0 = never): the ``failed`` occurrence that makes that many in a row
+    pauses an active recurring schedule, ``last_error`` saying why; a delivery, or the pause, starts
+    the count again."""
     state = basis.state
     active = state == "active"
     out: dict[str, Any] = {"claimed_by": None, "claim_until": None, "updated_at": now}
@@ -66,16 +73,33 @@ def next_state(
         return out
     if kind == "paused":  # the agent is gone (or its id is rejected): stop until someone looks
         out.update(attempt=0, last_error=error, due_at=None, state="paused" if active else state)
+        if basis.failures_in_row:
+            out["failures_in_row"] = 0
         return out
     out["attempt"] = 0
     count = basis.repetition_count or 0
     if kind == "delivered":
         count += 1
         out.update(repetition_count=count, last_run=attempted_at, last_error=None)
+        if basis.failures_in_row:
+            out["failures_in_row"] = 0
     else:  # failed (attempts exhausted), missed (beyond the misfire grace) or over_budget (not sent)
         out["last_error"] = error
     out.update(_after_slot(basis, kind, count, now, attempted_at, skip_to))
+    if kind == "failed":
+        out.update(_after_failure(basis, out.get("state", state), error, pause_after))
     return out
+
+
+def _after_failure(basis: Basis, state: str, error: str | None, pause_after: int) -> dict[str, Any]:
+    """One more failed occurrence in a row; the one that makes ``pause_after`` pauses a schedule that
+    would go on (``state`` after the slot still active), and starts the count again."""
+    failures = (basis.failures_in_row or 0) + 1
+    if not (pause_after and failures >= pause_after and basis.state == "active" and state == "active"):
+        return {"failures_in_row": failures}
+    return {"state": "paused", "due_at": None, "failures_in_row": 0, "last_error": (
+        f"paused: {failures} occurrences in a row failed (the operator's policy pause_after_failures="
+        f"{pause_after}); resume it once the cause is fixed. The last error: {error or 'none recorded'}")}
 
 
 def _after_slot(basis: Basis, kind: str, count: int, now: datetime, attempted_at: datetime,
@@ -112,8 +136,9 @@ def missed_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
              "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_missed]
 
 
-def outcome_of(a: Attempt, basis: Basis, now: datetime) -> Outcome:
-    """What to write for attempt ``a`` (its error already redacted), the next state computed on ``basis``."""
+def outcome_of(a: Attempt, basis: Basis, now: datetime, rules: AlertRules | None = None) -> Outcome:
+    """What to write for attempt ``a`` (its error already redacted), the next state computed on ``basis``;
+    with ``rules``, the pause after failures in a row and the alerts it raises (``delivery.alerts``)."""
     claim = a.claim
     outcome = "failed" if a.kind == "paused" else a.kind
     entry = {
@@ -142,8 +167,11 @@ def outcome_of(a: Attempt, basis: Basis, now: datetime) -> Outcome:
     note = "claim lost before recording; schedule not advanced"
     lost = {**entry, "error": f"{a.error}; {note}" if a.error else note,
             "outcome": SENT_ON_LOST_CLAIM if a.kind == "delivered" else outcome}
-    change = next_state(basis, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay, skip_to=a.skip_to)
-    return Outcome(claim.id, a.owner, claim.next_run, basis.pairs(), tuple(history), change, (lost,))
+    change = next_state(basis, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay, skip_to=a.skip_to,
+                        pause_after=rules.pause_after if rules is not None else 0)
+    raised = alerts.for_outcome(claim.id, claim.agent_id, claim.target, a.kind, claim.next_run, basis.state, change,
+                                rules, now)
+    return Outcome(claim.id, a.owner, claim.next_run, basis.pairs(), tuple(history), change, (lost,), raised)
 
 
 def _lateness(a: Attempt) -> float:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from promptyoself.delivery.alerts import AlertRules, alert_rules, target_alerts
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
 from promptyoself.delivery.outcomes import Basis, outcome_of, result_of
 from promptyoself.deps import Services
@@ -44,7 +45,8 @@ def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = 
             a.error = redact(a.error)
         if a.receipt is not None:  # what the agent or the receiver answered, too (issue 43)
             a.receipt = a.receipt.redacted(redact)
-    todo: Todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now)) for a in batch}
+    rules = alert_rules(core, now)
+    todo: Todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now, rules)) for a in batch}
     claimed: Recorded | None = None
     busy = stale = 0
     while todo:
@@ -68,7 +70,8 @@ def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = 
         if claim is not None:
             claimed, claim = done, None
         stale += 1
-        _apply(core, todo, done, stale)
+        _apply(core, todo, done, stale, rules)
+    target_alerts(core, batch, now)
     return claimed
 
 
@@ -88,7 +91,7 @@ def _one_at_a_time(core: Services, todo: Todo, exc: BaseException) -> None:
         _fail(todo, exc)
 
 
-def _apply(core: Services, todo: Todo, done: Recorded, stale: int) -> None:
+def _apply(core: Services, todo: Todo, done: Recorded, stale: int, rules: AlertRules | None = None) -> None:
     """What one transaction did: results for the written and the lost; the changed ones decided again."""
     for sid in done.written:
         a, o = todo.pop(sid)
@@ -103,7 +106,7 @@ def _apply(core: Services, todo: Todo, done: Recorded, stale: int) -> None:
             del todo[sid]
             continue
         log.info("schedule %s changed while claimed; deciding its next state again", sid)
-        todo[sid] = (a, outcome_of(a, Basis.of_row(row), core.now()))
+        todo[sid] = (a, outcome_of(a, Basis.of_row(row), core.now(), rules))
 
 
 def record_attempt(core: Services, item: Attempt) -> Result:

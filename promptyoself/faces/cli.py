@@ -271,8 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     pp = psub.add_parser("set", help="set values: NAME=VALUE ... (e.g. approval_below=30m max_active_per_agent=50)")
     pp.add_argument("values", nargs="+", metavar="NAME=VALUE",
                     help="max_deliveries_per_agent_per_day, max_schedules_per_agent_per_hour, approval_below "
-                         "(a duration or off), max_active_per_agent")
+                         "(a duration or off), max_active_per_agent, pause_after_failures")
     _add_json(pp)
+
+    p = sub.add_parser("purge", help="delete ended schedules and old history now (retention; operator)")
+    p.add_argument("--before", metavar="WHEN", default=None,
+                   help="what ended or was attempted before this: a duration ago (30d, 12h) or an ISO date "
+                        "(default: PROMPTYOSELF_KEEP_ENDED and PROMPTYOSELF_KEEP_HISTORY)")
+    _add_json(p)
 
     p = sub.add_parser("import-legacy", help="import schedules from an earlier PromptYoSelf database")
     p.add_argument("path", help="path of the legacy SQLite file (table unified_reminders)")
@@ -460,6 +466,12 @@ def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return agent_tokens.revoke(core, agent_id=a.agent_id, token_id=a.id)
 
 
+def _purge(core: Core, a: argparse.Namespace) -> dict[str, Any]:
+    from promptyoself.core.retention import purge
+
+    return purge(core, before=a.before)
+
+
 def _policy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.policy_command == "show":
         return dict(core.operator.policy_show())
@@ -503,6 +515,7 @@ COMMANDS: dict[str, Run] = {
     "letta": _letta,
     "token": _token,
     "policy": _policy,
+    "purge": _purge,
 }
 
 
@@ -632,7 +645,7 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
             run = COMMANDS.get(args.command) if args.command else None
     except SystemExit as exc:  # argparse: --help exits 0, usage errors exit 2
         return int(exc.code or 0)
-    if args.command == "serve":
+    if args.command == "serve":  # no Run of its own; it refuses PROMPTYOSELF_AGENT_TOKEN itself (faces/serve.py)
         from promptyoself.faces.serve import serve
 
         return serve(args)

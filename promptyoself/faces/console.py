@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from promptyoself.core import alerts as core_alerts
 from promptyoself.core.console_sessions import ConsoleSessions
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import STATES
@@ -158,6 +159,7 @@ class Console:
             Route("/console/tokens/{action}", self._guard(self.token_action), methods=["POST"]),
             Route("/console/policy", self._guard(self.policy), methods=["GET"]),
             Route("/console/policy", self._guard(self.set_policy), methods=["POST"]),
+            Route("/console/alerts/dismiss", self._guard(self.dismiss_alerts), methods=["POST"]),
             Route("/console/schedules/{sid:int}", self._guard(self.schedule)),
             Route("/console/schedules/{sid:int}/cancel", self._guard(self.confirm_cancel), methods=["GET"]),
             Route("/console/schedules/{sid:int}/{action}", self._guard(self.act), methods=["POST"]),
@@ -330,7 +332,11 @@ class Console:
             today = await run_in_threadpool(core.operator.today)
         except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait
             today = {"day_started": None, "delivered": 0, "failed": 0, "missed": 0, "over_budget": 0, "retry": 0}
-        return {"health": health, "today": today, "guardrails": health.get("guardrails") or {}}
+        try:
+            raised: dict[str, Any] = dict(await run_in_threadpool(core_alerts.banner, core))
+        except PromptYoSelfError:
+            raised = {"unseen": 0, "alerts": []}
+        return {"health": health, "today": today, "guardrails": health.get("guardrails") or {}, "raised": raised}
 
     # ---- pages ------------------------------------------------------------------------------
 
@@ -431,6 +437,14 @@ class Console:
             return self._redirect(request, back, f"error: {exc.message}")
         log.info("console: %s schedule %s", action, sid)
         return self._redirect(request, back, str(result.get("message") or f"{action}: done"))
+
+    async def dismiss_alerts(self, request: Request) -> Response:
+        """The alerts banner's Dismiss (its CSRF token checked by ``_guard``): one alert, or all."""
+        form = await self._form(request) or {}
+        back = local_path(form.get("back"))
+        one = (form.get("id") or "").strip()
+        result = await run_in_threadpool(core_alerts.dismiss, self.core, [one] if one else None)
+        return self._redirect(request, back, result["message"])
 
     async def tokens(self, request: Request, minted: dict[str, Any] | None = None) -> Response:
         """Agent tokens: mint, rotate, revoke (``promptyoself.core.agent_tokens``; the CLI's `token`)."""

@@ -26,6 +26,7 @@ without a token refuses to start: it would hand Letta, with our credentials, to 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -44,6 +45,7 @@ from promptyoself.faces.http_auth import (
     caller_agent,
     forbidden_body,
     http_token,
+    proxy_options,
 )
 from promptyoself.faces.http_guard import McpSessions, RequestGuard, allowed_hosts
 from promptyoself.faces.mcp import build_server
@@ -212,11 +214,34 @@ class ServiceApp:
                 from promptyoself.delivery.in_service import Resident
 
                 await stack.enter_async_context(Resident(self.core, self._engine_stopped).run())
+                await stack.enter_async_context(self._retention())
             if self.settings.stdio_relay != "off":  # stdio servers for this database hand their sessions here
                 from promptyoself.faces.relay_server import RelayListener
 
                 await stack.enter_async_context(RelayListener(self.core, build_server).serving())
             yield
+
+    @asynccontextmanager
+    async def _retention(self) -> AsyncIterator[None]:
+        """Retention while the service delivers: ended schedules and old history purged at start and
+        every hour (``promptyoself.core.retention``; ``PROMPTYOSELF_KEEP_ENDED``/``_KEEP_HISTORY``)."""
+        from promptyoself.core.retention import EVERY, purge
+
+        async def run() -> None:
+            while True:
+                try:
+                    await asyncio.to_thread(purge, self.core)
+                except Exception as exc:  # the database may be down: try again at the next round
+                    log.warning("retention: the purge failed (%s); trying again in an hour", type(exc).__name__)
+                await asyncio.sleep(EVERY)
+
+        task = asyncio.create_task(run(), name="promptyoself-retention")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _engine_stopped(self, why: str) -> None:
         self.engine_stopped = why
@@ -274,7 +299,7 @@ def run_service(core: Core, settings: Settings, *, sock: socket.socket, mcp_path
              "in this process" if settings.executor_enabled else "off")
     config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=level,
                             access_log=level == "debug", lifespan="on",
-                            http=bounded_h11(settings.http_header_timeout, cap))
+                            http=bounded_h11(settings.http_header_timeout, cap), **proxy_options(settings))
     server = uvicorn.Server(config)
 
     def stop() -> None:  # the delivery engine stopped by itself: shut down as on SIGTERM, then exit 1

@@ -80,8 +80,21 @@ class GuessLimiter:
 
 
 def client_address(scope: Mapping[str, Any]) -> str:
+    """The address the throttle keys on: the peer of the connection, unless the peer is a proxy named
+    in ``PROMPTYOSELF_TRUSTED_PROXIES`` (then uvicorn has put the ``X-Forwarded-For`` client here:
+    ``proxy_options``)."""
     client = scope.get("client")
     return str(client[0]) if client else "?"
+
+
+def proxy_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's settings for ``X-Forwarded-For``: believed only from ``PROMPTYOSELF_TRUSTED_PROXIES``.
+    uvicorn's own default believes it from 127.0.0.1 (or ``FORWARDED_ALLOW_IPS``), so on loopback every
+    request could name a new client and get a fresh wrong-token allowance (issue 42 item 3)."""
+    proxies = settings.trusted_proxies
+    if not proxies:
+        return {"proxy_headers": False, "forwarded_allow_ips": ""}
+    return {"proxy_headers": True, "forwarded_allow_ips": proxies}
 
 
 THROTTLED_BODY = json.dumps(

@@ -355,11 +355,20 @@ def _agent_scope() -> Middleware:
     return AgentScope(core_of, user_error)
 
 
+def _ask_approval() -> Middleware:
+    """A new schedule that waits for approval is put to the person at the client (elicitation), when
+    the caller is the operator (``promptyoself.faces.mcp_approval``); innermost."""
+    from promptyoself.faces.mcp_approval import AskApproval
+
+    return AskApproval(core_of)
+
+
 jsonrpc_repair.install()  # a line with a lone surrogate gets an answer, not silence
 mcp: FastMCP[Any] = FastMCP("promptyoself", instructions=INSTRUCTIONS, version=__version__,
                             lifespan=_close_default_core)
 mcp.add_middleware(ToolCalls())
 mcp.add_middleware(_agent_scope())
+mcp.add_middleware(_ask_approval())
 TOOLS: list[Tool] = []
 """The tools of ``mcp``, in order; ``build_server`` serves the same ones."""
 
@@ -397,6 +406,7 @@ def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:
     server: FastMCP[Any] = FastMCP("promptyoself", **kwargs)
     server.add_middleware(ToolCalls())
     server.add_middleware(_agent_scope())
+    server.add_middleware(_ask_approval())
     for made in TOOLS:
         server.add_tool(made)
     _list_targets()

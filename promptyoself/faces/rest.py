@@ -30,18 +30,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from promptyoself.core import agent_tokens, native_tools
 from promptyoself.core.agents import CallContext
-from promptyoself.core.checks import Whole
+from promptyoself.core.checks import MAX_ID, Whole, canonical_id
 from promptyoself.core.letta_schedules import LettaSchedules
 from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
 from promptyoself.errors import (
@@ -204,7 +204,13 @@ class PolicyRequest(BaseModel):
         None, description="Recurring schedules firing more often than this (alone or with the agent's other "
         "active schedules) wait for approval: a duration such as '30m', seconds, or 'off'.")
     max_active_per_agent: StrictInt | None = Field(None, description="Live (active or paused) schedules per agent.")
+    pause_after_failures: StrictInt | None = Field(
+        None, description="Failed occurrences in a row after which delivery pauses a schedule; 0 = never.")
 
+
+ScheduleId = Annotated[int, BeforeValidator(canonical_id), Field(gt=0, le=MAX_ID)]
+"""A schedule id in a path or query: its canonical decimal text only (``12``; 422 for ``12.0``,
+``" 12"``, ``0012``, ``1_2``, ``+12``, which a plain ``int`` reads as 12)."""
 
 AGENT_HEADER: Any = Header(None, alias="X-Agent-Id",
                             description="The calling agent, used when agent_id is not given (as on /mcp).")
@@ -348,7 +354,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         who = caller_agent(request)
         return lambda: agent_tokens.own_agent(who, agent_id)
 
-    def own(request: Request, schedule_id: int) -> Any:
+    def own(request: Request, schedule_id: ScheduleId) -> Any:
         """An agent token may touch its own agent's schedules only (404 for another agent's)."""
         who = caller_agent(request)
         return lambda: agent_tokens.own_schedule(core, who, schedule_id)
@@ -366,7 +372,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return JSONResponse(error_body("The body is not valid JSON (or is nested too deep).", "invalid_argument"),
                                 400)
-        return await call(api.create, agent_id, body)
+        return await call(api.create, agent_id, body, by_agent=who is not None)
 
     @app.get("/v1/agents/{agent_id}/schedule", tags=["letta"], summary="List scheduled messages (Letta API)")
     async def letta_list(request: Request, agent_id: str, after: str | None = None,
@@ -424,7 +430,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         return await call(core.targets)
 
     @app.get("/api/history", tags=["schedules"], summary="Delivery history")
-    async def history(request: Request, schedule_id: int | None = None, agent_id: str | None = None,
+    async def history(request: Request, schedule_id: ScheduleId | None = None, agent_id: str | None = None,
                       limit: int = Query(20, ge=1), x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, named = as_caller(request, agent_id, x_agent_id)
         by_id = own(request, schedule_id) if schedule_id is not None else None
@@ -438,15 +444,15 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
                           ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/{schedule_id}/pause", tags=["schedules"], summary="Pause a schedule")
-    async def pause(request: Request, schedule_id: int) -> JSONResponse:
+    async def pause(request: Request, schedule_id: ScheduleId) -> JSONResponse:
         return await call(core.pause, schedule_id, check=own(request, schedule_id))
 
     @app.post("/api/schedules/{schedule_id}/resume", tags=["schedules"], summary="Resume a paused schedule")
-    async def resume(request: Request, schedule_id: int) -> JSONResponse:
+    async def resume(request: Request, schedule_id: ScheduleId) -> JSONResponse:
         return await call(core.resume, schedule_id, check=own(request, schedule_id))
 
     @app.delete("/api/schedules/{schedule_id}", tags=["schedules"], summary="Cancel a schedule")
-    async def cancel(request: Request, schedule_id: int, agent_id: str | None = None) -> JSONResponse:
+    async def cancel(request: Request, schedule_id: ScheduleId, agent_id: str | None = None) -> JSONResponse:
         """Cancel; with ``agent_id`` (or an agent token) only that agent's schedule (404 otherwise)."""
         who = caller_agent(request)
         return await call(native_tools.cancel_own, core, schedule_id, who or agent_id,

@@ -42,7 +42,8 @@ def serve(args: argparse.Namespace) -> int:
     """Start the server for parsed ``serve`` arguments.
 
     Refuses (exit code 2, reason on stderr) to bind a non-loopback address without
-    ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, and to start on invalid configuration.
+    ``--allow-external`` and ``PROMPTYOSELF_HTTP_TOKEN``, to start on invalid configuration, and to
+    start anything but the stdio server with ``PROMPTYOSELF_AGENT_TOKEN`` set.
     When a token is set, every HTTP/SSE request must carry it, whatever the bind address.
     Ctrl-C (SIGINT) ends it with exit code 130 and no traceback (promptyoself.faces.interrupt).
     """
@@ -55,6 +56,14 @@ def serve(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     return EXIT_INTERRUPTED if sigint.seen else code
 
+
+AGENT_TOKEN_SERVE = (
+    "Refusing to start the service with PROMPTYOSELF_AGENT_TOKEN set: the service (and serve --transport "
+    "http|sse) is the operator's process, serving every agent; an agent token is for one agent's CLI or stdio "
+    "MCP server. Unset PROMPTYOSELF_AGENT_TOKEN (environment or .env) to run the service."
+)
+"""Why ``serve`` (but for ``--transport stdio``, which an agent's token scopes) will not start under an
+agent token (issue 42 item 9)."""
 
 STDIO_TERMINAL_HINT = (
     "promptyoself: this is the MCP server; it speaks MCP (JSON-RPC) on stdin/stdout to a client such as "
@@ -108,6 +117,10 @@ def _serve(args: argparse.Namespace) -> int:
         settings.executor_autostart = False
     setup_logging(settings)
     transport = args.transport or "service"
+    if transport != "stdio" and settings.agent_token is not None and settings.agent_token.get_secret_value().strip():
+        sys.stderr.write(f"promptyoself: {AGENT_TOKEN_SERVE}\n")
+        sys.stderr.flush()
+        return 2
     if transport != "stdio":
         problem = check_exposure(args.host, args.allow_external, settings)
         if problem:
@@ -170,7 +183,7 @@ def _serve(args: argparse.Namespace) -> int:
             with StdioSigintExits(lambda: _stop_for_exit(core)):
                 run_stdio(mcp)
         else:
-            from promptyoself.faces.http_auth import agent_resolver, http_token, transport_middleware
+            from promptyoself.faces.http_auth import agent_resolver, http_token, proxy_options, transport_middleware
 
             level = settings.log_level.lower()
             log.info(
@@ -192,7 +205,9 @@ def _serve(args: argparse.Namespace) -> int:
                 middleware=transport_middleware(settings, args.host, agent_resolver(core)),
                 # Route uvicorn's logs through our handlers (stderr/file/JSON, redaction): its own
                 # default config would print access lines on stdout.
-                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug"},
+                # X-Forwarded-For only from PROMPTYOSELF_TRUSTED_PROXIES (the wrong-token throttle's key)
+                uvicorn_config={"log_config": None, "log_level": level, "access_log": level == "debug",
+                                **proxy_options(settings)},
             )
     finally:
         core.close()

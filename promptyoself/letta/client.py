@@ -66,6 +66,15 @@ class Answer(Protocol):
     def json(self) -> Any: ...
 
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest answer body read from Letta (its biggest, a page of agents, is far below): a longer
+one fails the call (``AnswerTooLarge``) instead of filling memory (issue 42 item 5)."""
+
+
+class AnswerTooLarge(httpx.ReadError):
+    """Letta's answer body ran past ``MAX_ANSWER_BYTES``; the rest was not read."""
+
+
 class _Read:
     """An aiohttp answer read whole: its status, its (case-insensitive) headers and its body. Built
     instead of an ``httpx.Response``, which took about a tenth of a delivery worker's busy time in
@@ -257,6 +266,14 @@ def _answer(call: Call, resp: R) -> R:
 def _failure(call: Call, exc: httpx.HTTPError, shown_url: str, marks: dict[str, float]) -> LettaUnavailable:
     """A transport failure as ``LettaUnavailable``; for a send, whether Letta may have the request."""
     timeout = isinstance(exc, httpx.TimeoutException)
+    if isinstance(exc, AnswerTooLarge):
+        err = LettaUnavailable(f"Letta at {shown_url} answered {call.method} {call.path.split('?')[0][:80]} with "
+                               f"more than {MAX_ANSWER_BYTES} bytes; the answer was not read.", transient=True)
+        if call.send:  # the request went out: Letta may have it
+            err.details[IN_DOUBT] = True
+            if WRITTEN_AFTER in marks:
+                err.details[WRITTEN_AFTER] = round(marks[WRITTEN_AFTER], 3)
+        return err
     if not call.send:
         if timeout:
             return LettaUnavailable(f"Letta at {shown_url} did not answer in time ({type(exc).__name__}). "
@@ -321,6 +338,27 @@ async def _chunk_trace(session: Any, ctx: Any, params: Any) -> None:
         ask.ask()
 
 
+def _read_bounded(resp: httpx.Response) -> httpx.Response:
+    """A streamed httpx answer read to its end, at most ``MAX_ANSWER_BYTES`` (``AnswerTooLarge`` past that)."""
+    body = bytearray()
+    for chunk in resp.iter_bytes():
+        body.extend(chunk)
+        if len(body) > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge(f"answer over {MAX_ANSWER_BYTES} bytes")
+    return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(body), request=resp.request,
+                          extensions=resp.extensions)
+
+
+async def _read_bounded_async(resp: httpx.Response) -> httpx.Response:
+    """``_read_bounded`` for an async httpx answer."""
+    body = bytearray()
+    async for chunk in resp.aiter_bytes():
+        body.extend(chunk)
+        if len(body) > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge(f"answer over {MAX_ANSWER_BYTES} bytes")
+    return httpx.Response(resp.status_code, headers=resp.headers, content=bytes(body), request=resp.request)
+
+
 async def _exchange(session: aiohttp.ClientSession, base: str, call: Call, ask: Any) -> Answer:
     """One request through aiohttp, its answer read whole (what the routes read). The URL is taken
     as written (``encoded``): yarl would otherwise decode ``_seg``'s ``%2E`` and resolve a ``..``
@@ -328,8 +366,12 @@ async def _exchange(session: aiohttp.ClientSession, base: str, call: Call, ask: 
     url = URL(base + call.path, encoded=True)
     async with session.request(call.method, url, params=call.params, json=call.json, allow_redirects=False,
                                trace_request_ctx=ask) as got:
-        body = await got.read()
-        return _Read(got.status, got.headers, body, got.charset)
+        body = bytearray()
+        while chunk := await got.content.read(65536):
+            body.extend(chunk)
+            if len(body) > MAX_ANSWER_BYTES:
+                raise AnswerTooLarge(f"answer over {MAX_ANSWER_BYTES} bytes")
+        return _Read(got.status, got.headers, bytes(body), got.charset)
 
 
 # ---- routes (one plan each, driven by either client) ----------------------------------------
@@ -540,7 +582,7 @@ class LettaClient:
         try:
             with self._http.stream(method, path, extensions={"trace": trace}, **kw) as resp:
                 watch(resp.extensions.get("network_stream"))
-                resp.read()
+                resp = _read_bounded(resp)
             if expired.is_set():
                 raise httpx.ReadTimeout("the whole request took longer than PROMPTYOSELF_LETTA_TIMEOUT")
             return resp
@@ -709,7 +751,12 @@ class AsyncLettaClient:
     async def _mocked(self, call: Call, marks: dict[str, float]) -> httpx.Response:
         assert self._mock is not None
         _head_written(call.guard, marks, time.monotonic())
-        return await self._mock.request(call.method, call.path, **call.options())
+        request = self._mock.build_request(call.method, call.path, **call.options())
+        resp = await self._mock.send(request, stream=True)
+        try:
+            return await _read_bounded_async(resp)
+        finally:
+            await resp.aclose()
 
     async def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
         return await self._adrive(_list_agents_plan(limit, after))

@@ -612,6 +612,8 @@ class Outcome:
     """The schedule's columns to write then (its next state; the claim cleared)."""
     lost_history: tuple[dict[str, Any], ...]
     """The history rows to add instead when the claim was lost (someone else holds the occurrence)."""
+    alerts: tuple[dict[str, Any], ...] = ()
+    """Alerts to raise with the change (``store.alerts``; the operator's banner, metrics, alert POST)."""
 
 
 @dataclass(frozen=True)
@@ -658,6 +660,7 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
         rows = lock_rows(conn, {o.schedule_id for o in outcomes}, {o.owner for o in outcomes})
         history: list[dict[str, Any]] = []
         changes: list[tuple[int, dict[str, Any]]] = []
+        raised: list[dict[str, Any]] = []
         for o in outcomes:
             row = rows.get(o.schedule_id)
             if row is None or row["claimed_by"] != o.owner or row["next_run"] != o.slot:
@@ -669,8 +672,13 @@ def record_outcomes(store: Store, outcomes: Collection[Outcome], *, claim: Claim
                 written.add(o.schedule_id)
                 history.extend(o.history)
                 changes.append((o.schedule_id, o.change))
+                raised.extend(o.alerts)
         add_deliveries(conn, history)
         write_schedules(conn, changes)
+        if raised:
+            from promptyoself.store import alerts
+
+            alerts.add(conn, raised)
         claimed: list[ScheduleRow] = []
         if claim is not None:
             claimed = with_days(conn, store, claim_due_in(

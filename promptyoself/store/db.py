@@ -46,10 +46,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0013_alerts"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
-0012, 0009, 0013.)"""
+0012, 0009, 0013, 0013_alerts.)"""
 
 
 def refuse_naive(value: datetime) -> None:
@@ -122,6 +122,9 @@ class Schedule(Base):
     # 0012: what the target needs besides the agent id, as a JSON object (Occurrence.options): a
     # the target's own options (its plug-in's model), as JSON.
     target_options: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0013: failed occurrences in a row (delivery.outcomes.next_state pauses at the policy's
+    # pause_after_failures; a delivery, or the pause, sets it back to 0).
+    failures_in_row: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),
@@ -210,6 +213,34 @@ class PassthroughSend(Base):
     route: Mapped[str] = mapped_column(String(200), nullable=False)
 
     __table_args__ = (Index("ix_passthrough_agent", "agent_id", "sent_at"),)
+
+
+class Alert(Base):
+    """An alert for the operator (0013; ``store/alerts.py``): a schedule paused by delivery, an agent's
+    first occurrence held by a budget in a day, a target that stopped answering. ``id`` is the alert's
+    id in its signed POST (the same on every retry); ``send_state`` pending | sent | failed | expired."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    agent_id: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    target: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, nullable=False)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    send_state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    send_attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    next_send_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    sending_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    send_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ix_alerts_send", "send_state", "next_send_at"),
+                      Index("ix_alerts_created", "created_at"),
+                      Index("ix_alerts_open", "kind", "target", "closed_at"))
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -399,6 +430,19 @@ def postgres_problem(where: str, cause: str) -> str:
     return f"Cannot connect to the database at {where}: {cause}. {fix} Then run `promptyoself health`."
 
 
+FULL_MARKERS = ("database or disk is full", "could not extend file", "no space left on device",
+                "disk quota exceeded", "disk full")
+"""Driver texts that mean the database cannot grow (SQLite's SQLITE_FULL, PostgreSQL's 53100
+``disk_full``): ``database_unavailable`` (503 on the REST API), not an internal error (issue 42 item 6)."""
+
+
+def full_problem(where: str, cause: str, path: Path | None) -> str:
+    """What to say when the database cannot grow: where, the driver's words, and what to do."""
+    place = f"the file system of {path.parent}" if path is not None else "the database server's disk"
+    return (f"The database at {where} cannot store more: {cause}. Nothing was written. Free space on {place} "
+            "(and run `promptyoself purge` to drop ended schedules and old history), then try again.")
+
+
 def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
     """Map a failure to open or reach the database onto ``database_driver_missing`` or
     ``database_unavailable`` (docs/design.md §9), worded for SQLite or the database server; ``None``
@@ -422,6 +466,8 @@ def database_error(exc: BaseException, url: str) -> PromptYoSelfError | None:
         cause = _cause(exc)
         if isinstance(exc, (IntegrityError, ProgrammingError)) and "permission denied" not in cause.lower():
             return None  # a constraint or a statement: the caller's business, not the database's reach
+        if any(marker in cause.lower() for marker in FULL_MARKERS):
+            return DatabaseUnavailable(full_problem(where, cause, path))
         if any(marker in cause.lower() for marker in _UNREACHABLE):
             if path is not None:
                 return DatabaseUnavailable(_sqlite_words(path, cause))

@@ -27,13 +27,13 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
-from promptyoself.store import claims, health, operator, receipts
+from promptyoself.store import alerts, claims, health, operator, receipts
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
 from promptyoself.store.receipts import PendingRow
-from promptyoself.store.records import DayAsk, ScheduleRow
+from promptyoself.store.records import AlertRow, DayAsk, ScheduleRow
 
 RecurringRow = tuple[Any, ...]
 """``(id, schedule_type, schedule_value, timezone, anchor, next_run)`` (``recurring_ahead``)."""
@@ -109,6 +109,25 @@ class DeliveryStore(Protocol):
 
     def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
         """Write a pending row's receipt (JSON) and its state, only while it is still pending."""
+
+    # ---- alerts (issue 43 point 4; ``store.alerts``): the outcome's own are written by ``record`` ----
+
+    def raise_target_alert(self, row: dict[str, Any]) -> bool:
+        """A ``target_unready`` alert for ``row['target']`` unless one is open; True when raised."""
+        ...
+
+    def close_target_alerts(self, target: str, now: datetime) -> int:
+        """The target answered: its open ``target_unready`` alert is closed."""
+        ...
+
+    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+        """Claim (until ``until``) alerts due to be POSTed; those older than ``oldest`` expire."""
+        ...
+
+    def alert_sent(self, alert_id: str, now: datetime) -> None: ...
+
+    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+        """Try again at ``retry_at``, or give up (``failed``) when it is None."""
         ...
 
 
@@ -162,3 +181,18 @@ class SqlDeliveryStore:
 
     def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
         return receipts.complete(self.store, delivery_id, state, receipt)
+
+    def raise_target_alert(self, row: dict[str, Any]) -> bool:
+        return alerts.open_target_alert(self.store, row)
+
+    def close_target_alerts(self, target: str, now: datetime) -> int:
+        return alerts.close_target_alerts(self.store, target, now)
+
+    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+        return alerts.take_to_send(self.store, now, until, limit, oldest)
+
+    def alert_sent(self, alert_id: str, now: datetime) -> None:
+        alerts.sent(self.store, alert_id, now)
+
+    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+        alerts.send_failed(self.store, alert_id, error, retry_at)

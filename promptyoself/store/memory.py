@@ -19,7 +19,7 @@ from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, Rec
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
 from promptyoself.store.receipts import PENDING, PendingRow
-from promptyoself.store.records import ScheduleRow
+from promptyoself.store.records import AlertRow, ScheduleRow, column_names
 
 _DEFAULTS: dict[str, Any] = {
     "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
@@ -35,6 +35,8 @@ class MemoryDeliveryStore:
         self._lock = threading.Lock()
         self.rows: dict[int, ScheduleRow] = {}
         self.history: list[dict[str, Any]] = []
+        self.alerts: dict[str, dict[str, Any]] = {}
+        """Alerts by id (``store.alerts``' columns as dicts)."""
 
     # ---- seeding and reading (what the core would have written) ----------------------------------
 
@@ -146,6 +148,8 @@ class MemoryDeliveryStore:
                     written.add(o.schedule_id)
                     self._add_history(o.history)
                     self.rows[o.schedule_id] = dataclasses.replace(row, **o.change)
+                    for alert in o.alerts:  # as store.alerts.add: an alert already raised stays as it is
+                        self.alerts.setdefault(alert["id"], self._alert(alert))
             claimed: list[ScheduleRow] = []
             taken: set[int] = set()
             report = ClaimReport()
@@ -231,3 +235,54 @@ class MemoryDeliveryStore:
                     h.update(receipt_state=state, receipt=receipt)
                     return True
             return False
+
+    # ---- alerts (store.alerts' contract) ---------------------------------------------------------
+
+    def _alert(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"send_state": "pending", "send_attempts": 0, "closed_at": None, "seen_at": None,
+                "next_send_at": row["created_at"], "sending_until": None, "sent_at": None, "send_error": None,
+                "schedule_id": None, "agent_id": None, "target": None, **row}
+
+    def raise_target_alert(self, row: dict[str, Any]) -> bool:
+        with self._lock:
+            if any(a["kind"] == "target_unready" and a["target"] == row["target"] and a["closed_at"] is None
+                   for a in self.alerts.values()):
+                return False
+            self.alerts.setdefault(row["id"], self._alert(row))
+            return True
+
+    def close_target_alerts(self, target: str, now: datetime) -> int:
+        with self._lock:
+            open_ = [a for a in self.alerts.values()
+                     if a["kind"] == "target_unready" and a["target"] == target and a["closed_at"] is None]
+            for a in open_:
+                a["closed_at"] = now
+            return len(open_)
+
+    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+        with self._lock:
+            out: list[AlertRow] = []
+            for a in sorted(self.alerts.values(), key=lambda x: x["created_at"]):
+                full = self._alert(a)
+                a.update(full)
+                if a["send_state"] != "pending":
+                    continue
+                if a["created_at"] < oldest:
+                    a["send_state"] = "expired"
+                    continue
+                if a["next_send_at"] <= now and (a["sending_until"] is None or a["sending_until"] < now) \
+                        and len(out) < limit:
+                    a["sending_until"] = until
+                    out.append(AlertRow(**{n: a[n] for n in column_names(AlertRow)}))
+            return out
+
+    def alert_sent(self, alert_id: str, now: datetime) -> None:
+        with self._lock:
+            self.alerts[alert_id].update(send_state="sent", sent_at=now, sending_until=None, send_error=None,
+                                         send_attempts=self.alerts[alert_id]["send_attempts"] + 1)
+
+    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+        with self._lock:
+            a = self.alerts[alert_id]
+            a.update(send_state="pending" if retry_at is not None else "failed", next_send_at=retry_at,
+                     sending_until=None, send_error=error[:500], send_attempts=a["send_attempts"] + 1)

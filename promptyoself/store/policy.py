@@ -2,12 +2,13 @@
 migration 0009) so that the CLI, MCP in process or over the relay, REST, Letta's scheduling API, the
 native tools and the service's delivery all judge by the same values, whatever their own environment.
 
-Four values, each a row (name, value as text, source, updated_at):
+Five values, each a row (name, value as text, source, updated_at):
 
 * ``max_deliveries_per_agent_per_day``: the daily delivery budget per agent (0 = none);
 * ``max_schedules_per_agent_per_hour``: schedules an agent may create per hour (0 = no limit);
 * ``approval_below``: recurring schedules firing more often than this wait for approval (off = never);
-* ``max_active_per_agent``: live (active or paused) schedules per agent (>= 1).
+* ``max_active_per_agent``: live (active or paused) schedules per agent (>= 1);
+* ``pause_after_failures``: failed occurrences in a row after which delivery pauses a schedule (0 = never).
 
 Where a value came from (``source``):
 
@@ -39,7 +40,8 @@ MAX_ACTIVE_PER_AGENT = "max_active_per_agent"
 MAX_SCHEDULES_PER_HOUR = "max_schedules_per_agent_per_hour"
 MAX_DELIVERIES_PER_DAY = "max_deliveries_per_agent_per_day"
 APPROVAL_BELOW = "approval_below"
-NAMES = (MAX_DELIVERIES_PER_DAY, MAX_SCHEDULES_PER_HOUR, APPROVAL_BELOW, MAX_ACTIVE_PER_AGENT)
+PAUSE_AFTER_FAILURES = "pause_after_failures"
+NAMES = (MAX_DELIVERIES_PER_DAY, MAX_SCHEDULES_PER_HOUR, APPROVAL_BELOW, MAX_ACTIVE_PER_AGENT, PAUSE_AFTER_FAILURES)
 OPERATOR, ENVIRONMENT, DEFAULT = "operator", "environment", "default"
 MAX_COUNT = 1_000_000
 """The largest count a policy value takes (a bound, like every input)."""
@@ -55,6 +57,7 @@ ACCEPTS = {
     MAX_SCHEDULES_PER_HOUR: "a whole number >= 0 (0 = no limit)",
     APPROVAL_BELOW: "a duration such as 30m, 1h or 90, or off",
     MAX_ACTIVE_PER_AGENT: "a whole number >= 1",
+    PAUSE_AFTER_FAILURES: "a whole number >= 0 (0 = never pause for failures)",
 }
 
 
@@ -104,6 +107,7 @@ class Policy:
     approval_below: timedelta | None
     max_active_per_agent: int
     entries: Mapping[str, Entry]
+    pause_after_failures: int = 5
 
 
 def seeds(settings: Settings) -> dict[str, tuple[str, str]]:
@@ -194,7 +198,8 @@ def _typed(rows: Mapping[str, Entry], wanted: Mapping[str, tuple[str, str]], now
         entries[name] = entry
     deliveries, hourly, active = (values[MAX_DELIVERIES_PER_DAY], values[MAX_SCHEDULES_PER_HOUR],
                                   values[MAX_ACTIVE_PER_AGENT])
-    below = values[APPROVAL_BELOW]
+    below, failures = values[APPROVAL_BELOW], values[PAUSE_AFTER_FAILURES]
     assert isinstance(deliveries, int) and isinstance(hourly, int) and isinstance(active, int)
     assert below is None or isinstance(below, timedelta)
-    return Policy(deliveries, hourly, below, active, entries)
+    assert isinstance(failures, int)
+    return Policy(deliveries, hourly, below, active, entries, failures)

@@ -81,6 +81,7 @@ class ScheduleRow(ListedSchedule):
     claim_until: datetime | None
     attempt: int
     letta_payload: str | None
+    failures_in_row: int = 0  # 0013: failed occurrences in a row (delivery.outcomes.next_state)
     day: DayCount | None = field(default=None, compare=False, metadata=NOT_A_COLUMN)
     """Set by a claim that was asked to count the budget day (``DayAsk``), else None."""
 
@@ -157,3 +158,24 @@ def column_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
 def record_of(cls: type[R], row: object) -> R:
     """The record ``cls`` of an ORM object or a result row: each field read by its column name."""
     return cls(**{name: getattr(row, name) for name in column_names(cls)})
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """One row of ``alerts`` (0013; ``store/alerts.py``)."""
+
+    id: str
+    kind: str  # schedule_paused | over_budget | target_unready
+    message: str
+    schedule_id: int | None
+    agent_id: str | None
+    target: str | None
+    created_at: datetime
+    closed_at: datetime | None
+    seen_at: datetime | None
+    send_state: str  # pending | sent | failed | expired
+    send_attempts: int
+    next_send_at: datetime | None
+    sending_until: datetime | None
+    sent_at: datetime | None
+    send_error: str | None

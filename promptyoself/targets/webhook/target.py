@@ -25,7 +25,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from promptyoself import __version__, timing
-from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, redact_url, webhook_endpoints
+from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, redact_endpoint, webhook_endpoints
 from promptyoself.errors import (
     WRITTEN_AFTER,
     InvalidArgument,
@@ -40,6 +40,9 @@ from promptyoself.targets.webhook import receipt as webhook_receipt
 
 NAME = "webhook"
 EVENT_TYPE = "promptyoself.prompt.due"
+MAX_ANSWER_BYTES = 4096
+"""The most of an endpoint's answer body read: its status is the verdict, the body is never used, so a
+huge or endless answer costs at most this much (issue 42 item 5: a 1 GB ``200`` was read whole)."""
 MAX_ENDPOINT_NAME = 64
 IN_DOUBT = "in_doubt"
 
@@ -82,6 +85,23 @@ def signature(secrets: tuple[str, ...], msg_id: str, sent_at: datetime, body: by
     """``webhook-signature``: one ``v1,<base64>`` per secret, space-separated."""
     text = body.decode()
     return " ".join(Webhook(secret).sign(msg_id, sent_at, text) for secret in secrets)
+
+
+async def _read_at_most(resp: httpx.Response, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a streamed answer's body; the rest is left unread. A body that breaks
+    off is no failure: the status, already in, is the answer (a body read to its end lets the
+    connection be used again). Raw bytes: a compressed answer is not inflated."""
+    got = bytearray()
+    try:
+        async for chunk in resp.aiter_raw():
+            got.extend(chunk[: limit - len(got)])
+            if len(got) >= limit:
+                break
+    except httpx.StreamConsumed:  # an answer already in memory (a test transport's): nothing to stream
+        return resp.content[:limit]
+    except httpx.HTTPError:
+        pass
+    return bytes(got)
 
 
 class WebhookTarget:
@@ -129,7 +149,7 @@ class WebhookTarget:
             "webhook-timestamp": str(int(sent_at.timestamp())),
             "webhook-signature": signature(ep.secrets, occ.occurrence_id, sent_at, body),
         }
-        shown = redact_url(ep.url)
+        shown = redact_endpoint(ep.url)
         marks: dict[str, float] = {}
         started = time.monotonic()
 
@@ -143,8 +163,13 @@ class WebhookTarget:
             raise NotSent("the claim's fence refused the webhook before it started")
         try:
             async with asyncio.timeout(self.timeout):  # the whole request, not each read
-                resp = await self._client().post(ep.url, content=body, headers=headers,
-                                                 extensions={"trace": trace})
+                request = self._client().build_request("POST", ep.url, content=body, headers=headers,
+                                                       extensions={"trace": trace})
+                resp = await self._client().send(request, stream=True)
+                try:
+                    answer = await _read_at_most(resp, MAX_ANSWER_BYTES)
+                finally:
+                    await resp.aclose()  # the rest is never read (the connection is dropped, not drained)
         except (TimeoutError, httpx.HTTPError) as exc:
             written = WRITTEN_AFTER in marks
             doubt = written and not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
@@ -159,7 +184,7 @@ class WebhookTarget:
         if 200 <= status < 300:
             self._reachable[ep.name] = f"HTTP {status}"
             return Sent("webhook", None, {"endpoint": ep.name, "http_status": status},
-                        receipt=webhook_receipt.of_answer(status, resp.content))
+                        receipt=webhook_receipt.of_answer(status, answer))
         if status == 410:
             raise TargetGone(f"webhook endpoint {ep.name!r} answered 410 Gone: it takes no more deliveries.",
                              http_status=status)
@@ -185,15 +210,15 @@ class WebhookTarget:
                     resp = await self._client().head(ep.url)
             except (TimeoutError, httpx.HTTPError) as exc:
                 self._reachable[ep.name] = f"unreachable ({type(exc).__name__})"
-                raise TargetUnavailable(f"webhook endpoint {ep.name!r} at {redact_url(ep.url)} cannot be reached "
+                raise TargetUnavailable(f"webhook endpoint {ep.name!r} at {redact_endpoint(ep.url)} cannot be reached "
                                        f"({type(exc).__name__}).", transient=True) from None
             self._reachable[ep.name] = f"reachable (HTTP {resp.status_code} to HEAD)"
 
     def readiness(self) -> str:
         if not self.endpoints:
             return "no webhook endpoint configured (PROMPTYOSELF_WEBHOOK_URL)"
-        return "; ".join(f"endpoint {ep.name}: {redact_url(ep.url)} {self._reachable.get(ep.name, 'not probed yet')}"
-                         for ep in self.endpoints.values())
+        return "; ".join(f"endpoint {ep.name}: {redact_endpoint(ep.url)} "
+                         f"{self._reachable.get(ep.name, 'not probed yet')}" for ep in self.endpoints.values())
 
     async def aclose(self) -> None:
         if self._http is not None:

@@ -351,3 +351,24 @@ def test_the_due_summary_counts_active_and_due_and_names_the_oldest(env: Env) ->
     env.add("agent-c", T0 + timedelta(minutes=5))
     env.add("agent-d", T0 - timedelta(hours=1), state="paused")
     assert env.ds.due_summary(T0) == Backlog(3, 2, T0 - timedelta(minutes=2), T0 - timedelta(minutes=2))
+
+
+def test_an_agent_claimed_in_another_schema_of_the_database_is_not_held_here(tmp_path: Path) -> None:
+    """PostgreSQL's advisory locks are the whole database's. Keyed on the agent alone, a claim for
+    ``agent-a`` in another schema (another install, or a parallel test) made this schema's claim skip
+    its own ``agent-a`` (``pg_try_advisory_xact_lock`` failed): the flaky receipts test above. The
+    key names the schema too."""
+    from promptyoself.store.claims import claim_due_in
+    from tests.pg import pg_schema, require_pg
+
+    require_pg()
+    with opened("postgresql", tmp_path) as env, pg_schema() as other_url:
+        other = Store(other_url)
+        try:
+            add_schedule(other, "agent-a", "theirs", T0)
+            sid = env.add("agent-a", T0)
+            with other.engine.begin() as conn:  # the other schema's claim of its agent-a, not committed yet
+                assert len(claim_due_in(conn, "other", T0, T0 + LEASE, limit=5)) == 1
+                assert [r.id for r in env.ds.claim("A", T0, T0 + LEASE, limit=5)] == [sid]
+        finally:
+            other.close()

@@ -34,7 +34,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.day_counts import with_days
-from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime
+from promptyoself.store.db import DELIVERIES, SCHEDULES, Store, UTCDateTime, pg_agent_key
 from promptyoself.store.records import DayAsk, ScheduleRow, column_names, record_of
 
 DatabaseBusy = OperationalError
@@ -140,7 +140,7 @@ _PG_LOCK = (
     select(_S.c.id)
     .where(
         _S.c.id == any_(bindparam("ids", type_=ARRAY(Integer()))),
-        func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(_S.c.agent_id)),
+        func.pg_try_advisory_xact_lock(PG_AGENT_LOCK_NS, pg_agent_key(_S.c.agent_id)),
     )
     .with_for_update(skip_locked=True)
 )

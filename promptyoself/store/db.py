@@ -52,6 +52,13 @@ numbers were assigned to work in parallel; the chain is the order they landed: 0
 0012, 0009, 0013, 0013_alerts.)"""
 
 
+def pg_agent_key(agent_id: Any) -> Any:
+    """The second key of a PostgreSQL advisory lock that is one agent's: advisory locks are the whole
+    database's, so the key names the schema too (installs, or tests, in other schemas of one
+    database never hold each other's agents)."""
+    return func.hashtext(func.concat(func.current_schema(), ":", agent_id))
+
+
 def refuse_naive(value: datetime) -> None:
     """The store takes aware datetimes only (``UTCDateTime``)."""
     if value.tzinfo is None:

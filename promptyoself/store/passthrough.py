@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Select, func, insert, select
 
 from promptyoself.store.claims import PG_AGENT_LOCK_NS
-from promptyoself.store.db import SCHEDULES, PassthroughSend, Store
+from promptyoself.store.db import SCHEDULES, PassthroughSend, Store, pg_agent_key
 from promptyoself.store.operator import day_floor, delivered_query
 from promptyoself.store.schedules import agent_transaction
 
@@ -53,7 +53,7 @@ def record_send(store: Store, agent_id: str, route: str, now: datetime, *, budge
         if budget:
             conn = s.connection()
             if store.dialect == "postgresql":
-                conn.execute(select(func.pg_advisory_xact_lock(PG_AGENT_LOCK_NS, func.hashtext(agent_id))))
+                conn.execute(select(func.pg_advisory_xact_lock(PG_AGENT_LOCK_NS, pg_agent_key(agent_id))))
             floor = day_floor(conn, store, since)
             used = int(conn.execute(delivered_query(agent_id, floor, since, budget)).scalar_one())
             if used < budget:

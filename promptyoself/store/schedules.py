@@ -15,7 +15,7 @@ from sqlalchemy import Select, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from promptyoself.store.db import Schedule, Store
+from promptyoself.store.db import Schedule, Store, pg_agent_key
 from promptyoself.store.operator import created_since_query, oldest_created_query
 from promptyoself.store.queries import LIVE_STATES
 from promptyoself.store.records import NewSchedule, ScheduleRow, column_names, record_of
@@ -101,10 +101,11 @@ def agent_transaction(store: Store, agent_id: str) -> Iterator[Session]:
     * SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock before the first read (a deferred
       transaction reads a snapshot another writer may commit past), after this process's
       ``write_lock`` (threads queue on it instead of in SQLite's busy handler).
-    * PostgreSQL: ``pg_advisory_xact_lock(ns, hashtext(agent_id))``: only the same agent's writers
-      wait, for no table or row (there is no per-agent row to lock FOR UPDATE, and inserting one first
-      would itself race); released by COMMIT or ROLLBACK, so no lock outlives a crashed writer. Each
-      statement of a READ COMMITTED transaction then sees what the previous holder committed.
+    * PostgreSQL: ``pg_advisory_xact_lock(ns, db.pg_agent_key(agent_id))`` (the schema and the
+      agent): only the same agent's writers wait, for no table or row (there is no per-agent row to
+      lock FOR UPDATE, and inserting one first would itself race); released by COMMIT or ROLLBACK, so
+      no lock outlives a crashed writer. Each statement of a READ COMMITTED transaction then sees what
+      the previous holder committed.
     """
     if store.dialect == "sqlite":
         with store.write_lock, store.session() as s:
@@ -112,7 +113,7 @@ def agent_transaction(store: Store, agent_id: str) -> Iterator[Session]:
             yield s
         return
     with store.session() as s:
-        s.execute(select(func.pg_advisory_xact_lock(PG_CREATE_LOCK_NS, func.hashtext(agent_id))))
+        s.execute(select(func.pg_advisory_xact_lock(PG_CREATE_LOCK_NS, pg_agent_key(agent_id))))
         yield s
 
 

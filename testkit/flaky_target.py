@@ -57,16 +57,16 @@ class FlakyTarget:
                            "text": occ.prompt, "pid": os.getpid(), "at": time.time()}) + "\\n"
         if fault == "slow":
             await asyncio.sleep(0.3)
-        if not fence():
-            raise NotSent("the claim is no longer ours")
-        await asyncio.to_thread(self._append, line)
+        await asyncio.to_thread(self._append, line, fence)
         if fault == "after":
             raise TargetUnavailable("flaky: wrote it, then dropped the answer", in_doubt=True)
         return Sent(route="file")
 
-    def _append(self, line: str) -> None:
+    def _append(self, line: str, fence: Fence) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            if not fence():  # asked in the writing thread, right before the write (no hop after it)
+                raise NotSent("the claim is no longer ours")
             os.write(fd, line.encode())
             os.fsync(fd)
         finally:

@@ -31,12 +31,10 @@ the prompt on stdin (issue 31 point 2; docs/claude-code.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ import promptyoself.targets.claude_code.session as claude_session
 from promptyoself.config import Settings
 from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
 from promptyoself.processes import pid_alive
+from promptyoself.targets import headless
 from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
 
@@ -52,9 +51,7 @@ log = logging.getLogger(__name__)
 
 NAME = "claude-code"
 MARKER = "[PromptYoSelf occurrence {}]"
-MAX_OUTPUT = 4 * 1024 * 1024
 MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
-PROBE_TIMEOUT = 20.0
 CONFIRM_SECONDS = 30.0  # a pushed notification is in the transcript within ms when it was taken
 BUSY_RETRY = 3.0  # seconds before asking a busy session again
 PUSH_PENDING = 120.0  # a push this old not yet in the transcript is taken as lost (look-ups answer absent)
@@ -250,27 +247,15 @@ class ClaudeCodeTarget:
             return await self._live(occ, session_id, holder, fence)
         text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
         argv = [binary, "-p", "--resume", session_id, "--output-format", "json", *self.extra_args]
-        if not fence():  # right before the process starts: nothing has been sent yet
-            raise NotSent("the claim's fence refused the run before claude was started")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env={**self._env(), OCCURRENCE_ENV: occ.occurrence_id}, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-                limit=MAX_OUTPUT)
-        except OSError as exc:
-            self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
+            ran = await headless.run_turn(
+                argv, cwd=cwd, env={**self._env(), OCCURRENCE_ENV: occ.occurrence_id}, prompt=text, fence=fence,
+                timeout=self.timeout, what=f"claude -p --resume {session_id}",
+                timeout_setting="PROMPTYOSELF_CLAUDE_TIMEOUT")
+        except headless.NotStarted as exc:
+            self._problem = str(exc)
             raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(text.encode()), self.timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            self._kill(proc)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5)
-            late = TargetUnavailable(f"claude -p --resume {session_id} ran past PROMPTYOSELF_CLAUDE_TIMEOUT "
-                                    f"({self.timeout:g}s) and was stopped.", transient=True)
-            late.details["in_doubt"] = True
-            raise late from None
-        return self._outcome(session_id, proc.returncode, out, err)
+        return self._outcome(session_id, ran.code, ran.out, ran.err)
 
     async def _live(self, occ: Occurrence, session_id: str, pid: int, fence: Fence) -> Sent:
         """Push into the open session through its channel; confirmed by the marker in its transcript."""
@@ -350,11 +335,6 @@ class ClaudeCodeTarget:
         failed.details["in_doubt"] = True  # the turn may have started: its prompt may be in the transcript
         raise failed
 
-    @staticmethod
-    def _kill(proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
     async def receipt(self, pending: PendingReceipt) -> Receipt:
         """A live push's receipt: the turn after its marker in the session's transcript (issue 43)."""
         session, occurrence = pending.receipt.ref.get("session"), pending.receipt.ref.get("occurrence")
@@ -391,17 +371,10 @@ class ClaudeCodeTarget:
     async def probe(self) -> None:
         binary = self.binary()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                binary, "--version", env=self._env(), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
-            out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            self._problem = f"{binary} --version did not run ({type(exc).__name__})"
+            self._version = await headless.version(binary, self._env())
+        except headless.NotStarted as exc:
+            self._problem = str(exc)
             raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
-        if proc.returncode != 0:
-            self._problem = f"{binary} --version exited with code {proc.returncode}"
-            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True)
-        self._version = out.decode(errors="replace").strip()[:80] or "unknown version"
         self._binary = binary
 
     def readiness(self) -> str:

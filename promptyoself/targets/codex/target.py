@@ -20,22 +20,19 @@ on stdin (docs/codex.md).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
-from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
+from promptyoself.errors import TargetGone, TargetUnavailable
+from promptyoself.targets import headless
 from promptyoself.targets.base import Fence, Found, Occurrence, Receipt, Sent
 from promptyoself.targets.codex.session import codex_home, open_rollouts, read_meta, rollouts
 
 MARKER = "[PromptYoSelf occurrence {}]"
-MAX_OUTPUT = 4 * 1024 * 1024
 MAX_ROLLOUT_SCAN = 64 * 1024 * 1024
-PROBE_TIMEOUT = 20.0
 BUSY_RETRY = 5.0
 REPLY_EXCERPT = 2000
 _SESSION_ENV = ("CODEX_THREAD_ID", "CODEX_SESSION_ID", "CODEX_TOOL_CALL_ID", "CODEX_CI")
@@ -217,40 +214,14 @@ class CodexTarget:
         text = f"{occ.text}\n\n{marker(occ.occurrence_id)}"
         before = await asyncio.to_thread(thread_usage, rollout)
         argv = [binary, "exec", "--json", "--skip-git-repo-check", *self.extra_args, "resume", thread, "-"]
-        if not fence():  # before the process starts: nothing has been sent yet
-            raise NotSent("the claim's fence refused the run before codex was started")
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=cwd, env=self._env(str(home)), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-                limit=MAX_OUTPUT)
-        except OSError as exc:
-            self._problem = f"{binary} could not be started ({type(exc).__name__}: {exc.strerror or exc})"
+            ran = await headless.run_turn(argv, cwd=cwd, env=self._env(str(home)), prompt=text, fence=fence,
+                                          timeout=self.timeout, what=f"codex exec resume {thread}",
+                                          timeout_setting="PROMPTYOSELF_CODEX_TIMEOUT")
+        except headless.NotStarted as exc:
+            self._problem = str(exc)
             raise TargetUnavailable(f"Codex: {self._problem}.") from None
-        assert proc.stdin is not None
-        if not fence():  # asked again right before the prompt is written: starting a process takes time
-            self._kill(proc)
-            await proc.wait()
-            raise NotSent("the claim's fence refused the prompt after codex was started; it was stopped unread")
-        proc.stdin.write(text.encode())  # in this step: the pipe takes it at once (a prompt is below its buffer)
-        try:
-            await proc.stdin.drain()
-            proc.stdin.close()
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-        except (TimeoutError, asyncio.CancelledError, ConnectionError):
-            self._kill(proc)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5)
-            late = TargetUnavailable(f"codex exec resume {thread} ran past PROMPTYOSELF_CODEX_TIMEOUT "
-                                     f"({self.timeout:g}s) and was stopped.")
-            late.details["in_doubt"] = True
-            raise late from None
-        return self._outcome(thread, proc.returncode, out, err, before)
-
-    @staticmethod
-    def _kill(proc: asyncio.subprocess.Process) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        return self._outcome(thread, ran.code, ran.out, ran.err, before)
 
     def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes,
                  before: dict[str, int] | None = None) -> Sent:
@@ -294,17 +265,10 @@ class CodexTarget:
     async def probe(self) -> None:
         binary = self.binary()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                binary, "--version", stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
-            out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            self._problem = f"{binary} --version did not run ({type(exc).__name__})"
+            self._version = await headless.version(binary)
+        except headless.NotStarted as exc:
+            self._problem = str(exc)
             raise TargetUnavailable(f"Codex: {self._problem}.") from None
-        if proc.returncode != 0:
-            self._problem = f"{binary} --version exited with code {proc.returncode}"
-            raise TargetUnavailable(f"Codex: {self._problem}.")
-        self._version = out.decode(errors="replace").strip()[:80] or "unknown version"
         self._binary = binary
         self._problem = None
 

@@ -1,0 +1,96 @@
+"""One headless turn of an agent CLI (``claude -p --resume``, ``codex exec resume``): the process steps
+the Claude Code and Codex targets share, written once so that the claim's fence is asked where exactly
+once needs it.
+
+The fence is asked before the process starts (nothing sent yet) and again right before the prompt is
+written to its stdin, in the same step as the write: starting a process takes time (tens of
+milliseconds, seconds on a loaded machine), and a delivering process frozen in that window (SIGSTOP, a
+paused VM) must not hand the prompt over on waking after another process took its lapsed claim over.
+The Codex torture test found that window; the Claude Code target asked only before the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from promptyoself.errors import NotSent, TargetUnavailable
+from promptyoself.targets.base import Fence
+
+MAX_OUTPUT = 4 * 1024 * 1024
+"""Bytes of a line of the CLI's output read at most (its JSON events)."""
+PROBE_TIMEOUT = 20.0
+"""Seconds ``<cli> --version`` may take."""
+
+
+class NotStarted(Exception):
+    """The CLI could not be started (missing, not executable): ``str(exc)`` says why, for the target's
+    readiness."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A turn's process that ended by itself: its exit code and what it printed."""
+
+    code: int | None
+    out: bytes
+    err: bytes
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the process and everything it started (it runs in a session of its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def run_turn(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], prompt: str, fence: Fence,
+                   timeout: float, what: str, timeout_setting: str) -> Ran:
+    """Run ``argv`` with ``prompt`` on its stdin until it exits. ``NotSent`` when the fence refuses (the
+    prompt was never written); ``NotStarted`` when the binary cannot be started; ``TargetUnavailable``
+    in doubt when it runs past ``timeout`` (it is killed, its turn may have taken the prompt)."""
+    if not fence():
+        raise NotSent(f"the claim's fence refused the run before {what} was started")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, limit=MAX_OUTPUT)
+    except OSError as exc:
+        raise NotStarted(f"{argv[0]} could not be started ({type(exc).__name__}: {exc.strerror or exc})") from None
+    assert proc.stdin is not None
+    if not fence():  # asked again right before the prompt is written: starting a process takes time
+        kill_group(proc)
+        await proc.wait()
+        raise NotSent(f"the claim's fence refused the prompt after {what} was started; it was stopped unread")
+    proc.stdin.write(prompt.encode())  # in this step: the pipe takes it at once (a prompt is below its buffer)
+    try:
+        with contextlib.suppress(ConnectionError):  # it closed its stdin unread (exited): its exit code says why
+            await proc.stdin.drain()
+        proc.stdin.close()
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        kill_group(proc)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5)
+        late = TargetUnavailable(f"{what} ran past {timeout_setting} ({timeout:g}s) and was stopped.",
+                                 transient=True)
+        late.details["in_doubt"] = True
+        raise late from None
+    return Ran(proc.returncode, out, err)
+
+
+async def version(binary: str, env: Mapping[str, str] | None = None) -> str:
+    """``binary --version``'s first words (at most 80 characters); ``NotStarted`` saying why not."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            binary, "--version", env=None if env is None else dict(env), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        out, _ = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
+    except (OSError, TimeoutError) as exc:
+        raise NotStarted(f"{binary} --version did not run ({type(exc).__name__})") from None
+    if proc.returncode != 0:
+        raise NotStarted(f"{binary} --version exited with code {proc.returncode}")
+    return out.decode(errors="replace").strip()[:80] or "unknown version"

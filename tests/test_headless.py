@@ -1,0 +1,74 @@
+"""The headless turn the Claude Code and Codex targets share (``targets/headless.py``): the fence asked
+before the start and again right before the prompt is written; a refusal after the start stops the
+process unread; a run past its timeout is killed and in doubt."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from promptyoself.errors import NotSent, TargetUnavailable
+from promptyoself.targets import headless
+
+pytestmark = pytest.mark.slow  # starts processes
+
+READER = "import sys, pathlib; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read()); print('{\"ok\": 1}')"
+
+
+def answers(*said: bool) -> Callable[[], bool]:
+    """A fence that answers ``said`` in turn (then no)."""
+    left = list(said)
+    return lambda: left.pop(0) if left else False
+
+
+async def test_the_prompt_reaches_the_process_when_the_fence_holds(tmp_path: Path) -> None:
+    got = tmp_path / "got.txt"
+    ran = await headless.run_turn([sys.executable, "-c", READER, str(got)], cwd=str(tmp_path), env=os.environ,
+                                  prompt="hello", fence=answers(True, True), timeout=30, what="reader",
+                                  timeout_setting="T")
+    assert (ran.code, ran.out.strip(), got.read_text()) == (0, b'{"ok": 1}', "hello")
+
+
+async def test_a_fence_that_refuses_after_the_start_stops_the_process_unread(tmp_path: Path) -> None:
+    """The window the torture tests found: a process frozen between the start and the write."""
+    got = tmp_path / "got.txt"
+    with pytest.raises(NotSent, match="stopped unread"):
+        await headless.run_turn([sys.executable, "-c", READER, str(got)], cwd=str(tmp_path), env=os.environ,
+                                prompt="hello", fence=answers(True, False), timeout=30, what="reader",
+                                timeout_setting="T")
+    assert not got.exists()
+
+
+async def test_a_fence_that_refuses_first_starts_nothing(tmp_path: Path) -> None:
+    with pytest.raises(NotSent, match="before reader was started"):
+        await headless.run_turn([str(tmp_path / "missing")], cwd=str(tmp_path), env=os.environ, prompt="x",
+                                fence=answers(False), timeout=30, what="reader", timeout_setting="T")
+
+
+async def test_a_missing_binary_is_not_started_and_says_why(tmp_path: Path) -> None:
+    with pytest.raises(headless.NotStarted, match="could not be started"):
+        await headless.run_turn([str(tmp_path / "missing")], cwd=str(tmp_path), env=os.environ, prompt="x",
+                                fence=answers(True), timeout=30, what="reader", timeout_setting="T")
+    with pytest.raises(headless.NotStarted, match="did not run"):
+        await headless.version(str(tmp_path / "missing"))
+
+
+async def test_a_turn_past_its_timeout_is_killed_and_in_doubt(tmp_path: Path) -> None:
+    with pytest.raises(TargetUnavailable, match="ran past T") as caught:
+        await headless.run_turn([sys.executable, "-c", "import time; time.sleep(60)"], cwd=str(tmp_path),
+                                env=os.environ, prompt="x", fence=answers(True, True), timeout=0.5, what="sleeper",
+                                timeout_setting="T")
+    assert caught.value.details["in_doubt"] is True
+
+
+async def test_a_process_that_exits_unread_gives_its_exit_code_and_words(tmp_path: Path) -> None:
+    """A broken install exits before reading its stdin: what it said is the outcome, not a timeout."""
+    script = "import sys; sys.stderr.write('broken install' + chr(10)); sys.exit(3)"
+    ran = await headless.run_turn([sys.executable, "-c", script], cwd=str(tmp_path), env=os.environ,
+                                  prompt="x" * 200_000, fence=answers(True, True), timeout=30, what="broken",
+                                  timeout_setting="T")
+    assert (ran.code, ran.err.strip()) == (3, b"broken install")

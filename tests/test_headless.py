@@ -72,3 +72,31 @@ async def test_a_process_that_exits_unread_gives_its_exit_code_and_words(tmp_pat
                                   prompt="x" * 200_000, fence=answers(True, True), timeout=30, what="broken",
                                   timeout_setting="T")
     assert (ran.code, ran.err.strip()) == (3, b"broken install")
+
+
+async def test_a_cancelled_turn_is_killed_and_the_cancellation_goes_on(tmp_path: Path) -> None:
+    """At shutdown the engine cancels sends still in flight: the turn's process group is killed and the
+    cancellation is not turned into a retry (a sender that swallowed it kept the process from stopping)."""
+    import asyncio
+
+    pid_file = tmp_path / "pid"
+    script = f"import os, time, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    turn = asyncio.create_task(headless.run_turn([sys.executable, "-c", script], cwd=str(tmp_path), env=os.environ,
+                                                 prompt="x", fence=answers(True, True), timeout=60, what="sleeper",
+                                                 timeout_setting="T"))
+    for _ in range(200):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        await asyncio.sleep(0.05)
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    pid = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the turn's process outlived its cancellation")

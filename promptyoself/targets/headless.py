@@ -71,7 +71,10 @@ async def run_turn(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], pro
             await proc.stdin.drain()
         proc.stdin.close()
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError):
+    except asyncio.CancelledError:  # the engine is stopping: the turn goes with it, the next claimer looks
+        kill_group(proc)
+        raise
+    except TimeoutError:
         kill_group(proc)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(proc.wait(), 5)

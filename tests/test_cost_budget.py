@@ -120,6 +120,43 @@ def test_the_cost_budgets_are_set_over_rest_by_the_operator_only(db_path: Path) 
         core.close()
 
 
+def test_the_console_sets_the_cost_budgets_and_shows_what_each_agent_spent(db_path: Path) -> None:
+    import re
+
+    from promptyoself.faces.console import build_console
+
+    clock = Clock(T0)
+    core = make_core(db_path, clock=clock)
+    sid = add_schedule(core.store, "agent-c", "p", T0 + timedelta(hours=1))
+    with core.store.session() as s:
+        from promptyoself.store.db import Delivery
+
+        s.add(Delivery(schedule_id=sid, agent_id="agent-c", scheduled_for=T0 - timedelta(minutes=2),
+                       attempted_at=T0 - timedelta(minutes=1), outcome="delivered", attempt=1,
+                       receipt_state="complete", tokens=1234, cost_usd=0.75))
+    try:
+        with TestClient(build_console(core), base_url="http://127.0.0.1") as http:
+            page = http.get("/console/policy")
+            assert page.status_code == 200 and 'name="max_cost_usd_per_agent_per_day"' in page.text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert csrf is not None
+            saved = http.post("/console/policy", data={"csrf": csrf.group(1), "max_tokens_per_agent_per_day": "5000",
+                                                       "max_cost_usd_per_agent_per_day": "0.5"}, follow_redirects=False)
+            assert saved.status_code == 303
+            p = core.operator.policy()
+            assert (p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day) == (5000, 0.5)
+            bad = http.post("/console/policy", data={"csrf": csrf.group(1), "max_cost_usd_per_agent_per_day": "$5"})
+            assert bad.status_code == 400 and "max_cost_usd_per_agent_per_day takes" in bad.text
+            agents = http.get("/console/agents").text
+            assert "<td>1234 of 5000</td>" in agents and "0.75 of 0.5" in agents
+            held = http.get("/console/agents/agent-c").text
+            assert 'id="agent-held"' in held and "max_cost_usd_per_agent_per_day=0.5" in held
+            home = http.get("/console").text
+            assert 'id="held-by-cost"' in home and "agent-c" in home and "USD per agent per day" in home
+    finally:
+        core.close()
+
+
 # ---- the sums and the hold, through the real delivery, SQLite and PostgreSQL -------------------------
 
 

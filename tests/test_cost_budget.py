@@ -305,3 +305,17 @@ async def test_an_agent_reads_its_own_budgets_through_the_tool(db_path: Path) ->
     finally:
         agent.close()
         operator.close()
+
+
+def test_the_cli_guardrail_line_shows_the_cost_budgets() -> None:
+    from promptyoself.faces.tables import guardrail_line
+
+    usage = {"delivered_today": 2, "daily_budget": 500, "held_back": 1, "created_last_hour": 1, "hourly_limit": 60,
+             "tokens_today": 1234, "token_budget": 5000, "cost_usd_today": 0.75, "cost_budget_usd": 0.5}
+    assert guardrail_line({"usage": usage}) == (
+        "Guardrails: 2 of 500 delivered today, 1 held back over budget, 1234 of 5000 tokens today, 0.75 of 0.5 USD "
+        "today; 1 of 60 schedules made in the last hour; approval off.")
+    limits = {"max_deliveries_per_agent_per_day": 500, "max_tokens_per_agent_per_day": 0,
+              "max_cost_usd_per_agent_per_day": 2.5}
+    assert guardrail_line(limits) == ("Guardrails: 500 deliveries per agent a day; 2.5 USD per agent a day; no limit "
+                                      "of schedules per agent an hour; approval off.")

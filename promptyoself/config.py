@@ -360,6 +360,12 @@ class Settings(BaseSettings):
     max_schedules_per_agent_per_hour: int = _field(60, "PROMPTYOSELF_MAX_SCHEDULES_PER_AGENT_PER_HOUR",
                                                    ACCEPTS_COUNT_OR_0, ge=0)
     approval_below: DurationOrOff = _field(None, "PROMPTYOSELF_APPROVAL_BELOW", ACCEPTS_INTERVAL_OR_OFF)
+    # Cost budgets (docs/console.md, "Cost budgets"): what the agent's receipts reported today.
+    max_tokens_per_agent_per_day: int = _field(0, "PROMPTYOSELF_MAX_TOKENS_PER_AGENT_PER_DAY",
+                                               "a whole number >= 0 (0 = no token budget)", ge=0, le=10**12)
+    max_cost_usd_per_agent_per_day: float = _field(0.0, "PROMPTYOSELF_MAX_COST_USD_PER_AGENT_PER_DAY",
+                                                   "a number of US dollars >= 0 such as 2.50 (0 = no cost budget)",
+                                                   ge=0, le=1_000_000, allow_inf_nan=False)
     # Failure alerts (docs/console.md, "Alerts"): the policy's seed, and where alerts are POSTed.
     pause_after_failures: int = _field(5, "PROMPTYOSELF_PAUSE_AFTER_FAILURES",
                                        "a whole number >= 0 (0 = never pause for failures)", ge=0)

@@ -84,6 +84,8 @@ class Services(Protocol):
 
     def daily_budget(self, now: datetime) -> int: ...
 
+    def spend_caps(self, now: datetime) -> tuple[int, float]: ...
+
     def pause_after_failures(self, now: datetime) -> int: ...
 
     def now(self) -> datetime: ...
@@ -144,10 +146,12 @@ class Deps:
 
     def budget_day(self, now: datetime) -> DayAsk:
         """What a claim counts its budget day against (``store.day_counts``): the day's start in
-        ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``."""
+        ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``, with its cost
+        budgets (``spend_caps``)."""
         from promptyoself.store.records import DayAsk
 
-        return DayAsk(self.settings.budget_day_start(now), self.daily_budget(now))
+        tokens, usd = self.spend_caps(now)
+        return DayAsk(self.settings.budget_day_start(now), self.daily_budget(now), tokens, usd)
 
     POLICY_MAX_AGE = 1.0
     """Seconds delivery reuses a policy read (an operator's change shows within that)."""
@@ -163,6 +167,17 @@ class Deps:
             return self.settings.max_deliveries_per_agent_per_day
 
         return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).max_deliveries_per_agent_per_day
+
+    def spend_caps(self, now: datetime) -> tuple[int, float]:
+        """The operator's cost budgets per agent per day: ``max_tokens_per_agent_per_day`` and
+        ``max_cost_usd_per_agent_per_day`` (0 = none), read as ``daily_budget`` is."""
+        from promptyoself.store.delivery_store import SqlDeliveryStore
+        from promptyoself.store.policy import load
+
+        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
+            return self.settings.max_tokens_per_agent_per_day, self.settings.max_cost_usd_per_agent_per_day
+        p = load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE)
+        return p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day
 
     def pause_after_failures(self, now: datetime) -> int:
         """The operator's policy ``pause_after_failures`` (failed occurrences in a row before delivery

@@ -94,6 +94,8 @@ CASES: dict[str, tuple[str, str, Any]] = {
     "PROMPTYOSELF_HEALTH_MAX_LATENESS": ("0", "PT2M", timedelta(minutes=2)),
     "PROMPTYOSELF_HEALTH_LETTA_CACHE": ("-1", "0", 0.0),
     "PROMPTYOSELF_PAUSE_AFTER_FAILURES": ("-1", "3", 3),
+    "PROMPTYOSELF_MAX_TOKENS_PER_AGENT_PER_DAY": ("1.5", "250000", 250000),
+    "PROMPTYOSELF_MAX_COST_USD_PER_AGENT_PER_DAY": ("inf", "2.50", 2.5),
     "PROMPTYOSELF_APPROVAL_ASK_TIMEOUT": ("soon", "2m", 120.0),
     "PROMPTYOSELF_ALERT_URL": ("ftp://alerts.example/x", " https://alerts.example/hook ", "https://alerts.example/hook"),
     "PROMPTYOSELF_ALERT_SECRET": ("secret-without-prefix", "whsec_dGhlLXNlY3JldA==", _secret("whsec_dGhlLXNlY3JldA==")),

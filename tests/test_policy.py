@@ -360,7 +360,8 @@ def test_rest_policy_routes(db_path: Path) -> None:
             put = http.put("/api/policy", headers=auth, json={"approval_below": "30m", "max_active_per_agent": 9})
             assert put.status_code == 200 and put.json()["policy"] == {
                 "max_deliveries_per_agent_per_day": 500, "max_schedules_per_agent_per_hour": 60,
-                "approval_below": "30m", "max_active_per_agent": 9, "pause_after_failures": 5}
+                "approval_below": "30m", "max_active_per_agent": 9, "pause_after_failures": 5,
+                "max_tokens_per_agent_per_day": 0, "max_cost_usd_per_agent_per_day": 0.0}
             assert http.put("/api/policy", headers=auth, json={"max_active_per_agent": True}).status_code == 422
             assert http.put("/api/policy", headers=auth, json={"max_active_per_agent": -1}).status_code == 400
             assert http.put("/api/policy", headers=auth, json={"budget": 1}).status_code == 422

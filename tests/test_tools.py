@@ -52,6 +52,7 @@ CONTRACT: dict[str, set[str]] = {
     "promptyoself_pause": {"schedule_id"},
     "promptyoself_resume": {"schedule_id"},
     "promptyoself_history": {"schedule_id", "agent_id", "limit"},
+    "promptyoself_budget": {"agent_id"},
     "promptyoself_execute": {"loop", "interval"},
     "promptyoself_executor_status": set(),
     "promptyoself_test": set(),
@@ -67,6 +68,7 @@ CONTRACT: dict[str, set[str]] = {
 READ_ONLY = {
     "promptyoself_list",
     "promptyoself_history",
+    "promptyoself_budget",
     "promptyoself_executor_status",
     "promptyoself_inference_diagnostics",
     "health",

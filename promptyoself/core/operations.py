@@ -31,7 +31,7 @@ from promptyoself.core.checks import (
     parse_schedule_id,
     required_time,
 )
-from promptyoself.core.operator import HOUR, Operator
+from promptyoself.core.operator import HOUR, BudgetResult, Operator
 from promptyoself.core.options import ScheduleOptions
 from promptyoself.core.results import (
     CancelResult,
@@ -191,6 +191,9 @@ class Core:
 
     def daily_budget(self, now: datetime) -> int:
         return self.deps.daily_budget(now)
+
+    def spend_caps(self, now: datetime) -> tuple[int, float]:
+        return self.deps.spend_caps(now)
 
     def pause_after_failures(self, now: datetime) -> int:
         return self.deps.pause_after_failures(now)
@@ -515,6 +518,17 @@ class Core:
             "count": len(rows),
             "guardrails": self.operator.guardrails_for(agent),
         }
+
+    def budget(self, *, agent_id: object = None, target: object = None, ctx: CallContext | None = None) -> BudgetResult:
+        """The calling agent's budgets of today (deliveries, tokens, USD): used, left, and why its next
+        prompt would be held. The agent is found as a new schedule's would be (``agent_id``, the
+        call's context, or the plug-in that claims the caller: a Claude Code session finds itself)."""
+        from promptyoself.core.destinations import destination
+
+        options = ScheduleOptions.of({"agent_id": agent_id, "target": target})
+        operator, environ = self._caller(ctx)
+        dest = destination(options, ctx, self.resolve_agent, self.settings, environ, operator=operator)
+        return self.operator.budget(dest.agent_id)
 
     # ---- changing state -----------------------------------------------------------------------
 

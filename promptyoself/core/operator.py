@@ -53,6 +53,10 @@ class GuardrailSettings(TypedDict):
     """Schedules firing more often than this wait for approval; None = off."""
     max_active_per_agent: int
     """Live (active or paused) schedules per agent."""
+    max_tokens_per_agent_per_day: int
+    """The daily token budget per agent (its receipts' input + output tokens); 0 = none."""
+    max_cost_usd_per_agent_per_day: float
+    """The daily cost budget per agent in USD (its receipts' cost); 0 = none."""
     budget_timezone: str
     """Budgets count deliveries over the day in this zone (PROMPTYOSELF_TIMEZONE)."""
     budget_day_started: str | None
@@ -67,6 +71,37 @@ class AgentUsage(TypedDict):
     """Prompts recorded over_budget since the agent's last delivered one."""
     created_last_hour: int
     hourly_limit: int | None
+    tokens_today: int
+    """Input + output tokens the agent's receipts reported today."""
+    token_budget: int | None
+    tokens_left: int | None
+    cost_usd_today: float
+    """USD the agent's receipts reported today (targets that report a cost)."""
+    cost_budget_usd: float | None
+    cost_left_usd: float | None
+    held_by: str | None
+    """Why the agent's next prompt would be held today (``over_budget: ...``), or None."""
+
+
+class BudgetResult(TypedDict):
+    """``promptyoself_budget``: an agent's budgets of today and what is left of them."""
+
+    status: str
+    agent_id: str
+    day_started: str | None
+    resets_at: str | None
+    budget_timezone: str
+    usage: AgentUsage
+    message: str
+
+
+class CostHeld(TypedDict):
+    """An agent whose cost budget holds its prompts today (health, the console)."""
+
+    agent_id: str
+    tokens_today: int
+    cost_usd_today: float
+    reason: str
 
 
 class ScheduleView(TypedDict):
@@ -95,7 +130,7 @@ class PolicyEntryView(TypedDict):
     """One guardrail of the operator's policy as ``policy show`` prints it."""
 
     name: str
-    value: int | str | None
+    value: int | float | str | None
     """The value (``approval_below``: a duration such as ``30m``, or None for off)."""
     source: str
     """database (set by an operator) | environment seed | default"""
@@ -110,7 +145,7 @@ class PolicyEntryView(TypedDict):
 
 class PolicyResult(TypedDict):
     status: str
-    policy: dict[str, int | str | None]
+    policy: dict[str, int | float | str | None]
     policy_entries: list[PolicyEntryView]
     message: str
 
@@ -195,10 +230,31 @@ def guardrail_summary(settings: Settings, store: Store, now: datetime) -> dict[s
         "max_schedules_per_agent_per_hour": policy.max_schedules_per_agent_per_hour,
         "approval_below": _duration(policy.approval_below),
         "max_active_per_agent": policy.max_active_per_agent,
+        "max_tokens_per_agent_per_day": policy.max_tokens_per_agent_per_day,
+        "max_cost_usd_per_agent_per_day": policy.max_cost_usd_per_agent_per_day,
         "budget_timezone": settings.timezone.key,
         "pending_approval": count_state(store, PENDING_APPROVAL),
         "over_budget_today": outcomes_since(store, since).get("over_budget", 0),
+        "held_by_cost": held_by_cost(settings, store, policy, now),
     }
+
+
+def held_by_cost(settings: Settings, store: Store, policy: Policy, now: datetime) -> list[CostHeld]:
+    """The agents whose receipts of today reached a cost budget (``max_tokens_per_agent_per_day``,
+    ``max_cost_usd_per_agent_per_day``): their next prompts are held ``over_budget`` until midnight in
+    ``PROMPTYOSELF_TIMEZONE``. Empty (and nothing read) when no cost budget is set."""
+    from promptyoself.store.operator import spend_by_agent
+    from promptyoself.store.records import DayCount, cost_hold
+
+    tokens, usd = policy.max_tokens_per_agent_per_day, policy.max_cost_usd_per_agent_per_day
+    if not tokens and not usd:
+        return []
+    out: list[CostHeld] = []
+    for agent, (used, cost) in sorted(spend_by_agent(store, timing.day_start(now, settings.timezone), now).items()):
+        why = cost_hold(agent, DayCount(0, 0, 0, 0, used, cost, tokens, usd), settings.timezone)
+        if why is not None:
+            out.append({"agent_id": agent, "tokens_today": used, "cost_usd_today": round(cost, 6), "reason": why})
+    return out
 
 
 def _duration(value: timedelta | None) -> str | None:
@@ -229,6 +285,8 @@ class Operator:
             "max_schedules_per_agent_per_hour": p.max_schedules_per_agent_per_hour,
             "approval_below": _duration(p.approval_below),
             "max_active_per_agent": p.max_active_per_agent,
+            "max_tokens_per_agent_per_day": p.max_tokens_per_agent_per_day,
+            "max_cost_usd_per_agent_per_day": p.max_cost_usd_per_agent_per_day,
             "budget_timezone": self.deps.settings.timezone.key,
             "budget_day_started": iso(timing.day_start(now, self.deps.settings.timezone)),
         }
@@ -241,17 +299,28 @@ class Operator:
         return out
 
     def agent_usage(self, agent_id: str) -> AgentUsage:
-        """How much of its budgets the agent has used today (one indexed read of its newest history rows
-        and one of its newest schedules)."""
+        """How much of its budgets the agent has used today (one indexed read of its newest history rows,
+        with its receipts' tokens and USD of the day, and one of its newest schedules)."""
         from promptyoself.store.operator import created_since, recent
+        from promptyoself.store.records import DayCount, cost_hold
 
         now = self.deps.now()
         p = self.policy(now)
+        tz = self.deps.settings.timezone
         budget = p.max_deliveries_per_agent_per_day or None
-        since = timing.day_start(now, self.deps.settings.timezone)
-        day = recent(self.deps.store, since, budget or 1, agent_id=agent_id)
+        since = timing.day_start(now, tz)
+        day = recent(self.deps.store, since, budget or 1, agent_id=agent_id, spend=True, until=now)
         hourly = p.max_schedules_per_agent_per_hour or None
         made = created_since(self.deps.store, agent_id, now - HOUR, CREATED_COUNTED)  # the count, not the limit
+        tokens, usd = p.max_tokens_per_agent_per_day or None, p.max_cost_usd_per_agent_per_day or None
+        cost = round(day.cost_usd_today, 6)
+        held: str | None = None
+        if budget and day.delivered_today >= budget:
+            held = (f"over_budget: agent {agent_id} reached its daily budget, {day.delivered_today} delivered today "
+                    f"(the operator's policy max_deliveries_per_agent_per_day={budget}). The budget resets at "
+                    f"midnight {tz.key}.")
+        else:
+            held = cost_hold(agent_id, DayCount(0, 0, 0, 0, day.tokens_today, cost, tokens or 0, usd or 0.0), tz)
         return {
             "agent_id": agent_id,
             "delivered_today": day.delivered_today,
@@ -260,7 +329,34 @@ class Operator:
             "held_back": day.over_budget_unannounced,
             "created_last_hour": made,
             "hourly_limit": hourly,
+            "tokens_today": day.tokens_today,
+            "token_budget": tokens,
+            "tokens_left": max(tokens - day.tokens_today, 0) if tokens else None,
+            "cost_usd_today": cost,
+            "cost_budget_usd": usd,
+            "cost_left_usd": round(max(usd - cost, 0.0), 6) if usd else None,
+            "held_by": held,
         }
+
+    def budget(self, agent_id: str) -> BudgetResult:
+        """An agent's budgets of today (deliveries, tokens, USD), what it used and what is left, and
+        when they reset: what ``promptyoself_budget`` answers the agent."""
+        now = self.deps.now()
+        tz = self.deps.settings.timezone
+        start = timing.day_start(now, tz)
+        resets = timing.day_start(start + DAY + timedelta(hours=3), tz)  # the next midnight, DST or not
+        usage = self.agent_usage(agent_id)
+        parts = []
+        for used, cap, left, what in (
+                (usage["delivered_today"], usage["daily_budget"], usage["budget_left"], "prompts delivered"),
+                (usage["tokens_today"], usage["token_budget"], usage["tokens_left"], "tokens"),
+                (usage["cost_usd_today"], usage["cost_budget_usd"], usage["cost_left_usd"], "USD")):
+            parts.append(f"{used:g} {what} of {cap:g} ({left:g} left)" if cap else f"{used:g} {what} (no budget)")
+        said = f"Today (since {iso(start)}): " + "; ".join(parts) + "."
+        if usage["held_by"]:
+            said += f" Your next prompts are held: {usage['held_by']}"
+        return {"status": "success", "agent_id": agent_id, "day_started": iso(start), "resets_at": iso(resets),
+                "budget_timezone": tz.key, "usage": usage, "message": said}
 
     def approval_needed(self, policy: Policy, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo,
                         first: datetime, now: datetime, anchor: datetime | None = None) -> Approval:
@@ -330,12 +426,12 @@ class Operator:
 
         p = self.policy()
         mine = stored.seeds(self.deps.settings)
-        values: dict[str, int | str | None] = {}
+        values: dict[str, int | float | str | None] = {}
         entries: list[PolicyEntryView] = []
         for name in stored.NAMES:
             entry = p.entries[name]
             raw = getattr(p, name)
-            value: int | str | None = _duration(raw) if name == stored.APPROVAL_BELOW else raw
+            value: int | float | str | None = _duration(raw) if name == stored.APPROVAL_BELOW else raw
             values[name] = value
             env = stored.env_name(name)
             when = iso(entry.updated_at)
@@ -365,7 +461,7 @@ class Operator:
             raise InvalidArgument(f"Name at least one value to set: {', '.join(stored.NAMES)}.")
         if len(changes) > len(stored.NAMES):
             raise InvalidArgument(f"The policy has {len(stored.NAMES)} values: {', '.join(stored.NAMES)}.")
-        typed: dict[str, int | timedelta | None] = {}
+        typed: dict[str, int | float | timedelta | None] = {}
         for raw_name, raw in changes.items():
             name = str(raw_name).strip().replace("-", "_")[:80]
             if name not in stored.NAMES:

@@ -7,7 +7,13 @@ its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` 
 * per agent, the operator's policy ``max_deliveries_per_agent_per_day`` (0 = none), read from the
   database (``Deps.daily_budget``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
   counting the agent's pass-through sends (``PROMPTYOSELF_LETTA_PROXY``) too;
-* per schedule, its optional ``max_per_day``.
+* per schedule, its optional ``max_per_day``;
+* per agent, the cost budgets (issue 43 point 2): the operator's policies
+  ``max_tokens_per_agent_per_day`` and ``max_cost_usd_per_agent_per_day`` (0 = none; seeded from
+  ``PROMPTYOSELF_MAX_TOKENS_PER_AGENT_PER_DAY`` / ``..._MAX_COST_USD_...``), over what the agent's
+  receipts reported today (``targets.base.Receipt.spend``: input plus output tokens, ``cost_usd``; a
+  target that reports no cost counts none). A turn's cost is known only once it is done, so a budget
+  is spent when the day's sum reaches it: the turn that passes it is delivered, the next ones are held.
 
 An occurrence over either budget is not sent: it is recorded ``over_budget`` in history (the schedule
 moves on to its next slot, a one-time prompt ends) and the agent's next delivered prompt starts with a
@@ -24,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 from promptyoself import timing
 from promptyoself.deps import Services
-from promptyoself.store.records import DayCount
+from promptyoself.store.records import DayCount, cost_hold
 
 OVER_BUDGET = "over_budget"
 
@@ -55,13 +61,15 @@ def decide(claim: Budgeted, day: DayCount, tz: ZoneInfo) -> Verdict:
     """Whether ``claim`` fits its agent's and its own budget for today, from what its claim counted
     (``day``: read in the claim's transaction, ``store.day_counts``). No I/O."""
     agent_cap, own_cap = day.agent_cap, claim.max_per_day
-    if not agent_cap and not own_cap:
+    if not agent_cap and not own_cap and not day.token_cap and not day.cost_cap_usd:
         return Verdict(None, 0)
     if agent_cap and day.agent_today >= agent_cap:
         return Verdict(
             f"{OVER_BUDGET}: agent {claim.agent_id} reached its daily budget, {day.agent_today} delivered "
             f"today (the operator's policy max_deliveries_per_agent_per_day={agent_cap}); not sent. The "
             f"budget resets at midnight {tz.key}.", day.unannounced)
+    if (why := cost_hold(claim.agent_id, day, tz)) is not None:
+        return Verdict(why, day.unannounced)
     if own_cap and day.schedule_today >= own_cap:
         return Verdict(
             f"{OVER_BUDGET}: schedule {claim.id} reached its max_per_day ({own_cap}), {day.schedule_today} "
@@ -73,7 +81,7 @@ def check(core: Services, claim: Budgeted, now: datetime) -> Verdict:
     """``decide`` on the day ``claim``'s claim counted (``claim.day``, set by every claim of the
     engine's store: ``Deps.deliveries``). A claim made without counting (a test's or a tool's own
     ``claims.claim_due``) has its day read here: one indexed read of the agent's newest history rows
-    (and one of the schedule's when it has ``max_per_day``); none when neither budget is set."""
+    (and one of the schedule's when it has ``max_per_day``); none when no budget is set."""
     day = claim.day
     if day is None:
         day = read_day(core, claim, now)
@@ -92,12 +100,15 @@ async def verdict(core: Services, claim: Budgeted, now: datetime,
 def read_day(core: Services, claim: Budgeted, now: datetime) -> DayCount:
     """What a claim would have counted (``store.day_counts.with_days``), read on its own."""
     agent_cap, own_cap = core.daily_budget(now), claim.max_per_day
-    if not agent_cap and not own_cap:
+    tokens, usd_cap = core.spend_caps(now)
+    if not agent_cap and not own_cap and not tokens and not usd_cap:
         return DayCount(0, 0, 0, 0)
     since = timing.day_start(now, core.settings.timezone)
-    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id)
+    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id, spend=bool(tokens or usd_cap),
+                                   until=now)
     mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id).delivered_today if own_cap else 0
-    return DayCount(agent_cap, agent.delivered_today, mine, agent.over_budget_unannounced)
+    return DayCount(agent_cap, agent.delivered_today, mine, agent.over_budget_unannounced, agent.tokens_today,
+                    agent.cost_usd_today, tokens, usd_cap)
 
 
 def announce(text: str, verdict: Verdict) -> str:

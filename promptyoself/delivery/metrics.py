@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from promptyoself.deps import Services
 from promptyoself.store import PENDING_APPROVAL, alerts
 from promptyoself.store import health as queries
-from promptyoself.store.operator import count_state, outcomes_since
+from promptyoself.store.operator import count_state, outcomes_since, spend_by_agent
 from promptyoself.store.policy import Policy, load
 from promptyoself.targets import registry as targets_registry
 from promptyoself.timing import day_start
@@ -47,7 +47,9 @@ class DeliveryCollector(Collector):
             lease = queries.lease(store, now)
             targets = queries.by_target(store, now)
             pending = count_state(store, PENDING_APPROVAL)
-            today = outcomes_since(store, day_start(now, self.core.settings.timezone))
+            since = day_start(now, self.core.settings.timezone)
+            today = outcomes_since(store, since)
+            spend = spend_by_agent(store, since, now)
             policy = load(store, self.core.settings, now)
             raised = alerts.by_kind(store)
         except Exception as exc:
@@ -103,6 +105,7 @@ class DeliveryCollector(Collector):
         yield c
 
         yield from self._guardrails(policy, pending, today)
+        yield from self._spend(spend)
 
         c = CounterMetricFamily("promptyoself_alerts", "Alerts raised for the operator (a schedule paused by "
                                 "delivery, an agent's first prompt held by a budget in a day, a target that "
@@ -131,6 +134,8 @@ class DeliveryCollector(Collector):
         g.add_metric(["max_schedules_per_agent_per_hour"], policy.max_schedules_per_agent_per_hour)
         g.add_metric(["max_active_per_agent"], policy.max_active_per_agent)
         g.add_metric(["pause_after_failures"], policy.pause_after_failures)
+        g.add_metric(["max_tokens_per_agent_per_day"], policy.max_tokens_per_agent_per_day)
+        g.add_metric(["max_cost_usd_per_agent_per_day"], policy.max_cost_usd_per_agent_per_day)
         below = policy.approval_below
         g.add_metric(["approval_below_seconds"], below.total_seconds() if below is not None else 0)
         yield g
@@ -143,6 +148,21 @@ class DeliveryCollector(Collector):
         for outcome in sorted({"delivered", "failed", "missed", "over_budget", *today}):
             g.add_metric([outcome], today.get(outcome, 0))
         yield g
+
+
+    @staticmethod
+    def _spend(spend: dict[str, tuple[int, float]]) -> Iterator[Metric]:
+        """What each agent's receipts reported since the budget day began: the cost budgets' sums."""
+        tokens = GaugeMetricFamily("promptyoself_tokens_today", "Input + output tokens the agent's delivered "
+                                   "turns reported since the budget day began (PROMPTYOSELF_TIMEZONE), by agent.",
+                                   labels=["agent_id"])
+        cost = GaugeMetricFamily("promptyoself_cost_usd_today", "USD the agent's delivered turns reported since "
+                                 "the budget day began (targets that report a cost), by agent.", labels=["agent_id"])
+        for agent, (used, usd) in sorted(spend.items()):
+            tokens.add_metric([agent], used)
+            cost.add_metric([agent], round(usd, 6))
+        yield tokens
+        yield cost
 
 
 def registry_for(core: Services) -> CollectorRegistry:

@@ -132,7 +132,7 @@ def missed_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
     note = a.error if a.kind == "missed" else (
         f"missed: coalesced into the run due {timing.to_utc_iso(a.claim.next_run)} (catch_up={a.claim.catch_up})")
     return [{**entry, "scheduled_for": slot, "outcome": "missed", "letta_run_id": None, "error": note, "attempt": 0,
-             "receipt_state": None, "receipt": None,
+             "receipt_state": None, "receipt": None, "tokens": None, "cost_usd": None,
              "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_missed]
 
 
@@ -153,10 +153,13 @@ def outcome_of(a: Attempt, basis: Basis, now: datetime, rules: AlertRules | None
         "lateness_s": _lateness(a),
         "receipt_state": None,
         "receipt": None,
+        "tokens": None,
+        "cost_usd": None,
     }
     if a.kind == "delivered" and a.receipt is not None:  # what the target reported of the turn (issue 43)
         bounded = a.receipt.bounded()
-        entry.update(receipt_state=bounded.state, receipt=bounded.to_json())
+        tokens, cost = bounded.spend()  # what the cost budgets count (delivery.budget)
+        entry.update(receipt_state=bounded.state, receipt=bounded.to_json(), tokens=tokens, cost_usd=cost)
     history = [entry]
     if a.also_missed and a.kind in ("delivered", "failed", "missed"):
         history.extend(missed_rows(a, entry))

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from promptyoself import timing
@@ -85,7 +86,9 @@ async def follow_up(core: Services, targets: Targets, io: IO, after_id: int = 0)
         got = await ask(core, targets, row)
         if got is not None and redact is not None:
             bounded = got.redacted(redact).bounded()
-            await io(core.deliveries.complete_receipt, row.delivery_id, bounded.state, bounded.to_json())
+            tokens, cost = bounded.spend()  # counted by the cost budgets from now on (delivery.budget)
+            await io(partial(core.deliveries.complete_receipt, tokens=tokens, cost_usd=cost), row.delivery_id,
+                     bounded.state, bounded.to_json())
     return rows[-1].delivery_id if len(rows) == BATCH else 0
 
 

@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     pp = psub.add_parser("set", help="set values: NAME=VALUE ... (e.g. approval_below=30m max_active_per_agent=50)")
     pp.add_argument("values", nargs="+", metavar="NAME=VALUE",
                     help="max_deliveries_per_agent_per_day, max_schedules_per_agent_per_hour, approval_below "
-                         "(a duration or off), max_active_per_agent, pause_after_failures")
+                         "(a duration or off), max_active_per_agent, pause_after_failures, "
+                         "max_tokens_per_agent_per_day, max_cost_usd_per_agent_per_day (USD, e.g. 2.50)")
     _add_json(pp)
 
     p = sub.add_parser("purge", help="delete ended schedules and old history now (retention; operator)")

@@ -46,6 +46,7 @@ from promptyoself import __version__
 from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import Whole
 from promptyoself.core.operations import Core
+from promptyoself.core.operator import BudgetResult
 from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
 from promptyoself.core.results import (
     AgentsResult,
@@ -585,6 +586,18 @@ def promptyoself_history(
 ) -> HistoryResult:
     """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
     return core.history(schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call)
+
+
+@tool(read_only=True)
+def promptyoself_budget(
+    agent_id: AgentId = None,
+    *,
+    core: TheCore,
+    call: TheCall,
+) -> BudgetResult:
+    """Your budgets today: prompts delivered, tokens and USD your turns reported, what is left of each
+    and when they reset. When one is spent, your next prompts are held (recorded over_budget)."""
+    return core.budget(agent_id=agent_id, ctx=call)
 
 
 @tool()

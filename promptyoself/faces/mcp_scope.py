@@ -22,7 +22,7 @@ from promptyoself.errors import PromptYoSelfError, Unauthorized
 from promptyoself.faces.http_auth import caller_agent
 
 SCHEDULING = frozenset({"promptyoself_schedule_time", "promptyoself_schedule_cron", "promptyoself_schedule_every",
-                        "promptyoself_list", "promptyoself_history"})
+                        "promptyoself_list", "promptyoself_history", "promptyoself_budget"})
 BY_ID = frozenset({"promptyoself_cancel", "promptyoself_pause", "promptyoself_resume"})
 HARMLESS = frozenset({"promptyoself_get_scoped_default_agent", "promptyoself_inference_diagnostics"})
 

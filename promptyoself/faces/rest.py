@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -206,6 +206,12 @@ class PolicyRequest(BaseModel):
     max_active_per_agent: StrictInt | None = Field(None, description="Live (active or paused) schedules per agent.")
     pause_after_failures: StrictInt | None = Field(
         None, description="Failed occurrences in a row after which delivery pauses a schedule; 0 = never.")
+    max_tokens_per_agent_per_day: StrictInt | None = Field(
+        None, description="Daily token budget per agent (input + output tokens its delivered turns reported); "
+        "0 = none.")
+    max_cost_usd_per_agent_per_day: StrictFloat | StrictInt | StrictStr | None = Field(
+        None, description="Daily cost budget per agent in USD (what its delivered turns reported), such as 2.50; "
+        "0 = none.")
 
 
 ScheduleId = Annotated[int, BeforeValidator(canonical_id), Field(gt=0, le=MAX_ID)]

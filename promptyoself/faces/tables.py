@@ -260,10 +260,25 @@ def guardrail_line(g: Mapping[str, Any]) -> str:
                   if usage.get("daily_budget") else f"{usage['delivered_today']} delivered today (no budget)")
         held = f", {usage['held_back']} held back over budget" if usage.get("held_back") else ""
         made = f"{usage['created_last_hour']}" + (f" of {usage['hourly_limit']}" if usage.get("hourly_limit") else "")
-        return f"Guardrails: {budget}{held}; {made} schedules made in the last hour; {below}."
+        return f"Guardrails: {budget}{held}{_spent(usage)}; {made} schedules made in the last hour; {below}."
     budget = g.get("max_deliveries_per_agent_per_day") or "no"
     hourly = g.get("max_schedules_per_agent_per_hour") or "no limit of"
-    return f"Guardrails: {budget} deliveries per agent a day; {hourly} schedules per agent an hour; {below}."
+    cost = "".join(f"; {g[k]:g} {what} per agent a day" for k, what in (
+        ("max_tokens_per_agent_per_day", "tokens"), ("max_cost_usd_per_agent_per_day", "USD"))
+        if isinstance(g.get(k), int | float) and g[k])
+    return f"Guardrails: {budget} deliveries per agent a day{cost}; {hourly} schedules per agent an hour; {below}."
+
+
+def _spent(usage: Mapping[str, Any]) -> str:
+    """The cost budgets' part of the guardrail line: shown once a budget is set or something was spent."""
+    out = ""
+    for used, cap, what in (("tokens_today", "token_budget", "tokens"), ("cost_usd_today", "cost_budget_usd", "USD")):
+        value, limit = usage.get(used), usage.get(cap)
+        if isinstance(limit, int | float) and limit:
+            out += f", {value or 0:g} of {limit:g} {what} today"
+        elif isinstance(value, int | float) and value:
+            out += f", {value:g} {what} today"
+    return out
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Dialect,
     Engine,
@@ -46,10 +47,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0013_alerts"
+HEAD_REVISION = "0014_cost"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
-0012, 0009, 0013, 0013_alerts.)"""
+0012, 0009, 0013, 0013_alerts, 0014_cost.)"""
 
 
 def pg_agent_key(agent_id: Any) -> Any:
@@ -162,6 +163,10 @@ class Delivery(Base):
     # none | timed_out (NULL on every other row); the pending ones are completed later (delivery/receipts.py)
     receipt_state: Mapped[str | None] = mapped_column(String(16), nullable=True)
     receipt: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 0014_cost: what a complete receipt reported the turn cost (input + output tokens, USD), summed per
+    # agent over the budget day by the cost budgets (store/day_counts.py); NULL when not reported
+    tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    cost_usd: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (
         Index("ix_deliveries_schedule", "schedule_id", "id"),

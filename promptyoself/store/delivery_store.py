@@ -88,9 +88,10 @@ class DeliveryStore(Protocol):
         ...
 
     def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None) -> Recent:
+               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
         """An agent's (or a schedule's) deliveries since ``since`` (counted up to ``cap``) and its
-        ``over_budget`` rows since its last delivery (the daily budgets)."""
+        ``over_budget`` rows since its last delivery (the daily budgets); with ``spend``, an agent's
+        tokens and USD of the day, rows dated up to ``until`` (the cost budgets)."""
         ...
 
     def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
@@ -107,8 +108,10 @@ class DeliveryStore(Protocol):
         """Delivered rows whose receipt is ``pending`` (ids above ``after_id``), oldest first (issue 43)."""
         ...
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
-        """Write a pending row's receipt (JSON) and its state, only while it is still pending."""
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                         cost_usd: float | None = None) -> bool:
+        """Write a pending row's receipt (JSON), its state and what it cost (the cost budgets' sums),
+        only while it is still pending."""
 
     # ---- alerts (issue 43 point 4; ``store.alerts``): the outcome's own are written by ``record`` ----
 
@@ -164,8 +167,9 @@ class SqlDeliveryStore:
         return claims.count_attempts_with_error(self.store, schedule_id, scheduled_for, prefix)
 
     def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None) -> Recent:
-        return operator.recent(self.store, since, cap, agent_id=agent_id, schedule_id=schedule_id)
+               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
+        return operator.recent(self.store, since, cap, agent_id=agent_id, schedule_id=schedule_id, spend=spend,
+                               until=until)
 
     def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
         return claims.recurring_ahead(self.store, now, after_id, limit)
@@ -179,8 +183,9 @@ class SqlDeliveryStore:
     def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
         return receipts.pending(self.store, limit, after_id)
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
-        return receipts.complete(self.store, delivery_id, state, receipt)
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                         cost_usd: float | None = None) -> bool:
+        return receipts.complete(self.store, delivery_id, state, receipt, tokens=tokens, cost_usd=cost_usd)
 
     def raise_target_alert(self, row: dict[str, Any]) -> bool:
         return alerts.open_target_alert(self.store, row)

@@ -181,7 +181,7 @@ class MemoryDeliveryStore:
                        and h["scheduled_for"] == scheduled_for and (h.get("error") or "").startswith(prefix))
 
     def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None) -> Recent:
+               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
         with self._lock:
             mine = [h for h in self.history
                     if (h["schedule_id"] == schedule_id if schedule_id is not None else h["agent_id"] == agent_id)]
@@ -191,7 +191,10 @@ class MemoryDeliveryStore:
             if h["outcome"] == "delivered":
                 break
             unannounced += h["outcome"] == "over_budget"
-        return Recent(delivered, unannounced)
+        spent = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= since
+                 and (until is None or h["attempted_at"] <= until)] if spend and schedule_id is None else []
+        return Recent(delivered, unannounced, sum(h.get("tokens") or 0 for h in spent),
+                      sum(h.get("cost_usd") or 0.0 for h in spent))
 
     def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
         with self._lock:
@@ -228,11 +231,12 @@ class MemoryDeliveryStore:
             return [PendingRow(h["id"], h["schedule_id"], h["agent_id"], self.rows[h["schedule_id"]].target,
                                h.get("letta_run_id"), h["attempted_at"], h.get("receipt")) for h in rows]
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str) -> bool:
+    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                         cost_usd: float | None = None) -> bool:
         with self._lock:
             for h in self.history:
                 if h["id"] == delivery_id and h.get("receipt_state") == PENDING:
-                    h.update(receipt_state=state, receipt=receipt)
+                    h.update(receipt_state=state, receipt=receipt, tokens=tokens, cost_usd=cost_usd)
                     return True
             return False
 

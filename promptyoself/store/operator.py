@@ -32,6 +32,33 @@ class Recent:
     delivered_today: int
     over_budget_unannounced: int
     """``over_budget`` rows since the last ``delivered`` one: what the next delivered prompt reports."""
+    tokens_today: int = 0
+    """With ``spend``: the tokens the agent's receipts reported since ``since`` (the cost budgets)."""
+    cost_usd_today: float = 0.0
+    """With ``spend``: the USD they reported."""
+
+
+def spend_query(agent_id: str, floor: int, since: datetime, until: datetime | None = None) -> Select[Any]:
+    """The agent's tokens and USD of its rows delivered since ``since`` (ids from ``floor``, see
+    ``day_floor``; with ``until``, rows dated after it do not count): one aggregate over the day's
+    rows of ``ix_deliveries_agent``."""
+    q = select(func.coalesce(func.sum(_D.tokens), 0), func.coalesce(func.sum(_D.cost_usd), 0.0)).where(
+        _D.agent_id == agent_id, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
+    return q if until is None else q.where(_D.attempted_at <= until)
+
+
+def spend_by_agent(store: Store, since: datetime, until: datetime | None = None) -> dict[str, tuple[int, float]]:
+    """Per agent with a delivery since ``since``: its tokens and USD of the day (``/metrics``, health,
+    the console): one pass over the day's rows, found by id (``first_id_since``)."""
+    first = first_id_since(store, since)
+    if first is None:
+        return {}
+    q = (select(_D.agent_id, func.coalesce(func.sum(_D.tokens), 0), func.coalesce(func.sum(_D.cost_usd), 0.0))
+         .where(_D.id >= first, _D.outcome == "delivered", _D.attempted_at >= since))
+    if until is not None:
+        q = q.where(_D.attempted_at <= until)
+    with store.session() as s:
+        return {str(a): (int(t or 0), float(c or 0.0)) for a, t, c in s.execute(q.group_by(_D.agent_id)).all()}
 
 
 def created_since_query(agent_id: str, since: datetime, cap: int) -> Select[int]:
@@ -78,12 +105,13 @@ def day_floor(conn: Connection, store: Store, since: datetime) -> int:
 
 
 def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = None,
-           schedule_id: int | None = None) -> Recent:
+           schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
     """For one agent (or one schedule): its rows delivered since ``since`` (an agent's pass-through
     sends too: they cost the same budget), counted up to ``cap``
     (an index range over that day's rows only: ``(agent_id, id)`` or ``(schedule_id, id)`` from the
     day's first id), and its ``over_budget`` rows since its last delivered one (among its newest
-    ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered)."""
+    ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered); with
+    ``spend`` (an agent's), a third: its tokens and USD of the day (``spend_query``, rows up to ``until``)."""
     cond = _D.agent_id == agent_id if schedule_id is None else _D.schedule_id == schedule_id
     newest = select(_D.outcome).where(cond).order_by(_D.id.desc()).limit(NOTICE_WINDOW)
     with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
@@ -96,13 +124,17 @@ def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = No
                      .limit(cap - delivered).subquery())
             delivered += int(conn.execute(select(func.count()).select_from(sends)).scalar_one())
         outcomes = conn.execute(newest).scalars().all()
+        tokens, cost = 0, 0.0
+        if spend and schedule_id is None and agent_id is not None:
+            got = conn.execute(spend_query(agent_id, floor, since, until)).one()
+            tokens, cost = int(got[0] or 0), float(got[1] or 0.0)
     unannounced = 0
     for outcome in outcomes:
         if outcome == "delivered":
             break
         if outcome == "over_budget":
             unannounced += 1
-    return Recent(delivered, unannounced)
+    return Recent(delivered, unannounced, tokens, cost)
 
 
 def delivered_query(agent_id: str, floor: int, since: datetime, cap: int) -> Select[Any]:

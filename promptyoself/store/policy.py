@@ -2,9 +2,13 @@
 migration 0009) so that the CLI, MCP in process or over the relay, REST, Letta's scheduling API, the
 native tools and the service's delivery all judge by the same values, whatever their own environment.
 
-Five values, each a row (name, value as text, source, updated_at):
+Seven values, each a row (name, value as text, source, updated_at):
 
 * ``max_deliveries_per_agent_per_day``: the daily delivery budget per agent (0 = none);
+* ``max_tokens_per_agent_per_day``: the daily token budget per agent, over what its receipts reported
+  (0 = none);
+* ``max_cost_usd_per_agent_per_day``: the daily cost budget per agent in USD, over what its receipts
+  reported (0 = none);
 * ``max_schedules_per_agent_per_hour``: schedules an agent may create per hour (0 = no limit);
 * ``approval_below``: recurring schedules firing more often than this wait for approval (off = never);
 * ``max_active_per_agent``: live (active or paused) schedules per agent (>= 1);
@@ -23,6 +27,7 @@ So the environment only seeds: default -> environment -> operator, never back.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import weakref
@@ -35,16 +40,25 @@ from sqlalchemy import select, update
 
 from promptyoself.config import Settings, parse_duration_or_off
 from promptyoself.store.db import PolicyValue, Store
+from promptyoself.store.records import usd_text
 
 MAX_ACTIVE_PER_AGENT = "max_active_per_agent"
 MAX_SCHEDULES_PER_HOUR = "max_schedules_per_agent_per_hour"
 MAX_DELIVERIES_PER_DAY = "max_deliveries_per_agent_per_day"
 APPROVAL_BELOW = "approval_below"
 PAUSE_AFTER_FAILURES = "pause_after_failures"
-NAMES = (MAX_DELIVERIES_PER_DAY, MAX_SCHEDULES_PER_HOUR, APPROVAL_BELOW, MAX_ACTIVE_PER_AGENT, PAUSE_AFTER_FAILURES)
+MAX_TOKENS_PER_DAY = "max_tokens_per_agent_per_day"
+MAX_COST_PER_DAY = "max_cost_usd_per_agent_per_day"
+NAMES = (MAX_DELIVERIES_PER_DAY, MAX_SCHEDULES_PER_HOUR, APPROVAL_BELOW, MAX_ACTIVE_PER_AGENT, PAUSE_AFTER_FAILURES,
+         MAX_TOKENS_PER_DAY, MAX_COST_PER_DAY)
 OPERATOR, ENVIRONMENT, DEFAULT = "operator", "environment", "default"
 MAX_COUNT = 1_000_000
 """The largest count a policy value takes (a bound, like every input)."""
+MAX_TOKENS = 10**12
+"""The largest daily token budget."""
+MAX_USD = 1_000_000
+"""The largest daily cost budget, in USD."""
+_USD = re.compile(r"\d{1,7}(\.\d{1,6})?|\.\d{1,6}")
 
 
 def env_name(name: str) -> str:
@@ -58,10 +72,12 @@ ACCEPTS = {
     APPROVAL_BELOW: "a duration such as 30m, 1h or 90, or off",
     MAX_ACTIVE_PER_AGENT: "a whole number >= 1",
     PAUSE_AFTER_FAILURES: "a whole number >= 0 (0 = never pause for failures)",
+    MAX_TOKENS_PER_DAY: "a whole number >= 0 (0 = no token budget)",
+    MAX_COST_PER_DAY: "a number of US dollars >= 0 with at most 6 decimals, such as 2.50 (0 = no cost budget)",
 }
 
 
-def parse(name: str, value: object) -> int | timedelta | None:
+def parse(name: str, value: object) -> int | float | timedelta | None:
     """The typed value of policy ``name`` from its text (or a number); ``ValueError`` saying what it
     accepts when it is not one (``KeyError`` for an unknown name)."""
     if name not in ACCEPTS:
@@ -71,22 +87,45 @@ def parse(name: str, value: object) -> int | timedelta | None:
             return parse_duration_or_off(value.strip() if isinstance(value, str) else value)
         except ValueError:
             raise ValueError(f"{name} takes {ACCEPTS[name]}.") from None
+    if name == MAX_COST_PER_DAY:
+        return _usd(name, value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"{name} takes {ACCEPTS[name]}.")
     text = value.strip() if isinstance(value, str) else str(value)
-    if not text.isdigit() or len(text) > 7:
-        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_COUNT:,}).")
+    most = MAX_TOKENS if name == MAX_TOKENS_PER_DAY else MAX_COUNT
+    if not text.isascii() or not text.isdigit() or len(text) > len(str(most)):
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {most:,}).")
     number = int(text)
     low = 1 if name == MAX_ACTIVE_PER_AGENT else 0
-    if not low <= number <= MAX_COUNT:
-        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_COUNT:,}).")
+    if not low <= number <= most:
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {most:,}).")
     return number
 
 
-def text_of(name: str, value: int | timedelta | None) -> str:
+def _usd(name: str, value: object) -> float:
+    """A cost budget: a decimal number of USD (text, an int or a float), at most ``MAX_USD``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{name} takes {ACCEPTS[name]}.")
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{name} takes {ACCEPTS[name]}.")
+        text = f"{value:.6f}" if value >= 0 else "-"
+    else:
+        text = value.strip() if isinstance(value, str) else str(value)
+    if not text.isascii() or not _USD.fullmatch(text):
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_USD:,}).")
+    number = round(float(text), 6)
+    if not 0 <= number <= MAX_USD:
+        raise ValueError(f"{name} takes {ACCEPTS[name]} (at most {MAX_USD:,}).")
+    return number
+
+
+def text_of(name: str, value: int | float | timedelta | None) -> str:
     """The stored text of a typed value (``off`` for no approval; a duration as its setting prints)."""
     if name == APPROVAL_BELOW:
         return "off" if value is None else str(parse_duration_or_off(value))
+    if name == MAX_COST_PER_DAY and isinstance(value, int | float):
+        return usd_text(float(value))
     return str(value)
 
 
@@ -108,6 +147,8 @@ class Policy:
     max_active_per_agent: int
     entries: Mapping[str, Entry]
     pause_after_failures: int = 5
+    max_tokens_per_agent_per_day: int = 0
+    max_cost_usd_per_agent_per_day: float = 0.0
 
 
 def seeds(settings: Settings) -> dict[str, tuple[str, str]]:
@@ -144,7 +185,8 @@ def load(store: Store, settings: Settings, now: datetime, *, max_age: float = 0.
     return policy
 
 
-def save(store: Store, settings: Settings, changes: Mapping[str, int | timedelta | None], now: datetime) -> Policy:
+def save(store: Store, settings: Settings, changes: Mapping[str, int | float | timedelta | None],
+         now: datetime) -> Policy:
     """Write the operator's values (typed, checked by ``parse``) in one transaction; source ``operator``."""
     load(store, settings, now)  # every row exists
     with store.session() as s:
@@ -186,7 +228,7 @@ def _seed(store: Store, values: Mapping[str, tuple[str, str]], rows: Mapping[str
 
 
 def _typed(rows: Mapping[str, Entry], wanted: Mapping[str, tuple[str, str]], now: datetime) -> Policy:
-    values: dict[str, int | timedelta | None] = {}
+    values: dict[str, int | float | timedelta | None] = {}
     entries: dict[str, Entry] = {}
     for name in NAMES:
         entry = rows.get(name) or Entry(wanted[name][0], wanted[name][1], now)
@@ -201,5 +243,6 @@ def _typed(rows: Mapping[str, Entry], wanted: Mapping[str, tuple[str, str]], now
     below, failures = values[APPROVAL_BELOW], values[PAUSE_AFTER_FAILURES]
     assert isinstance(deliveries, int) and isinstance(hourly, int) and isinstance(active, int)
     assert below is None or isinstance(below, timedelta)
-    assert isinstance(failures, int)
-    return Policy(deliveries, hourly, below, active, entries, failures)
+    tokens, cost = values[MAX_TOKENS_PER_DAY], values[MAX_COST_PER_DAY]
+    assert isinstance(failures, int) and isinstance(tokens, int) and isinstance(cost, float)
+    return Policy(deliveries, hourly, below, active, entries, failures, tokens, cost)

@@ -39,9 +39,11 @@ def pending(store: Store, limit: int, after_id: int = 0) -> list[PendingRow]:
         return [PendingRow(*row) for row in s.execute(q).all()]
 
 
-def complete(store: Store, delivery_id: int, state: str, receipt: str) -> bool:
-    """Write the receipt of ``delivery_id`` when it is still pending; whether it was written."""
+def complete(store: Store, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+             cost_usd: float | None = None) -> bool:
+    """Write the receipt of ``delivery_id`` when it is still pending, with what it cost (``tokens``,
+    ``cost_usd``: counted by the cost budgets from now on); whether it was written."""
     stmt = (update(Delivery).where(Delivery.id == delivery_id, Delivery.receipt_state == PENDING)
-            .values(receipt_state=state, receipt=receipt))
+            .values(receipt_state=state, receipt=receipt, tokens=tokens, cost_usd=cost_usd))
     with store.write_lock, store.engine.begin() as conn:
         return bool(conn.execute(stmt).rowcount)

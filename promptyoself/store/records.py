@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, TypeVar
+from zoneinfo import ZoneInfo
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -60,14 +61,51 @@ class DayCount:
     """The schedule's prompts delivered since then (counted when it has ``max_per_day``)."""
     unannounced: int
     """The agent's ``over_budget`` rows since its last delivered prompt (among its newest 100 rows)."""
+    tokens_today: int = 0
+    """The tokens the agent's receipts reported since the budget day began (counted under a token cap)."""
+    cost_usd_today: float = 0.0
+    """The USD the agent's receipts reported since then (counted under a cost cap)."""
+    token_cap: int = 0
+    """The operator's ``max_tokens_per_agent_per_day`` the claim counted against (0: none)."""
+    cost_cap_usd: float = 0.0
+    """The operator's ``max_cost_usd_per_agent_per_day`` the claim counted against (0: none)."""
+
+
+def cost_hold(agent_id: str, day: DayCount, tz: ZoneInfo) -> str | None:
+    """Why the agent's cost budgets hold its prompts today (its receipts' tokens or USD reached the
+    operator's cap), or None: the ``over_budget`` reason delivery records (``delivery.budget``) and
+    health, the console and ``promptyoself_budget`` show. No I/O."""
+    if day.token_cap and day.tokens_today >= day.token_cap:
+        return (f"over_budget: agent {agent_id} spent {day.tokens_today:,} tokens today, its daily token budget "
+                f"(the operator's policy max_tokens_per_agent_per_day={day.token_cap}); not sent. The budget "
+                f"resets at midnight {tz.key}.")
+    if day.cost_cap_usd and day.cost_usd_today >= day.cost_cap_usd:
+        return (f"over_budget: agent {agent_id} spent ${usd_text(day.cost_usd_today)} today, its daily cost budget "
+                f"(the operator's policy max_cost_usd_per_agent_per_day={usd_text(day.cost_cap_usd)}); not sent. The "
+                f"budget resets at midnight {tz.key}.")
+    return None
+
+
+def usd_text(value: float) -> str:
+    """A USD amount in words: ``0.000105``, ``2.5``, ``0``."""
+    return f"{value:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 @dataclass(frozen=True)
 class DayAsk:
-    """What a claim counts its day from: the budget day's start and the agent's cap (0: none)."""
+    """What a claim counts its day from: the budget day's start and the agent's caps (0: none)."""
 
     since: datetime
     agent_cap: int
+    token_cap: int = 0
+    """The operator's ``max_tokens_per_agent_per_day`` (0: none)."""
+    cost_cap_usd: float = 0.0
+    """The operator's ``max_cost_usd_per_agent_per_day`` (0: none)."""
+
+    @property
+    def spend(self) -> bool:
+        """A cost budget applies: the claim sums the agent's tokens and USD of the day."""
+        return bool(self.token_cap or self.cost_cap_usd)
 
 
 @dataclass(frozen=True)
@@ -130,6 +168,8 @@ class DeliveryRow:
     lateness_s: float | None
     receipt_state: str | None = None  # 0013: complete | pending | none | timed_out (delivered rows only)
     receipt: str | None = None  # 0013: targets.base.Receipt as JSON
+    tokens: int | None = None  # 0014_cost: a complete receipt's input + output tokens
+    cost_usd: float | None = None  # 0014_cost: a complete receipt's cost in USD
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,12 @@ def excerpt(text: object, limit: int = EXCERPT_BYTES) -> str | None:
     return raw[:limit].decode("utf-8", errors="ignore")
 
 
+MAX_SPEND_TOKENS = 10**12
+"""The most tokens one turn's receipt counts against a cost budget (a bound on what a target says)."""
+MAX_SPEND_USD = 1e9
+"""The most USD one turn's receipt counts against a cost budget."""
+
+
 def _count(value: object) -> int | None:
     """A non-negative int, or None (what a target did not report)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -140,6 +146,24 @@ class Receipt:
             permission_denials=_count(self.permission_denials), http_status=_count(self.http_status),
             stop_reason=excerpt(self.stop_reason, 64), note=excerpt(self.note, NOTE_CHARS),
             ref={k: excerpt(v, 512) if isinstance(v, str) else v for k, v in ref.items()})
+
+    @property
+    def total_tokens(self) -> int | None:
+        """The turn's tokens as a cost budget counts them: input (cached included) plus output (None
+        when the target reports neither)."""
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def spend(self) -> tuple[int | None, float | None]:
+        """What this receipt costs the agent's day (``tokens``, ``cost_usd``), bounded: the counts of a
+        ``complete`` receipt, (None, None) for any other (pending, none, timed out)."""
+        if self.state != "complete":
+            return None, None
+        bounded = self.bounded()
+        tokens, cost = bounded.total_tokens, bounded.cost_usd
+        return (None if tokens is None else min(tokens, MAX_SPEND_TOKENS),
+                None if cost is None else min(cost, MAX_SPEND_USD))
 
     def to_json(self) -> str:
         """The stored form (bounded first): JSON, the fields a target did not report left out."""

@@ -265,7 +265,7 @@ def test_architecture_names_real_modules():
         exists = base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
         assert exists, f"docs/architecture.md names {module}"
     # the path of a prompt, in order
-    path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/loop.py", "letta/client.py"]
+    path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/engine.py", "letta/client.py"]
     positions = [text.find(f"promptyoself/{m}") for m in path]
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
 

@@ -75,3 +75,20 @@ def test_nothing_but_the_engine_starts_a_task_group_or_an_event_loop_of_delivery
         if calls:
             found[path.name] = calls
     assert found == {"engine.py": {"asyncio.run", "asyncio.TaskGroup"}, "recorder.py": {"asyncio.run"}}
+
+
+def test_an_engine_runs_once_and_close_ends_one_that_never_ran(tmp_path: Path) -> None:
+    deps, _ = deps_for(tmp_path, Clock())
+    ex = Engine(deps, role="test")
+    assert ex.running  # from its creation: a write before its loop gets to run sees this process delivering
+    ex.request_stop()
+    assert asyncio.run(ex.run()) == [] and not ex.running and ex.state.phase == "stopped"
+    ex.close()  # after the run: nothing changes
+    assert ex.state.phase == "stopped"
+    with pytest.raises(RuntimeError, match="runs once"):
+        asyncio.run(ex.run())
+    never = Engine(deps, role="test")
+    never.close()
+    assert not never.running and never.wait_stopped(0) and never.state.phase == "stopped"
+    assert asyncio.run(never.run()) == [] and never.info()["in_flight"] == 0  # closed first: it never runs
+    deps.close()

@@ -124,8 +124,7 @@ class Engine:
         self.started_at: datetime | None = None
         self.totals = Totals(results=[] if until == "nothing_due" else None)
         self.auth = AuthBackoff()
-        # A target's outage (a transient send failure): prompts wait out their backoff; when it answers
-        # again (a probe, or any delivery) they are made due at once (DeliveryStore.resume_waiting).
+        # A target's outage: prompts wait out their backoff; answering again, they are due at once.
         self.outage = Outage(self._probe_every())
         self._clock = ClockWatch()
         self._run: _Run | None = None
@@ -172,10 +171,11 @@ class Engine:
 
     def close(self) -> None:
         """Stop the run if it runs; an engine whose run has not begun ends here (and never runs)."""
+        if not self.running:
+            return
         self.request_stop()
         with self._entry:
             if not self._entered:
-                self._entered = True
                 self.state.ended()
                 self._done.set()
 
@@ -185,10 +185,10 @@ class Engine:
         """Deliver until ``request_stop`` (or, ``until="nothing_due"``, until nothing due at the start
         is left); the drain's results (empty otherwise)."""
         with self._entry:
-            if self._done.is_set():  # closed before it ran
-                return []
             if self._entered:
                 raise RuntimeError("an Engine runs once; make another")
+            if self._done.is_set():  # closed before it ran
+                return []
             self._entered = True
         run = self._run = self._build()
         self.wakeup.bind(asyncio.get_running_loop())

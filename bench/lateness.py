@@ -150,11 +150,11 @@ def measure(letta: dict[str, Any], due_by_text: dict[str, datetime], timeout: fl
 
 
 def in_process(db_url: str, letta: dict[str, Any], count: int, span: float, lead: float) -> tuple[list[float], int]:
-    from promptyoself.delivery.loop import Executor
+    from promptyoself.delivery.engine import Engine, run_in_thread
 
     core = _core(db_url, letta["url"])
-    ex = Executor(core, role="bench")
-    ex.start_in_thread()
+    ex = Engine(core, role="bench")
+    run_in_thread(ex)
     try:
         time.sleep(0.5)
         cpu0, wall0 = time.process_time(), time.monotonic()

@@ -6,8 +6,8 @@ Handlers can be set only in the main thread: elsewhere the block installs nothin
 is False. Its users:
 
 * ``promptyoself.faces.interrupt``: Ctrl-C ends ``serve`` and the stdio server with exit code 130.
-* ``promptyoself.delivery.worker.StopOnSignals``: SIGTERM and Ctrl-C stop ``worker`` and
-  ``execute --loop`` gracefully.
+* ``StopOnSignals`` (here): SIGTERM and Ctrl-C stop ``worker`` and ``execute --loop`` gracefully
+  (``promptyoself.delivery.engine.run_in_foreground``).
 * ``promptyoself.delivery.service.delivering``: SIGTERM stops the MCP server's delivery gracefully.
 """
 
@@ -57,3 +57,26 @@ class OnSignals:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.restore()
+
+
+class StopOnSignals(OnSignals):
+    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
+    the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
+    graceful stop, so that the command exits 130 as an interrupted command does."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        super().__init__((signal.SIGTERM, signal.SIGINT), self._on_signal)
+        self.stop = callback
+        self.interrupted = False
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGINT:
+            self.interrupted = True
+        self.stop()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        super().__exit__(kind, exc, tb)
+        if self.interrupted and kind is None:
+            raise KeyboardInterrupt

@@ -1,6 +1,6 @@
 """Failure alerts and auto-pause (issue 43 point 4), in the fast tier: the pure decision
 (``outcomes.next_state``), whole scenarios on the in-memory store with a fake clock through the real
-``Executor`` (failures in a row pause a schedule and raise one alert; an agent's first prompt held by
+``Engine`` (failures in a row pause a schedule and raise one alert; an agent's first prompt held by
 its budget in a day; a target's outage), the SQL table's verbs, the signed POST (``AlertSender``
 through ``httpx.MockTransport``, verified by the ``standardwebhooks`` reference), the policy value,
 ``/metrics`` and the console's banner. The end-to-end run through a real worker process is in
@@ -24,8 +24,8 @@ from standardwebhooks.webhooks import Webhook
 from promptyoself.config import ConfigError, Settings, load_settings
 from promptyoself.delivery import alerts as delivery_alerts
 from promptyoself.delivery.alerts import AlertSender
-from promptyoself.delivery.loop import Executor
 from promptyoself.delivery.outcomes import Basis, next_state
+from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetRejected, TargetUnavailable
 from promptyoself.store import alerts as stored_alerts
@@ -106,7 +106,7 @@ def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, Memor
 
 
 def drain(deps: Deps) -> list[Any]:
-    return Executor(deps, role="test").drain(budget=20)
+    return drain_once(deps, budget=20)
 
 
 # ---- the decision (pure) ---------------------------------------------------------------------------
@@ -407,7 +407,7 @@ def five_failures_on_sql(url: str, target: Target, clock: Clock) -> None:
         for _ in range(5):
             row = next(s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid)
             clock.now = datetime.fromisoformat(str(row["next_run"]))
-            Executor(core, role="test").drain(budget=20)
+            drain_once(core, budget=20)
         [row] = [s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid]
         assert row["state"] == "paused" and str(row["last_error"]).startswith("paused: 5 occurrences")
         [alert] = stored_alerts.recent(core.store)

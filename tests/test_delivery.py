@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator
 from datetime import timedelta
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from promptyoself.delivery.attempt import Claim, envelope
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine
 from promptyoself.delivery.recorder import deliver
 from promptyoself.delivery.retry import backoff_delay
 from promptyoself.delivery.service import service_for
@@ -347,8 +348,8 @@ def test_auth_error_backs_off_and_shows_in_status_and_health(tmp_path: Path, clo
         assert core.health()["letta_auth_error"].startswith("letta_auth:")
         # the executor reports the refusal (its loop pauses claiming while the auth backoff runs; a
         # drain stops at it)
-        ex = Executor(core)
-        [res] = ex.drain()
+        ex = Engine(core, until="nothing_due")
+        [res] = asyncio.run(ex.run())
         assert res.auth_error and ex.auth_error and ex.info()["auth_error"].startswith("letta_auth:")
         ex.close()
         fake.password = None  # credentials fixed

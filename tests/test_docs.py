@@ -4,7 +4,8 @@
   (both directions) with the same types, defaults and required-ness, every result key mentioned,
   and every code of ``errors.ERROR_CODES`` documented (and no other).
 - ``docs/cli.md`` (or README.md) against ``cli.build_parser()``: every command and flag.
-- ``docs/architecture.md`` names only modules that exist.
+- ``docs/architecture.md`` follows the path of a prompt (that the modules it and design.md name exist:
+  ``tests/test_docs_modules.py``).
 - Every ```bash block of README.md and docs/letta.md runs in a sandboxed shell (the venv active, a
   fake Letta, a free port) with every command's exit code checked, or is listed with the reason it
   cannot run here; the blocks that need a real Letta run when ``PROMPTYOSELF_TEST_LETTA_URL`` is set.
@@ -254,34 +255,12 @@ def test_every_cli_flag_is_documented():
 # ---- architecture -----------------------------------------------------------------------------
 
 
-def test_architecture_names_real_modules():
+def test_architecture_follows_the_path_of_a_prompt_in_order() -> None:
+    """(That every module it names exists: tests/test_docs_modules.py, for design.md too.)"""
     text = ARCH_DOC.read_text(encoding="utf-8")
-    files = set(re.findall(r"\bpromptyoself/([\w/]+)\.py\b", text))
-    dotted = {m.replace(".", "/") for m in re.findall(r"\bpromptyoself\.([a-z_]\w*(?:\.[a-z_]\w*)*)\b", text)}
-    named = files | dotted
-    assert len(named) >= 8, named
-    for module in named:
-        base = ROOT / "promptyoself" / module
-        exists = base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
-        assert exists, f"docs/architecture.md names {module}"
-    # the path of a prompt, in order
-    path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/loop.py", "letta/client.py"]
+    path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/engine.py", "letta/client.py"]
     positions = [text.find(f"promptyoself/{m}") for m in path]
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
-
-
-def test_design_names_real_modules() -> None:
-    """docs/design.md says what the code does (issue 41 point 4): every module it names exists, whether
-    written ``promptyoself/x/y.py`` or, inside a room, ``x/y.py``."""
-    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
-    rooms = {p.name for p in (ROOT / "promptyoself").iterdir() if p.is_dir() and not p.name.startswith("_")}
-    named = set(re.findall(r"\bpromptyoself/([\w/]+)\.py\b", text))
-    named |= {m for m in re.findall(r"(?<![\w/.])([a-z_]+/[\w/]+)\.py\b", text) if m.split("/")[0] in rooms}
-    assert len(named) >= 5, named
-    removed = {"letta/http1", "store/direct"}  # §11 "Fast paths": measured, then removed (the doc says so)
-    assert all(f"{m}.py" in text and "removed" in text for m in removed)
-    missing = [m for m in sorted(named - removed) if not (ROOT / "promptyoself" / f"{m}.py").is_file()]
-    assert missing == [], f"docs/design.md names modules that do not exist: {missing}"
 
 
 def test_the_path_of_a_prompt_crosses_at_most_eight_boundaries() -> None:

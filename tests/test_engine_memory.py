@@ -1,6 +1,6 @@
 """The engine's logic on the in-memory store with a fake target and a fixed clock (issue 30 point 3):
 whole scenarios (a burst, an outage, an answer lost in flight, a claim lost before the write, the
-daily budget, catch-up, a clock jump back) run in the fast tier, through the same ``Executor``,
+daily budget, catch-up, a clock jump back) run in the fast tier, through the same ``Engine``,
 ``attempt``, recorder, retry policy and planner as production; only the store and the target are
 stand-ins, each keeping its contract (``tests/test_delivery_store.py``, ``targets/base.py``)."""
 
@@ -18,7 +18,8 @@ import pytest
 from promptyoself.config import Settings
 from promptyoself.delivery.attempt import Claim, attempt
 from promptyoself.delivery.clock import rearm_recurring
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine
+from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
@@ -101,7 +102,7 @@ def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, Memor
 
 
 def drain(deps: Deps) -> list[Any]:
-    return Executor(deps, role="test").drain(budget=20)
+    return drain_once(deps, budget=20)
 
 
 def test_a_burst_is_delivered_once_each_one_agent_at_a_time(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
@@ -238,9 +239,9 @@ def test_a_stop_gives_back_what_is_unsent_and_records_what_was_in_flight(tmp_pat
 
         mem.claim = claim_and_tell  # type: ignore[method-assign]
 
-        async def scenario() -> Executor:
-            ex = Executor(deps, role="test")
-            task = ex.start_task("test-executor")
+        async def scenario() -> Engine:
+            ex = Engine(deps, role="test")
+            task = asyncio.create_task(ex.run(), name="test-executor")
             await held.started.wait()  # one send in flight (1 sender), the first claim came back full
             await asyncio.to_thread(claimed.wait)  # the claims run ahead: 3 wait for the sender
             ex.request_stop()
@@ -267,7 +268,7 @@ def test_a_part_that_dies_stops_the_engine_and_says_why(tmp_path: Path, target: 
         raise RuntimeError("the clock watch's bug")
 
     monkeypatch.setattr("promptyoself.delivery.clock.ClockWatch.check", broken)
-    ex = Executor(deps, role="test")
+    ex = Engine(deps, role="test")
     asyncio.run(ex.run())  # returns: the run ended, by itself
     why = ex.info()["stopped_because"]
     assert ex.state.phase == "failed" and not ex.running
@@ -370,9 +371,9 @@ def test_a_target_that_hangs_holds_only_its_own_prompts(tmp_path: Path, clock: C
 
         mem.record = record_and_tell  # type: ignore[method-assign]
 
-        async def scenario() -> Executor:
-            ex = Executor(deps, role="test")
-            task = ex.start_task("test-executor")
+        async def scenario() -> Engine:
+            ex = Engine(deps, role="test")
+            task = asyncio.create_task(ex.run(), name="test-executor")
             await asyncio.wait_for(quick.all_in.wait(), 30)  # a state, not a time: it does not hang
             assert await asyncio.to_thread(recorded.wait, 30)
             assert len(hangs.started) == 2 and hangs.received == []  # the hanging sends still hang

@@ -16,7 +16,7 @@ from fastmcp import Client
 from sqlalchemy import event
 
 from promptyoself.delivery.attempt import Claim
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine, run_in_thread
 from promptyoself.delivery.recorder import deliver
 from promptyoself.delivery.service import service_for
 from promptyoself.faces.delivery import server_lifespan
@@ -42,8 +42,8 @@ class Running:
     """An executor loop in a background thread for the length of a test."""
 
     def __init__(self, core: Any, **kw: Any) -> None:
-        self.ex = Executor(core, **kw)
-        self.thread = self.ex.start_in_thread()
+        self.ex = Engine(core, **kw)
+        self.thread = run_in_thread(self.ex)
 
     def stop(self) -> None:
         self.ex.request_stop()
@@ -55,7 +55,7 @@ class Running:
 def running() -> Iterator[Any]:
     started: list[Running] = []
 
-    def start(core: Any, **kw: Any) -> Executor:
+    def start(core: Any, **kw: Any) -> Engine:
         r = Running(core, **kw)
         started.append(r)
         return r.ex
@@ -146,8 +146,8 @@ def test_stop_lets_in_flight_sends_finish_and_releases_unsent_claims(tmp_path: P
     fake.latency = 0.5
     core = make_core(tmp_path / "s.db", fake)
     sid = add_schedule(core.store, fake.agent_ids[0], "in flight", now() - timedelta(seconds=1))
-    ex = Executor(core)
-    ex.start_in_thread()
+    ex = Engine(core)
+    run_in_thread(ex)
     wait_until(lambda: ex.info()["in_flight"] == 1)
     ex.request_stop()
     assert ex.wait_stopped(30)  # stops by itself once the in-flight send is recorded

@@ -22,7 +22,7 @@ import uvicorn
 
 from promptyoself.core import native_tools
 from promptyoself.core.operations import Core
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine, run_in_thread
 from promptyoself.errors import InvalidArgument
 from promptyoself.faces.http import build_service_app
 from tests.conftest import LETTA_URL as LETTA
@@ -97,8 +97,8 @@ def test_native_tool_schedules_for_the_calling_agent(letta_env: tuple[httpx.Clie
     assert [r["prompt_text"] for r in rows] == [marker]  # made for the calling agent, no id given
     due = rows[0]["next_run"]
 
-    ex = Executor(core)
-    ex.start_in_thread()
+    ex = Engine(core)
+    run_in_thread(ex)
     try:
         deadline = time.monotonic() + 40
         seen: list[str] = []

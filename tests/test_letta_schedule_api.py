@@ -19,7 +19,7 @@ import uvicorn
 from letta_client import APIStatusError, Letta, NotFoundError
 
 from promptyoself.core.operations import Core
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.service import drain_once
 from promptyoself.faces.rest import build_rest_app
 from tests.conftest import make_settings
 
@@ -84,7 +84,7 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     assert [s["id"] for s in mine["schedules"]] == [int(created.id)]
 
     time.sleep(max(0.0, at / 1000 - time.time()) + 0.05)
-    results = Executor(core).drain()
+    results = drain_once(core)
     assert [r.outcome for r in results] == ["delivered"]
     sent = [m for m in fake_letta.received if m["agent_id"] == agent]
     assert len(sent) == 2  # two messages, one request

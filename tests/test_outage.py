@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine, run_in_thread
 from promptyoself.delivery.retry import RetryPolicy
 from promptyoself.delivery.service import service_for
 from promptyoself.errors import DatabaseUnavailable
@@ -31,8 +31,8 @@ AGENT = "agent-11111111-2222-3333-4444-555555555555"
 
 class Running:
     def __init__(self, core: Any) -> None:
-        self.ex = Executor(core)
-        self.thread = self.ex.start_in_thread()
+        self.ex = Engine(core)
+        self.thread = run_in_thread(self.ex)
 
     def stop(self) -> None:
         self.ex.request_stop()

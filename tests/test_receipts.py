@@ -1,5 +1,5 @@
 """Receipts (issue 43 point 1), the engine's logic in the fast tier: on the in-memory store with a
-stand-in target and a fixed clock, through the same ``Executor``, recorder and receipt task as
+stand-in target and a fixed clock, through the same ``Engine``, recorder and receipt task as
 production. A receipt is recorded with its delivered row, bounded; a target that gives none says so;
 a pending one is completed afterwards by the receipt task (never by a sender) or times out, and the
 occurrence stays delivered either way. The real entry points (the CLI, a worker, the fake Letta's
@@ -21,7 +21,7 @@ from promptyoself.config import Settings
 from promptyoself.core.results import receipt_record, receipt_summary
 from promptyoself.delivery import receipts
 from promptyoself.delivery.bridge import Targets
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
@@ -102,7 +102,7 @@ def deps_for(tmp_path: Path, clock: Clock) -> tuple[Deps, MemoryDeliveryStore]:
 
 
 def drain(deps: Deps) -> list[Any]:
-    return Executor(deps, role="test").drain(budget=20)
+    return drain_once(deps, budget=20)
 
 
 def rows(mem: MemoryDeliveryStore) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from promptyoself.delivery import planner
-from promptyoself.delivery.loop import Executor
+from promptyoself.delivery.engine import Engine, run_in_thread
 from promptyoself.store.claims import ClaimReport, claim_due, release_claims
 from testkit.fake_letta import FakeLetta
 from tests.helpers_delivery import add_schedule, history, make_core, wait_until
@@ -44,8 +44,8 @@ def test_a_contended_executor_claims_again_promptly_not_after_its_interval(tmp_p
     second = add_schedule(core.store, agent, "second", due + timedelta(milliseconds=1))
     held = claim_due(other.store, "other:host:1:x", _now(), _now() + timedelta(seconds=60), limit=1)
     assert [r.id for r in held] == [first]
-    ex = Executor(core, interval=3600.0)
-    thread = ex.start_in_thread()
+    ex = Engine(core, interval=3600.0)
+    thread = run_in_thread(ex)
     try:
         wait_until(lambda: ex.last_tick is not None)
         time.sleep(0.5)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: t
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
          "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.faces.delivery",
-         "promptyoself.delivery.worker", "promptyoself.delivery.attempt", "promptyoself.delivery.loop",
+         "promptyoself.delivery.worker", "promptyoself.delivery.attempt", "promptyoself.delivery.engine",
          "promptyoself.letta.client")
 
 PROBE = """

@@ -25,7 +25,7 @@ from typing import Any
 
 from promptyoself import __version__
 from promptyoself.delivery import worker
-from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor, make_owner
+from promptyoself.delivery.engine import SHUTDOWN_GRACE, Engine, make_owner
 from promptyoself.delivery.service import service_for
 from promptyoself.deps import Services
 
@@ -49,14 +49,15 @@ def token_print(settings: Any) -> dict[str, str | None]:
 
 
 class Resident:
-    """``async with Resident(core).run():`` delivers until the block ends. ``on_failure(why)`` is
-    called (on the event loop) if the engine stops before the block ends."""
+    """``async with Resident(core).run():`` delivers until the block ends: the engine's run
+    (``Engine.run``) as a task, with the lease's heartbeat (``_guard``) as a side task of it.
+    ``on_failure(why)`` is called (on the event loop) if the engine stops before the block ends."""
 
     def __init__(self, core: Services, on_failure: Callable[[str], None] | None = None) -> None:
         self.core = core
         self.owner = make_owner(ROLE)
         self.holds_lease = False
-        self.executor: Executor | None = None
+        self.executor: Engine | None = None
         self.on_failure = on_failure
         self._leaving = False
         self.token = token_print(core.settings)  # read once: the service reads its token when it starts
@@ -105,7 +106,7 @@ class Resident:
             except Exception as exc:
                 log.warning("the service cannot renew its lease: %s", str(exc).splitlines()[0][:200])
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, task: asyncio.Task[Any]) -> None:
         """The engine's task ended: unless the service is stopping, it stopped by itself."""
         if self._leaving:
             return
@@ -124,12 +125,11 @@ class Resident:
             await asyncio.to_thread(self.take_lease, take_over=True)
         except Exception as exc:  # the database may be down: deliver once it is back (health says down)
             log.error("the service cannot take the worker lease: %s", str(exc).splitlines()[0][:200])
-        ex = Executor(self.core, role=ROLE, owner=self.owner)
+        ex = Engine(self.core, role=ROLE, owner=self.owner, side_tasks={"service lease": self._guard})
         self.executor = ex
         svc.executor = ex
-        task = ex.start_task("promptyoself-service-executor")
+        task = asyncio.create_task(ex.run(), name="promptyoself-service-executor")
         task.add_done_callback(self._ended)
-        guard = asyncio.create_task(self._guard(), name="promptyoself-service-lease")
         try:
             yield self
         finally:
@@ -138,9 +138,6 @@ class Resident:
             done, _ = await asyncio.wait([task], timeout=SHUTDOWN_GRACE + 0.5)
             if not done:
                 task.cancel()
-            guard.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await guard
             if self.holds_lease:
                 with contextlib.suppress(Exception):
                     await asyncio.to_thread(worker.release, self.core.store, self.owner)

@@ -1,6 +1,6 @@
 """The claim planner, pure: how many occurrences an executor claims now, and what a claim's answer
 means for the next one. Plain values in, plain values out (``tests/test_planner.py``); the loop
-(``delivery.loop``) keeps the state and asks.
+(``delivery.holdings``, in the engine) keeps the state and asks.
 
 An executor holds claims waiting for a sender (``ready``) and claims being sent (``inflight``). Out of
 a backlog it claims what its free senders can take; in a backlog (a claim came back full, or short

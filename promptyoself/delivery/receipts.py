@@ -92,24 +92,24 @@ async def follow_up(core: Services, targets: Targets, io: IO, after_id: int = 0)
     return rows[-1].delivery_id if len(rows) == BATCH else 0
 
 
-async def run_receipts(parts: Any) -> None:
-    """The executor's receipt task (``delivery.parts.Parts``): a pass every ``EVERY`` seconds until
-    the run cancels it. A pass that fails is logged; the next one tries again."""
+async def run_receipts(core: Services, targets: Targets, io: IO) -> None:
+    """The engine's receipt task: a pass every ``EVERY`` seconds until the run cancels it. A pass
+    that fails is logged; the next one tries again."""
     cursor = 0
     while True:
         try:
-            cursor = await follow_up(parts.core, parts.targets, parts.io, cursor)
+            cursor = await follow_up(core, targets, io, cursor)
         except Exception as exc:  # the database is away, say: the next pass tries again
             log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
             cursor = 0
         await asyncio.sleep(EVERY)
 
 
-async def last_pass(parts: Any) -> None:
+async def last_pass(core: Services, targets: Targets, io: IO) -> None:
     """A drain's last look at the pending receipts (at most ``LAST_PASS`` seconds): what finished by
     now is recorded; the rest stays pending for the next executor."""
     try:
         async with asyncio.timeout(LAST_PASS):
-            await follow_up(parts.core, parts.targets, parts.io)
+            await follow_up(core, targets, io)
     except Exception:  # TimeoutError included: the receipts stay pending
         log.debug("the last pass over pending receipts did not finish", exc_info=True)

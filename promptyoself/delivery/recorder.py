@@ -2,9 +2,10 @@
 pure), and one store verb (``record_outcomes``) writes a batch of them in one transaction that
 commits each only while its claim is held. The store calls nothing back: when an operator changed a
 claimed schedule meanwhile (paused, edited), the store writes nothing for it and returns its current
-columns, and the next state is decided again on those (``record_batch``). The executor's recorder task
-(``delivery.senders.run_recorder``) records its senders' attempts through ``record_batch``: group
-commit, with the backlog's next claim in the same transaction."""
+columns, and the next state is decided again on those (``record_batch``). The engine's recorder task
+(``Recorder.run``, the last of the engine's three steps: claim, send, record) records its senders'
+attempts through ``record_batch``: group commit, with the backlog's next claim in the same
+transaction (``delivery.claim.Claims.ask``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from typing import Any
 
 from promptyoself.delivery.alerts import AlertRules, alert_rules, target_alerts
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
+from promptyoself.delivery.claim import Claims
 from promptyoself.delivery.outcomes import Basis, outcome_of, result_of
+from promptyoself.delivery.watch import LoopState, Outcomes, Wakeup
 from promptyoself.deps import Services
 from promptyoself.logs import Redactor
 from promptyoself.store.claims import ClaimAsk, DatabaseBusy, Outcome, Recorded
@@ -126,3 +129,68 @@ def deliver(
     one-off: the attempt runs in an event loop of its own). Never raises for Letta errors."""
     sent = asyncio.run(attempt(core, claim, owner, stopping=stopping, may_send=may_send))
     return sent if isinstance(sent, Result) else record_attempt(core, sent)
+
+
+class Recorder:
+    """The engine's recorder task (``run``, one per run) and what an attempt's end changes: the
+    claim is no longer kept, its outcome is counted (``Outcomes``), the alarm is nudged when the
+    agents just recorded may have more due."""
+
+    def __init__(self, claims: Claims, outcomes: Outcomes, wakeup: Wakeup, state: LoopState) -> None:
+        self.claims, self.outcomes, self.wakeup, self.state = claims, outcomes, wakeup, state
+
+    async def run(self) -> None:
+        """During a backlog it refills the holdings when they run low (so no sender waits for a claim
+        query before its send). And it records what the senders sent, in batches: everything that
+        finished while the previous batch was being committed goes into one transaction (each attempt
+        still conditional on its own claim), with the next claims when a backlog wants them. A sender
+        does not wait for this; its agent stays claimed until it is done. Ends once the holdings close
+        the recorder and nothing is left to record."""
+        holdings = self.claims.holdings
+        while (work := await holdings.next_batch()) is not None:
+            batch, want = work
+            if not want:
+                await self.record(batch, 0)
+                continue
+            got: list[Claim] = []
+            more = False
+            try:  # with attempts to record: one transaction records them and claims
+                got, more = await (self.record(batch, want) if batch else self.claims.claim(want))
+            except Exception:
+                log.exception("claiming due prompts failed; the loop retries")
+            finally:
+                if not holdings.took(got, want, more):
+                    self.wakeup.nudge()  # the backlog is done: back to the loop's alarm
+
+    async def record(self, batch: list[Attempt], want: int = 0) -> tuple[list[Claim], bool]:
+        """Record ``batch``; with ``want``, claim up to that many in the same transaction (the agents
+        recorded are free by then) and return the claims and whether more was due (as ``Claims.claim``)."""
+        claims = self.claims
+        claimed_at = claims.keeper.mono()
+        ask = claims.ask(want, [a.claim.id for a in batch]) if want else None
+        recorded = None
+        try:
+            recorded = await claims.io(record_batch, claims.core, batch, ask)
+        except Exception as exc:
+            for a in batch:
+                a.failure = a.failure or exc
+        for a in batch:
+            claims.keeper.discard(a.claim.id)
+            if a.result is not None:
+                self.outcomes.count(a.result)
+            else:  # the claim stays until its lease runs out; then the occurrence is retried
+                log.error("recording the attempt on schedule %s failed: %s", a.claim.id, a.failure)
+        claims.holdings.recorded(batch)
+        if claims.holdings.drained() or self.state.is_set():
+            self.wakeup.nudge()  # the agents just recorded may have more due
+        if recorded is None:
+            return [], False
+        return claims.took(recorded.claimed, recorded.taken_over, claimed_at), recorded.more_due
+
+    def released(self, claim: Claim, res: Result | None) -> None:
+        """A sender's claim was released unsent (stopping, or fenced off), or a bug: the claim
+        expires; the loop may claim again."""
+        self.wakeup.nudge()
+        self.claims.keeper.discard(claim.id)
+        if res is not None:
+            self.outcomes.count(res)

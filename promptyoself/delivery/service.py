@@ -2,15 +2,15 @@
 report on. No protocol here: the MCP tools, the CLI commands and the MCP server's lifespan that call it
 are faces (``promptyoself.faces.delivery``).
 
-The loop itself is ``promptyoself.delivery.loop.Executor``: it sleeps until the earliest ``due_at`` (not a
-fixed poll), wakes at once when this process writes a schedule (``Core.on_change``) or finishes a
-delivery, re-reads the earliest due time at most every ``interval`` seconds to see other processes'
-writes, claims, delivers, records and advances. ``drain_once`` runs the same loop until nothing due at
-its start is left (``Executor.drain``).
-
-Who runs it (``PROMPTYOSELF_EXECUTOR_MODE``): the detached worker (``promptyoself.delivery.worker``), an
-asyncio task beside the MCP server (``embedded``, ``delivering``), the ``execute --loop`` command
-(``run_foreground``), or ``promptyoself_execute(loop=true)`` (``DeliveryService.start_loop``).
+The engine itself is ``promptyoself.delivery.engine.Engine``, whose ``run()`` is the one entry point of
+every way of delivering: it sleeps until the earliest ``due_at`` (not a fixed poll), wakes at once when
+this process writes a schedule (``Core.on_change``) or finishes a delivery, re-reads the earliest due
+time at most every ``interval`` seconds to see other processes' writes, claims, delivers, records and
+advances. Here, each way of this process is a few lines around it: ``drain_once`` (``until="nothing_due"``,
+in a thread), ``run_foreground`` (``execute --loop``), ``DeliveryService.start_loop``
+(``promptyoself_execute(loop=true)``, in a thread) and ``delivering`` (``embedded``: a task beside the
+MCP server). The detached worker is ``promptyoself.delivery.worker``, the service's own
+``promptyoself.delivery.in_service``; which one delivers is ``promptyoself.delivery.starter``'s answer.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 
 from promptyoself import timing
 from promptyoself.config import Settings
-from promptyoself.delivery.loop import SHUTDOWN_GRACE, Executor
+from promptyoself.delivery.attempt import Result
+from promptyoself.delivery.engine import ONCE_BUDGET, SHUTDOWN_GRACE, Engine, run_in_foreground, run_in_thread
 from promptyoself.delivery.retry import AUTH_PREFIXES
 from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Services
@@ -43,12 +44,12 @@ log = logging.getLogger(__name__)
 
 
 class DeliveryService:
-    """The delivery side of one ``Core`` (``Deps.delivery``): the in-process executor if any, and what
+    """The delivery side of one ``Core`` (``Deps.delivery``): the in-process engine if any, and what
     health and status report on. Who delivers is decided in ``promptyoself.delivery.starter``."""
 
     def __init__(self, core: Services) -> None:
         self.core = core
-        self.executor: Executor | None = None
+        self.executor: Engine | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -57,16 +58,16 @@ class DeliveryService:
         return ex is not None and ex.running
 
     def start_loop(self, interval: float | None = None, role: str = "loop") -> bool:
-        """Start an executor in a background thread of this process; False if one already runs."""
+        """Run an engine in a background thread of this process; False if one already runs."""
         with self._lock:
             if self.executor is not None and self.executor.running:
                 return False
-            ex = Executor(self.core, interval=interval, role=role)
+            ex = Engine(self.core, interval=interval, role=role)
             self.executor = ex
-            self._thread = ex.start_in_thread()
+            self._thread = run_in_thread(ex)
             return True
 
-    def attach(self, executor: Executor) -> None:
+    def attach(self, executor: Engine) -> None:
         """Make ``executor`` (run by someone else, e.g. the worker) the one health and status report on."""
         self.executor = executor
 
@@ -113,24 +114,27 @@ def effective_mode(settings: Settings) -> str:
     return str(settings.executor_mode) if settings.executor_enabled else "off"
 
 
-def drain_once(core: Services) -> list[Any]:
-    """Deliver what is due now in this process and return the attempts (``Executor.drain``)."""
-    ex = Executor(core, role="once")
+def drain_once(core: Services, *, budget: float = ONCE_BUDGET) -> list[Result]:
+    """Deliver what is due now in this process and return what happened to each occurrence: the
+    engine run until nothing that was due at its start is left (``until="nothing_due"``: every
+    occurrence due now is delivered, at most one at a time per agent; a failed attempt is scheduled
+    for retry, not retried here; recurring schedules continue at their next slot; claiming stops
+    after ``budget`` seconds or when the target refuses the credentials), then a last pass over
+    the receipts. In a thread of its own, so that it may be called from an event loop."""
+    ex = Engine(core, role="once", until="nothing_due", budget=budget)
     try:
-        return list(ex.drain())
+        run_in_thread(ex).join()
     finally:
         ex.close()
+    return ex.results
 
 
 def run_foreground(core: Services, *, interval: float | None) -> dict[str, Any]:
-    """The loop in the foreground of this process until SIGINT/SIGTERM; its counts at the end."""
-    from promptyoself.delivery.worker import StopOnSignals
-
-    ex = Executor(core, interval=interval, role="execute")
+    """The engine in the foreground of this process until SIGINT/SIGTERM; its counts at the end."""
+    ex = Engine(core, interval=interval, role="execute")
     service_for(core).executor = ex
     try:
-        with StopOnSignals(ex.request_stop):  # Ctrl-C: a graceful stop, then KeyboardInterrupt (exit 130)
-            asyncio.run(ex.run())
+        run_in_foreground(ex)  # Ctrl-C: a graceful stop, then KeyboardInterrupt (exit 130)
     finally:
         ex.close()
     return dict(ex.info())
@@ -195,12 +199,12 @@ async def delivering(core: Services) -> AsyncIterator[DeliveryService]:
     ``SHUTDOWN_GRACE``) before the process ends by the signal as usual."""
     svc = service_for(core)
     mode = effective_mode(core.settings)
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[list[Result]] | None = None
     ensure: threading.Thread | None = None
     if mode == "embedded":
-        ex = Executor(core, role="embedded")
+        ex = Engine(core, role="embedded")
         svc.executor = ex
-        task = ex.start_task("promptyoself-embedded-executor")
+        task = asyncio.create_task(ex.run(), name="promptyoself-embedded-executor")
     elif mode == "worker":  # schedules already waiting (a PostgreSQL store has no check before the handshake)
         ensure = threading.Thread(target=starter_for(core).ensure, name="promptyoself-ensure-delivery")
         ensure.start()

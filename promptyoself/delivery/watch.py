@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from promptyoself.delivery.retry import UNAVAILABLE_PREFIXES
 
-log = logging.getLogger("promptyoself.delivery.loop")
+log = logging.getLogger("promptyoself.delivery.engine")
 
 async def wait_event(event: asyncio.Event, seconds: float | None) -> bool:
     """Wait for ``event`` up to ``seconds`` (None: no limit); True if it was set. Through
@@ -168,13 +168,14 @@ class Totals:
 @dataclass
 class Outcomes:
     """What an attempt's outcome changes: the totals, the credentials' pause (``auth``), the outage.
-    ``count`` is told each result (on the loop); True when the outage's state changed (the loop's
-    outage probe looks again)."""
+    ``count`` is told each result (on the loop); when the outage's state changed it sets ``changed``
+    (the engine's outage probe looks again) and answers True."""
 
     totals: Totals
     auth: AuthBackoff
     outage: Outage
     pause_for: Callable[[int], float]
+    changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
 
     def count(self, res: Any) -> bool:
         outage_was = (self.outage.state, self.outage.resume_pending)
@@ -192,7 +193,10 @@ class Outcomes:
         level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
         log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
                 f": {res.error}" if res.error else "")
-        return (self.outage.state, self.outage.resume_pending) != outage_was
+        if (self.outage.state, self.outage.resume_pending) == outage_was:
+            return False
+        self.changed.set()
+        return True
 
 
 @dataclass

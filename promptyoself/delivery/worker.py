@@ -19,7 +19,6 @@ running process. The rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -28,7 +27,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from promptyoself import __version__
@@ -36,7 +34,6 @@ from promptyoself.config import Settings
 from promptyoself.delivery.starter import TOKEN_ENV
 from promptyoself.deps import Services
 from promptyoself.processes import hostname, pid_alive
-from promptyoself.signals import OnSignals
 from promptyoself.store import lease as store_lease
 from promptyoself.store.db import has_state
 from promptyoself.store.db import sqlite_file as _sqlite_file
@@ -46,7 +43,7 @@ from promptyoself.store.records import LeaseRow
 from promptyoself.store.startup_check import LEASE_NAME
 
 if TYPE_CHECKING:
-    from promptyoself.delivery.loop import Executor
+    from promptyoself.delivery.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +75,13 @@ def sqlite_file(settings: Settings) -> Path | None:
 
 
 def run_worker(core: Services, *, shared: bool = False,
-               on_executor: Callable[[Executor], None] | None = None) -> dict[str, Any] | None:
-    """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the loop until
+               on_engine: Callable[[Engine], None] | None = None) -> dict[str, Any] | None:
+    """``python -m promptyoself worker``: hold the lease (unless ``shared``), run the engine until
     SIGTERM/SIGINT, idle exit, a lost lease or a database gone for longer than a lease; then
     release the lease. Prints nothing on stdout unless it stopped on trouble (exit code 1).
-    ``on_executor`` is told of the loop before it runs (the delivery service reports on it)."""
-    from promptyoself.delivery.loop import Executor, make_owner
+    ``on_engine`` is told of the engine before it runs (the delivery service reports on it). The
+    lease's heartbeat and the idle watch are a side task of the engine's run."""
+    from promptyoself.delivery.engine import Engine, make_owner, run_in_foreground
 
     settings = core.settings
     role = "shared" if shared else "worker"
@@ -101,26 +99,14 @@ def run_worker(core: Services, *, shared: bool = False,
             sys.stderr.write(f"promptyoself worker: {why}; exiting.\n")
             sys.stderr.flush()
             return None
-    ex = Executor(core, role=role, owner=owner)
-    if on_executor is not None:
-        on_executor(ex)
-    log.info("worker %s started for %s (pid %d)", owner, core.store.describe(), os.getpid())
-
     trouble: list[str] = []
-
-    async def main() -> None:
-        loop_task = asyncio.create_task(ex.run())
-        guard = asyncio.create_task(_lease_and_idle(core, ex, owner, shared, trouble))
-        try:
-            await loop_task
-        finally:
-            guard.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await guard
-
+    engine = Engine(core, role=role, owner=owner, side_tasks={
+        "worker lease": lambda: _lease_and_idle(core, engine, owner, shared, trouble)})
+    if on_engine is not None:
+        on_engine(engine)
+    log.info("worker %s started for %s (pid %d)", owner, core.store.describe(), os.getpid())
     try:
-        with StopOnSignals(ex.request_stop):
-            asyncio.run(main())
+        run_in_foreground(engine)
     finally:
         gone = (db_file := sqlite_file(settings)) is not None and not db_file.exists()
         if not shared and not gone:  # (opening a deleted SQLite file would create an empty one)
@@ -128,16 +114,16 @@ def run_worker(core: Services, *, shared: bool = False,
                 release(core.store, owner)
             except Exception:
                 log.exception("could not release the worker lease")
-        ex.close()
+        engine.close()
     log.info("worker %s exited", owner)
-    if ex.state.why is not None:  # a part of the engine died: the worker stops and says why
-        trouble.append(ex.state.why)
+    if engine.state.why is not None:  # a part of the engine died: the worker stops and says why
+        trouble.append(engine.state.why)
     if trouble:
         return {"status": "error", "code": "internal", "error": f"The worker stopped: {trouble[-1]}."}
     return None
 
 
-async def _lease_and_idle(core: Services, ex: Executor, owner: str, shared: bool, trouble: list[str]) -> None:
+async def _lease_and_idle(core: Services, ex: Engine, owner: str, shared: bool, trouble: list[str]) -> None:
     """Heartbeat the lease, watch for idleness, and stop the worker when the lease is lost or the
     database stays unreachable for longer than a lease (another worker may hold it by then)."""
     settings = core.settings
@@ -181,7 +167,7 @@ async def _lease_and_idle(core: Services, ex: Executor, owner: str, shared: bool
             return
 
 
-def _info(ex: Executor) -> str:
+def _info(ex: Engine) -> str:
     info = ex.info()
     keys = ("last_tick", "next_due", "in_flight", "delivered", "failed", "retried", "missed", "auth_error", "interval")
     return json.dumps({"role": info["role"], "version": __version__, **{k: info[k] for k in keys}})
@@ -227,26 +213,3 @@ def stop_worker(core: Services, *, wait: float = STOP_WAIT) -> dict[str, Any]:
         return {"status": "error", "code": "internal",
                 "error": f"Worker pid {pid} did not exit within {wait:.0f}s of SIGTERM."}
     return {"status": "ok", "stopped": True, "pid": pid, "message": f"Stopped worker pid {pid}."}
-
-
-class StopOnSignals(OnSignals):
-    """Within the block, SIGTERM and SIGINT call ``callback`` (main thread only; else a no-op). When
-    the block was stopped by SIGINT (Ctrl-C), leaving it raises ``KeyboardInterrupt``, after the
-    graceful stop, so that the command exits 130 as an interrupted command does."""
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        super().__init__((signal.SIGTERM, signal.SIGINT), self._on_signal)
-        self.stop = callback
-        self.interrupted = False
-
-    def _on_signal(self, signum: int) -> None:
-        if signum == signal.SIGINT:
-            self.interrupted = True
-        self.stop()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        super().__exit__(kind, exc, tb)
-        if self.interrupted and kind is None:
-            raise KeyboardInterrupt

@@ -74,7 +74,7 @@ def worker_cli(core: Services, *, status: bool, stop: bool, shared: bool) -> dic
         return worker.status_result(core)
     if stop:
         return worker.stop_worker(core)
-    return worker.run_worker(core, shared=shared, on_executor=service.service_for(core).attach)
+    return worker.run_worker(core, shared=shared, on_engine=service.service_for(core).attach)
 
 
 def server_lifespan(core: Services) -> Callable[[Any], Any]:

@@ -69,11 +69,16 @@ def project(cch: ClaudeHarness, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def schedule_from_session(cch: ClaudeHarness, proj: Path, prompt: str, when: str = "in 20 seconds") -> str:
-    """A session in ``proj`` whose agent calls promptyoself_schedule_time with no ids (the mock drives the
+    """A session in ``proj`` whose agent calls promptyoself_schedule_time with no ids (``call_from_session``)."""
+    return call_from_session(cch, proj, TOOL, {"prompt": prompt, "time": when})
+
+
+def call_from_session(cch: ClaudeHarness, proj: Path, tool: str, args: dict[str, Any]) -> str:
+    """A session in ``proj`` whose agent calls our ``tool`` with ``args`` and no ids (the mock drives the
     call once our MCP server is connected: Claude Code connects project servers in the background).
     Returns the session id; the session is closed on return."""
-    call = json.dumps({"name": TOOL, "input": {"prompt": prompt, "time": when}})
-    with cch.h.stream_session(cwd=str(proj), args=["--allowedTools", TOOL]) as s:
+    call = json.dumps({"name": tool, "input": args})
+    with cch.h.stream_session(cwd=str(proj), args=["--allowedTools", tool]) as s:
 
         def called() -> str | None:
             s.send(f"MOCK_TOOL_CALL {call}")

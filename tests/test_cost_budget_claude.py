@@ -19,7 +19,7 @@ import pytest
 
 from tests.claude_code_harness import ClaudeHarness, latest
 from tests.helpers_delivery import ROOT, child_env, wait_until
-from tests.test_claude_code_real import cch, only_schedule, project, stop, worker
+from tests.test_claude_code_real import call_from_session, cch, only_schedule, project, stop, worker
 
 pytestmark = pytest.mark.slow
 __all__ = ["cch", "project"]  # the fixtures, from the Claude Code tests
@@ -37,24 +37,8 @@ def cli_json(db: Path, *argv: str, ok: bool = True) -> dict[str, Any]:
 
 
 def schedule_every_from_session(cch: ClaudeHarness, proj: Path, prompt: str, every: str) -> str:
-    """A session in ``proj`` whose agent calls promptyoself_schedule_every with no ids (the mock drives
-    the call once our MCP server is connected); the session is closed on return. Its id."""
-    call = json.dumps({"name": EVERY, "input": {"prompt": prompt, "every": every}})
-    with cch.h.stream_session(cwd=str(proj), args=["--allowedTools", EVERY]) as s:
-
-        def called() -> str | None:
-            s.send(f"MOCK_TOOL_CALL {call}")
-            text = str(s.next_result(timeout=120).get("result"))
-            if text.startswith("MOCK_TOOL_DONE"):
-                return text
-            assert "MOCK_TOOL_UNAVAILABLE" in text, text  # not connected yet: ask again
-            return None
-
-        text = wait_until(called, timeout=120, interval=1)
-        assert "success" in text, text
-        sid = s.session_id
-    assert sid
-    return str(sid)
+    """A session in ``proj`` whose agent calls promptyoself_schedule_every with no ids; its id."""
+    return call_from_session(cch, proj, EVERY, {"prompt": prompt, "every": every})
 
 
 @latest

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import catchup, timing
-from promptyoself.delivery import budget
+from promptyoself.delivery import budget, overlap
 from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.envelope import envelope
 from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, RetryPolicy
@@ -83,7 +83,7 @@ class Result:
 
     schedule_id: int
     agent_id: str
-    outcome: str  # delivered | retry | failed | missed | over_budget | paused | released | lost
+    outcome: str  # delivered | retry | failed | missed | over_budget | skipped | queued | paused | released | lost
     attempt: int = 0
     error: str | None = None
     run_id: str | None = None
@@ -169,7 +169,9 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
-    plan, missed = catch_up_plan(claim, now, settings.misfire_grace), None
+    queued = overlap.waiting(claim.last_error)  # it waits for the previous turn (overlap=queue): late on purpose
+    plan = catchup.CatchUp(claim.next_run, (), 0) if queued else catch_up_plan(claim, now, settings.misfire_grace)
+    missed = None
     if plan.deliver != claim.next_run:  # the claimed slot is missed (catch_up): record, maybe skip ahead
         missed = missed_text(claim, plan, now, settings.misfire_grace)
         if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask the target first (below)
@@ -200,6 +202,9 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (occurrence {otid} not at {where}: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
+        turn = await overlap.verdict(core, claim, occ, target, now, io)  # the previous turn still runs?
+        if turn.action != "send":
+            return _overlapped(claim, owner, now, number, turn, plan, queued, settings.overlap_poll)
         verdict = await budget.verdict(core, claim, now, io)  # the daily budgets: over them, record, do not send
         if verdict.over is not None:
             return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
@@ -212,8 +217,39 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
-                   also_missed=plan.missed,
+                   also_missed=plan.missed, also_skipped=_due_since(claim, now) if queued else (),
                    receipt=receipt_of(sent, target.name))
+
+
+def _overlapped(claim: Claim, owner: str, now: datetime, number: int, turn: overlap.Verdict,
+                plan: catchup.CatchUp, queued: bool, poll: float) -> Attempt:
+    """The previous turn still runs (``delivery.overlap``): skipped (the schedule moves on), or queued
+    (given back, due again after ``PROMPTYOSELF_OVERLAP_POLL``)."""
+    if turn.action == "wait":
+        return Attempt(claim, owner, overlap.QUEUED, now, number, error=turn.text, delay=poll,
+                       already_queued=queued)
+    return Attempt(claim, owner, overlap.SKIPPED, now, number, error=turn.text, also_missed=plan.missed,
+                   also_skipped=_due_since(claim, now) if queued else ())
+
+
+def _due_since(claim: Claim, now: datetime) -> tuple[datetime, ...]:
+    """The schedule's slots after the claimed one that came due by ``now`` (at most
+    ``catchup.MAX_MISSED_ROWS``): those that came due while the claimed one waited (overlap=queue)."""
+    if claim.schedule_type == "once":
+        return ()
+    tz = timing.resolve_zone(claim.timezone, "UTC")
+    out: list[datetime] = []
+    at = claim.next_run
+    while len(out) < catchup.MAX_MISSED_ROWS:
+        try:
+            nxt = timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=at, anchor=claim.anchor)
+        except PromptYoSelfError:
+            break
+        if nxt is None or nxt > now:
+            break
+        out.append(nxt)
+        at = nxt
+    return tuple(out)
 
 
 def receipt_of(sent: Sent, target: str) -> Receipt:
@@ -293,7 +329,7 @@ class Attempt:
 
     claim: Claim
     owner: str
-    kind: str  # delivered | retry | failed | missed | over_budget | paused
+    kind: str  # delivered | retry | failed | missed | over_budget | skipped | queued | paused
     attempted_at: datetime
     attempt: int
     error: str | None = None
@@ -309,3 +345,8 @@ class Attempt:
     """Later slots recorded as ``missed`` with this attempt (coalesced into it, or skipped)."""
     receipt: Receipt | None = None
     """A delivered attempt's receipt (issue 43): what the target reported of the turn, or why nothing."""
+    also_skipped: tuple[datetime, ...] = ()
+    """Later slots that came due while this occurrence waited for the previous turn (overlap=queue):
+    recorded ``skipped`` with it, and the schedule goes on after them."""
+    already_queued: bool = False
+    """A ``queued`` attempt on an occurrence that already waited: its history row was written then."""

@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     p.add_argument("--max-per-day", type=whole_number(1, MAX_PER_DAY),
                    help="deliver at most N a day; more are recorded over_budget")
+    p.add_argument("--overlap", choices=("skip", "queue", "allow"), default=None,
+                   help="a run due while the previous turn still runs: skip, queue (waits, at most one) or allow "
+                        "(default: the target's, see `promptyoself targets`)")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")

@@ -169,9 +169,7 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
-    queued = overlap.waiting(claim.last_error)  # it waits for the previous turn (overlap=queue): late on purpose
-    plan = catchup.CatchUp(claim.next_run, (), 0) if queued else catch_up_plan(claim, now, settings.misfire_grace)
-    missed = None
+    plan, missed = catch_up_plan(claim, now, settings.misfire_grace), None
     if plan.deliver != claim.next_run:  # the claimed slot is missed (catch_up): record, maybe skip ahead
         missed = missed_text(claim, plan, now, settings.misfire_grace)
         if not claim.in_doubt:  # in doubt, an earlier attempt may have arrived: ask the target first (below)
@@ -202,12 +200,9 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (occurrence {otid} not at {where}: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
-        turn = await overlap.verdict(core, claim, occ, target, now, io)  # the previous turn still runs?
-        if turn.action != "send":
-            return _overlapped(claim, owner, now, number, turn, plan, queued, settings.overlap_poll)
-        verdict = await budget.verdict(core, claim, now, io)  # the daily budgets: over them, record, do not send
-        if verdict.over is not None:
-            return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
+        verdict = await _held(core, claim, owner, occ, target, now, number, plan, io)
+        if isinstance(verdict, Attempt):  # the previous turn still runs, or over the daily budgets: not sent
+            return verdict
         occ = replace(occ, text=budget.announce(occ.text, verdict))
         # The claim's fence is asked again by the target right before the request is written (after
         # the look-up above, and as late as it can): a holder that stalled since gives the claim back.
@@ -217,39 +212,26 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
-                   also_missed=plan.missed, also_skipped=_due_since(claim, now) if queued else (),
+                   also_missed=plan.missed, also_skipped=overlap.due_meanwhile(claim, now),
                    receipt=receipt_of(sent, target.name))
 
 
-def _overlapped(claim: Claim, owner: str, now: datetime, number: int, turn: overlap.Verdict,
-                plan: catchup.CatchUp, queued: bool, poll: float) -> Attempt:
-    """The previous turn still runs (``delivery.overlap``): skipped (the schedule moves on), or queued
-    (given back, due again after ``PROMPTYOSELF_OVERLAP_POLL``)."""
+async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, target: Any, now: datetime,
+                number: int, plan: catchup.CatchUp, io: IO) -> Attempt | budget.Verdict:
+    """Why the occurrence is not sent now, or the budgets' verdict to send it with: the schedule's
+    previous turn still runs (``delivery.overlap``: skipped, or queued and due again after
+    ``PROMPTYOSELF_OVERLAP_POLL``), or the daily budgets are spent (``over_budget``)."""
+    turn = await overlap.verdict(core, claim, occ, target, now, io)
     if turn.action == "wait":
-        return Attempt(claim, owner, overlap.QUEUED, now, number, error=turn.text, delay=poll,
-                       already_queued=queued)
-    return Attempt(claim, owner, overlap.SKIPPED, now, number, error=turn.text, also_missed=plan.missed,
-                   also_skipped=_due_since(claim, now) if queued else ())
-
-
-def _due_since(claim: Claim, now: datetime) -> tuple[datetime, ...]:
-    """The schedule's slots after the claimed one that came due by ``now`` (at most
-    ``catchup.MAX_MISSED_ROWS``): those that came due while the claimed one waited (overlap=queue)."""
-    if claim.schedule_type == "once":
-        return ()
-    tz = timing.resolve_zone(claim.timezone, "UTC")
-    out: list[datetime] = []
-    at = claim.next_run
-    while len(out) < catchup.MAX_MISSED_ROWS:
-        try:
-            nxt = timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=at, anchor=claim.anchor)
-        except PromptYoSelfError:
-            break
-        if nxt is None or nxt > now:
-            break
-        out.append(nxt)
-        at = nxt
-    return tuple(out)
+        return Attempt(claim, owner, overlap.QUEUED, now, number, error=turn.text, delay=core.settings.overlap_poll,
+                       already_queued=overlap.waiting(claim.last_error))
+    if turn.action == "skip":
+        return Attempt(claim, owner, overlap.SKIPPED, now, number, error=turn.text, also_missed=plan.missed,
+                       also_skipped=overlap.due_meanwhile(claim, now))
+    verdict = await budget.verdict(core, claim, now, io)
+    if verdict.over is not None:
+        return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
+    return verdict
 
 
 def receipt_of(sent: Sent, target: str) -> Receipt:
@@ -261,6 +243,8 @@ def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.Catc
     """The schedule's missed-run rule (``catchup.catch_up``) for the claimed slot; on time, it is
     sent (a cron or RRULE slot less than ``ON_TIME`` late has no later slot due: they are minutes
     apart at least)."""
+    if overlap.waiting(claim.last_error):  # it waited for the previous turn (overlap=queue): late on purpose
+        return catchup.CatchUp(claim.next_run, (), 0)
     if now - claim.next_run < catchup.ON_TIME and claim.schedule_type != "interval":
         return catchup.CatchUp(claim.next_run, (), 0)
     tz = timing.resolve_zone(claim.timezone, "UTC")

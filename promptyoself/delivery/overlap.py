@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from promptyoself import timing
+from promptyoself import catchup, timing
+from promptyoself.errors import PromptYoSelfError
 from promptyoself.targets import registry
 from promptyoself.targets.base import BusyCheck, DeliveryTarget, Occurrence, PreviousTurn, Receipt
 
@@ -83,3 +84,24 @@ async def verdict(core: Any, claim: Any, occ: Occurrence, target: DeliveryTarget
     what = f"a turn is still running at the {target.name} target{run}"
     return decide(policy, busy, already_waiting=waiting(claim.last_error), late=now - claim.next_run,
                   grace=core.settings.misfire_grace, what=what)
+
+
+def due_meanwhile(claim: Any, now: datetime) -> tuple[datetime, ...]:
+    """For an occurrence that waited for the previous turn (``waiting``): the schedule's slots after
+    it that came due by ``now`` (at most ``catchup.MAX_MISSED_ROWS``), recorded ``skipped`` with it
+    (at most one waits); () for any other."""
+    if not waiting(claim.last_error) or claim.schedule_type == "once":
+        return ()
+    tz = timing.resolve_zone(claim.timezone, "UTC")
+    out: list[datetime] = []
+    at = claim.next_run
+    while len(out) < catchup.MAX_MISSED_ROWS:
+        try:
+            nxt = timing.next_run_after(claim.schedule_type, claim.schedule_value, tz, after=at, anchor=claim.anchor)
+        except PromptYoSelfError:
+            break
+        if nxt is None or nxt > now:
+            break
+        out.append(nxt)
+        at = nxt
+    return tuple(out)

@@ -413,3 +413,41 @@ def test_previous_turn_of_letta_is_its_run(tmp_path: Path) -> None:
     assert asyncio.run(t.running(occ, PreviousTurn("run-1", at, Receipt(state="complete")))) is False
     assert asyncio.run(t.running(occ, PreviousTurn("run-2", at, Receipt(state="pending")))) is True
     assert runs.asked == ["run-2"]
+
+
+async def test_the_policy_is_changed_through_mcp_rest_and_the_cli(db_url: str, target: BusyTarget,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fastapi.testclient import TestClient
+    from fastmcp import Client
+
+    from promptyoself.faces.cli import main
+    from promptyoself.faces.mcp import build_server
+    from promptyoself.faces.rest import build_rest_app
+
+    registry.register("busy", BusyPlugin(target))
+    core = Core(make_settings(db_url, http_token="overlap-token"))
+    try:
+        sid = core.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a", "target": "busy",
+                                                                 "skip_validation": True}))["id"]
+        async with Client(build_server(core)) as client:
+            got = await client.call_tool("promptyoself_set_overlap", {"schedule_id": sid, "overlap": "queue"})
+            assert json.loads(got.content[0].text)["overlap"] == "queue"
+            bad = await client.call_tool("promptyoself_set_overlap", {"schedule_id": sid, "overlap": "never"},
+                                         raise_on_error=False)
+            assert bad.is_error and "overlap" in bad.content[0].text
+        with TestClient(build_rest_app(core), headers={"Authorization": "Bearer overlap-token"}) as rest:
+            ok = rest.post(f"/api/schedules/{sid}/overlap", json={"overlap": "allow"})
+            assert ok.status_code == 200 and ok.json()["overlap"] == "allow", ok.text
+            assert rest.post(f"/api/schedules/{sid}/overlap", json={"overlap": "never"}).status_code in (400, 422)
+        capsys.readouterr()
+        assert main(["--json", "overlap", str(sid), "skip"], core=core) == 0
+        assert json.loads(capsys.readouterr().out)["overlap"] == "skip"
+        [row] = core.list_schedules(agent_id="agent-a")["schedules"]
+        assert row["overlap"] == "skip"
+        core.cancel(sid)
+        with pytest.raises(InvalidArgument, match="only a live schedule"):
+            core.set_overlap(sid, "queue")
+    finally:
+        core.close()

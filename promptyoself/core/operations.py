@@ -39,6 +39,7 @@ from promptyoself.core.results import (
     HealthResult,
     HistoryResult,
     ListResult,
+    OverlapResult,
     ScheduleResult,
     StateResult,
     TargetsResult,
@@ -605,6 +606,24 @@ class Core:
         result = self._state_result(change_schedule(self, sid, change), f"Resumed schedule {sid}.")
         self.changed()
         return result
+
+    def set_overlap(self, schedule_id: object, overlap: object) -> OverlapResult:
+        """Change a live schedule's overlap policy (issue 43 point 3): what happens to its occurrences
+        due while its previous turn still runs, from its next occurrence on."""
+        sid = parse_schedule_id(schedule_id)
+        policy = check_overlap(overlap)
+        if policy is None:
+            raise InvalidArgument("overlap is required: 'skip', 'queue' or 'allow'.")
+        now = self.now()
+
+        def change(row: ScheduleRow) -> ScheduleRow:
+            if row.state not in LIVE_STATES:
+                raise InvalidArgument(f"Schedule {sid} is {row.state}; only a live schedule's overlap can be changed.")
+            return row if row.overlap == policy else replace(row, overlap=policy, updated_at=now)
+
+        row = change_schedule(self, sid, change)
+        return {"status": "success", "id": sid, "overlap": policy, "description": rule_views(row)["description"],
+                "message": f"Schedule {sid}'s overlap policy is {policy}."}
 
     @staticmethod
     def _state_result(row: ScheduleRow, message: str) -> StateResult:

@@ -84,6 +84,17 @@ class CancelResult(TypedDict):
     state: NotRequired[str]
 
 
+class OverlapResult(TypedDict):
+    """``promptyoself_set_overlap``: the schedule's overlap policy now, and its description (which says
+    when its target cannot tell whether a turn is running)."""
+
+    status: str
+    id: int
+    overlap: str
+    description: str
+    message: str
+
+
 class StateResult(TypedDict):
     status: str
     id: int

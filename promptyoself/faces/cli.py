@@ -178,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "approve": "approve a schedule waiting in pending_approval",
                      "reject": "reject (cancel) a schedule waiting in pending_approval"}, schedule_id=True)
 
+    p = sub.add_parser("overlap", help="change a schedule's overlap policy (skip, queue or allow)")
+    p.add_argument("id", help="schedule id")
+    p.add_argument("policy", choices=("skip", "queue", "allow"),
+                   help="a run due while the previous turn still runs: skip, queue (waits, at most one) or allow")
+    _add_json(p)
+
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
     _add_agent(p)
@@ -505,6 +511,7 @@ COMMANDS: dict[str, Run] = {
     "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
     "approve": lambda c, a: _with_delivery(c, dict(c.operator.approve(a.id))),
     "reject": lambda c, a: dict(c.operator.reject(a.id)),
+    "overlap": lambda c, a: dict(c.set_overlap(a.id, a.policy)),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,
@@ -571,7 +578,7 @@ def announce_worker(core: Core) -> None:
         logging.getLogger(__name__).debug("worker notice failed", exc_info=True)
 
 
-AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "health"})
+AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "overlap", "health"})
 """What a CLI started with ``PROMPTYOSELF_AGENT_TOKEN`` may run (for the token's agent only)."""
 
 
@@ -594,7 +601,7 @@ def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
         agent_tokens.operator_only(agent, f"`promptyoself {args.command}`")
     if hasattr(args, "agent_id"):
         args.agent_id = agent_tokens.own_agent(agent, args.agent_id)
-    if args.command in ("cancel", "pause", "resume"):
+    if args.command in ("cancel", "pause", "resume", "overlap"):
         agent_tokens.own_schedule(core, agent, args.id)
     if args.command == "history" and args.schedule_id:
         agent_tokens.own_schedule(core, agent, args.schedule_id)

@@ -336,6 +336,7 @@ class Settings(BaseSettings):
     retry_after_max: Seconds = _field(600.0, "PROMPTYOSELF_RETRY_AFTER_MAX", ACCEPTS_SECONDS, gt=0,
                                       allow_inf_nan=False)
     misfire_grace: Duration = _field("24h", "PROMPTYOSELF_MISFIRE_GRACE", ACCEPTS_INTERVAL, validate_default=True)
+    overlap_poll: Seconds = _field(5.0, "PROMPTYOSELF_OVERLAP_POLL", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
     message_format: Literal["annotated", "plain"] = _field(
         "annotated", "PROMPTYOSELF_MESSAGE_FORMAT", "annotated or plain (any case)")
 

@@ -148,9 +148,10 @@ def test_an_open_session_gets_the_prompt_live_once(cch: ClaudeHarness, plugin_pr
 @latest
 def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_project: tuple[Path, Path],
                                                     tmp_path: Path) -> None:
-    """The session runs a turn that waits for a file (a Bash command) while the prompt falls due: the
-    worker records "busy" and pushes nothing; once the test lets the turn end, the prompt arrives as a
-    turn of its own, not folded into the running one."""
+    """The session runs a turn that waits for a file (a Bash command) while the prompt falls due: its
+    schedule has Claude Code's default overlap policy, ``queue`` (issue 43 point 3), so the worker
+    records it ``queued`` once (the session is busy) and pushes nothing; once the test lets the turn
+    end, the prompt arrives as a turn of its own, not folded into the running one."""
     proj, db = plugin_project
     gate = tmp_path / "go"
     wait = json.dumps({"name": "Bash", "input": {"command": f"while [ ! -e {gate} ]; do sleep 0.2; done"}})
@@ -166,7 +167,8 @@ def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_p
         w = worker(cch, db)
         core = make_core(db)
         try:
-            wait_until(lambda: any("busy" in (h.error or "") for h in history(core.store, row["id"])), timeout=180)
+            assert row["overlap"] == "queue"
+            wait_until(lambda: any(h.outcome == "queued" for h in history(core.store, row["id"])), timeout=180)
             assert cch.prompts_with(marker, since=mark) == [] and cch.transcript_user_lines(session, marker) == []
             gate.touch()
             assert "MOCK_TOOL_DONE Bash" in str(s.next_result(timeout=120).get("result"))
@@ -180,7 +182,8 @@ def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_p
         assert folded(cch, marker, mark) == []
         assert len(channel_lines(cch, session, marker)) == 1
         outcomes = [h.outcome for h in history(core.store, row["id"])]
-        assert outcomes.count("delivered") == 1 and set(outcomes) == {"delivered", "retry"}
+        assert outcomes.count("delivered") == 1 and outcomes.count("queued") == 1
+        assert set(outcomes) == {"delivered", "queued"}  # it waited: no failed push, no retry
         core.close()
 
 

@@ -162,7 +162,7 @@ def test_envelope_names_rule_timezone_and_lateness() -> None:
             "repetition_count": 0, "max_repetitions": None, "state": "active", "created_at": T0,
             "updated_at": T0, "last_run": None, "last_error": None, "target": "letta", "conversation_id": None,
             "catch_up": "latest", "max_per_day": None, "idempotency_key": None, "claimed_by": "X",
-            "claim_until": T0, "letta_payload": None, "target_options": None}
+            "claim_until": T0, "letta_payload": None, "target_options": None, "overlap": None}
     cron = Claim(schedule_type="cron", schedule_value="0 9 * * MON-FRI", timezone="Europe/Berlin",
                  next_run=T0, anchor=None, **base)
     assert envelope(cron, T0 + timedelta(seconds=2)) == (

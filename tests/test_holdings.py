@@ -25,6 +25,7 @@ def claim(sid: int, agent: str) -> Claim:
         "last_error": None, "target": "letta", "conversation_id": None, "catch_up": "latest", "max_per_day": None,
         "idempotency_key": None, "claimed_by": "me", "claim_until": T0, "letta_payload": None,
         "target_options": None, "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "anchor": None,
+        "overlap": None,
     }
     return Claim(next_run=T0, **base)
 

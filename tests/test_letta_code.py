@@ -164,6 +164,8 @@ def test_a_blocked_conversation_is_retried_not_dropped_and_delivered_after_a_res
     while client.pending(agent, None, "other-1") and time.monotonic() < deadline:
         time.sleep(0.05)
     sid = code_schedule(core, agent, "not lost")
+    with core.store.session() as s:  # sent anyway (overlap=allow): the block refuses it; queue: tests below
+        s.execute(update(Schedule).where(Schedule.id == sid).values(overlap="allow"))
     first = run_once_result(core)["executed"]
     assert [d["outcome"] for d in first] == ["retry"] and "already has an active run" in first[0]["error"]
     assert get(core.store, sid).state == "active"
@@ -174,6 +176,35 @@ def test_a_blocked_conversation_is_retried_not_dropped_and_delivered_after_a_res
     assert [d["outcome"] for d in again] == ["delivered"]
     mine = [m for m in lc.received() if m["content"][0]["text"] == "not lost"]
     assert len(mine) == 1 and mine[0]["otid"].endswith("~2")  # the plain otid was used up by the block
+
+
+@pytest.mark.slow
+def test_a_busy_conversation_holds_a_queued_prompt_until_its_turn_ends(core: Any, lc: FakeLettaCode) -> None:
+    """Letta Code's default overlap policy, ``queue`` (issue 43 point 3): while another turn runs in the
+    conversation (kept running on purpose: the model is stalled), the prompt is recorded ``queued``
+    and not sent; once that turn has ended it is sent, once, with its plain id."""
+    agent = lc.agent_ids[0]
+    client = LettaCodeClient(lc.url, timeout=5, turn_timeout=30)
+    other = threading.Thread(target=client.send, args=(agent, "someone else's turn"), kwargs={"otid": "other-1"})
+    with lc.stall_model():
+        other.start()
+        assert wait_until(lambda: client.state(agent, None).running, timeout=30)
+        sid = code_schedule(core, agent, "after that turn")
+        first = run_once_result(core)["executed"]
+        assert [d["outcome"] for d in first] == ["queued"], first
+        assert "a turn is still running at the letta-code target" in first[0]["error"]
+        assert get(core.store, sid).state == "active"
+        assert [m for m in lc.received() if m["content"][0]["text"] == "after that turn"] == []
+    other.join(timeout=30)
+    assert not other.is_alive()
+    assert wait_until(lambda: not client.state(agent, None).running, timeout=30)
+    with core.store.session() as s:  # due again now (instead of waiting out PROMPTYOSELF_OVERLAP_POLL)
+        s.execute(update(Schedule).where(Schedule.id == sid).values(due_at=datetime.now(UTC)))
+    again = run_once_result(core)["executed"]
+    assert [d["outcome"] for d in again] == ["delivered"]
+    mine = [m for m in lc.received() if m["content"][0]["text"] == "after that turn"]
+    assert len(mine) == 1 and "~" not in mine[0]["otid"]  # never sent before: its plain id
+    assert sorted(h.outcome for h in history(core.store, sid)) == ["delivered", "queued"]
 
 
 @pytest.mark.slow

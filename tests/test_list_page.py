@@ -92,6 +92,7 @@ def test_list_tool_result_shape_is_unchanged(tmp_path: Path) -> None:
                             "next_run", "active", "state", "created_at", "last_run", "max_repetitions",
                             "repetition_count", "last_error",
                             "catch_up", "upcoming", "description", "max_per_day",  # issue 21, issue 22
+                            "overlap",  # issue 43
                             "target", "target_options"}  # issue 31
         assert rec["state"] == "cancelled" and rec["active"] is False and rec["timezone"] == "Europe/Berlin"
         assert rec["next_run"].endswith("+00:00") and rec["created_at"].endswith("+00:00")

@@ -64,7 +64,7 @@ async def test_unknown_argument_is_named_with_the_expected_ones(client: Client[A
         "code": "invalid_argument",
         "error": "unknown argument 'prompt_txt' (did you mean 'prompt'?) for promptyoself_schedule_time; "
         "expected: prompt, time, agent_id, timezone, skip_validation, idempotency_key, catch_up, max_per_day, "
-        "target, target_options, conversation_id, endpoint, session_id, cwd",
+        "overlap, target, target_options, conversation_id, endpoint, session_id, cwd",
     }
 
 
@@ -74,7 +74,7 @@ async def test_missing_and_unknown_arguments_in_one_line(client: Client[Any]) ->
     assert body["error"] == (
         "unknown argument 'prompt_txt' (did you mean 'prompt'?) and missing required argument 'prompt' for "
         "promptyoself_schedule_time; expected: prompt, time, agent_id, timezone, skip_validation, idempotency_key, "
-        "catch_up, max_per_day, target, target_options, conversation_id, endpoint, session_id, cwd"
+        "catch_up, max_per_day, overlap, target, target_options, conversation_id, endpoint, session_id, cwd"
     )
     body = await error_of(client, "promptyoself_cancel", {})
     assert body["error"] == "missing required argument 'schedule_id' for promptyoself_cancel; expected: schedule_id"

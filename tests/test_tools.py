@@ -51,6 +51,7 @@ CONTRACT: dict[str, set[str]] = {
     "promptyoself_cancel": {"schedule_id"},
     "promptyoself_pause": {"schedule_id"},
     "promptyoself_resume": {"schedule_id"},
+    "promptyoself_set_overlap": {"schedule_id", "overlap"},
     "promptyoself_history": {"schedule_id", "agent_id", "limit"},
     "promptyoself_budget": {"agent_id"},
     "promptyoself_execute": {"loop", "interval"},

@@ -134,6 +134,19 @@ def check_catch_up(value: object) -> str:
     )
 
 
+def check_overlap(value: object) -> str | None:
+    """The overlap policy: skip | queue | allow; None (or blank): the target's default (None)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("skip", "queue", "allow"):
+        return value.strip().lower()
+    raise InvalidArgument(
+        "overlap must be 'skip' (an occurrence due while the schedule's previous turn still runs is recorded "
+        "skipped), 'queue' (it waits for that turn to end, at most one waiting) or 'allow' (sent anyway), "
+        f"got {str(value)[:40]!r}."
+    )
+
+
 def required_time(name: str, value: object, example: str) -> str:
     """A time argument that must be a non-empty string."""
     if not isinstance(value, str) or not value.strip():

@@ -254,9 +254,11 @@ def targets_report(core: Checked) -> TargetsResult:
         plugin = registry.plugin(name)
         reason = cache[name][2] if name in cache else None
         fields = {k: str(f.description or "") for k, f in plugin.options.model_fields.items()}
+        overlap = registry.overlap_support(name)
         out.append(TargetInfo(name=name, summary=plugin.summary, default=name == registry.DEFAULT, options=fields,
                               aliases=list(plugin.aliases), commands=callable(getattr(plugin, "cli", None)),
-                              ready=reason is None, readiness=lines.get(name, ""), reason=reason, error=None))
+                              ready=reason is None, readiness=lines.get(name, ""), reason=reason, error=None,
+                              overlap=overlap.default, busy_check=overlap.busy_check))
     return TargetsResult(status="success", targets=out, count=len(out))
 
 

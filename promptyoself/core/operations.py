@@ -26,6 +26,7 @@ from promptyoself.core.checks import (
     MAX_PER_DAY,
     check_catch_up,
     check_limit,
+    check_overlap,
     check_prompt,
     check_text,
     parse_schedule_id,
@@ -38,11 +39,13 @@ from promptyoself.core.results import (
     HealthResult,
     HistoryResult,
     ListResult,
+    OverlapResult,
     ScheduleResult,
     StateResult,
     TargetsResult,
     delivery_record,
     iso,
+    overlap_of,
     rule_views,
     schedule_record,
     target_options,
@@ -343,15 +346,17 @@ class Core:
 
         key = check_text("idempotency_key", options.idempotency_key, 200)
         catch_up = check_catch_up(options.catch_up)
+        asked_overlap = check_overlap(options.overlap)
         per_day = None if options.max_per_day is None else check_limit("max_per_day", options.max_per_day, 1,
                                                                           MAX_PER_DAY)
         operator, environ = self._caller(ctx)
         dest = destination(options, ctx, self.resolve_agent, self.settings, environ, operator=operator)
         agent = dest.agent_id
+        overlap = asked_overlap or registry.overlap_support(dest.target).default  # stored: the target's default
         if key is not None:
             existing = schedules.by_idempotency_key(self.store, agent, key)
             if existing is not None:
-                return self._repeated(existing, key, text, plan, catch_up)
+                return self._repeated(existing, key, text, plan, catch_up, asked_overlap)
         policy = self.operator.policy(now)  # the operator's, from the database: the same for every writer
         target, conversation = dest.target, dest.conversation_id
         max_live = policy.max_active_per_agent
@@ -387,6 +392,7 @@ class Core:
                 conversation_id=conversation,
                 catch_up=catch_up,
                 target_options=dest.options,
+                overlap=overlap,
             )
             # the reply (next runs, description) before the insert: if it cannot be made, nothing is stored
             preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
@@ -403,7 +409,7 @@ class Core:
                 existing = schedules.by_idempotency_key(self.store, agent, key) if key else None
                 if existing is None or key is None:
                     raise
-                return self._repeated(existing, key, text, plan, catch_up)
+                return self._repeated(existing, key, text, plan, catch_up, asked_overlap)
             self.changed()
             result["id"] = row.id
             return result
@@ -422,12 +428,17 @@ class Core:
         remote = (ctx is not None and ctx.remote) or RELAYED.get()
         return operator, ({} if remote else None)
 
-    def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str) -> ScheduleResult:
+    def _repeated(self, existing: ScheduleRow, key: str, text: str, plan: Plan, catch_up: str,
+                  overlap: str | None = None) -> ScheduleResult:
         """The schedule made earlier with this idempotency key, when this call asks for the same one
-        (a retry); ``IdempotencyConflict`` when it asks for another."""
+        (a retry); ``IdempotencyConflict`` when it asks for another (an ``overlap`` it names included)."""
+        from promptyoself.targets import registry
+
         differ = differing_arguments(existing, text, plan)
         if existing.catch_up != catch_up:
             differ.append("catch_up")
+        if overlap is not None and registry.overlap_policy(existing.overlap, existing.target) != overlap:
+            differ.append("overlap")
         if differ:
             raise IdempotencyConflict(
                 f"idempotency_key {key!r} was already used for schedule {existing.id} with another "
@@ -459,6 +470,7 @@ class Core:
             "message": message,
             "deduplicated": deduplicated,
             "catch_up": row.catch_up,
+            "overlap": overlap_of(row),
             **rule_views(row),
             "state": row.state,
             "target": row.target,
@@ -608,6 +620,24 @@ class Core:
         result = self._state_result(change_schedule(self, sid, change), f"Resumed schedule {sid}.")
         self.changed()
         return result
+
+    def set_overlap(self, schedule_id: object, overlap: object) -> OverlapResult:
+        """Change a live schedule's overlap policy (issue 43 point 3): what happens to its occurrences
+        due while its previous turn still runs, from its next occurrence on."""
+        sid = parse_schedule_id(schedule_id)
+        policy = check_overlap(overlap)
+        if policy is None:
+            raise InvalidArgument("overlap is required: 'skip', 'queue' or 'allow'.")
+        now = self.now()
+
+        def change(row: ScheduleRow) -> ScheduleRow:
+            if row.state not in LIVE_STATES:
+                raise InvalidArgument(f"Schedule {sid} is {row.state}; only a live schedule's overlap can be changed.")
+            return row if row.overlap == policy else replace(row, overlap=policy, updated_at=now)
+
+        row = change_schedule(self, sid, change)
+        return {"status": "success", "id": sid, "overlap": policy, "description": rule_views(row)["description"],
+                "message": f"Schedule {sid}'s overlap policy is {policy}."}
 
     @staticmethod
     def _state_result(row: ScheduleRow, message: str) -> StateResult:

@@ -8,7 +8,7 @@ one pydantic model, ``ScheduleOptions``, that every face builds and the core tak
 - ``Core.schedule_*`` take it (``options``), and ``Core._create`` and ``core.destinations`` read it.
 
 The model holds the types a face checks before the core runs (strict integers: ``true`` is not 1,
-and NaN or Infinity are no integer; the closed choices of ``catch_up`` and ``target``; the length
+and NaN or Infinity are no integer; the closed choices of ``catch_up``, ``overlap`` and ``target``; the length
 bounds of the REST API's 422s). What the values mean (a known zone, a configured endpoint, an agent
 Letta knows, the budget's range) the core checks, with messages that say what to send instead
 (``core/checks.py``, ``core/destinations.py``).
@@ -26,6 +26,7 @@ from promptyoself.core.checks import Whole
 from promptyoself.errors import BadNumber, InvalidArgument
 
 CatchUpPolicy = Literal["skip", "latest", "all"]
+OverlapPolicy = Literal["skip", "queue", "allow"]
 MAX_TARGET_OPTIONS_CHARS = 4000
 
 
@@ -59,6 +60,10 @@ class ScheduleOptions(BaseModel):
     max_per_day: Whole | None = Field(
         default=None,
         description="Deliver at most this many a day (>= 1); more are recorded over_budget, not sent.")
+    overlap: OverlapPolicy | None = Field(
+        default=None, description="An occurrence due while this schedule's previous turn is still running: 'skip' "
+        "(recorded skipped), 'queue' (waits for that turn to end, at most one waiting) or 'allow' (sent anyway). "
+        "Default: the target's (`promptyoself targets`); a target that cannot tell sends as 'allow'.")
     target: str | None = Field(
         default=None, max_length=40, json_schema_extra=_target_choices,
         description="Where it is delivered: the name of an installed target (`promptyoself targets` lists them "

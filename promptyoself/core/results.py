@@ -11,6 +11,7 @@ from typing_extensions import TypedDict
 
 from promptyoself import recurrence
 from promptyoself.errors import PromptYoSelfError
+from promptyoself.targets import registry
 from promptyoself.targets.base import Receipt
 from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
@@ -33,6 +34,7 @@ class ScheduleRecord(TypedDict):
     repetition_count: int
     last_error: str | None
     catch_up: str
+    overlap: NotRequired[str]  # skip | queue | allow (issue 43 point 3)
     upcoming: list[str]
     description: str
     max_per_day: NotRequired[int | None]
@@ -57,6 +59,7 @@ class ScheduleResult(TypedDict):
     message: str
     deduplicated: bool
     catch_up: str
+    overlap: NotRequired[str]  # skip | queue | allow (issue 43 point 3)
     upcoming: list[str]
     description: str
     state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
@@ -79,6 +82,17 @@ class CancelResult(TypedDict):
     already_cancelled: bool
     message: str
     state: NotRequired[str]
+
+
+class OverlapResult(TypedDict):
+    """``promptyoself_set_overlap``: the schedule's overlap policy now, and its description (which says
+    when its target cannot tell whether a turn is running)."""
+
+    status: str
+    id: int
+    overlap: str
+    description: str
+    message: str
 
 
 class StateResult(TypedDict):
@@ -193,6 +207,8 @@ class TargetInfo(TypedDict):
     readiness: str
     reason: HealthReason | None
     error: str | None  # the plug-in's load error
+    overlap: NotRequired[str]  # the overlap policy its new schedules get by default (issue 43 point 3)
+    busy_check: NotRequired[str | None]  # what "still running" means for it; None: it cannot tell (allow)
 
 
 class TargetsResult(TypedDict):
@@ -318,6 +334,9 @@ def rule_views(s: ListedSchedule) -> RuleViews:
     remaining = None if s.max_repetitions is None else s.max_repetitions - s.repetition_count
     waiting = s.state in ("active", "pending_approval")  # (paused: its slots until resume are skipped)
     description = recurrence.describe(s.schedule_type, s.schedule_value, tz, max_repetitions=s.max_repetitions)
+    cannot_tell = registry.overlap_note(s.overlap, s.target)  # its target cannot tell: sent as allow (issue 43)
+    if cannot_tell:
+        description = f"{description}; {cannot_tell}"
     try:
         runs = recurrence.upcoming(s.schedule_type, s.schedule_value, tz, next_run=s.next_run if waiting else None,
                                    anchor=s.anchor, remaining=remaining)
@@ -345,11 +364,17 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
         "repetition_count": s.repetition_count,
         "last_error": s.last_error,
         "catch_up": s.catch_up,
+        "overlap": overlap_of(s),
         **rule_views(s),
         "max_per_day": s.max_per_day,
         "target": s.target,
         "target_options": target_options(s.target_options),
     }
+
+
+def overlap_of(s: ListedSchedule) -> str:
+    """A schedule's overlap policy: the one stored, else its target's default (a row before 0014)."""
+    return registry.overlap_policy(s.overlap, s.target)
 
 
 def target_options(raw: str | None) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ DENSE = 200
 """A schedule with more runs than this in the window (every 10 seconds: 60,480 a week) is drawn as one
 band from its first run to the window's end instead of a mark per run."""
 MAX_ATTEMPTS = 100_000
-OUTCOMES = ("delivered", "retry", "failed", "missed", "over_budget", "sent_lost_claim")
+OUTCOMES = ("delivered", "retry", "failed", "missed", "over_budget", "skipped", "queued", "sent_lost_claim")
 
 
 class Run(TypedDict):

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import catchup, timing
-from promptyoself.delivery import budget
+from promptyoself.delivery import budget, overlap
 from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.envelope import envelope
 from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, RetryPolicy
@@ -83,7 +83,7 @@ class Result:
 
     schedule_id: int
     agent_id: str
-    outcome: str  # delivered | retry | failed | missed | over_budget | paused | released | lost
+    outcome: str  # delivered | retry | failed | missed | over_budget | skipped | queued | paused | released | lost
     attempt: int = 0
     error: str | None = None
     run_id: str | None = None
@@ -200,9 +200,9 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (occurrence {otid} not at {where}: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
-        verdict = await budget.verdict(core, claim, now, io)  # the daily budgets: over them, record, do not send
-        if verdict.over is not None:
-            return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
+        verdict = await _held(core, claim, owner, occ, target, now, number, plan, io)
+        if isinstance(verdict, Attempt):  # the previous turn still runs, or over the daily budgets: not sent
+            return verdict
         occ = replace(occ, text=budget.announce(occ.text, verdict))
         # The claim's fence is asked again by the target right before the request is written (after
         # the look-up above, and as late as it can): a holder that stalled since gives the claim back.
@@ -212,8 +212,26 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
         return await io(_after_failure, core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
-                   also_missed=plan.missed,
+                   also_missed=plan.missed, also_skipped=overlap.due_meanwhile(claim, now),
                    receipt=receipt_of(sent, target.name))
+
+
+async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, target: Any, now: datetime,
+                number: int, plan: catchup.CatchUp, io: IO) -> Attempt | budget.Verdict:
+    """Why the occurrence is not sent now, or the budgets' verdict to send it with: the schedule's
+    previous turn still runs (``delivery.overlap``: skipped, or queued and due again after
+    ``PROMPTYOSELF_OVERLAP_POLL``), or the daily budgets are spent (``over_budget``)."""
+    turn = await overlap.verdict(core, claim, occ, target, now, io)
+    if turn.action == "wait":
+        return Attempt(claim, owner, overlap.QUEUED, now, number, error=turn.text, delay=core.settings.overlap_poll,
+                       already_queued=overlap.waiting(claim.last_error))
+    if turn.action == "skip":
+        return Attempt(claim, owner, overlap.SKIPPED, now, number, error=turn.text, also_missed=plan.missed,
+                       also_skipped=overlap.due_meanwhile(claim, now))
+    verdict = await budget.verdict(core, claim, now, io)
+    if verdict.over is not None:
+        return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
+    return verdict
 
 
 def receipt_of(sent: Sent, target: str) -> Receipt:
@@ -225,6 +243,8 @@ def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.Catc
     """The schedule's missed-run rule (``catchup.catch_up``) for the claimed slot; on time, it is
     sent (a cron or RRULE slot less than ``ON_TIME`` late has no later slot due: they are minutes
     apart at least)."""
+    if overlap.waiting(claim.last_error):  # it waited for the previous turn (overlap=queue): late on purpose
+        return catchup.CatchUp(claim.next_run, (), 0)
     if now - claim.next_run < catchup.ON_TIME and claim.schedule_type != "interval":
         return catchup.CatchUp(claim.next_run, (), 0)
     tz = timing.resolve_zone(claim.timezone, "UTC")
@@ -293,7 +313,7 @@ class Attempt:
 
     claim: Claim
     owner: str
-    kind: str  # delivered | retry | failed | missed | over_budget | paused
+    kind: str  # delivered | retry | failed | missed | over_budget | skipped | queued | paused
     attempted_at: datetime
     attempt: int
     error: str | None = None
@@ -309,3 +329,8 @@ class Attempt:
     """Later slots recorded as ``missed`` with this attempt (coalesced into it, or skipped)."""
     receipt: Receipt | None = None
     """A delivered attempt's receipt (issue 43): what the target reported of the turn, or why nothing."""
+    also_skipped: tuple[datetime, ...] = ()
+    """Later slots that came due while this occurrence waited for the previous turn (overlap=queue):
+    recorded ``skipped`` with it, and the schedule goes on after them."""
+    already_queued: bool = False
+    """A ``queued`` attempt on an occurrence that already waited: its history row was written then."""

@@ -58,15 +58,22 @@ def next_state(
     *,
     skip_to: datetime | None = None,
     pause_after: int = 0,
+    after_now: bool = False,
 ) -> dict[str, Any]:
     """The columns of a schedule that change after an attempt of ``kind`` (pure). ``skip_to``: a
     missed attempt continues at that (due) slot (the catch-up rule). ``pause_after`` (the policy's
     ``pause_after_failures``, 0 = never): the ``failed`` occurrence that makes that many in a row
     pauses an active recurring schedule, ``last_error`` saying why; a delivery, or the pause, starts
-    the count again."""
+    the count again. ``queued`` (overlap=queue, the previous turn still runs): the occurrence stays,
+    due again ``delay`` seconds later, ``last_error`` saying why (and marking it waiting).
+    ``after_now``: the schedule goes on at its first slot after ``now`` whatever its ``catch_up`` (the
+    slots that came due while an occurrence waited are recorded skipped)."""
     state = basis.state
     active = state == "active"
     out: dict[str, Any] = {"claimed_by": None, "claim_until": None, "updated_at": now}
+    if kind == "queued":
+        out.update(last_error=error, due_at=now + timedelta(seconds=delay or 0) if active else None)
+        return out
     if kind == "retry":
         out.update(attempt=attempt, last_error=error,
                    due_at=now + timedelta(seconds=delay or 0) if active else None)
@@ -83,9 +90,9 @@ def next_state(
         out.update(repetition_count=count, last_run=attempted_at, last_error=None)
         if basis.failures_in_row:
             out["failures_in_row"] = 0
-    else:  # failed (attempts exhausted), missed (beyond the misfire grace) or over_budget (not sent)
+    else:  # failed (attempts exhausted), missed (beyond the misfire grace), over_budget or skipped (not sent)
         out["last_error"] = error
-    out.update(_after_slot(basis, kind, count, now, attempted_at, skip_to))
+    out.update(_after_slot(basis, kind, count, now, attempted_at, skip_to, after_now))
     if kind == "failed":
         out.update(_after_failure(basis, out.get("state", state), error, pause_after))
     return out
@@ -103,7 +110,7 @@ def _after_failure(basis: Basis, state: str, error: str | None, pause_after: int
 
 
 def _after_slot(basis: Basis, kind: str, count: int, now: datetime, attempted_at: datetime,
-                skip_to: datetime | None) -> dict[str, Any]:
+                skip_to: datetime | None, after_now: bool = False) -> dict[str, Any]:
     """Where a schedule goes after a slot that is done with (delivered, failed, missed, over budget):
     a one-time prompt or a schedule at its last repetition ends; a recurring one continues."""
     live = basis.state in LIVE_STATES
@@ -118,7 +125,7 @@ def _after_slot(basis: Basis, kind: str, count: int, now: datetime, attempted_at
     # slot after this one instead (each missed slot is sent); a missed one may skip to a due slot.
     slot = basis.next_run or attempted_at
     tz = timing.resolve_zone(basis.timezone, "UTC")
-    after = slot if basis.catch_up == "all" and kind != "missed" else max(now, slot)
+    after = slot if basis.catch_up == "all" and kind != "missed" and not after_now else max(now, slot)
     nxt = skip_to or timing.next_run_after(basis.schedule_type, basis.schedule_value, tz, after=after,
                                            anchor=basis.anchor)
     out.update(next_run=nxt, due_at=nxt if basis.state == "active" else None)
@@ -134,6 +141,16 @@ def missed_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**entry, "scheduled_for": slot, "outcome": "missed", "letta_run_id": None, "error": note, "attempt": 0,
              "receipt_state": None, "receipt": None, "tokens": None, "cost_usd": None,
              "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_missed]
+
+
+def skipped_rows(a: Attempt, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history rows of the slots that came due while ``a``'s occurrence waited for the previous
+    turn (overlap=queue: at most one waits), recorded ``skipped``."""
+    note = (f"skipped: came due while the run due {timing.to_utc_iso(a.claim.next_run)} waited for the previous "
+            "turn (overlap=queue: at most one waits); not sent")
+    return [{**entry, "scheduled_for": slot, "outcome": "skipped", "letta_run_id": None, "error": note, "attempt": 0,
+             "receipt_state": None, "receipt": None,
+             "lateness_s": round(max(0.0, (a.attempted_at - slot).total_seconds()), 3)} for slot in a.also_skipped]
 
 
 def outcome_of(a: Attempt, basis: Basis, now: datetime, rules: AlertRules | None = None) -> Outcome:
@@ -160,9 +177,11 @@ def outcome_of(a: Attempt, basis: Basis, now: datetime, rules: AlertRules | None
         bounded = a.receipt.bounded()
         tokens, cost = bounded.spend()  # what the cost budgets count (delivery.budget)
         entry.update(receipt_state=bounded.state, receipt=bounded.to_json(), tokens=tokens, cost_usd=cost)
-    history = [entry]
-    if a.also_missed and a.kind in ("delivered", "failed", "missed"):
+    history = [] if a.kind == "queued" and a.already_queued else [entry]  # a wait is recorded once
+    if a.also_missed and a.kind in ("delivered", "failed", "missed", "skipped"):
         history.extend(missed_rows(a, entry))
+    if a.also_skipped:
+        history.extend(skipped_rows(a, entry))
     # The claim ran out and someone else may hold the occurrence now: keep the truth in history, but
     # leave the schedule to the current holder. A send that reached Letta is kept apart
     # (SENT_ON_LOST_CLAIM) so that counting ``delivered`` stays true: the holder that took over the
@@ -171,10 +190,11 @@ def outcome_of(a: Attempt, basis: Basis, now: datetime, rules: AlertRules | None
     lost = {**entry, "error": f"{a.error}; {note}" if a.error else note,
             "outcome": SENT_ON_LOST_CLAIM if a.kind == "delivered" else outcome}
     change = next_state(basis, a.kind, now, a.attempted_at, a.attempt, a.error, a.delay, skip_to=a.skip_to,
-                        pause_after=rules.pause_after if rules is not None else 0)
+                        pause_after=rules.pause_after if rules is not None else 0, after_now=bool(a.also_skipped))
     raised = alerts.for_outcome(claim.id, claim.agent_id, claim.target, a.kind, claim.next_run, basis.state, change,
                                 rules, now)
-    return Outcome(claim.id, a.owner, claim.next_run, basis.pairs(), tuple(history), change, (lost,), raised)
+    lost_rows = () if a.kind == "queued" else (lost,)  # nothing was sent: nothing to keep apart
+    return Outcome(claim.id, a.owner, claim.next_run, basis.pairs(), tuple(history), change, lost_rows, raised)
 
 
 def _lateness(a: Attempt) -> float:
@@ -196,5 +216,5 @@ def result_of(a: Attempt, outcome: Outcome | None) -> Result:
     res.next_run = after["next_run"]
     res.repetition_count = after["repetition_count"]
     res.max_repetitions = basis["max_repetitions"]
-    res.retry_in = a.delay if a.kind == "retry" else None
+    res.retry_in = a.delay if a.kind in ("retry", "queued") else None
     return res

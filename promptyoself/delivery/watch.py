@@ -190,7 +190,7 @@ class Outcomes:
                 self.outage.send_failed(time.monotonic())
             elif res.outcome == "delivered":
                 self.outage.delivered()
-        level = logging.INFO if res.outcome in ("delivered", "released") else logging.WARNING
+        level = logging.INFO if res.outcome in ("delivered", "released", "queued") else logging.WARNING
         log.log(level, "schedule %s -> %s (attempt %s)%s", res.schedule_id, res.outcome, res.attempt,
                 f": {res.error}" if res.error else "")
         if (self.outage.state, self.outage.resume_pending) == outage_was:

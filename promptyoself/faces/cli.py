@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="missed runs: latest (default: one run for them), skip, or all (at most 10)")
     p.add_argument("--max-per-day", type=whole_number(1, MAX_PER_DAY),
                    help="deliver at most N a day; more are recorded over_budget")
+    p.add_argument("--overlap", choices=("skip", "queue", "allow"), default=None,
+                   help="a run due while the previous turn still runs: skip, queue (waits, at most one) or allow "
+                        "(default: the target's, see `promptyoself targets`)")
     _add_json(p)
 
     p = sub.add_parser("list", help="list schedules")
@@ -174,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "resume": "resume a paused schedule",
                      "approve": "approve a schedule waiting in pending_approval",
                      "reject": "reject (cancel) a schedule waiting in pending_approval"}, schedule_id=True)
+
+    p = sub.add_parser("overlap", help="change a schedule's overlap policy (skip, queue or allow)")
+    p.add_argument("id", help="schedule id")
+    p.add_argument("policy", choices=("skip", "queue", "allow"),
+                   help="a run due while the previous turn still runs: skip, queue (waits, at most one) or allow")
+    _add_json(p)
 
     p = sub.add_parser("history", help="delivery attempts, newest first")
     p.add_argument("--schedule-id", help="only this schedule")
@@ -503,6 +512,7 @@ COMMANDS: dict[str, Run] = {
     "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
     "approve": lambda c, a: _with_delivery(c, dict(c.operator.approve(a.id))),
     "reject": lambda c, a: dict(c.operator.reject(a.id)),
+    "overlap": lambda c, a: dict(c.set_overlap(a.id, a.policy)),
     "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
     "execute": _execute,
     "worker": _worker,
@@ -569,7 +579,7 @@ def announce_worker(core: Core) -> None:
         logging.getLogger(__name__).debug("worker notice failed", exc_info=True)
 
 
-AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "health"})
+AGENT_COMMANDS = frozenset({"schedule", "list", "history", "cancel", "pause", "resume", "overlap", "health"})
 """What a CLI started with ``PROMPTYOSELF_AGENT_TOKEN`` may run (for the token's agent only)."""
 
 
@@ -592,7 +602,7 @@ def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
         agent_tokens.operator_only(agent, f"`promptyoself {args.command}`")
     if hasattr(args, "agent_id"):
         args.agent_id = agent_tokens.own_agent(agent, args.agent_id)
-    if args.command in ("cancel", "pause", "resume"):
+    if args.command in ("cancel", "pause", "resume", "overlap"):
         agent_tokens.own_schedule(core, agent, args.id)
     if args.command == "history" and args.schedule_id:
         agent_tokens.own_schedule(core, agent, args.schedule_id)

@@ -32,7 +32,7 @@ from promptyoself.faces import relay
 COMMANDS = ("schedule", "list")
 TIMEOUT = 60.0  # a schedule checks the agent on Letta (PROMPTYOSELF_LETTA_TIMEOUT): give it time
 SCHEDULE_ARGS = ("agent_id", "timezone", "skip_validation", "idempotency_key", "target", "conversation_id",
-                 "catch_up", "max_per_day")
+                 "catch_up", "max_per_day", "overlap")
 
 
 def tool_call(args: Any, values: dict[str, str] | None = None) -> tuple[str, dict[str, Any]] | None:

@@ -47,7 +47,7 @@ from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import Whole
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import BudgetResult
-from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
+from promptyoself.core.options import OPTION_NAMES, OverlapPolicy, ScheduleOptions
 from promptyoself.core.results import (
     AgentsResult,
     CancelResult,
@@ -56,6 +56,7 @@ from promptyoself.core.results import (
     HealthResult,
     HistoryResult,
     ListResult,
+    OverlapResult,
     ScheduleResult,
     StateResult,
     TargetsResult,
@@ -573,6 +574,19 @@ def promptyoself_pause(schedule_id: ScheduleId, *, core: TheCore) -> StateResult
 def promptyoself_resume(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
     """Resume a paused schedule; recurring ones continue at their next future slot."""
     return core.resume(schedule_id)
+
+
+@tool(idempotent=True)
+def promptyoself_set_overlap(
+    schedule_id: ScheduleId,
+    overlap: Annotated[OverlapPolicy, Field(description=(
+        "'skip' (an occurrence due while the schedule's previous turn still runs is recorded skipped), 'queue' "
+        "(it waits for that turn to end, at most one waiting) or 'allow' (sent anyway)."))],
+    *,
+    core: TheCore,
+) -> OverlapResult:
+    """Change a schedule's overlap policy (what happens to a run due while its previous turn still runs)."""
+    return core.set_overlap(schedule_id, overlap)
 
 
 @tool(read_only=True)

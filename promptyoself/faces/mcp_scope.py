@@ -2,10 +2,10 @@
 
 The caller is the agent of the HTTP request's agent token (``promptyoself.faces.http_auth``), else the
 agent of ``PROMPTYOSELF_AGENT_TOKEN`` in the settings of the session (a stdio server, or a relayed
-stdio session, started with one), else the operator. An agent may create, list, pause, resume and
-cancel its own schedules and read its history; any other tool, or naming another agent, is
-``forbidden``; another agent's schedule id is ``not_found``. Nothing is stored on a refused call:
-the check runs before the tool.
+stdio session, started with one), else the operator. An agent may create, list, pause, resume,
+cancel and set the overlap policy of its own schedules and read its history; any other tool, or
+naming another agent, is ``forbidden``; another agent's schedule id is ``not_found``. Nothing is
+stored on a refused call: the check runs before the tool.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from promptyoself.faces.http_auth import caller_agent
 
 SCHEDULING = frozenset({"promptyoself_schedule_time", "promptyoself_schedule_cron", "promptyoself_schedule_every",
                         "promptyoself_list", "promptyoself_history", "promptyoself_budget"})
-BY_ID = frozenset({"promptyoself_cancel", "promptyoself_pause", "promptyoself_resume"})
+BY_ID = frozenset({"promptyoself_cancel", "promptyoself_pause", "promptyoself_resume", "promptyoself_set_overlap"})
 HARMLESS = frozenset({"promptyoself_get_scoped_default_agent", "promptyoself_inference_diagnostics"})
 
 

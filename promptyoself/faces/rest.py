@@ -22,6 +22,7 @@ Letta routes: ``POST``/``GET /v1/agents/{agent_id}/schedule``, ``GET``/``DELETE
 Own routes (the MCP tools' operations, same JSON results): ``POST /api/schedules/time``,
 ``POST /api/schedules/cron``, ``POST /api/schedules/every``, ``GET /api/schedules``,
 ``GET /api/history``, ``GET /api/targets``, ``POST /api/schedules/{id}/pause``, ``POST /api/schedules/{id}/resume``,
+``POST /api/schedules/{id}/overlap``,
 ``DELETE /api/schedules/{id}`` (cancel).
 Operator routes: ``GET``/``PUT /api/policy`` (the guardrails every writer enforces).
 """
@@ -43,7 +44,7 @@ from promptyoself.core import agent_tokens, native_tools
 from promptyoself.core.agents import CallContext
 from promptyoself.core.checks import MAX_ID, Whole, canonical_id
 from promptyoself.core.letta_schedules import LettaSchedules
-from promptyoself.core.options import OPTION_NAMES, ScheduleOptions
+from promptyoself.core.options import OPTION_NAMES, OverlapPolicy, ScheduleOptions
 from promptyoself.errors import (
     AgentNotFound,
     AgentRequired,
@@ -189,6 +190,14 @@ class EveryRequest(_Common):
     every: str = Field(description="Interval: '30s', '5m', '1h30m', 'PT15M' or seconds.")
     start_at: str | None = Field(None, description="First run (ISO 8601 or 'in 10m'); default now + every.")
     max_repetitions: Whole | None = Field(None, description="Stop after this many deliveries.")
+
+
+class OverlapBody(BaseModel):
+    """``POST /api/schedules/{id}/overlap``: the schedule's new overlap policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlap: OverlapPolicy = Field(description="'skip', 'queue' or 'allow' (docs/promptyoself-tools.md, Overlap).")
 
 
 class PolicyRequest(BaseModel):
@@ -456,6 +465,11 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     @app.post("/api/schedules/{schedule_id}/resume", tags=["schedules"], summary="Resume a paused schedule")
     async def resume(request: Request, schedule_id: ScheduleId) -> JSONResponse:
         return await call(core.resume, schedule_id, check=own(request, schedule_id))
+
+    @app.post("/api/schedules/{schedule_id}/overlap", tags=["schedules"],
+              summary="Change a schedule's overlap policy (skip, queue or allow)")
+    async def set_overlap(request: Request, schedule_id: ScheduleId, body: OverlapBody) -> JSONResponse:
+        return await call(core.set_overlap, schedule_id, body.overlap, check=own(request, schedule_id))
 
     @app.delete("/api/schedules/{schedule_id}", tags=["schedules"], summary="Cancel a schedule")
     async def cancel(request: Request, schedule_id: ScheduleId, agent_id: str | None = None) -> JSONResponse:

@@ -17,7 +17,7 @@ ROW = 26
 AXIS = 30
 BARS_HEIGHT = 180
 COLORS = {"delivered": "#1f7a3d", "retry": "#d89a00", "failed": "#b3261e", "missed": "#e06c00",
-          "over_budget": "#7b3fb0", "sent_lost_claim": "#6b7280"}
+          "over_budget": "#7b3fb0", "skipped": "#9a6b3f", "queued": "#3f7f9a", "sent_lost_claim": "#6b7280"}
 
 
 def _x(at: datetime, start: datetime, end: datetime) -> float:

@@ -462,6 +462,18 @@ def _run_turn_plan(run_id: str) -> Plan[dict[str, Any]]:
             "usage": usage if isinstance(usage, dict) else None}
 
 
+def _run_running_plan(run_id: str) -> Plan[bool]:
+    """``run_running``: whether the run has not finished yet (``created`` or ``running``); a run the
+    server no longer has (404) is not running."""
+    try:
+        run = _object((yield Call("GET", f"/v1/runs/{_seg(run_id)}")))
+    except LettaUnavailable as exc:
+        if exc.details.get("http_status") == 404:
+            return False
+        raise
+    return run.get("status") in PENDING_RUN_STATUSES
+
+
 def _create_tool_plan(source_code: str, description: str | None, tags: list[str] | None) -> Plan[dict[str, Any]]:
     body: dict[str, Any] = {"source_code": source_code}
     if description:
@@ -770,6 +782,10 @@ class AsyncLettaClient:
     async def find_message_run(self, agent_id: str, otid: str) -> tuple[str, str | None]:
         """``LettaClient.find_message_run``, awaited."""
         return await self._adrive(_find_plan(agent_id, otid))
+
+    async def run_running(self, run_id: str) -> bool:
+        """Whether the run has not finished yet (the overlap policy's busy check, issue 43)."""
+        return await self._adrive(_run_running_plan(run_id))
 
     async def run_turn(self, run_id: str) -> dict[str, Any]:
         """A run (``{"run"}``) and, once it has finished, its ``messages`` and ``usage`` (receipts)."""

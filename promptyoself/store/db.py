@@ -47,10 +47,10 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0014_cost"
+HEAD_REVISION = "0014_overlap"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
-0012, 0009, 0013, 0013_alerts, 0014_cost.)"""
+0012, 0009, 0013, 0013_alerts, 0014_cost, 0014_overlap.)"""
 
 
 def pg_agent_key(agent_id: Any) -> Any:
@@ -133,6 +133,9 @@ class Schedule(Base):
     # 0013: failed occurrences in a row (delivery.outcomes.next_state pauses at the policy's
     # pause_after_failures; a delivery, or the pause, sets it back to 0).
     failures_in_row: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # 0014_overlap: the overlap policy (skip | queue | allow; NULL: the target's default): an occurrence
+    # due while the schedule's previous turn still runs (delivery/overlap.py).
+    overlap: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
     __table_args__ = (
         Index("ix_schedules_state_due", "state", "due_at"),

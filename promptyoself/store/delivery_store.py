@@ -32,7 +32,7 @@ from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, 
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
-from promptyoself.store.receipts import PendingRow
+from promptyoself.store.receipts import LastTurn, PendingRow
 from promptyoself.store.records import AlertRow, DayAsk, ScheduleRow
 
 RecurringRow = tuple[Any, ...]
@@ -113,6 +113,10 @@ class DeliveryStore(Protocol):
         """Write a pending row's receipt (JSON), its state and what it cost (the cost budgets' sums),
         only while it is still pending."""
 
+    def last_turn(self, schedule_id: int) -> LastTurn | None:
+        """The schedule's newest ``delivered`` row (the overlap policy's previous turn, issue 43)."""
+        ...
+
     # ---- alerts (issue 43 point 4; ``store.alerts``): the outcome's own are written by ``record`` ----
 
     def raise_target_alert(self, row: dict[str, Any]) -> bool:
@@ -186,6 +190,9 @@ class SqlDeliveryStore:
     def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
                          cost_usd: float | None = None) -> bool:
         return receipts.complete(self.store, delivery_id, state, receipt, tokens=tokens, cost_usd=cost_usd)
+
+    def last_turn(self, schedule_id: int) -> LastTurn | None:
+        return receipts.last_turn(self.store, schedule_id)
 
     def raise_target_alert(self, row: dict[str, Any]) -> bool:
         return alerts.open_target_alert(self.store, row)

@@ -18,14 +18,15 @@ from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
-from promptyoself.store.receipts import PENDING, PendingRow
+from promptyoself.store.receipts import PENDING, LastTurn, PendingRow
 from promptyoself.store.records import AlertRow, ScheduleRow, column_names
 
 _DEFAULTS: dict[str, Any] = {
     "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
     "max_repetitions": None, "repetition_count": 0, "last_error": None, "target": "letta",
     "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None, "target_options": None,
-    "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0, "letta_payload": None,
+    "overlap": None, "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0,
+    "letta_payload": None,
 }
 
 
@@ -230,6 +231,13 @@ class MemoryDeliveryStore:
             rows = [h for h in self.history if h.get("receipt_state") == PENDING and h["id"] > after_id][:limit]
             return [PendingRow(h["id"], h["schedule_id"], h["agent_id"], self.rows[h["schedule_id"]].target,
                                h.get("letta_run_id"), h["attempted_at"], h.get("receipt")) for h in rows]
+
+    def last_turn(self, schedule_id: int) -> LastTurn | None:
+        with self._lock:
+            for h in reversed(self.history):
+                if h["schedule_id"] == schedule_id and h["outcome"] == "delivered":
+                    return LastTurn(h.get("letta_run_id"), h["attempted_at"], h.get("receipt"))
+        return None
 
     def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
                          cost_usd: float | None = None) -> bool:

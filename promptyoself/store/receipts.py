@@ -1,7 +1,8 @@
 """The statements behind receipts that come after their delivery (issue 43 point 1): the history rows
 whose receipt is still ``pending`` (oldest first, through ``ix_deliveries_receipt_state``), and the
 write that completes one, only while it is still pending (two executors asking the same run write
-it once)."""
+it once); and a schedule's last delivered turn, which the overlap policy asks its target about
+(point 3, ``last_turn``)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def complete(store: Store, delivery_id: int, state: str, receipt: str, *, tokens
             .values(receipt_state=state, receipt=receipt, tokens=tokens, cost_usd=cost_usd))
     with store.write_lock, store.engine.begin() as conn:
         return bool(conn.execute(stmt).rowcount)
+
+
+@dataclass(frozen=True)
+class LastTurn:
+    """A schedule's newest ``delivered`` history row: the run it started, when, and its receipt (JSON)."""
+
+    run_id: str | None
+    attempted_at: datetime
+    receipt: str | None
+
+
+def last_turn(store: Store, schedule_id: int) -> LastTurn | None:
+    """The schedule's newest delivered row (through ``ix_deliveries_schedule``), or None."""
+    q = (select(Delivery.letta_run_id, Delivery.attempted_at, Delivery.receipt)
+         .where(Delivery.schedule_id == schedule_id, Delivery.outcome == "delivered")
+         .order_by(Delivery.id.desc()).limit(1))
+    with store.session() as s:
+        row = s.execute(q).first()
+    return None if row is None else LastTurn(*row)

@@ -41,6 +41,7 @@ class ListedSchedule:
     max_per_day: int | None
     anchor: datetime | None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
     target_options: str | None  # JSON object (0012): the target's own options
+    overlap: str | None  # 0014_overlap: skip | queue | allow; None: the target's default
 
 
 NOT_A_COLUMN = {"column": False}
@@ -150,6 +151,7 @@ class NewSchedule:
     catch_up: str = "latest"
     max_per_day: int | None = None
     target_options: str | None = None
+    overlap: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ Contract (every target keeps it; the engine relies on nothing else):
   safe for its receiver (webhooks: the receiver dedups on ``webhook-id``).
 - ``probe()`` is a cheap readiness check that raises like ``send``; ``readiness()`` is one line for
   health ("claude 2.1.197 at /usr/bin/claude", "endpoint ops: https://... reachable").
+- Overlap (issue 43): a target that can tell whether a schedule's previous turn still runs has
+  ``running(occ, previous)`` (``BusyCheck``); the engine asks it before sending an occurrence of a
+  schedule whose overlap policy is ``skip`` or ``queue`` (``delivery.overlap``).
 - Receipts (issue 43): ``Sent.receipt`` is what the target knows of the turn the prompt started (a
   ``Receipt``: reply excerpt, tools, steps, tokens, cost, permission denials, an HTTP status and body
   excerpt), bounded by ``Receipt.bounded``. None means the target gives none (history says so). A
@@ -225,6 +228,36 @@ class PendingReceipt:
     attempted_at: datetime
 
 
+Overlap = Literal["skip", "queue", "allow"]
+"""A schedule's overlap policy (issue 43 point 3): what happens to an occurrence due while the
+schedule's previous turn is still running (``delivery.overlap``)."""
+OVERLAP_POLICIES: tuple[str, ...] = ("skip", "queue", "allow")
+
+
+@dataclass(frozen=True)
+class PreviousTurn:
+    """The schedule's last delivered occurrence, as the engine hands it to ``running``: the run it
+    started (when the target named one), when it was sent, and its receipt as recorded (None: none
+    recorded, or a row from before receipts)."""
+
+    run_id: str | None
+    attempted_at: datetime
+    receipt: Receipt | None = None
+
+
+@runtime_checkable
+class BusyCheck(Protocol):
+    """A target that can tell whether a schedule's previous turn is still running (optional:
+    ``running`` on its ``DeliveryTarget``; the plug-in says so with ``busy_check``). Asked right before
+    a send of a schedule whose overlap policy is ``skip`` or ``queue``, with the occurrence about to be
+    sent and the schedule's previous delivered turn (None: it has none). True: that turn (or, for a
+    target whose destination takes one turn at a time, any turn there) still runs. Raises like ``send``
+    when it cannot ask (the occurrence is then retried as after a failed send). A target without it
+    cannot tell: its schedules are sent whatever their policy (as ``allow``), and say so."""
+
+    async def running(self, occ: Occurrence, previous: PreviousTurn | None) -> bool: ...
+
+
 @runtime_checkable
 class ReceiptSource(Protocol):
     """A target that can read a receipt later (optional: ``receipt`` on its ``DeliveryTarget``). Answers
@@ -326,6 +359,12 @@ class TargetPlugin(Protocol):
     Optional: ``cli(parser)``, given the ``argparse`` parser of ``promptyoself <name>``, adds that
     command's arguments (installers: ``promptyoself claude-code install ...``) and returns the function
     ``run(core, args) -> dict`` that carries it out (the dict is printed as the command's result).
+
+    Optional (issue 43 point 3, overlap): ``default_overlap`` (``skip`` | ``queue`` | ``allow``; absent:
+    ``allow``), the policy a new schedule of this target gets when its caller names none; and
+    ``busy_check``, one line saying what "still running" means for this target (e.g. "the Letta run
+    the previous delivery started has not finished"), given when its ``DeliveryTarget`` has ``running``
+    (``BusyCheck``); absent or None: the target cannot tell, and its schedules behave as ``allow``.
     """
 
     name: str

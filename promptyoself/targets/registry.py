@@ -217,3 +217,47 @@ def factory(name: str | None) -> Factory:
 def create(name: str | None, settings: Any) -> DeliveryTarget:
     """A new ``DeliveryTarget`` for ``name``, configured from ``settings``."""
     return plugin(name).create(settings)
+
+
+@dataclass(frozen=True)
+class OverlapSupport:
+    """What a target says of overlap (issue 43 point 3): the policy its new schedules get by default,
+    and what "still running" means for it (None: it cannot tell, so its schedules behave as allow)."""
+
+    default: str
+    busy_check: str | None
+
+
+def overlap_support(name: str | None) -> OverlapSupport:
+    """The plug-in's optional ``default_overlap`` and ``busy_check`` (``TargetPlugin``'s docstring);
+    ``allow`` and None when it declares neither, or does not load."""
+    from promptyoself.targets.base import OVERLAP_POLICIES
+
+    try:
+        found = plugin(name)
+    except InvalidArgument:
+        return OverlapSupport("allow", None)
+    default = getattr(found, "default_overlap", None)
+    check = getattr(found, "busy_check", None)
+    return OverlapSupport(default if default in OVERLAP_POLICIES else "allow",
+                          str(check)[:200] if isinstance(check, str) and check.strip() else None)
+
+
+def overlap_policy(stored: str | None, target: str | None) -> str:
+    """A schedule's overlap policy: the one stored with it, else its target's default (a row from
+    before 0014_overlap)."""
+    from promptyoself.targets.base import OVERLAP_POLICIES
+
+    return stored if stored in OVERLAP_POLICIES else overlap_support(target).default
+
+
+def overlap_note(stored: str | None, target: str | None) -> str | None:
+    """What a schedule's description adds about its overlap policy: that its target cannot tell whether
+    a turn is running, so its occurrences are sent as ``allow`` whatever the policy asked; None when
+    the policy is ``allow`` or the target can tell."""
+    support = overlap_support(target)
+    policy = overlap_policy(stored, target)
+    if policy == "allow" or support.busy_check is not None:
+        return None
+    return (f"overlap={policy} asked, but the {target or DEFAULT} target cannot tell whether a turn is still "
+            "running: sent anyway (as allow)")

@@ -30,6 +30,8 @@ class ClaudeCodePlugin:
                "headless turn (claude -p --resume)")
     options = ClaudeCodeOptions
     aliases: tuple[str, ...] = ("session_id", "cwd")
+    default_overlap = "queue"  # a session takes one turn at a time: the prompt waits while it is busy
+    busy_check = "the Claude Code session is busy with a turn (its own, or one a delivery started)"
 
     def claims(self, call: Call) -> bool:
         """From inside a Claude Code session, a call that names no agent goes back to that session."""

@@ -44,7 +44,7 @@ from promptyoself.config import Settings
 from promptyoself.errors import NotSent, TargetGone, TargetUnavailable
 from promptyoself.processes import pid_alive
 from promptyoself.targets import headless
-from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, PreviousTurn, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,15 @@ OCCURRENCE_ENV = "PROMPTYOSELF_CLAUDE_OCCURRENCE"
 """Set in the environment of each ``claude -p --resume`` we start: the occurrence it delivers."""
 
 
+def session_busy(session_id: str, home: Path | None = None) -> bool:
+    """Whether the session is busy with a turn (the overlap policy's busy check, issue 43): an open
+    session (``live_holder``) whose transcript shows a turn under way, or a ``claude -p --resume`` of
+    ours still running in it."""
+    if live_holder(session_id, home) is not None:
+        return not claude_channel.session_idle(transcripts(session_id, home))
+    return bool(resuming(session_id, None))
+
+
 def _uid_of(entry: Path) -> int | None:
     """The real user id of the process ``/proc/<pid>`` (its ``status`` ``Uid:`` line)."""
     try:
@@ -159,16 +168,17 @@ def _uid_of(entry: Path) -> int | None:
     return None
 
 
-def resuming(session_id: str, occurrence_id: str, proc: Path = Path("/proc")) -> list[int]:
+def resuming(session_id: str, occurrence_id: str | None, proc: Path = Path("/proc")) -> list[int]:
     """Pids of the runs our delivery started for this occurrence that still go on (Linux /proc):
     processes of this user running ``... --resume <session_id>`` with ``PROMPTYOSELF_CLAUDE_OCCURRENCE``
-    naming the occurrence in their environment. Another user's ``--resume <session_id>`` (anyone can
-    put it in a command line) never keeps an occurrence pending (issue 42 point 10)."""
+    naming the occurrence in their environment (any occurrence for None: a turn of ours still runs in
+    the session). Another user's ``--resume <session_id>`` (anyone can put it in a command line) never
+    keeps an occurrence pending (issue 42 point 10)."""
     found: list[int] = []
     if not proc.is_dir():
         return found
     want = session_id.encode()
-    mark = f"{OCCURRENCE_ENV}={occurrence_id}".encode()
+    mark = f"{OCCURRENCE_ENV}={occurrence_id or ''}".encode()
     uid = os.getuid()
     for entry in proc.iterdir():
         if not entry.name.isdigit():
@@ -185,7 +195,7 @@ def resuming(session_id: str, occurrence_id: str, proc: Path = Path("/proc")) ->
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:  # not ours to read
             continue
-        if mark in environ:
+        if mark in environ if occurrence_id else any(v.startswith(mark) for v in environ):
             found.append(int(entry.name))
     return found
 
@@ -236,6 +246,18 @@ class ClaudeCodeTarget:
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         async with lock:
             return await self._run(occ, session_id, cwd, fence)
+
+    async def running(self, occ: Occurrence, previous: PreviousTurn | None) -> bool:
+        """The overlap policy's busy check (issue 43): the session is busy with a turn, whoever started
+        it (a session takes one turn at a time): a send of ours under way in this process, a resumed
+        turn of ours still running, or an open session's turn (``session_busy``)."""
+        session_id = str(occ.options.get("session_id") or "")
+        if not session_id:
+            return False
+        lock = self._locks.get(session_id)
+        if lock is not None and lock.locked():
+            return True
+        return await asyncio.to_thread(session_busy, session_id)
 
     async def _run(self, occ: Occurrence, session_id: str, cwd: str, fence: Fence) -> Sent:
         binary = self.binary()

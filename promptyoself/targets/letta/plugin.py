@@ -25,6 +25,8 @@ class LettaPlugin:
     summary = "an agent on a Letta server through its REST API (self-hosted 0.16.x or Letta Cloud)"
     options = LettaOptions
     aliases: tuple[str, ...] = ()
+    default_overlap = "allow"
+    busy_check = "the Letta run that the schedule's previous delivery started has not finished"
 
     def claims(self, call: Call) -> bool:
         return False  # the default: whatever no other target claims comes here

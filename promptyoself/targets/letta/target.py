@@ -15,7 +15,7 @@ from typing import Any
 
 from promptyoself.config import Settings
 from promptyoself.letta.client import AsyncLettaClient
-from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, PreviousTurn, Receipt, Sent
 from promptyoself.targets.letta import receipt as letta_receipt
 
 
@@ -43,6 +43,16 @@ class LettaRestTarget:
         if not pending.run_id:
             return Receipt.none("no Letta run to read the turn from")
         return letta_receipt.of_run(pending.receipt, await self.client.run_turn(pending.run_id))
+
+    async def running(self, occ: Occurrence, previous: PreviousTurn | None) -> bool:
+        """The overlap policy's busy check (issue 43): the run the schedule's previous delivery started
+        has not finished (``GET /v1/runs/{id}``). A turn whose receipt is complete has finished (the
+        sync route's, or an async run read after it ended); one that named no run cannot be asked."""
+        if previous is None or not previous.run_id:
+            return False
+        if previous.receipt is not None and previous.receipt.state == "complete":
+            return False
+        return await self.client.run_running(previous.run_id)
 
     async def lookup(self, occ: Occurrence) -> Found:
         state, run_id = await self.client.find_message_run(occ.agent_id, occ.occurrence_id)

@@ -37,6 +37,8 @@ class LettaCodePlugin:
     summary = "an agent of a Letta Code App Server (agent-local-..., LETTA_CODE_URL)"
     options = LettaCodeOptions
     aliases: tuple[str, ...] = ("conversation_id",)
+    default_overlap = "queue"  # a conversation takes one turn at a time: the prompt waits while it is busy
+    busy_check = "the Letta Code conversation has a turn running or inputs waiting in its queue"
 
     def claims(self, call: Call) -> bool:
         try:

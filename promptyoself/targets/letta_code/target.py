@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from promptyoself.config import Settings
 from promptyoself.errors import TargetUnavailable
-from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from promptyoself.targets.base import Fence, Found, Occurrence, PreviousTurn, Sent
 from promptyoself.targets.letta_code import receipt as letta_code_receipt
 from promptyoself.targets.letta_code.blocking import BlockingCalls
 from promptyoself.targets.letta_code.client import LettaCodeClient
@@ -41,6 +41,13 @@ class LettaCodeTarget:
         details: dict[str, object] = {k: sent[k] for k in ("client_message_id", "disposition") if k in sent}
         return Sent(route=str(sent.get("route") or "ws"), run_id=sent.get("run_id"), details=details,
                     receipt=letta_code_receipt.of_deltas(sent.get("turn") or []))
+
+    async def running(self, occ: Occurrence, previous: PreviousTurn | None) -> bool:
+        """The overlap policy's busy check (issue 43): the conversation has a turn running, or inputs
+        waiting in a live queue (``sync``); a queue paused after a restart is not a turn."""
+        client = self._client()
+        st = await self._calls.run(client.state, occ.agent_id, occ.conversation_id)
+        return st.running or (bool(st.queue) and not st.paused)
 
     async def lookup(self, occ: Occurrence) -> Found:
         client = self._client()

@@ -134,7 +134,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         add_schedule(core.store, agent, "the next day", clock.now - timedelta(seconds=1))
         assert drain(core) == ["delivered"]
         last = fake.received_texts()[-1]
-        assert last.startswith("[PromptYoSelf] Your delivery budget ran out: 1 scheduled prompt was not delivered")
+        assert last.startswith("[PromptYoSelf] Your daily budget ran out: 1 scheduled prompt was not delivered")
         assert last.endswith("\nthe next day")
         assert core.operator.agent_usage(agent)["held_back"] == 0, "announced once"
     finally:

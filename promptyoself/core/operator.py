@@ -10,7 +10,7 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, NotRequired
@@ -30,7 +30,7 @@ from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 if TYPE_CHECKING:
     from promptyoself.store.db import Store
     from promptyoself.store.policy import Policy
-    from promptyoself.store.records import ScheduleRow
+    from promptyoself.store.records import DeliveryRow, ListedSchedule, ScheduleRow
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -563,14 +563,7 @@ class Operator:
         history = last_deliveries(self.deps.store, [r.id for r in rows], UPCOMING)
         views: list[ScheduleView] = []
         for r in rows:
-            record = schedule_record(r)
-            views.append({
-                "schedule": record,
-                "max_per_day": r.max_per_day,
-                "rule": record["description"] + (f", at most {r.max_per_day} a day" if r.max_per_day else ""),
-                "upcoming": record["upcoming"],
-                "deliveries": [delivery_record(d) for d in history.get(r.id, [])],
-            })
+            views.append(_view(r, history.get(r.id, [])))
         return {"status": "success", "schedules": views, "count": len(views), "total": total}
 
     def console_agent_ids(self) -> list[str]:
@@ -598,11 +591,15 @@ class Operator:
         row = get(self.deps.store, sid)
         if row is None:
             raise NotFound(f"No schedule with id {sid}.")
-        record = schedule_record(row)
-        return {
-            "schedule": record,
-            "max_per_day": row.max_per_day,
-            "rule": record["description"] + (f", at most {row.max_per_day} a day" if row.max_per_day else ""),
-            "upcoming": record["upcoming"],
-            "deliveries": [delivery_record(d) for d in last_deliveries(self.deps.store, [sid], UPCOMING)[sid]],
-        }
+        return _view(row, last_deliveries(self.deps.store, [sid], UPCOMING)[sid])
+
+
+def _view(row: ListedSchedule, deliveries: Iterable[DeliveryRow]) -> ScheduleView:
+    """A schedule as the console shows it: its record, its rule in words with its daily cap and its
+    overlap policy (issue 43), its next runs and its last deliveries."""
+    record = schedule_record(row)
+    rule = record["description"] + (f", at most {row.max_per_day} a day" if row.max_per_day else "")
+    if "overlap" in record and "overlap" not in record["description"]:
+        rule += f"; overlap {record['overlap']}"
+    return {"schedule": record, "max_per_day": row.max_per_day, "rule": rule, "upcoming": record["upcoming"],
+            "deliveries": [delivery_record(d) for d in deliveries]}

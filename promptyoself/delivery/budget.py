@@ -116,6 +116,7 @@ def announce(text: str, verdict: Verdict) -> str:
     if not verdict.held_back:
         return text
     n = verdict.held_back
-    return (f"[PromptYoSelf] Your delivery budget ran out: {n} scheduled prompt{'s' if n != 1 else ''} "
-            f"{'were' if n != 1 else 'was'} not delivered (recorded over_budget; see promptyoself_history).\n"
+    return (f"[PromptYoSelf] Your daily budget ran out: {n} scheduled prompt{'s' if n != 1 else ''} "
+            f"{'were' if n != 1 else 'was'} not delivered (recorded over_budget; promptyoself_history says which "
+            "budget, promptyoself_budget what is left).\n"
             f"{text}")

@@ -349,7 +349,8 @@ def test_the_policy_is_stored_defaulted_listed_and_compared(db_url: str, target:
         listed = {s["id"]: s for s in core.list_schedules(agent_id="agent-a")["schedules"]}
         assert [listed[i]["overlap"] for i in (made["id"], hook["id"], first["id"])] == ["skip", "queue", "allow"]
         assert "cannot tell" not in listed[made["id"]]["description"]
-        rules = {v["schedule"]["id"]: v["rule"] for v in core.operator.console_schedules(agent_id="agent-a")["schedules"]}
+        page = core.operator.console_schedules(agent_id="agent-a")
+        rules = {v["schedule"]["id"]: v["rule"] for v in page["schedules"]}
         assert rules[made["id"]].endswith("; overlap skip") and rules[first["id"]].endswith("; overlap allow")
         assert "overlap skip" in core.operator.console_schedule(made["id"])["rule"]  # the console's schedule page
         assert rules[hook["id"]].count("overlap") == 1  # its description says it already

@@ -13,7 +13,7 @@ import base64
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,8 @@ from promptyoself.store.db import Store
 from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
+from tests.engine_kit import T0, Clock, drain, memory_deps
 
-T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 SECRET = "whsec_" + base64.b64encode(b"the-alert-secret-of-the-operator").decode()
 
 
@@ -74,14 +74,6 @@ class Target:
         return None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -96,17 +88,8 @@ def target() -> Iterator[Target]:
 
 
 def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
-    mem = MemoryDeliveryStore()
-    values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
-                              "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
-                              "executor_interval": 0.05, "max_attempts": 1, **settings}
-    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
-    mem.day = deps.budget_day
-    return deps, mem
-
-
-def drain(deps: Deps) -> list[Any]:
-    return drain_once(deps, budget=20)
+    """The kit's memory store, a failed attempt final (``max_attempts`` 1) unless a test says otherwise."""
+    return memory_deps(tmp_path, clock, **{"max_attempts": 1, **settings})
 
 
 # ---- the decision (pure) ---------------------------------------------------------------------------

@@ -9,24 +9,19 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from promptyoself.config import Settings
 from promptyoself.delivery.attempt import Claim, attempt
 from promptyoself.delivery.clock import rearm_recurring
 from promptyoself.delivery.engine import Engine
-from promptyoself.delivery.service import drain_once
-from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetUnavailable
-from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
-
-T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+from tests.engine_kit import T0, Clock, drain, memory_deps
 
 
 class FakeTarget:
@@ -70,14 +65,6 @@ class FakeTarget:
         return None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def target() -> Iterator[FakeTarget]:
     fake = FakeTarget()
@@ -91,22 +78,8 @@ def clock() -> Clock:
     return Clock()
 
 
-def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
-    mem = MemoryDeliveryStore()
-    values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
-                              "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
-                              "executor_interval": 0.05, **settings}
-    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
-    mem.day = deps.budget_day  # claims count the budget day, as Deps wires the database's store
-    return deps, mem
-
-
-def drain(deps: Deps) -> list[Any]:
-    return drain_once(deps, budget=20)
-
-
 def test_a_burst_is_delivered_once_each_one_agent_at_a_time(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     ids = [mem.add(f"agent-{i % 7}", f"p{i}", T0 - timedelta(seconds=i), target="fake") for i in range(60)]
     results = drain(deps)
     assert sorted(r.schedule_id for r in results if r.delivered) == ids
@@ -117,7 +90,7 @@ def test_a_burst_is_delivered_once_each_one_agent_at_a_time(tmp_path: Path, targ
 
 
 def test_an_outage_costs_time_not_prompts(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
     target.down = True
     assert [r.outcome for r in drain(deps)] == ["retry"]
@@ -132,7 +105,7 @@ def test_an_outage_costs_time_not_prompts(tmp_path: Path, target: FakeTarget, cl
 
 def test_an_answer_lost_in_flight_is_looked_up_not_sent_again(tmp_path: Path, target: FakeTarget,
                                                                 clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
     target.lose_answers = 1
     assert [r.outcome for r in drain(deps)] == ["retry"]
@@ -144,7 +117,7 @@ def test_an_answer_lost_in_flight_is_looked_up_not_sent_again(tmp_path: Path, ta
 
 def test_a_claim_lost_before_the_write_sends_nothing_and_is_given_back(tmp_path: Path, target: FakeTarget,
                                                                        clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
     [row] = mem.claim("A", T0, T0 + timedelta(seconds=30), limit=1)
     asked: list[int] = []
@@ -160,7 +133,7 @@ def test_a_claim_lost_before_the_write_sends_nothing_and_is_given_back(tmp_path:
 
 def test_a_claim_taken_over_from_a_frozen_holder_is_in_doubt(tmp_path: Path, target: FakeTarget,
                                                               clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
     [row] = mem.claim("frozen", T0, T0 + timedelta(seconds=30), limit=1)
     asyncio.run(target.send(occurrence_of_row(row), lambda: True))  # the frozen holder's send had arrived
@@ -176,7 +149,7 @@ def occurrence_of_row(row: Any) -> Occurrence:
 
 
 def test_the_daily_budget_holds_prompts_back_and_says_so(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock, max_deliveries_per_agent_per_day=2)
+    deps, mem = memory_deps(tmp_path, clock, max_deliveries_per_agent_per_day=2)
     for i in range(4):
         mem.add("agent-a", f"p{i}", T0 - timedelta(minutes=4 - i), target="fake")
 
@@ -190,7 +163,7 @@ def test_the_daily_budget_holds_prompts_back_and_says_so(tmp_path: Path, target:
 
 
 def test_catch_up_latest_sends_one_and_records_the_missed(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     start = T0 - timedelta(hours=5)
     sid = mem.add("agent-a", "hourly", start, target="fake", schedule_type="interval", schedule_value="1h",
                   anchor=start)
@@ -201,7 +174,7 @@ def test_catch_up_latest_sends_one_and_records_the_missed(tmp_path: Path, target
 
 
 def test_a_clock_jump_back_rearms_recurring_schedules(tmp_path: Path, target: FakeTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "hourly", T0 + timedelta(hours=3), target="fake", schedule_type="interval",
                   schedule_value="1h", anchor=T0 + timedelta(hours=3))
     assert rearm_recurring(deps, T0) == 1  # the clock went back 2 h: the next slot is an hour away
@@ -226,7 +199,7 @@ def test_a_stop_gives_back_what_is_unsent_and_records_what_was_in_flight(tmp_pat
     held = HeldTarget()
     registry.register("held", lambda _settings: held)
     try:
-        deps, mem = deps_for(tmp_path, clock, max_in_flight=1)
+        deps, mem = memory_deps(tmp_path, clock, max_in_flight=1)
         ids = [mem.add(f"agent-{i}", f"p{i}", T0 - timedelta(seconds=10 - i), target="held") for i in range(6)]
         claimed = threading.Event()  # the backlog's claim ahead has come back (from the pool's thread)
         claim = mem.claim
@@ -261,7 +234,7 @@ def test_a_stop_gives_back_what_is_unsent_and_records_what_was_in_flight(tmp_pat
 def test_a_part_that_dies_stops_the_engine_and_says_why(tmp_path: Path, target: FakeTarget, clock: Clock,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     mem.add("agent-a", "p", T0 + timedelta(hours=1), target="fake")
 
     def broken(self: Any, wall: datetime, mono: float) -> float | None:
@@ -280,7 +253,7 @@ def test_the_worker_stops_when_a_part_dies_and_exits_saying_why(tmp_path: Path, 
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from promptyoself.delivery.worker import run_worker
 
-    deps, mem = deps_for(tmp_path, clock, worker_idle_exit=0)
+    deps, mem = memory_deps(tmp_path, clock, worker_idle_exit=0)
     mem.add("agent-a", "p", T0 + timedelta(hours=1), target="fake")
 
     def broken(self: Any, wall: datetime, mono: float) -> float | None:
@@ -347,7 +320,7 @@ def test_a_target_that_hangs_holds_only_its_own_prompts(tmp_path: Path, clock: C
     mono = FakeMonotonic()
     monkeypatch.setattr("promptyoself.delivery.holdings.time", mono, raising=False)
     try:
-        deps, mem = deps_for(tmp_path, clock, max_in_flight=2)
+        deps, mem = memory_deps(tmp_path, clock, max_in_flight=2)
         stuck = [mem.add(f"session-{i}", f"h{i}", T0 - timedelta(seconds=60 - i), target="hangs") for i in range(4)]
         other = [mem.add(f"agent-{i}", f"q{i}", T0 - timedelta(seconds=10 - i), target="quick") for i in range(5)]
         given_back = threading.Event()

@@ -11,26 +11,25 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from promptyoself.config import Settings
 from promptyoself.core.operations import Core
 from promptyoself.core.options import ScheduleOptions
 from promptyoself.delivery import overlap
 from promptyoself.delivery.outcomes import Basis, next_state
-from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.errors import InvalidArgument, NotSent
 from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
-from promptyoself.targets.base import Fence, Found, Occurrence, PreviousTurn, Receipt, Sent, Watch
+from promptyoself.targets.base import Fence, Occurrence, PreviousTurn, Receipt, Sent, Watch
+from tests import engine_kit
 from tests.conftest import make_settings
+from tests.engine_kit import T0, Clock, Recording, memory_deps
 
-T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 GRACE = timedelta(hours=24)
 MINUTE = timedelta(minutes=1)
 
@@ -88,7 +87,7 @@ def test_a_target_that_cannot_tell_is_said_in_the_description() -> None:
 # ---- each policy through the engine -------------------------------------------------------------
 
 
-class BusyTarget:
+class BusyTarget(Recording):
     """A target kept busy on purpose: ``busy`` is what ``running`` answers; it keeps what it received
     and the previous turns it was asked about."""
 
@@ -111,26 +110,6 @@ class BusyTarget:
         self.asked.append(previous)
         return self.busy
 
-    async def lookup(self, occ: Occurrence) -> Found:
-        return Found("found" if occ.occurrence_id in self.received else "absent")
-
-    async def probe(self) -> None:
-        return None
-
-    def readiness(self) -> str:
-        return "busy: ready"
-
-    async def aclose(self) -> None:
-        return None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
 
 @pytest.fixture
 def target() -> Iterator[BusyTarget]:
@@ -145,17 +124,8 @@ def clock() -> Clock:
     return Clock()
 
 
-def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
-    mem = MemoryDeliveryStore()
-    values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
-                              "lease_seconds": 30.0, "executor_interval": 0.05, "overlap_poll": 5.0, **settings}
-    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
-    mem.day = deps.budget_day
-    return deps, mem
-
-
 def drain(deps: Deps) -> list[str]:
-    return [r.outcome for r in drain_once(deps, budget=20)]
+    return [r.outcome for r in engine_kit.drain(deps)]
 
 
 def every_minute(mem: MemoryDeliveryStore, policy: str | None, target: str = "busy") -> int:
@@ -164,7 +134,7 @@ def every_minute(mem: MemoryDeliveryStore, policy: str | None, target: str = "bu
 
 
 def test_skip_records_the_occurrence_skipped_and_moves_on(tmp_path: Path, target: BusyTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = every_minute(mem, "skip")
     assert drain(deps) == ["delivered"] and target.asked == [None]  # no previous turn yet
     target.busy = True
@@ -185,7 +155,7 @@ def test_skip_records_the_occurrence_skipped_and_moves_on(tmp_path: Path, target
 
 def test_queue_waits_for_the_turn_once_and_skips_what_came_due_meanwhile(tmp_path: Path, target: BusyTarget,
                                                                          clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = every_minute(mem, "queue")
     assert drain(deps) == ["delivered"]
     target.busy = True
@@ -212,7 +182,7 @@ def test_queue_waits_for_the_turn_once_and_skips_what_came_due_meanwhile(tmp_pat
 
 
 def test_queue_with_catch_up_all_still_lets_one_wait(tmp_path: Path, target: BusyTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="busy", schedule_type="interval", schedule_value="1m", anchor=T0,
                   overlap="queue", catch_up="all")
     target.busy = True
@@ -226,7 +196,7 @@ def test_queue_with_catch_up_all_still_lets_one_wait(tmp_path: Path, target: Bus
 
 def test_a_waiting_occurrence_past_the_misfire_grace_is_skipped(tmp_path: Path, target: BusyTarget,
                                                                 clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock, misfire_grace="10m")
+    deps, mem = memory_deps(tmp_path, clock, misfire_grace="10m")
     sid = mem.add("agent-a", "p", T0, target="busy", schedule_type="interval", schedule_value="1h", anchor=T0,
                   overlap="queue")
     target.busy = True
@@ -239,7 +209,7 @@ def test_a_waiting_occurrence_past_the_misfire_grace_is_skipped(tmp_path: Path, 
 
 
 def test_allow_sends_anyway_and_never_asks(tmp_path: Path, target: BusyTarget, clock: Clock) -> None:
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = every_minute(mem, "allow")
     target.busy = True
     assert drain(deps) == ["delivered"]
@@ -258,7 +228,7 @@ def test_a_target_that_cannot_tell_sends_as_allow(tmp_path: Path, clock: Clock) 
     blind = BlindTarget()
     registry.register("blind", lambda _settings: blind)
     try:
-        deps, mem = deps_for(tmp_path, clock)
+        deps, mem = memory_deps(tmp_path, clock)
         sid = every_minute(mem, "skip", target="blind")
         assert drain(deps) == ["delivered"]
         clock.now = T0 + MINUTE
@@ -275,7 +245,7 @@ def test_a_busy_check_that_fails_is_retried_like_a_send(tmp_path: Path, target: 
         raise TargetUnavailable("cannot ask", transient=True, in_doubt=False)
 
     target.running = down  # type: ignore[method-assign]
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     sid = every_minute(mem, "skip")
     assert drain(deps) == ["retry"] and target.received == []
     assert mem.get(sid).next_run == T0

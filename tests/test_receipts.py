@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from promptyoself.config import Settings
 from promptyoself.core.results import receipt_record, receipt_summary
 from promptyoself.delivery import receipts
 from promptyoself.delivery.bridge import Targets
-from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
@@ -29,8 +28,7 @@ from promptyoself.targets import registry
 from promptyoself.targets.base import EXCERPT_BYTES, Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
 from promptyoself.targets.letta import receipt as letta_receipt
-
-T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+from tests.engine_kit import T0, Clock, drain, memory_deps
 
 
 class ReceiptTarget:
@@ -76,33 +74,12 @@ class ReceiptTarget:
         return None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def target() -> Iterator[ReceiptTarget]:
     fake = ReceiptTarget()
     registry.register("receipts", lambda _settings: fake)
     yield fake
     registry.unregister("receipts")
-
-
-def deps_for(tmp_path: Path, clock: Clock) -> tuple[Deps, MemoryDeliveryStore]:
-    mem = MemoryDeliveryStore()
-    settings = Settings(db=str(tmp_path / "unused.db"), executor_autostart=False, retry_base=1.0, retry_max=60.0,
-                        letta_timeout=2.0, lease_seconds=30.0, executor_interval=0.05)
-    deps = Deps(settings, deliveries=mem, clock=clock)
-    mem.day = deps.budget_day
-    return deps, mem
-
-
-def drain(deps: Deps) -> list[Any]:
-    return drain_once(deps, budget=20)
 
 
 def rows(mem: MemoryDeliveryStore) -> list[dict[str, Any]]:
@@ -126,7 +103,7 @@ def pass_once(deps: Deps) -> None:
 
 
 def test_a_delivered_row_carries_what_the_target_reported(tmp_path: Path, target: ReceiptTarget) -> None:
-    deps, mem = deps_for(tmp_path, Clock())
+    deps, mem = memory_deps(tmp_path, Clock())
     mem.add("agent-a", "p", T0, target="receipts")
     assert [r.outcome for r in drain(deps)] == ["delivered"]
     [row] = rows(mem)
@@ -135,7 +112,7 @@ def test_a_delivered_row_carries_what_the_target_reported(tmp_path: Path, target
 
 
 def test_a_receipt_is_bounded_whatever_the_target_hands_back(tmp_path: Path, target: ReceiptTarget) -> None:
-    deps, mem = deps_for(tmp_path, Clock())
+    deps, mem = memory_deps(tmp_path, Clock())
     target.give = Receipt(reply="é" * 5000, body="x" * 9000, tools=tuple(f"tool_{i}" for i in range(100)),
                           note="n" * 1000, cost_usd=float("nan"), steps=-3, ref={"a": "b" * 5000})
     mem.add("agent-a", "p", T0, target="receipts")
@@ -151,7 +128,7 @@ def test_a_receipt_is_bounded_whatever_the_target_hands_back(tmp_path: Path, tar
 
 def test_a_target_that_gives_no_receipt_says_so_and_other_rows_have_none(tmp_path: Path,
                                                                          target: ReceiptTarget) -> None:
-    deps, mem = deps_for(tmp_path, Clock())
+    deps, mem = memory_deps(tmp_path, Clock())
     target.give = None
     mem.add("agent-a", "p", T0, target="receipts")
     target.down.add("agent-b")
@@ -167,7 +144,7 @@ def test_a_target_that_gives_no_receipt_says_so_and_other_rows_have_none(tmp_pat
 def test_a_pending_receipt_is_completed_afterwards_and_the_occurrence_stays_delivered(
         tmp_path: Path, target: ReceiptTarget) -> None:
     clock = Clock()
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     target.give = Receipt(state="pending", note="waiting for run", ref={"kind": "run"})
     mem.add("agent-a", "p", T0, target="receipts")
     drain(deps)  # the drain's last pass asks once: still pending
@@ -186,7 +163,7 @@ def test_a_pending_receipt_is_completed_afterwards_and_the_occurrence_stays_deli
 
 def test_a_receipt_that_never_comes_times_out_saying_so(tmp_path: Path, target: ReceiptTarget) -> None:
     clock = Clock()
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     target.give = Receipt(state="pending", note="waiting for Letta run run-1 to finish", ref={"kind": "run"})
     mem.add("agent-a", "p", T0, target="receipts")
     drain(deps)
@@ -210,7 +187,7 @@ def test_a_receipt_that_hangs_holds_up_no_delivery(tmp_path: Path, target: Recei
     one after the other, and the drain returns (its last pass is bounded)."""
     monkeypatch.setattr(receipts, "LAST_PASS", 0.3)
     monkeypatch.setattr(receipts, "EVERY", 0.01)
-    deps, mem = deps_for(tmp_path, Clock())
+    deps, mem = memory_deps(tmp_path, Clock())
     target.give = Receipt(state="pending", ref={"kind": "run"})
     target.hang = True
     mem.add("agent-a", "first", T0 - timedelta(seconds=2), target="receipts")
@@ -228,7 +205,7 @@ def test_a_target_without_a_later_look_records_none(tmp_path: Path, target: Rece
     other.give = Receipt(state="pending")
     registry.register("nolook", lambda _settings: other)
     try:
-        deps, mem = deps_for(tmp_path, Clock())
+        deps, mem = memory_deps(tmp_path, Clock())
         mem.add("agent-a", "p", T0, target="nolook")
         drain(deps)
         got = stored(rows(mem)[0])
@@ -331,7 +308,7 @@ def test_claude_code_live_turn_from_the_transcript_after_the_marker() -> None:
 def test_a_pending_receipt_whose_target_no_longer_loads_waits_then_times_out(tmp_path: Path,
                                                                              target: ReceiptTarget) -> None:
     clock = Clock()
-    deps, mem = deps_for(tmp_path, clock)
+    deps, mem = memory_deps(tmp_path, clock)
     target.give = Receipt(state="pending", ref={"kind": "run"})
     mem.add("agent-a", "p", T0, target="receipts")
     drain(deps)

@@ -1,0 +1,62 @@
+"""What the engine's fast-tier tests share (test_engine_memory, test_receipts, test_alerts, test_overlap):
+the memory store wired as ``Deps`` with a fake clock, a drain through the one engine entry point, and
+the parts of a fake target every one of them has the same way."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from promptyoself.config import Settings
+from promptyoself.delivery.service import drain_once
+from promptyoself.deps import Deps
+from promptyoself.store.memory import MemoryDeliveryStore
+from promptyoself.targets.base import Found, Occurrence
+
+T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """The engine's clock, moved by the test (``clock.now = ...``)."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def memory_deps(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
+    """``Deps`` on the memory store with ``clock``: quick retries, a 30 s lease, settings as given."""
+    mem = MemoryDeliveryStore()
+    values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
+                              "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
+                              "executor_interval": 0.05, **settings}
+    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
+    mem.day = deps.budget_day  # claims count the budget day, as Deps wires the database's store
+    return deps, mem
+
+
+def drain(deps: Deps) -> list[Any]:
+    """What is due now, delivered through the engine's one entry point (``drain_once``)."""
+    return drain_once(deps, budget=20)
+
+
+class Recording:
+    """A fake target's common half: ``received`` (occurrence ids, in order) is what ``lookup`` finds;
+    it probes ready and closes at once. A test's target adds ``name`` and ``send``."""
+
+    received: list[str]
+
+    async def lookup(self, occ: Occurrence) -> Found:
+        return Found("found" if occ.occurrence_id in self.received else "absent")
+
+    async def probe(self) -> None:
+        return None
+
+    def readiness(self) -> str:
+        return "ready"
+
+    async def aclose(self) -> None:
+        return None

@@ -54,7 +54,8 @@ HEALTH_VERDICTS = {"ok", "degraded", "down"}
 TOOLS = (
     "promptyoself_schedule_time", "promptyoself_schedule_cron", "promptyoself_schedule_every",
     "promptyoself_list", "promptyoself_cancel", "promptyoself_pause", "promptyoself_resume",
-    "promptyoself_set_overlap", "promptyoself_history", "promptyoself_execute", "promptyoself_executor_status",
+    "promptyoself_set_overlap", "promptyoself_history", "promptyoself_budget", "promptyoself_execute",
+    "promptyoself_executor_status",
     "promptyoself_test",
     "promptyoself_targets",
     "promptyoself_agents", "promptyoself_upload", "promptyoself_inference_diagnostics",

@@ -25,10 +25,10 @@ PASS_THROUGH = {"mcp_server_id", "mcp_server_name", "request_heartbeat", "heartb
 CONTRACT: dict[str, set[str]] = {
     "promptyoself_schedule_time": {"prompt", "time", "agent_id", "timezone", "skip_validation", "idempotency_key",
                                    "catch_up", "max_per_day", "target", "target_options", "conversation_id", "endpoint",
-                                   "session_id", "cwd"},
+                                   "session_id", "cwd", "overlap"},
     "promptyoself_schedule_cron": {"prompt", "cron", "agent_id", "timezone", "skip_validation", "idempotency_key",
                                    "catch_up", "max_per_day", "target", "target_options", "conversation_id", "endpoint",
-                                   "session_id", "cwd"},
+                                   "session_id", "cwd", "overlap"},
     "promptyoself_schedule_every": {
         "prompt",
         "every",
@@ -46,6 +46,7 @@ CONTRACT: dict[str, set[str]] = {
         "endpoint",
         "session_id",
         "cwd",
+        "overlap",
     },
     "promptyoself_list": {"agent_id", "include_cancelled", "limit", "offset"},
     "promptyoself_cancel": {"schedule_id"},

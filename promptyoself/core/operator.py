@@ -599,7 +599,7 @@ def _view(row: ListedSchedule, deliveries: Iterable[DeliveryRow]) -> ScheduleVie
     overlap policy (issue 43), its next runs and its last deliveries."""
     record = schedule_record(row)
     rule = record["description"] + (f", at most {row.max_per_day} a day" if row.max_per_day else "")
-    if "overlap" in record and "overlap" not in record["description"]:
-        rule += f"; overlap {record['overlap']}"
+    if record.get("overlap", "allow") != "allow" and "overlap" not in record["description"]:
+        rule += f"; overlap {record['overlap']}"  # allow (sent anyway) is the plain case, not said
     return {"schedule": record, "max_per_day": row.max_per_day, "rule": rule, "upcoming": record["upcoming"],
             "deliveries": [delivery_record(d) for d in deliveries]}

@@ -183,19 +183,12 @@ class MemoryDeliveryStore:
 
     def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
                schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
+        key, value = ("schedule_id", schedule_id) if schedule_id is not None else ("agent_id", agent_id)
         with self._lock:
-            mine = [h for h in self.history
-                    if (h["schedule_id"] == schedule_id if schedule_id is not None else h["agent_id"] == agent_id)]
-        delivered = min(cap, sum(1 for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= since))
-        unannounced = 0
-        for h in reversed(mine[-NOTICE_WINDOW:]):
-            if h["outcome"] == "delivered":
-                break
-            unannounced += h["outcome"] == "over_budget"
-        spent = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= since
-                 and (until is None or h["attempted_at"] <= until)] if spend and schedule_id is None else []
-        return Recent(delivered, unannounced, sum(h.get("tokens") or 0 for h in spent),
-                      sum(h.get("cost_usd") or 0.0 for h in spent))
+            mine = [h for h in self.history if h[key] == value]
+        today = [h for h in mine if h["outcome"] == "delivered" and h["attempted_at"] >= since]
+        tokens, cost = _spent(today, until) if spend and key == "agent_id" else (0, 0.0)
+        return Recent(min(cap, len(today)), _unannounced(mine), tokens, cost)
 
     def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
         with self._lock:
@@ -298,3 +291,19 @@ class MemoryDeliveryStore:
             a = self.alerts[alert_id]
             a.update(send_state="pending" if retry_at is not None else "failed", next_send_at=retry_at,
                      sending_until=None, send_error=error[:500], send_attempts=a["send_attempts"] + 1)
+
+
+def _unannounced(history: list[dict[str, Any]]) -> int:
+    """``over_budget`` rows since the newest delivered one (within ``NOTICE_WINDOW``)."""
+    count = 0
+    for h in reversed(history[-NOTICE_WINDOW:]):
+        if h["outcome"] == "delivered":
+            break
+        count += h["outcome"] == "over_budget"
+    return count
+
+
+def _spent(delivered: list[dict[str, Any]], until: datetime | None) -> tuple[int, float]:
+    """The tokens and USD the receipts of ``delivered`` reported, up to ``until``."""
+    rows = [h for h in delivered if until is None or h["attempted_at"] <= until]
+    return sum(h.get("tokens") or 0 for h in rows), sum(h.get("cost_usd") or 0.0 for h in rows)

@@ -20,7 +20,7 @@ from promptyoself.delivery import service
 from promptyoself.delivery.engine import Engine
 from promptyoself.delivery.in_service import Resident
 from promptyoself.delivery.worker import run_worker
-from tests.test_engine_memory import Clock, deps_for
+from tests.engine_kit import Clock, memory_deps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_every_way_of_delivering_runs_engine_run(tmp_path: Path, ran: list[str]) -> None:
-    deps, _ = deps_for(tmp_path, Clock(), executor_autostart=True, executor_mode="embedded")
+    deps, _ = memory_deps(tmp_path, Clock(), executor_autostart=True, executor_mode="embedded")
 
     assert service.drain_once(deps) == []  # promptyoself execute
     service.run_foreground(deps, interval=None)  # promptyoself execute --loop
@@ -78,7 +78,7 @@ def test_nothing_but_the_engine_starts_a_task_group_or_an_event_loop_of_delivery
 
 
 def test_an_engine_runs_once_and_close_ends_one_that_never_ran(tmp_path: Path) -> None:
-    deps, _ = deps_for(tmp_path, Clock())
+    deps, _ = memory_deps(tmp_path, Clock())
     ex = Engine(deps, role="test")
     assert ex.running  # from its creation: a write before its loop gets to run sees this process delivering
     ex.request_stop()

@@ -25,13 +25,13 @@ from promptyoself.deps import Deps
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.store.memory import MemoryDeliveryStore
 from promptyoself.targets import registry
-from promptyoself.targets.base import EXCERPT_BYTES, Fence, Found, Occurrence, PendingReceipt, Receipt, Sent
+from promptyoself.targets.base import EXCERPT_BYTES, Fence, Occurrence, PendingReceipt, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
 from promptyoself.targets.letta import receipt as letta_receipt
-from tests.engine_kit import T0, Clock, drain, memory_deps
+from tests.engine_kit import T0, Clock, Recording, drain, memory_deps
 
 
-class ReceiptTarget:
+class ReceiptTarget(Recording):
     """Answers each send with ``give`` (a receipt, or None for none); ``later`` is what its
     ``receipt`` answers for a pending one (None: still pending); ``hang``: ``receipt`` never answers."""
 
@@ -41,7 +41,7 @@ class ReceiptTarget:
         self.give: Receipt | None = Receipt(reply="done", steps=2, input_tokens=10, output_tokens=3)
         self.later: Receipt | None = None
         self.hang = False
-        self.sent: list[str] = []
+        self.received: list[str] = []
         self.asked: list[PendingReceipt] = []
         self.down: set[str] = set()
         self._lock = threading.Lock()
@@ -52,26 +52,14 @@ class ReceiptTarget:
         if occ.agent_id in self.down:
             raise TargetUnavailable("down", transient=True, in_doubt=False)
         with self._lock:
-            self.sent.append(occ.occurrence_id)
-        return Sent("test", f"run-{len(self.sent)}", receipt=self.give)
+            self.received.append(occ.occurrence_id)
+        return Sent("test", f"run-{len(self.received)}", receipt=self.give)
 
     async def receipt(self, pending: PendingReceipt) -> Receipt:
         self.asked.append(pending)
         if self.hang:
             await asyncio.Event().wait()
         return self.later or pending.receipt
-
-    async def lookup(self, occ: Occurrence) -> Found:
-        return Found("found" if occ.occurrence_id in self.sent else "absent")
-
-    async def probe(self) -> None:
-        return None
-
-    def readiness(self) -> str:
-        return "ready"
-
-    async def aclose(self) -> None:
-        return None
 
 
 @pytest.fixture

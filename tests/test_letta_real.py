@@ -7,6 +7,7 @@ registration still works next to them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -219,3 +220,27 @@ def test_letta_spawn_per_call_delivers_the_first_prompt_on_time(letta_env: tuple
             http.delete(f"/v1/mcp-servers/{server_id}")
             kill_all(db)
             reap()
+
+
+async def test_the_overlap_busy_check_reads_the_run_of_the_real_server(letta_env: tuple[httpx.Client, str]) -> None:
+    """Issue 43 point 3 against Letta 0.16.8 itself: ``run_running`` (``GET /v1/runs/{id}``) says a run of
+    the asynchronous route has not finished until it has, then that it has; a run the server does not
+    have is not running."""
+    from promptyoself.letta.client import AsyncLettaClient
+
+    http, agent = letta_env
+    run = http.post(f"/v1/agents/{agent}/messages/async",
+                    json={"messages": [{"role": "user", "content": "hello"}]}).json()
+    client = AsyncLettaClient(LETTA, connections=2)
+    try:
+        seen = [await client.run_running(run["id"])]
+        deadline = time.monotonic() + 60
+        while seen[-1] and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            seen.append(await client.run_running(run["id"]))
+        assert seen[-1] is False, seen  # finished: the next occurrence is not held
+        final = http.get(f"/v1/runs/{run['id']}").json()["status"]
+        assert final == "completed", final
+        assert await client.run_running(f"run-{uuid.uuid4()}") is False
+    finally:
+        await client.aclose()

@@ -66,29 +66,23 @@ def unclaimed(store: Store, now: datetime) -> Unclaimed:
     """Due occurrences no claim holds whose agent has no live claim: what waits for a send slot
     (issue 42), not for its agent's previous prompt nor for a retry's backoff (``due_at`` in the
     future). The oldest is found through the ``(state, due_at)`` index and stops at the first row."""
-    busy = Schedule.__table__.alias("busy")
-    free = ~select(busy.c.id).where(busy.c.agent_id == Schedule.agent_id, busy.c.claimed_by.is_not(None),
-                                    busy.c.claim_until >= now).exists()
-    where = (Schedule.state == "active", Schedule.due_at <= now,
-             (Schedule.claimed_by.is_(None)) | (Schedule.claim_until < now), free)
-    with store.session() as s:
-        first = s.execute(select(Schedule.due_at, Schedule.target).where(*where)
-                          .order_by(Schedule.due_at).limit(1)).first()
-        if first is None:
-            return Unclaimed(0, None, None)
-        count = s.execute(select(func.count()).select_from(Schedule).where(*where)).scalar_one()
-    return Unclaimed(int(count), _aware(first[0]), str(first[1]))
+    return _due_unheld(store, now, agent_busy=False)
 
 
 def queued(store: Store, now: datetime) -> Unclaimed:
     """Due occurrences no claim holds whose agent has a live claim (on another of its schedules): what
     waits for its own agent's previous prompt, one message at a time per agent (issue 42 finding 15).
     The count, the earliest ``due_at`` among them and that occurrence's target."""
+    return _due_unheld(store, now, agent_busy=True)
+
+
+def _due_unheld(store: Store, now: datetime, *, agent_busy: bool) -> Unclaimed:
+    """Due occurrences no claim holds, of agents that hold a live claim (``agent_busy``) or not."""
     busy = Schedule.__table__.alias("busy")
     held = select(busy.c.id).where(busy.c.agent_id == Schedule.agent_id, busy.c.claimed_by.is_not(None),
                                    busy.c.claim_until >= now).exists()
     where = (Schedule.state == "active", Schedule.due_at <= now,
-             (Schedule.claimed_by.is_(None)) | (Schedule.claim_until < now), held)
+             (Schedule.claimed_by.is_(None)) | (Schedule.claim_until < now), held if agent_busy else ~held)
     with store.session() as s:
         first = s.execute(select(Schedule.due_at, Schedule.target).where(*where)
                           .order_by(Schedule.due_at).limit(1)).first()

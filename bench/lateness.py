@@ -18,6 +18,7 @@ their own that is dropped afterwards. Run alone: ``python -m bench.lateness [--l
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -126,7 +127,8 @@ def write_just_in_time(core: Any, agents: list[str], count: int, span: float, le
             due = now + timedelta(seconds=0.02)
             behind += 1
         text = f"bench-{i:05d}"
-        made = core.schedule_time(text, due.isoformat(), agent_id=agents[i % len(agents)], skip_validation=True)
+        made = asyncio.run(core.scheduling.schedule_time(text, due.isoformat(), agent_id=agents[i % len(agents)],
+                                                         skip_validation=True))
         due_by_text[text] = datetime.fromisoformat(made["next_run"])
     return due_by_text, behind
 

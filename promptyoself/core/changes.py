@@ -24,18 +24,18 @@ def not_found(schedule_id: int) -> NotFound:
     )
 
 
-def change_schedule(deps: Services, schedule_id: int, change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
+async def change_schedule(deps: Services, schedule_id: int,
+                          change: Callable[[ScheduleRow], ScheduleRow]) -> ScheduleRow:
     """Apply ``change`` (it may raise to refuse) to the schedule as it is now, and write the result
     if the schedule did not change meanwhile; else decide again on the new row. NotFound when there
-    is none."""
-    from promptyoself.store import schedules
-
+    is none. Over the store's async verbs (``Deps.deliveries``: SQL or memory)."""
+    store = deps.deliveries
     for _ in range(CHANGE_TRIES):
-        row = schedules.get(deps.store, schedule_id)
+        row = await store.schedule(schedule_id)
         if row is None:
             raise not_found(schedule_id)
         after = change(row)
-        if schedules.replace(deps.store, row, after):
+        if await store.replace_schedule(row, after):
             return after
     raise DatabaseUnavailable(f"Schedule {schedule_id} kept changing while it was being changed "
                               f"({CHANGE_TRIES} tries); try again.")

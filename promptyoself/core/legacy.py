@@ -271,13 +271,14 @@ def import_legacy(
     ``unified_reminders`` table raises InvalidArgument.
     """
     from promptyoself.store import schedules
+    from promptyoself.store.policy import load
 
     file = _legacy_file(path)
     rows = read_reminders(file, _shown(path))
 
     now = core.now()
     store = core.store
-    limit = core.operator.policy(now).max_active_per_agent
+    limit = load(store, core.settings, now).max_active_per_agent  # the database's policy (an import is SQL only)
     live: dict[str, int] = {}
     imported_ids: list[int] = []
     errors: list[LegacyRowError] = []

@@ -190,11 +190,11 @@ class LettaSchedules:
 
     # ---- create -------------------------------------------------------------------------------
 
-    def create(self, agent_id: str, body: object, *, by_agent: bool = False) -> LettaScheduleCreated:
+    async def create(self, agent_id: str, body: object, *, by_agent: bool = False) -> LettaScheduleCreated:
         """``by_agent``: the caller holds an agent token, not the operator's: it may not name a URL that
         Letta would fetch with this service's credentials (``URL_FIELDS``: 403 ``forbidden``)."""
-        from promptyoself.core.operations import Plan
         from promptyoself.core.options import ScheduleOptions
+        from promptyoself.core.scheduling import Plan
 
         if not isinstance(body, dict):
             raise InvalidArgument("The body must be a JSON object with 'schedule' and 'messages'.")
@@ -253,7 +253,7 @@ class LettaSchedules:
                 f"{core.settings.max_payload_bytes} (PROMPTYOSELF_MAX_PAYLOAD_BYTES). Send smaller images or less text."
             )
         plan = Plan(plan.schedule_type, plan.value, plan.tz, plan.next_run, plan.message, letta_payload=stored)
-        created = core._create(text, plan, ScheduleOptions(agent_id=agent_id), now)
+        created = await core.scheduling._create(text, plan, ScheduleOptions(agent_id=agent_id), now)
         return {"id": str(created["id"]), "next_scheduled_at": created["next_run"]}
 
     # ---- read ---------------------------------------------------------------------------------
@@ -274,12 +274,12 @@ class LettaSchedules:
         out = [self._record(r) for r in rows[:lim]]
         return {"has_next_page": len(rows) > lim, "scheduled_messages": out}
 
-    def retrieve(self, agent_id: str, scheduled_message_id: object) -> LettaScheduledMessage:
-        return self._record(self._live(agent_id, scheduled_message_id))
+    async def retrieve(self, agent_id: str, scheduled_message_id: object) -> LettaScheduledMessage:
+        return self._record(await self._live(agent_id, scheduled_message_id))
 
-    def delete(self, agent_id: str, scheduled_message_id: object) -> LettaScheduleDeleted:
-        sid = self._live(agent_id, scheduled_message_id).id
-        self.core.cancel(sid)
+    async def delete(self, agent_id: str, scheduled_message_id: object) -> LettaScheduleDeleted:
+        sid = (await self._live(agent_id, scheduled_message_id)).id
+        await self.core.scheduling.cancel(sid)
         return {"success": True}
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -293,11 +293,9 @@ class LettaSchedules:
                 raise NotFound(f"No scheduled message with id {value!r}.") from None
             raise InvalidArgument(f"after must be a scheduled message id, got {value!r}.") from None
 
-    def _live(self, agent_id: str, scheduled_message_id: object) -> ScheduleRow:
-        from promptyoself.store import schedules
-
+    async def _live(self, agent_id: str, scheduled_message_id: object) -> ScheduleRow:
         sid = self._id(scheduled_message_id)
-        row = schedules.get(self.core.store, sid)
+        row = await self.core.deliveries.schedule(sid)
         if row is None or row.agent_id != agent_id or row.letta_payload is None or row.state not in LIVE_STATES:
             raise NotFound(f"No scheduled message {scheduled_message_id} for agent {agent_id}.")
         return row

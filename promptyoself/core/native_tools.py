@@ -263,16 +263,15 @@ def uninstall(core: Core, *, agent_ids: list[str] | None, all_agents: bool) -> N
             "deleted": all_agents}
 
 
-def cancel_own(core: Core, schedule_id: int, agent_id: str | None) -> CancelResult:
+async def cancel_own(core: Core, schedule_id: int, agent_id: str | None) -> CancelResult:
     """``cancel``, refused (404) when ``agent_id`` is given and the schedule is another agent's."""
     from promptyoself.errors import NotFound
-    from promptyoself.store import schedules
 
     if agent_id:
-        row = schedules.get(core.store, schedule_id)
+        row = await core.deliveries.schedule(schedule_id)
         if row is None or row.agent_id != agent_id:
             raise NotFound(f"No schedule {schedule_id} of agent {agent_id}.")
-    return core.cancel(schedule_id)
+    return await core.scheduling.cancel(schedule_id)
 
 
 def _token_source(core: Core) -> str:

@@ -10,6 +10,7 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -270,16 +271,15 @@ class Operator:
 
     # ---- the guardrails ---------------------------------------------------------------------
 
-    def policy(self, now: datetime | None = None) -> Policy:
+    async def policy(self, now: datetime | None = None) -> Policy:
         """The operator's policy as stored in the database (``store/policy.py``): what every writer
-        enforces; this process's environment only seeds a value nobody set yet."""
-        from promptyoself.store.policy import load
+        enforces; this process's environment only seeds a value nobody set yet. Read through the
+        store's async verbs (``Deps.deliveries``; a memory store holds its settings' values)."""
+        return await self.deps.deliveries.policy(self.deps.settings, now or self.deps.now())
 
-        return load(self.deps.store, self.deps.settings, now or self.deps.now())
-
-    def guardrail_settings(self) -> GuardrailSettings:
+    async def guardrail_settings(self) -> GuardrailSettings:
         now = self.deps.now()
-        p = self.policy(now)
+        p = await self.policy(now)
         return {
             "max_deliveries_per_agent_per_day": p.max_deliveries_per_agent_per_day,
             "max_schedules_per_agent_per_hour": p.max_schedules_per_agent_per_hour,
@@ -291,27 +291,26 @@ class Operator:
             "budget_day_started": iso(timing.day_start(now, self.deps.settings.timezone)),
         }
 
-    def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
+    async def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
         """The limits, and (for one agent) how much of them it used: what ``list`` and ``history`` show."""
-        out: dict[str, object] = dict(self.guardrail_settings())
+        out: dict[str, object] = dict(await self.guardrail_settings())
         if agent_id:
-            out["usage"] = self.agent_usage(agent_id)
+            out["usage"] = await self.agent_usage(agent_id)
         return out
 
-    def agent_usage(self, agent_id: str) -> AgentUsage:
+    async def agent_usage(self, agent_id: str) -> AgentUsage:
         """How much of its budgets the agent has used today (one indexed read of its newest history rows,
         with its receipts' tokens and USD of the day, and one of its newest schedules)."""
-        from promptyoself.store.operator import created_since, recent
         from promptyoself.store.records import DayCount, cost_hold
 
         now = self.deps.now()
-        p = self.policy(now)
+        p = await self.policy(now)
         tz = self.deps.settings.timezone
         budget = p.max_deliveries_per_agent_per_day or None
         since = timing.day_start(now, tz)
-        day = recent(self.deps.store, since, budget or 1, agent_id=agent_id, spend=True, until=now)
+        day = await self.deps.deliveries.agent_day(agent_id, since, budget or 1, now)
         hourly = p.max_schedules_per_agent_per_hour or None
-        made = created_since(self.deps.store, agent_id, now - HOUR, CREATED_COUNTED)  # the count, not the limit
+        made = await self.deps.deliveries.created_since(agent_id, now - HOUR, CREATED_COUNTED)  # the count
         tokens, usd = p.max_tokens_per_agent_per_day or None, p.max_cost_usd_per_agent_per_day or None
         cost = round(day.cost_usd_today, 6)
         held: str | None = None
@@ -338,14 +337,14 @@ class Operator:
             "held_by": held,
         }
 
-    def budget(self, agent_id: str) -> BudgetResult:
+    async def budget(self, agent_id: str) -> BudgetResult:
         """An agent's budgets of today (deliveries, tokens, USD), what it used and what is left, and
         when they reset: what ``promptyoself_budget`` answers the agent."""
         now = self.deps.now()
         tz = self.deps.settings.timezone
         start = timing.day_start(now, tz)
         resets = timing.day_start(start + DAY + timedelta(hours=3), tz)  # the next midnight, DST or not
-        usage = self.agent_usage(agent_id)
+        usage = await self.agent_usage(agent_id)
         parts = []
         for used, cap, left, what in (
                 (usage["delivered_today"], usage["daily_budget"], usage["budget_left"], "prompts delivered"),
@@ -358,7 +357,7 @@ class Operator:
         return {"status": "success", "agent_id": agent_id, "day_started": iso(start), "resets_at": iso(resets),
                 "budget_timezone": tz.key, "usage": usage, "message": said}
 
-    def approval_needed(self, policy: Policy, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo,
+    async def approval_needed(self, policy: Policy, agent_id: str, schedule_type: str, value: str, tz: ZoneInfo,
                         first: datetime, now: datetime, anchor: datetime | None = None) -> Approval:
         """Why a new schedule must wait for an operator's approval (the reply's note), or None; and
         when the agent's other rules were read to decide, which (``rules_seen``: the insert checks, in
@@ -382,7 +381,7 @@ class Operator:
                             "pending_approval until an operator approves it.", None)
         allowed = DAY / below
         total = runs_per_day(schedule_type, value, tz, first, anchor)
-        rules = self._live_rules(agent_id)
+        rules = await self._live_rules(agent_id)
         for row in [None, *rules]:
             total += 0.0 if row is None else self._rate_of(row, now)
             if total > allowed + 1e-9:
@@ -392,10 +391,10 @@ class Operator:
                     "in state pending_approval until an operator approves it.", None)
         return Approval(None, (len(rules), max((r.id for r in rules), default=0)))
 
-    def _live_rules(self, agent_id: str) -> list[ScheduleRow]:
-        from promptyoself.store.schedules import RULE_STATES, recurring_of
+    async def _live_rules(self, agent_id: str) -> list[ScheduleRow]:
+        from promptyoself.store.schedules import RULE_STATES
 
-        return recurring_of(self.deps.store, agent_id, RULE_STATES)
+        return await self.deps.deliveries.recurring_of(agent_id, RULE_STATES)
 
     @staticmethod
     def _rate_of(row: ScheduleRow, now: datetime) -> float:
@@ -424,7 +423,7 @@ class Operator:
         and whether this process's environment asks for another value (ignored)."""
         from promptyoself.store import policy as stored
 
-        p = self.policy()
+        p = stored.load(self.deps.store, self.deps.settings, self.deps.now())  # the database's (sync, operator only)
         mine = stored.seeds(self.deps.settings)
         values: dict[str, int | float | str | None] = {}
         entries: list[PolicyEntryView] = []
@@ -477,16 +476,16 @@ class Operator:
 
     # ---- operator actions -------------------------------------------------------------------
 
-    def _operator_change(self, schedule_id: object, change: Callable[[ScheduleRow, datetime], ScheduleRow],
+    async def _operator_change(self, schedule_id: object, change: Callable[[ScheduleRow, datetime], ScheduleRow],
                          message: str) -> StateResult:
         sid = parse_schedule_id(schedule_id)
         now = self.deps.now()
-        row = change_schedule(self.deps, sid, lambda r: change(r, now))
+        row = await change_schedule(self.deps, sid, lambda r: change(r, now))
         self.deps.changed()
         return {"status": "success", "id": row.id, "state": row.state, "next_run": iso(row.next_run),
                 "message": message.format(id=sid)}
 
-    def approve(self, schedule_id: object) -> StateResult:
+    async def approve(self, schedule_id: object) -> StateResult:
         """Let a schedule that waits for approval run (its missed slots skipped, like ``resume``)."""
 
         def change(row: ScheduleRow, now: datetime) -> ScheduleRow:
@@ -499,9 +498,9 @@ class Operator:
                 nxt = timing.next_run_after(row.schedule_type, row.schedule_value, tz, after=now, anchor=row.anchor)
             return replace(row, state="active", next_run=nxt, due_at=nxt, attempt=0, updated_at=now)
 
-        return self._operator_change(schedule_id, change, "Approved schedule {id}; it is active.")
+        return await self._operator_change(schedule_id, change, "Approved schedule {id}; it is active.")
 
-    def reject(self, schedule_id: object, reason: str | None = None) -> StateResult:
+    async def reject(self, schedule_id: object, reason: str | None = None) -> StateResult:
         """Refuse a schedule that waits for approval: it is cancelled and never delivers; ``reason``
         (default: rejected by an operator) is kept as its ``last_error``."""
 
@@ -511,9 +510,9 @@ class Operator:
                                       "pending_approval can be rejected (use cancel for the others).")
             return replace(row, state="cancelled", due_at=None, last_error=reason or REJECTED, updated_at=now)
 
-        return self._operator_change(schedule_id, change, "Rejected schedule {id}; it is cancelled.")
+        return await self._operator_change(schedule_id, change, "Rejected schedule {id}; it is cancelled.")
 
-    def run_now(self, schedule_id: object) -> StateResult:
+    async def run_now(self, schedule_id: object) -> StateResult:
         """Deliver the schedule's next occurrence now instead of at its time (the slot it fills is that
         next run, so a recurring schedule then continues with the one after)."""
 
@@ -523,7 +522,7 @@ class Operator:
                 raise InvalidArgument(f"Schedule {row.id} is {row.state}; only active schedules can run now.{hint}")
             return replace(row, due_at=now, updated_at=now)
 
-        return self._operator_change(schedule_id, change, "Schedule {id} is due now; delivery has been woken.")
+        return await self._operator_change(schedule_id, change, "Schedule {id} is due now; delivery has been woken.")
 
     # ---- the console's read model -----------------------------------------------------------
 
@@ -572,15 +571,15 @@ class Operator:
 
         return sorted(agents_by_state(self.deps.store))
 
-    def console_agents(self, limit: int = 100, offset: int = 0) -> tuple[list[AgentSummary], int]:
+    async def console_agents(self, limit: int = 100, offset: int = 0) -> tuple[list[AgentSummary], int]:
         """A page of the agents with schedules (by id): each one's schedules by state and its budgets'
         use today; and how many agents there are."""
         from promptyoself.store.operator import agents_by_state
 
-        every = sorted(agents_by_state(self.deps.store).items())
+        every = sorted((await asyncio.to_thread(agents_by_state, self.deps.store)).items())
         page = every[offset:offset + limit]
-        return [{"agent_id": agent, "states": states, "usage": self.agent_usage(agent)} for agent, states in page], len(
-            every)
+        return [{"agent_id": agent, "states": states, "usage": await self.agent_usage(agent)}
+                for agent, states in page], len(every)
 
     def console_schedule(self, schedule_id: object) -> ScheduleView:
         """One schedule as the console shows it (NotFound when there is none)."""

@@ -44,9 +44,10 @@ def count_send(core: Core, method: str, path: str) -> None:
     if method.upper() != "POST":
         return
     from promptyoself.store.passthrough import BudgetReached, record_send
+    from promptyoself.store.policy import load
 
     now = core.now()
-    budget = core.operator.policy(now).max_deliveries_per_agent_per_day
+    budget = load(core.store, core.settings, now).max_deliveries_per_agent_per_day  # the database's (SQL only)
     found = AGENT_SEND.match(path)
     if found is None:
         if budget and OTHER_SEND.match(path):

@@ -12,11 +12,13 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from promptyoself.faces.serve_args import add_serve_arguments
 from promptyoself.limits import MAX_LIMIT, MAX_MAX_REPETITIONS, MAX_PER_DAY
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # logging and zoneinfo are imported where used: --help and a relayed call need neither
     from zoneinfo import ZoneInfo
@@ -343,6 +345,14 @@ def want_json(args: argparse.Namespace) -> bool:
 # ---- commands ---------------------------------------------------------------------------------
 
 
+def awaited(call: Coroutine[Any, Any, T]) -> T:
+    """A command's one call into the core's async operations, run to its end (``asyncio.run``, imported
+    here: ``--help`` and usage errors stay on the parser's imports)."""
+    import asyncio
+
+    return asyncio.run(call)
+
+
 def _schedule(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     return _with_delivery(core, _schedule_only(core, a))
 
@@ -374,11 +384,13 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.target_option:
         values["target_options"] = dict(a.target_option)
     options = ScheduleOptions.of(values)
+    scheduling = core.scheduling
     if a.time is not None:
-        return dict(core.schedule_time(a.prompt, a.time, options))
+        return dict(awaited(scheduling.schedule_time(a.prompt, a.time, options)))
     if a.cron is not None:
-        return dict(core.schedule_cron(a.prompt, a.cron, options))
-    return dict(core.schedule_every(a.prompt, a.every, options, start_at=a.start_at, max_repetitions=a.max_repetitions))
+        return dict(awaited(scheduling.schedule_cron(a.prompt, a.cron, options)))
+    return dict(awaited(scheduling.schedule_every(a.prompt, a.every, options, start_at=a.start_at,
+                                                  max_repetitions=a.max_repetitions)))
 
 
 def _health(core: Core) -> dict[str, Any]:
@@ -504,16 +516,16 @@ def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 COMMANDS: dict[str, Run] = {
     "schedule": _schedule,
-    "list": lambda c, a: dict(
-        c.list_schedules(agent_id=a.agent_id, include_cancelled=a.include_cancelled, limit=a.limit, offset=a.offset)
-    ),
-    "cancel": lambda c, a: dict(c.cancel(a.id)),
-    "pause": lambda c, a: dict(c.pause(a.id)),
-    "resume": lambda c, a: _with_delivery(c, dict(c.resume(a.id))),
-    "approve": lambda c, a: _with_delivery(c, dict(c.operator.approve(a.id))),
-    "reject": lambda c, a: dict(c.operator.reject(a.id)),
-    "overlap": lambda c, a: dict(c.set_overlap(a.id, a.policy)),
-    "history": lambda c, a: dict(c.history(schedule_id=a.schedule_id, agent_id=a.agent_id, limit=a.limit)),
+    "list": lambda c, a: dict(awaited(c.scheduling.list_schedules(
+        agent_id=a.agent_id, include_cancelled=a.include_cancelled, limit=a.limit, offset=a.offset))),
+    "cancel": lambda c, a: dict(awaited(c.scheduling.cancel(a.id))),
+    "pause": lambda c, a: dict(awaited(c.scheduling.pause(a.id))),
+    "resume": lambda c, a: _with_delivery(c, dict(awaited(c.scheduling.resume(a.id)))),
+    "approve": lambda c, a: _with_delivery(c, dict(awaited(c.operator.approve(a.id)))),
+    "reject": lambda c, a: dict(awaited(c.operator.reject(a.id))),
+    "overlap": lambda c, a: dict(awaited(c.scheduling.set_overlap(a.id, a.policy))),
+    "history": lambda c, a: dict(awaited(c.scheduling.history(schedule_id=a.schedule_id, agent_id=a.agent_id,
+                                                              limit=a.limit))),
     "execute": _execute,
     "worker": _worker,
     "test": lambda c, a: dict(c.agents.test_connection()),

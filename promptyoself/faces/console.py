@@ -365,7 +365,7 @@ class Console:
             offset = max(int(request.query_params.get("offset") or 0), 0)
         except ValueError:
             offset = 0
-        agents, total = await run_in_threadpool(self.core.operator.console_agents, AGENTS_PAGE, offset)
+        agents, total = await self.core.operator.console_agents(AGENTS_PAGE, offset)
         context.update(agents=agents, total=total, offset=offset, page=AGENTS_PAGE)
         return self.page(request, "agents.html", context)
 
@@ -375,9 +375,9 @@ class Console:
         try:
             listed = await run_in_threadpool(self.core.operator.console_schedules, agent_id=agent, state="all",
                                              limit=PAGE)
-            usage = await run_in_threadpool(self.core.operator.agent_usage, agent)
+            usage = await self.core.operator.agent_usage(agent)
             today = await run_in_threadpool(self.core.operator.today, agent)
-            hist = await run_in_threadpool(self.core.history, agent_id=agent, limit=20)
+            hist = await self.core.scheduling.history(agent_id=agent, limit=20)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
         context.update(agent=agent, listed=listed, usage=usage, agent_today=today, history=hist["deliveries"])
@@ -428,11 +428,11 @@ class Console:
         if action == "cancel" and form.get("confirm") != "yes":
             return RedirectResponse(f"/console/schedules/{sid}/cancel?" + urlencode({"back": back}), status_code=303)
         core = self.core
-        call: Callable[[object], Any] = {"pause": core.pause, "resume": core.resume, "run": core.operator.run_now,
-                                         "cancel": core.cancel, "approve": core.operator.approve,
-                                         "reject": core.operator.reject}[action]
+        call: Callable[[object], Awaitable[Any]] = {
+            "pause": core.scheduling.pause, "resume": core.scheduling.resume, "run": core.operator.run_now,
+            "cancel": core.scheduling.cancel, "approve": core.operator.approve, "reject": core.operator.reject}[action]
         try:
-            result = await run_in_threadpool(call, sid)
+            result = await call(sid)
         except PromptYoSelfError as exc:
             return self._redirect(request, back, f"error: {exc.message}")
         log.info("console: %s schedule %s", action, sid)

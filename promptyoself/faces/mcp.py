@@ -445,12 +445,12 @@ def with_options(fn: F) -> F:
     ]
     signature = inspect.Signature([*own, *flat, *injected], return_annotation=hints.get("return"))
 
-    def flat_tool(*args: Any, **kwargs: Any) -> Any:
+    async def flat_tool(*args: Any, **kwargs: Any) -> Any:
         given = signature.bind(*args, **kwargs)
         given.apply_defaults()
         values = dict(given.arguments)
         options = ScheduleOptions.of({name: values.pop(name) for name in OPTION_NAMES})
-        return fn(**values, options=options)
+        return await fn(**values, options=options)
 
     flat_tool.__name__, flat_tool.__qualname__ = fn.__name__, fn.__qualname__
     flat_tool.__module__, flat_tool.__doc__ = fn.__module__, fn.__doc__
@@ -498,7 +498,7 @@ NewDefaultAgent = Annotated[str | None, Field(description="Agent id; null clears
 
 @tool(open_world=True)
 @with_options
-def promptyoself_schedule_time(
+async def promptyoself_schedule_time(
     prompt: Prompt,
     time: When,
     *,
@@ -507,12 +507,12 @@ def promptyoself_schedule_time(
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a one-time prompt to be delivered to the agent at `time` (outlives the session, unlike CronCreate)."""
-    return core.schedule_time(prompt, time, options, ctx=call)
+    return await core.scheduling.schedule_time(prompt, time, options, ctx=call)
 
 
 @tool(open_world=True)
 @with_options
-def promptyoself_schedule_cron(
+async def promptyoself_schedule_cron(
     prompt: Prompt,
     cron: CronRule,
     *,
@@ -521,12 +521,12 @@ def promptyoself_schedule_cron(
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a recurring prompt on a rule (words, RFC 5545 RRULE or cron), in an IANA timezone (DST-safe)."""
-    return core.schedule_cron(prompt, cron, options, ctx=call)
+    return await core.scheduling.schedule_cron(prompt, cron, options, ctx=call)
 
 
 @tool(open_world=True)
 @with_options
-def promptyoself_schedule_every(
+async def promptyoself_schedule_every(
     prompt: Prompt,
     every: Every,
     start_at: StartAt = None,
@@ -537,11 +537,12 @@ def promptyoself_schedule_every(
     call: TheCall,
 ) -> ScheduleResult:
     """Schedule a prompt at a fixed rate: run k is at start_at + k*every (no drift)."""
-    return core.schedule_every(prompt, every, options, start_at=start_at, max_repetitions=max_repetitions, ctx=call)
+    return await core.scheduling.schedule_every(prompt, every, options, start_at=start_at,
+                                                max_repetitions=max_repetitions, ctx=call)
 
 
 @tool(read_only=True)
-def promptyoself_list(
+async def promptyoself_list(
     agent_id: AgentId = None,
     include_cancelled: Annotated[
         bool, Field(description="Also list cancelled, completed and failed schedules.")
@@ -553,31 +554,31 @@ def promptyoself_list(
     call: TheCall,
 ) -> ListResult:
     """List schedules (the inferred agent's, or every agent's when none is inferable)."""
-    return core.list_schedules(
+    return await core.scheduling.list_schedules(
         agent_id=agent_id, include_cancelled=include_cancelled, limit=limit, offset=offset, ctx=call
     )
 
 
 @tool(destructive=True, idempotent=True)
-def promptyoself_cancel(schedule_id: ScheduleId, *, core: TheCore) -> CancelResult:
+async def promptyoself_cancel(schedule_id: ScheduleId, *, core: TheCore) -> CancelResult:
     """Cancel a schedule. Cancelling twice succeeds (already_cancelled=true)."""
-    return core.cancel(schedule_id)
+    return await core.scheduling.cancel(schedule_id)
 
 
 @tool(idempotent=True)
-def promptyoself_pause(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
+async def promptyoself_pause(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
     """Pause a schedule; nothing is delivered until it is resumed."""
-    return core.pause(schedule_id)
+    return await core.scheduling.pause(schedule_id)
 
 
 @tool(idempotent=True)
-def promptyoself_resume(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
+async def promptyoself_resume(schedule_id: ScheduleId, *, core: TheCore) -> StateResult:
     """Resume a paused schedule; recurring ones continue at their next future slot."""
-    return core.resume(schedule_id)
+    return await core.scheduling.resume(schedule_id)
 
 
 @tool(idempotent=True)
-def promptyoself_set_overlap(
+async def promptyoself_set_overlap(
     schedule_id: ScheduleId,
     overlap: Annotated[OverlapPolicy, Field(description=(
         "'skip' (an occurrence due while the schedule's previous turn still runs is recorded skipped), 'queue' "
@@ -586,11 +587,11 @@ def promptyoself_set_overlap(
     core: TheCore,
 ) -> OverlapResult:
     """Change a schedule's overlap policy (what happens to a run due while its previous turn still runs)."""
-    return core.set_overlap(schedule_id, overlap)
+    return await core.scheduling.set_overlap(schedule_id, overlap)
 
 
 @tool(read_only=True)
-def promptyoself_history(
+async def promptyoself_history(
     schedule_id: Annotated[Whole | str | None, Field(description="Only this schedule's deliveries.")] = None,
     agent_id: AgentId = None,
     limit: Annotated[Whole, Field(description="Rows, newest first, 1-500.")] = 20,
@@ -599,11 +600,11 @@ def promptyoself_history(
     call: TheCall,
 ) -> HistoryResult:
     """Delivery attempts, newest first: outcome, attempt, Letta run id, error, lateness."""
-    return core.history(schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call)
+    return await core.scheduling.history(schedule_id=schedule_id, agent_id=agent_id, limit=limit, ctx=call)
 
 
 @tool(read_only=True)
-def promptyoself_budget(
+async def promptyoself_budget(
     agent_id: AgentId = None,
     *,
     core: TheCore,
@@ -611,7 +612,7 @@ def promptyoself_budget(
 ) -> BudgetResult:
     """Your budgets today: prompts delivered, tokens and USD your turns reported, what is left of each
     and when they reset. When one is spent, your next prompts are held (recorded over_budget)."""
-    return core.budget(agent_id=agent_id, ctx=call)
+    return await core.scheduling.budget(agent_id=agent_id, ctx=call)
 
 
 @tool()

@@ -128,10 +128,10 @@ class AskApproval(Middleware):
         sid = made["id"]
         try:
             if answer == APPROVE:
-                done: Any = await anyio.to_thread.run_sync(core.operator.approve, sid)
+                done: Any = await core.operator.approve(sid)
                 said = f"Schedule {sid} was approved in your client; it is active."
             else:
-                done = await anyio.to_thread.run_sync(core.operator.reject, sid, DENIED)
+                done = await core.operator.reject(sid, DENIED)
                 said = f"Schedule {sid} was denied in your client; it is cancelled and never runs."
         except Exception as exc:  # changed meanwhile (the console answered first): report what it is
             log.info("schedule %s: recording the client's answer failed: %s", sid, exc)

@@ -29,6 +29,7 @@ Operator routes: ``GET``/``PUT /api/policy`` (the guardrails every writer enforc
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from typing import TYPE_CHECKING, Annotated, Any
@@ -336,8 +337,9 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     _mount_docs(app)
 
     async def call(fn: Any, *args: Any, check: Any = None, **kw: Any) -> JSONResponse:
-        """``fn(*args, **kw)`` in the thread pool, after ``check()`` (what an agent token may do: it
-        raises Forbidden/NotFound before anything is stored)."""
+        """``fn(*args, **kw)`` (awaited when it is a coroutine function, else in the thread pool),
+        after ``check()`` (what an agent token may do: it raises Forbidden/NotFound before anything is
+        stored)."""
 
         def run() -> Any:
             if check is not None:
@@ -345,6 +347,10 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
             return fn(*args, **kw)
 
         try:
+            if inspect.iscoroutinefunction(fn):  # the core's async operations: awaited after the check
+                if check is not None:
+                    await run_in_threadpool(check)
+                return JSONResponse(await fn(*args, **kw))
             return JSONResponse(await run_in_threadpool(run))
         except PromptYoSelfError as exc:
             return error_response(exc)
@@ -410,22 +416,23 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def schedule_time(request: Request, req: TimeRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_time, req.prompt, req.time, req.options(agent),
+        return await call(core.scheduling.schedule_time, req.prompt, req.time, req.options(agent),
                           ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/cron", tags=["schedules"], summary="Schedule a prompt on a rule (words, RRULE, cron)")
     async def schedule_cron(request: Request, req: CronRequest,
                             x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_cron, req.prompt, req.cron, req.options(agent),
+        return await call(core.scheduling.schedule_cron, req.prompt, req.cron, req.options(agent),
                           ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/every", tags=["schedules"], summary="Schedule a prompt every interval")
     async def schedule_every(request: Request, req: EveryRequest,
                              x_agent_id: str | None = AGENT_HEADER) -> JSONResponse:
         agent, check = as_caller(request, req.agent_id, x_agent_id)
-        return await call(core.schedule_every, req.prompt, req.every, req.options(agent), start_at=req.start_at,
-                          max_repetitions=req.max_repetitions, ctx=_context(x_agent_id, request), check=check)
+        return await call(core.scheduling.schedule_every, req.prompt, req.every, req.options(agent),
+                          start_at=req.start_at, max_repetitions=req.max_repetitions,
+                          ctx=_context(x_agent_id, request), check=check)
 
     @app.get("/api/schedules", tags=["schedules"], summary="List schedules")
     async def list_schedules(
@@ -437,7 +444,7 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         x_agent_id: str | None = AGENT_HEADER,
     ) -> JSONResponse:
         agent, check = as_caller(request, agent_id, x_agent_id)
-        return await call(core.list_schedules, agent_id=agent, include_cancelled=include_cancelled,
+        return await call(core.scheduling.list_schedules, agent_id=agent, include_cancelled=include_cancelled,
                           limit=limit, offset=offset, ctx=_context(x_agent_id, request), check=check)
 
     @app.get("/api/targets", tags=["schedules"], summary="The installed delivery targets and their readiness")
@@ -455,21 +462,21 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
             if by_id is not None:
                 by_id()
 
-        return await call(core.history, schedule_id=schedule_id, agent_id=agent, limit=limit,
+        return await call(core.scheduling.history, schedule_id=schedule_id, agent_id=agent, limit=limit,
                           ctx=_context(x_agent_id, request), check=check)
 
     @app.post("/api/schedules/{schedule_id}/pause", tags=["schedules"], summary="Pause a schedule")
     async def pause(request: Request, schedule_id: ScheduleId) -> JSONResponse:
-        return await call(core.pause, schedule_id, check=own(request, schedule_id))
+        return await call(core.scheduling.pause, schedule_id, check=own(request, schedule_id))
 
     @app.post("/api/schedules/{schedule_id}/resume", tags=["schedules"], summary="Resume a paused schedule")
     async def resume(request: Request, schedule_id: ScheduleId) -> JSONResponse:
-        return await call(core.resume, schedule_id, check=own(request, schedule_id))
+        return await call(core.scheduling.resume, schedule_id, check=own(request, schedule_id))
 
     @app.post("/api/schedules/{schedule_id}/overlap", tags=["schedules"],
               summary="Change a schedule's overlap policy (skip, queue or allow)")
     async def set_overlap(request: Request, schedule_id: ScheduleId, body: OverlapBody) -> JSONResponse:
-        return await call(core.set_overlap, schedule_id, body.overlap, check=own(request, schedule_id))
+        return await call(core.scheduling.set_overlap, schedule_id, body.overlap, check=own(request, schedule_id))
 
     @app.delete("/api/schedules/{schedule_id}", tags=["schedules"], summary="Cancel a schedule")
     async def cancel(request: Request, schedule_id: ScheduleId, agent_id: str | None = None) -> JSONResponse:

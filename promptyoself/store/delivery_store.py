@@ -23,17 +23,21 @@ read per send.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
-from promptyoself.store import alerts, claims, health, operator, receipts
+from promptyoself.config import Settings
+from promptyoself.store import alerts, claims, health, history, operator, policy, queries, receipts, schedules
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
+from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import LastTurn, PendingRow
-from promptyoself.store.records import AlertRow, DayAsk, ScheduleRow
+from promptyoself.store.records import AlertRow, DayAsk, DeliveryRow, ListedSchedule, NewSchedule, ScheduleRow
+from promptyoself.store.schedules import CreationLimits
 
 RecurringRow = tuple[Any, ...]
 """``(id, schedule_type, schedule_value, timezone, anchor, next_run)`` (``recurring_ahead``)."""
@@ -138,6 +142,58 @@ class DeliveryStore(Protocol):
         ...
 
 
+    # ---- the core's verbs (issue 41 point 4): what the scheduling operations read and write --------
+    # (``core/scheduling.py``, ``core/operator.py``): async, so that one object serves the engine and the
+    # core; the SQL store runs each blocking call in a thread, the memory store keeps the same rows.
+
+    async def policy(self, settings: Settings, now: datetime) -> Policy:
+        """The operator's policy (``store.policy.load``; a store without a database: ``settings``'s)."""
+        ...
+
+    async def schedule(self, schedule_id: int) -> ScheduleRow | None:
+        """The schedule ``schedule_id``, every column, or None."""
+        ...
+
+    async def schedule_by_key(self, agent_id: str, key: str) -> ScheduleRow | None:
+        """The agent's schedule made with idempotency key ``key`` (unique per agent), if any."""
+        ...
+
+    async def count_live(self, agent_id: str) -> int:
+        """The agent's live schedules (``LIVE_STATES``: what its quota counts)."""
+        ...
+
+    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+        """Insert one schedule if it fits ``limits``, counted where it is written (``schedules.create_schedule``):
+        raises ``schedules.QuotaReached``, ``HourlyLimitReached``, ``RulesChanged`` or ``DuplicateKey``,
+        and nothing is written then."""
+        ...
+
+    async def replace_schedule(self, before: ScheduleRow, after: ScheduleRow) -> bool:
+        """Compare-and-set: write ``after`` only while the schedule still is ``before`` (its claim aside)."""
+        ...
+
+    async def recurring_of(self, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
+        """The agent's recurring schedules in ``states``, oldest first (the approval policy)."""
+        ...
+
+    async def created_since(self, agent_id: str, since: datetime, cap: int) -> int:
+        """How many of the agent's newest ``cap`` schedules were created at or after ``since``."""
+        ...
+
+    async def agent_day(self, agent_id: str, since: datetime, cap: int, until: datetime) -> Recent:
+        """``recent`` for one agent with its spend (what ``promptyoself_budget`` and the guardrails show)."""
+        ...
+
+    async def list_page(self, agent_id: str | None, include_ended: bool, limit: int,
+                        offset: int) -> tuple[list[ListedSchedule], int]:
+        """One page of schedules by id (of ``agent_id``, or all; live only unless ``include_ended``)
+        and the exact total."""
+        ...
+
+    async def deliveries(self, *, schedule_id: int | None, agent_id: str | None, limit: int) -> list[DeliveryRow]:
+        """Up to ``limit`` history rows, newest first: of ``schedule_id``, else ``agent_id``, else all."""
+        ...
+
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
 
@@ -208,3 +264,42 @@ class SqlDeliveryStore:
 
     def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
         alerts.send_failed(self.store, alert_id, error, retry_at)
+
+
+    # ---- the core's verbs: each blocking call in a thread (as APScheduler's SQLAlchemy store does) ----
+
+    async def policy(self, settings: Settings, now: datetime) -> Policy:
+        return await asyncio.to_thread(policy.load, self.store, settings, now)
+
+    async def schedule(self, schedule_id: int) -> ScheduleRow | None:
+        return await asyncio.to_thread(schedules.get, self.store, schedule_id)
+
+    async def schedule_by_key(self, agent_id: str, key: str) -> ScheduleRow | None:
+        return await asyncio.to_thread(schedules.by_idempotency_key, self.store, agent_id, key)
+
+    async def count_live(self, agent_id: str) -> int:
+        return await asyncio.to_thread(schedules.count_live, self.store, agent_id)
+
+    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+        return await asyncio.to_thread(schedules.create_schedule, self.store, new, limits)
+
+    async def replace_schedule(self, before: ScheduleRow, after: ScheduleRow) -> bool:
+        return await asyncio.to_thread(schedules.replace, self.store, before, after)
+
+    async def recurring_of(self, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
+        return await asyncio.to_thread(schedules.recurring_of, self.store, agent_id, states)
+
+    async def created_since(self, agent_id: str, since: datetime, cap: int) -> int:
+        return await asyncio.to_thread(operator.created_since, self.store, agent_id, since, cap)
+
+    async def agent_day(self, agent_id: str, since: datetime, cap: int, until: datetime) -> Recent:
+        return await asyncio.to_thread(lambda: operator.recent(self.store, since, cap, agent_id=agent_id, spend=True,
+                                                               until=until))
+
+    async def list_page(self, agent_id: str | None, include_ended: bool, limit: int,
+                        offset: int) -> tuple[list[ListedSchedule], int]:
+        return await asyncio.to_thread(queries.list_page, self.store, agent_id, include_ended, limit, offset)
+
+    async def deliveries(self, *, schedule_id: int | None, agent_id: str | None, limit: int) -> list[DeliveryRow]:
+        return await asyncio.to_thread(lambda: history.deliveries(self.store, schedule_id=schedule_id,
+                                                                  agent_id=agent_id, limit=limit))

@@ -13,13 +13,32 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Unpack
 
+from promptyoself.config import Settings
+from promptyoself.store import LIVE_STATES
+from promptyoself.store import policy as stored_policy
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, fit_targets
 from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
 from promptyoself.store.health import Backlog
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
+from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import PENDING, LastTurn, PendingRow
-from promptyoself.store.records import AlertRow, ScheduleRow, column_names
+from promptyoself.store.records import (
+    AlertRow,
+    DeliveryRow,
+    ListedSchedule,
+    NewSchedule,
+    ScheduleRow,
+    column_names,
+)
+from promptyoself.store.schedules import (
+    RULE_STATES,
+    CreationLimits,
+    DuplicateKey,
+    HourlyLimitReached,
+    QuotaReached,
+    RulesChanged,
+)
 
 _DEFAULTS: dict[str, Any] = {
     "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
@@ -291,6 +310,98 @@ class MemoryDeliveryStore:
             a = self.alerts[alert_id]
             a.update(send_state="pending" if retry_at is not None else "failed", next_send_at=retry_at,
                      sending_until=None, send_error=error[:500], send_attempts=a["send_attempts"] + 1)
+
+
+    # ---- the core's verbs (``DeliveryStore``'s last section): the same rows the engine claims ----------
+
+    async def policy(self, settings: Settings, now: datetime) -> Policy:
+        return stored_policy.of_settings(settings, now)
+
+    async def schedule(self, schedule_id: int) -> ScheduleRow | None:
+        with self._lock:
+            return self.rows.get(schedule_id)
+
+    async def schedule_by_key(self, agent_id: str, key: str) -> ScheduleRow | None:
+        with self._lock:
+            return self._by_key(agent_id, key)
+
+    def _by_key(self, agent_id: str, key: str) -> ScheduleRow | None:
+        return next((r for r in self.rows.values() if r.agent_id == agent_id and r.idempotency_key == key), None)
+
+    async def count_live(self, agent_id: str) -> int:
+        with self._lock:
+            return self._count_live(agent_id)
+
+    def _count_live(self, agent_id: str) -> int:
+        return sum(1 for r in self.rows.values() if r.agent_id == agent_id and r.state in LIVE_STATES)
+
+    def _rules(self, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
+        return [r for _, r in sorted(self.rows.items())
+                if r.agent_id == agent_id and r.state in states and r.schedule_type != "once"]
+
+    def _made_since(self, agent_id: str, since: datetime, cap: int) -> list[datetime]:
+        """The creation times at or after ``since`` among the agent's newest ``cap`` schedules."""
+        newest = sorted((r for r in self.rows.values() if r.agent_id == agent_id), key=lambda r: r.id)[-cap:]
+        return [r.created_at for r in newest if r.created_at >= since]
+
+    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+        with self._lock:  # the database's transaction: counted and written with no other writer between
+            if limits.per_hour and limits.hour_since is not None:
+                made = self._made_since(new.agent_id, limits.hour_since, limits.per_hour)
+                if len(made) >= limits.per_hour:
+                    raise HourlyLimitReached(len(made), min(made, default=None))
+            if limits.rules_seen is not None:
+                rules = self._rules(new.agent_id, RULE_STATES)
+                if (len(rules), max((r.id for r in rules), default=0)) != limits.rules_seen:
+                    raise RulesChanged()
+            if limits.max_live is not None and (live := self._count_live(new.agent_id)) >= limits.max_live:
+                raise QuotaReached(live)
+            if new.idempotency_key is not None and self._by_key(new.agent_id, new.idempotency_key) is not None:
+                raise DuplicateKey(f"agent {new.agent_id} already has idempotency_key {new.idempotency_key!r}")
+            sid = max(self.rows, default=0) + 1
+            row = ScheduleRow(id=sid, last_error=None, claimed_by=None, claim_until=None,
+                              **dataclasses.asdict(new))
+            self.rows[sid] = row
+            return row
+
+    async def replace_schedule(self, before: ScheduleRow, after: ScheduleRow) -> bool:
+        changed = {n: getattr(after, n) for n in column_names(ScheduleRow)
+                   if n != "id" and getattr(after, n) != getattr(before, n)}
+        if not changed:
+            return True
+        with self._lock:
+            now = self.rows.get(before.id)
+            if now is None:
+                return False
+            claim: dict[str, Any] = {"claimed_by": now.claimed_by, "claim_until": now.claim_until}
+            if dataclasses.replace(now, **claim) != dataclasses.replace(before, **claim):
+                return False  # the schedule changed meanwhile (its claim's columns aside)
+            self.rows[before.id] = dataclasses.replace(now, **changed)
+            return True
+
+    async def recurring_of(self, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
+        with self._lock:
+            return self._rules(agent_id, states)
+
+    async def created_since(self, agent_id: str, since: datetime, cap: int) -> int:
+        with self._lock:
+            return len(self._made_since(agent_id, since, cap))
+
+    async def agent_day(self, agent_id: str, since: datetime, cap: int, until: datetime) -> Recent:
+        return self.recent(since, cap, agent_id=agent_id, spend=True, until=until)
+
+    async def list_page(self, agent_id: str | None, include_ended: bool, limit: int,
+                        offset: int) -> tuple[list[ListedSchedule], int]:
+        with self._lock:
+            rows = [r for _, r in sorted(self.rows.items()) if (agent_id is None or r.agent_id == agent_id)
+                    and (include_ended or r.state in LIVE_STATES)]
+        return list(rows[offset:offset + limit]), len(rows)
+
+    async def deliveries(self, *, schedule_id: int | None, agent_id: str | None, limit: int) -> list[DeliveryRow]:
+        key, value = ("schedule_id", schedule_id) if schedule_id is not None else ("agent_id", agent_id)
+        with self._lock:
+            rows = [h for h in reversed(self.history) if (key, value) == ("agent_id", None) or h[key] == value]
+        return [DeliveryRow(**{n: h.get(n) for n in column_names(DeliveryRow)}) for h in rows[:limit]]
 
 
 def _unannounced(history: list[dict[str, Any]]) -> int:

@@ -159,6 +159,11 @@ def seeds(settings: Settings) -> dict[str, tuple[str, str]]:
             for name in NAMES}
 
 
+def of_settings(settings: Settings, now: datetime) -> Policy:
+    """The policy a store without a database holds (``store.memory``): every value ``settings``'s seed."""
+    return _typed({}, seeds(settings), now)
+
+
 _cache: weakref.WeakKeyDictionary[Store, tuple[float, Policy]] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 

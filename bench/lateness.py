@@ -4,7 +4,7 @@ Two ways the prompts are written, each just in time (``--lateness-lead`` seconds
 before they are due, i.e. after the loop has gone to sleep):
 
 * in-process: the bench process runs the executor loop (default settings: re-read every 1 s) and
-  writes the schedules through ``Core.schedule_time`` in the same process, so the loop is woken by
+  writes the schedules through ``Scheduling.schedule_time`` in the same process, so the loop is woken by
   ``Core.on_change`` (target p99 < 250 ms);
 * another process: a ``python -m promptyoself worker --shared`` process runs the loop while the bench
   process writes; the worker sees the writes when it re-reads the earliest due time, at most every

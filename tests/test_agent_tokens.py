@@ -9,6 +9,7 @@ schedule is 404; a revoked (or rotated-away) token is refused.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_an_agent_token_cannot_see_or_touch_another_agents_schedules(rest: TestC
                      rest.post(f"/api/schedules/{theirs}/pause", headers=bearer(token)),
                      rest.get("/api/history", headers=bearer(token), params={"schedule_id": theirs})):
         assert response.status_code == 404 and response.json()["code"] == "not_found"
-    assert op_core.list_schedules(agent_id=B)["schedules"][0]["state"] == "active"
+    assert asyncio.run(op_core.scheduling.list_schedules(agent_id=B))["schedules"][0]["state"] == "active"
     mine = rest.get("/api/schedules", headers=bearer(token)).json()
     assert mine["agent_id"] == A and mine["schedules"] == []
 
@@ -161,7 +162,7 @@ def test_an_agent_token_cannot_approve_its_own_schedule(op_core: Core, capsys: p
                  ["token", "list"], ["agents"]):
         code, out = cli_as(op_core, token, *argv, capsys=capsys)
         assert code == 1 and out["code"] == "forbidden", argv
-    assert op_core.list_schedules(agent_id=A)["schedules"][0]["state"] == "pending_approval"
+    assert asyncio.run(op_core.scheduling.list_schedules(agent_id=A))["schedules"][0]["state"] == "pending_approval"
     code, out = cli_as(op_core, token, "list", "--agent-id", B, capsys=capsys)
     assert code == 1 and out["code"] == "forbidden"
     code, approved = cli_as(op_core, None, "approve", str(made["id"]), capsys=capsys)  # the operator may
@@ -191,7 +192,7 @@ async def test_mcp_tools_with_an_agent_token_act_for_that_agent_only(db_path: Pa
 
     operator = Core(make_settings(db_path))
     token = agent_tokens.mint(operator, A)["token"]
-    theirs = operator.schedule_every("p", "2h", agent_id=B, skip_validation=True)["id"]
+    theirs = (await operator.scheduling.schedule_every("p", "2h", agent_id=B, skip_validation=True))["id"]
     core = Core(make_settings(db_path, agent_token=SecretStr(token)))
     try:
         async with Client(build_server(core)) as c:
@@ -211,7 +212,7 @@ async def test_mcp_tools_with_an_agent_token_act_for_that_agent_only(db_path: Pa
                 refused = await c.call_tool(name, args, raise_on_error=False)
                 assert refused.is_error, name
                 assert json.loads(refused.content[0].text)["code"] == code, name  # type: ignore[union-attr]
-            assert operator.list_schedules(agent_id=B)["total"] == 1
+            assert (await operator.scheduling.list_schedules(agent_id=B))["total"] == 1
             agent_tokens.revoke(operator, agent_id=A)
             refused = await c.call_tool("promptyoself_list", {}, raise_on_error=False)
             assert json.loads(refused.content[0].text)["code"] == "unauthorized"  # type: ignore[union-attr]
@@ -230,12 +231,12 @@ def test_the_console_mints_rotates_and_revokes_and_refuses_agent_tokens(db_path:
     core, client = make(db_path, TOKEN, approval_below="1h")
     try:
         token = agent_tokens.mint(core, A)["token"]
-        pending = core.schedule_every("p", "10m", agent_id=A, skip_validation=True)
+        pending = asyncio.run(core.scheduling.schedule_every("p", "10m", agent_id=A, skip_validation=True))
         assert pending["state"] == "pending_approval"
         as_agent = client.post(f"/console/schedules/{pending['id']}/approve", headers=bearer(token))
         assert as_agent.status_code in (401, 403) and "approve" not in as_agent.headers.get("location", "")
         assert client.get("/console/tokens", headers=bearer(token)).status_code in (303, 401, 403)
-        assert core.list_schedules(agent_id=A)["schedules"][0]["state"] == "pending_approval"
+        assert asyncio.run(core.scheduling.list_schedules(agent_id=A))["schedules"][0]["state"] == "pending_approval"
 
         csrf = sign_in(client)
         page = client.get("/console/tokens")

@@ -115,7 +115,7 @@ async def test_validation_gets_one_agent_not_a_page(db_path: Path) -> None:
     with FakeLetta(agents=3) as fake:
         core = Core(make_settings(db_path, letta_base_url=fake.url))
         fake.reset()
-        core.schedule_time("p", "in 5m", agent_id=fake.agent_ids[2])
+        await core.scheduling.schedule_time("p", "in 5m", agent_id=fake.agent_ids[2])
         paths = [(m, p) for m, p, _ in fake.requests]
         assert paths == [("GET", f"/v1/agents/{fake.agent_ids[2]}")]
         core.close()
@@ -125,7 +125,7 @@ async def test_validation_gets_one_agent_not_a_page(db_path: Path) -> None:
 async def test_single_agent_fallback_against_letta(db_path: Path) -> None:
     with FakeLetta(agents=1) as fake:
         core = Core(make_settings(db_path, letta_base_url=fake.url, use_single_agent_fallback=True))
-        made = core.schedule_time("p", "in 5m")
+        made = await core.scheduling.schedule_time("p", "in 5m")
         assert made["agent_id"] == fake.agent_ids[0]
         fake.add_agent()
         diag = core.agents.inference_diagnostics(None)

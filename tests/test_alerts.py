@@ -386,12 +386,15 @@ def five_failures_on_sql(url: str, target: Target, clock: Clock) -> None:
                          executor_interval=0.05, min_interval="1s"), clock=clock)
     target.mode = "reject"
     try:
-        sid = core.schedule_every("p", "1m", agent_id="agent-a", target="alerting", skip_validation=True)["id"]
+        sid = asyncio.run(core.scheduling.schedule_every("p", "1m", agent_id="agent-a", target="alerting",
+                                                         skip_validation=True))["id"]
         for _ in range(5):
-            row = next(s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid)
+            listed = asyncio.run(core.scheduling.list_schedules(agent_id="agent-a"))["schedules"]
+            row = next(s for s in listed if s["id"] == sid)
             clock.now = datetime.fromisoformat(str(row["next_run"]))
             drain_once(core, budget=20)
-        [row] = [s for s in core.list_schedules(agent_id="agent-a")["schedules"] if s["id"] == sid]
+        listed = asyncio.run(core.scheduling.list_schedules(agent_id="agent-a"))["schedules"]
+        [row] = [s for s in listed if s["id"] == sid]
         assert row["state"] == "paused" and str(row["last_error"]).startswith("paused: 5 occurrences")
         [alert] = stored_alerts.recent(core.store)
         assert alert.kind == "schedule_paused" and alert.schedule_id == sid and alert.send_state == "pending"

@@ -6,6 +6,7 @@ a real receiver that verifies it with the ``standardwebhooks`` package."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import signal
 import sys
@@ -44,7 +45,7 @@ def test_five_failures_pause_the_schedule_and_post_one_signed_alert(db: Path) ->
                "PROMPTYOSELF_MAX_ATTEMPTS": "1", "PROMPTYOSELF_MIN_INTERVAL": "1s",
                "PROMPTYOSELF_LETTA_TIMEOUT": "5", "PROMPTYOSELF_EXECUTOR_INTERVAL": "0.2"}
         core = make_core(db, fake, min_interval="1s")
-        sid = core.schedule_every("check the queue", "1s", agent_id=agent)["id"]
+        sid = asyncio.run(core.scheduling.schedule_every("check the queue", "1s", agent_id=agent))["id"]
         worker = Proc([sys.executable, "-m", "promptyoself", "worker", "--shared"], child_env(db, fake.url, **env))
         try:
             wait_until(lambda: get(core.store, sid).state == "paused", timeout=90)

@@ -58,7 +58,8 @@ class Asked:
 
 
 def state_of(core: Core, sid: int) -> tuple[str, str | None]:
-    [row] = [s for s in core.list_schedules(agent_id=AGENT, include_cancelled=True)["schedules"] if s["id"] == sid]
+    listed = asyncio.run(core.scheduling.list_schedules(agent_id=AGENT, include_cancelled=True))["schedules"]
+    [row] = [s for s in listed if s["id"] == sid]
     return row["state"], row["last_error"]
 
 

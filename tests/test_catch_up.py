@@ -4,6 +4,7 @@ the ``missed`` rows in history, their count in /metrics, ``list``, and RRULEs ad
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -107,8 +108,9 @@ def drain(core: Any, rounds: int = 40) -> list[dict[str, Any]]:
 
 
 def hourly_schedule(core: Any, fake: FakeLetta, catch: str | None) -> int:
-    made = core.schedule_cron("hourly check", "every hour", agent_id=fake.agent_ids[0], timezone="Europe/Berlin",
-                              catch_up=catch, skip_validation=True)
+    made = asyncio.run(core.scheduling.schedule_cron("hourly check", "every hour", agent_id=fake.agent_ids[0],
+                                                     timezone="Europe/Berlin",
+                              catch_up=catch, skip_validation=True))
     assert made["schedule_type"] == "rrule" and made["next_run"] == T.isoformat()
     assert made["catch_up"] == (catch or "latest")
     return int(made["id"])
@@ -143,7 +145,7 @@ def test_latest_beyond_the_grace_sends_nothing_and_lists_why(tmp_path: Path, fak
         assert item["outcome"] == "missed" and not item["delivered"]
         assert fake.received == []
         assert [o for o, _ in outcomes(core, sid)] == ["missed"] * 3
-        row = core.list_schedules(agent_id=fake.agent_ids[0])["schedules"][0]
+        row = asyncio.run(core.scheduling.list_schedules(agent_id=fake.agent_ids[0]))["schedules"][0]
         assert row["state"] == "active" and row["next_run"] == (T + 3 * HOUR).isoformat()
         assert row["last_error"].startswith("missed: 2h 40m late (catch_up=latest")
         assert "3 runs missed" in row["last_error"]
@@ -201,7 +203,8 @@ def test_missed_runs_are_counted_in_metrics(core: Any, fake: FakeLetta, clock: C
 
 @pytest.mark.slow
 def test_a_one_time_prompt_with_skip_is_missed_two_minutes_late(core: Any, fake: FakeLetta, clock: Clock) -> None:
-    made = core.schedule_time("once", "in 5m", agent_id=fake.agent_ids[0], catch_up="skip", skip_validation=True)
+    made = asyncio.run(core.scheduling.schedule_time("once", "in 5m", agent_id=fake.agent_ids[0], catch_up="skip",
+                                                     skip_validation=True))
     clock.advance(minutes=7)
     [item] = drain(core)
     assert item["outcome"] == "missed" and item["completed"] and fake.received == []
@@ -210,8 +213,9 @@ def test_a_one_time_prompt_with_skip_is_missed_two_minutes_late(core: Any, fake:
 
 @pytest.mark.slow
 def test_a_count_rule_completes_through_delivery(core: Any, fake: FakeLetta, clock: Clock) -> None:
-    made = core.schedule_cron("twice", "FREQ=HOURLY;BYMINUTE=0;COUNT=2", agent_id=fake.agent_ids[0],
-                              skip_validation=True)
+    made = asyncio.run(core.scheduling.schedule_cron("twice", "FREQ=HOURLY;BYMINUTE=0;COUNT=2",
+                                                     agent_id=fake.agent_ids[0],
+                              skip_validation=True))
     assert len(made["upcoming"]) == 2 and "2 times" in made["description"]
     clock.set(T + timedelta(seconds=1))
     assert [i["completed"] for i in drain(core)] == [False]
@@ -225,9 +229,11 @@ def test_a_count_rule_completes_through_delivery(core: Any, fake: FakeLetta, clo
 @pytest.mark.slow
 def test_catch_up_is_checked_and_listed(core: Any, fake: FakeLetta) -> None:
     with pytest.raises(InvalidArgument, match="catch_up must be 'skip'"):
-        core.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="sometimes", skip_validation=True)
-    core.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="ALL", skip_validation=True)
-    [row] = core.list_schedules(agent_id=fake.agent_ids[0])["schedules"]
+        asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="sometimes",
+                                                   skip_validation=True))
+    asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id=fake.agent_ids[0], catch_up="ALL",
+                                               skip_validation=True))
+    [row] = asyncio.run(core.scheduling.list_schedules(agent_id=fake.agent_ids[0]))["schedules"]
     assert row["catch_up"] == "all" and row["description"] == "Every 1h" and len(row["upcoming"]) == 5
 
 

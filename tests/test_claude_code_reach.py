@@ -270,7 +270,8 @@ def test_a_stored_row_with_a_foreign_cwd_is_paused_with_the_reason(home: Path, t
     clock = Clock()
     core = make_core(tmp_path / "e.db", clock=clock, claude_bin=str(fake))
     try:
-        sid = core.schedule_time("check the CI", "in 5m", target="claude-code", session_id=MINE)["id"]
+        sid = asyncio.run(core.scheduling.schedule_time("check the CI", "in 5m", target="claude-code",
+                                                        session_id=MINE))["id"]
         with core.store.engine.begin() as conn:  # as an agent token could store it before the fix
             conn.execute(text("UPDATE schedules SET target_options = :o WHERE id = :i"),
                          {"o": json.dumps({"session_id": MINE, "cwd": "/etc"}), "i": sid})

@@ -13,6 +13,7 @@ mock's request log, the session's transcript, history), never on durations.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -109,7 +110,7 @@ def stop(proc: Proc) -> None:
 
 def only_schedule(db: Path) -> Any:
     core = make_core(db)
-    rows = core.list_schedules(include_cancelled=True)["schedules"]
+    rows = asyncio.run(core.scheduling.list_schedules(include_cancelled=True))["schedules"]
     core.close()
     assert len(rows) == 1, rows
     return rows[0]
@@ -154,7 +155,7 @@ def test_two_sessions_stay_apart(cch: ClaudeHarness, project: tuple[Path, Path])
     second = schedule_from_session(cch, proj, "beta for the second session")
     assert first != second
     core = make_core(db)
-    rows = {r["prompt_text"]: r for r in core.list_schedules()["schedules"]}
+    rows = {r["prompt_text"]: r for r in asyncio.run(core.scheduling.list_schedules())["schedules"]}
     markers = {p: marker_of(db, r["id"]) for p, r in rows.items()}
     mark = cch.h.log_mark()
     w = worker(cch, db)
@@ -199,7 +200,8 @@ def test_a_worker_killed_mid_run_still_delivers_once(cch: ClaudeHarness, project
 
 def _claude_schedule(db: Path, home: Path, session: str, cwd: Path) -> int:
     core = make_core(db)
-    made = core.schedule_time("check the CI", "in 10m", target="claude-code", session_id=session, cwd=str(cwd))
+    made = asyncio.run(core.scheduling.schedule_time("check the CI", "in 10m", target="claude-code",
+                                                     session_id=session, cwd=str(cwd)))
     due = datetime.now(UTC)
     with core.store.session() as s:
         s.execute(update(Schedule).where(Schedule.id == made["id"]).values(next_run=due, due_at=due))

@@ -7,6 +7,7 @@ core's wording (tests/test_tools.py asserts it).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -59,7 +60,7 @@ def quota_core(db_path: Path) -> Iterator[Core]:
 @pytest.fixture
 def rate_core(db_path: Path) -> Iterator[Core]:
     c = Core(make_settings(db_path, max_schedules_per_agent_per_hour=1))
-    c.schedule_time("the one this hour allows", "in 5m", agent_id=AGENT, skip_validation=True)
+    asyncio.run(c.scheduling.schedule_time("the one this hour allows", "in 5m", agent_id=AGENT, skip_validation=True))
     yield c
     c.close()
 

@@ -112,4 +112,4 @@ async def test_a_schedule_from_inside_a_session_goes_back_to_it(
         "prompt": "x", "time": "in 2h", "target": "codex", "target_options": {"cwd": "/etc"}},
         raise_on_error=False)).content[0].text)
     assert bad["code"] == "invalid_argument" and "target_options.cwd" in bad["error"]  # no free directory
-    assert core.list_schedules(agent_id=f"codex-{THREAD}")["total"] == 1
+    assert (await core.scheduling.list_schedules(agent_id=f"codex-{THREAD}"))["total"] == 1

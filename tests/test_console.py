@@ -4,6 +4,7 @@ and the actions through the core. The service's ASGI app in process (no delivery
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ def make(db_path: Path, token: str | None, **overrides: object) -> tuple[Core, T
 @pytest.fixture
 def guarded(db_path: Path) -> Iterator[tuple[Core, TestClient]]:
     core, client = make(db_path, TOKEN)
-    core.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True)
+    asyncio.run(core.scheduling.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True))
     yield core, client
     client.close()
     core.close()
@@ -165,9 +166,11 @@ def test_actions_change_the_schedule_through_the_core(guarded: tuple[Core, TestC
 def test_pages_show_rule_runs_history_health_counters_and_guardrails(db_path: Path) -> None:
     core, client = make(db_path, TOKEN, approval_below="1h", max_deliveries_per_agent_per_day=7)
     try:
-        made = core.schedule_cron("standup", "0 9 * * MON-FRI", agent_id=AGENT, timezone="Europe/Berlin",
-                                  skip_validation=True)
-        pending = core.schedule_every("too often", "5m", agent_id="agent-other", skip_validation=True)
+        made = asyncio.run(core.scheduling.schedule_cron("standup", "0 9 * * MON-FRI", agent_id=AGENT,
+                                                         timezone="Europe/Berlin",
+                                  skip_validation=True))
+        pending = asyncio.run(core.scheduling.schedule_every("too often", "5m", agent_id="agent-other",
+                                                             skip_validation=True))
         sign_in(client)
         page = client.get("/").text
         assert "At 09:00, Monday through Friday" in page and "Europe/Berlin" in page
@@ -193,7 +196,7 @@ def test_pages_show_rule_runs_history_health_counters_and_guardrails(db_path: Pa
 def test_open_console_without_a_token_still_checks_csrf(db_path: Path) -> None:
     core, client = make(db_path, None)
     try:
-        core.schedule_every("open", "30m", agent_id=AGENT, skip_validation=True)
+        asyncio.run(core.scheduling.schedule_every("open", "30m", agent_id=AGENT, skip_validation=True))
         assert client.post("/console/schedules/1/pause", data={}).status_code == 403, "no session, no action"
         first = client.get("/")
         assert first.status_code == 200 and SESSION_COOKIE in first.cookies

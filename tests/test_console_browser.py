@@ -11,6 +11,7 @@ refreshes the ones docs/console.md shows. Without Chromium or Playwright the tes
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -63,17 +64,19 @@ def world(db: Path) -> Iterator[dict[str, Any]]:
         env = child_env(db, fake.url, PROMPTYOSELF_HTTP_TOKEN=TOKEN, PROMPTYOSELF_APPROVAL_BELOW="10m",
                         PROMPTYOSELF_EXECUTOR_INTERVAL="0.2", PROMPTYOSELF_TIMEZONE="Europe/Berlin")
         core = make_core(db, fake, approval_below="10m", timezone="Europe/Berlin")
+        sched = core.scheduling
         ids = {
-            "standup": core.schedule_cron("Run the morning standup: summarise yesterday's tickets.",
-                                          "0 9 * * MON-FRI", agent_id=ops, timezone="Europe/Berlin")["id"],
-            "queue": core.schedule_every("Check the support queue and triage anything new.", "30m",
-                                         agent_id=ops, max_repetitions=20)["id"],
-            "cert": core.schedule_time("Renew the TLS certificate for the docs site.", "in 2d",
-                                       agent_id=ops, timezone="America/New_York")["id"],
-            "inbox": core.schedule_every("Summarise the research inbox.", "4h", agent_id=research,
-                                         max_per_day=1)["id"],
-            "poll": core.schedule_every("Poll the nightly build status.", "2m", agent_id=research)["id"],
-            "hello": core.schedule_time("Say hello to the team.", "in 1s", agent_id=ops)["id"],
+            "standup": asyncio.run(sched.schedule_cron("Run the morning standup: summarise yesterday's tickets.",
+                                                       "0 9 * * MON-FRI", agent_id=ops,
+                                                       timezone="Europe/Berlin"))["id"],
+            "queue": asyncio.run(sched.schedule_every("Check the support queue and triage anything new.", "30m",
+                                                      agent_id=ops, max_repetitions=20))["id"],
+            "cert": asyncio.run(sched.schedule_time("Renew the TLS certificate for the docs site.", "in 2d",
+                                                    agent_id=ops, timezone="America/New_York"))["id"],
+            "inbox": asyncio.run(sched.schedule_every("Summarise the research inbox.", "4h", agent_id=research,
+                                                      max_per_day=1))["id"],
+            "poll": asyncio.run(sched.schedule_every("Poll the nightly build status.", "2m", agent_id=research))["id"],
+            "hello": asyncio.run(sched.schedule_time("Say hello to the team.", "in 1s", agent_id=ops))["id"],
         }
         svc = Service(db, env)
         try:

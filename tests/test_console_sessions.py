@@ -44,7 +44,7 @@ class Instance:
 @pytest.fixture
 def two(db_path: Path) -> Iterator[tuple[Instance, Instance]]:
     a = Instance(db_path)
-    a.core.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True)
+    asyncio.run(a.core.scheduling.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True))
     b = Instance(db_path)
     yield a, b
     a.close()
@@ -97,7 +97,7 @@ def test_signed_out_cookie_and_its_csrf_stay_dead_after_a_restart(two: tuple[Ins
 @pytest.mark.postgres
 def test_sign_out_survives_a_restart_on_postgresql(pg_url: str) -> None:  # noqa: F811
     a = Instance(pg_url)
-    a.core.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True)
+    asyncio.run(a.core.scheduling.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True))
     cookie, csrf = sign_in(a.client)
     assert a.client.post("/console/logout", data={"csrf": csrf}).status_code == 303
     a.close()
@@ -231,9 +231,9 @@ def test_created_last_hour_is_the_count_even_past_the_limit(db_path: Path) -> No
     core = Core(make_settings(db_path, letta_base_url="http://127.0.0.1:9", max_schedules_per_agent_per_hour=0))
     try:
         for i in range(5):
-            core.schedule_every(f"p{i}", "30m", agent_id=AGENT, skip_validation=True)
+            asyncio.run(core.scheduling.schedule_every(f"p{i}", "30m", agent_id=AGENT, skip_validation=True))
         core.operator.policy_set({"max_schedules_per_agent_per_hour": 2})
-        usage = core.operator.agent_usage(AGENT)
+        usage = asyncio.run(core.operator.agent_usage(AGENT))
         assert usage["created_last_hour"] == 5 and usage["hourly_limit"] == 2
     finally:
         core.close()

@@ -5,6 +5,7 @@ SQLite file, the service's app in process (TestClient)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -28,11 +29,12 @@ def page(db_path: Path) -> Iterator[tuple[Core, TestClient]]:
     settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
     core = Core(settings, clock=Clock(T0))  # Monday 2026-06-15 12:00 UTC
     opts = {"skip_validation": True}
-    core.schedule_cron("daily", "0 13 * * *", agent_id="agent-a", **opts)  # 15th..21st: 7 runs
-    core.schedule_cron("weekdays", "30 9 * * MON-FRI", agent_id="agent-b", **opts)  # Tue..Fri, Mon 22nd: 5
-    core.schedule_time("once", "2026-06-17T12:00:00Z", agent_id="agent-c", **opts)  # 1
-    paused = core.schedule_cron("paused", "0 * * * *", agent_id="agent-d", **opts)
-    core.pause(paused["id"])  # not drawn
+    asyncio.run(core.scheduling.schedule_cron("daily", "0 13 * * *", agent_id="agent-a", **opts))  # 15th..21st: 7 runs
+    asyncio.run(core.scheduling.schedule_cron("weekdays", "30 9 * * MON-FRI", agent_id="agent-b",
+                                              **opts))  # Tue..Fri, Mon 22nd: 5
+    asyncio.run(core.scheduling.schedule_time("once", "2026-06-17T12:00:00Z", agent_id="agent-c", **opts))  # 1
+    paused = asyncio.run(core.scheduling.schedule_cron("paused", "0 * * * *", agent_id="agent-d", **opts))
+    asyncio.run(core.scheduling.pause(paused["id"]))  # not drawn
     with core.store.session() as s:
         def add(hours_ago: float, outcome: str, agent: str = "agent-a") -> None:
             at = T0 - timedelta(hours=hours_ago)
@@ -98,9 +100,10 @@ def test_linked_from_the_home_page_and_each_agents_page(page: tuple[Core, TestCl
 
 def test_the_work_is_bounded(page: tuple[Core, TestClient]) -> None:
     core, client = page
-    core.schedule_every("flood", "10s", agent_id="agent-e", skip_validation=True)  # 60,480 runs in a week
+    asyncio.run(core.scheduling.schedule_every("flood", "10s", agent_id="agent-e",
+                                               skip_validation=True))  # 60,480 runs in a week
     for i in range(MAX_RUNS // 100 + 1):  # more marks than drawn: 4 hourly schedules, each 167 runs (from now + 1h)
-        core.schedule_every(f"hourly {i}", "1h", agent_id="agent-f", skip_validation=True)
+        asyncio.run(core.scheduling.schedule_every(f"hourly {i}", "1h", agent_id="agent-f", skip_validation=True))
     html = client.get("/console/timeline", headers=AUTH).text
     runs = svg(html, "runs-chart")
     row_e = runs.split('data-agent="agent-e"')[1].split("</g>")[0]

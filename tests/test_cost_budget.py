@@ -9,6 +9,7 @@ fake Letta (100 prompt + 5 completion tokens a turn). The acceptance test with t
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,7 +94,7 @@ def test_the_cost_budgets_are_set_from_the_cli(db_path: Path, capsys: pytest.Cap
         code = cli.main(["--json", "policy", "set", "max_cost_usd_per_agent_per_day=-1"], core=core)
         bad = json.loads(capsys.readouterr().out)
         assert code != 0 and bad["code"] == "invalid_argument" and "US dollars" in json.dumps(bad)
-        assert core.operator.policy().max_cost_usd_per_agent_per_day == 2.5  # nothing changed
+        assert asyncio.run(core.operator.policy()).max_cost_usd_per_agent_per_day == 2.5  # nothing changed
         assert core.spend_caps(core.now()) == (250000, 2.5)
     finally:
         core.close()
@@ -143,7 +144,7 @@ def test_the_console_sets_the_cost_budgets_and_shows_what_each_agent_spent(db_pa
             saved = http.post("/console/policy", data={"csrf": csrf.group(1), "max_tokens_per_agent_per_day": "5000",
                                                        "max_cost_usd_per_agent_per_day": "0.5"}, follow_redirects=False)
             assert saved.status_code == 303
-            p = core.operator.policy()
+            p = asyncio.run(core.operator.policy())
             assert (p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day) == (5000, 0.5)
             bad = http.post("/console/policy", data={"csrf": csrf.group(1), "max_cost_usd_per_agent_per_day": "$5"})
             assert bad.status_code == 400 and "max_cost_usd_per_agent_per_day takes" in bad.text
@@ -183,7 +184,7 @@ def token_day(db: str, fake: FakeLetta) -> None:
         due = T0 - timedelta(minutes=5)
         first = add_schedule(core.store, agent, "first", due)
         assert drain(core) == ["delivered"]
-        usage = core.operator.agent_usage(agent)
+        usage = asyncio.run(core.operator.agent_usage(agent))
         assert usage["tokens_today"] == 105 and usage["tokens_left"] == 45 and usage["held_by"] is None
         second = add_schedule(core.store, agent, "second", due + timedelta(seconds=1))
         assert drain(core) == ["delivered"]
@@ -210,13 +211,13 @@ def token_day(db: str, fake: FakeLetta) -> None:
         assert f'promptyoself_tokens_today{{agent_id="{other}"}} 105.0' in text
         assert 'promptyoself_guardrail_limit{guardrail="max_tokens_per_agent_per_day"} 150.0' in text
         assert stored_alerts.by_kind(core.store).get("over_budget") == 1
-        assert core.operator.agent_usage(agent)["held_by"] == held.error
+        assert asyncio.run(core.operator.agent_usage(agent))["held_by"] == held.error
         assert spend_by_agent(core.store, T0.replace(hour=0)) == {agent: (210, 0.0), other: (105, 0.0)}
 
         clock.set(T0 + timedelta(days=1))  # a new budget day: the sums start again
         add_schedule(core.store, agent, "the next day", clock.now - timedelta(seconds=1))
         assert drain(core) == ["delivered"]
-        assert core.operator.agent_usage(agent)["tokens_today"] == 105
+        assert asyncio.run(core.operator.agent_usage(agent))["tokens_today"] == 105
         assert core.health()["guardrails"]["held_by_cost"] == []
     finally:
         core.close()

@@ -5,6 +5,7 @@ Each case on SQLite and PostgreSQL, through the core, the MCP tool, and the real
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -63,7 +64,7 @@ def test_every_unreachable_database_is_database_unavailable_in_core_and_mcp(tmp_
     for name, db in cases.items():
         core = Core(Settings(db=db, executor_autostart=False))
         with pytest.raises(DatabaseUnavailable) as err:
-            core.list_schedules(agent_id="agent-1")
+            asyncio.run(core.scheduling.list_schedules(agent_id="agent-1"))
         assert err.value.code == "database_unavailable", name
         assert "\n" not in err.value.message and "PROMPTYOSELF_DB" in err.value.message, name
         assert "Traceback" not in err.value.message
@@ -169,7 +170,7 @@ def _open_as_nobody(url: str) -> tuple[str, str]:
             os.setgid(65534)
             os.setuid(65534)
         try:  # open it, then write to it
-            core.schedule_every("p", "1h", agent_id="agent-1", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id="agent-1", skip_validation=True))
             child.send(("ok", ""))
         except Exception as exc:
             child.send((str(getattr(exc, "code", type(exc).__name__)), str(getattr(exc, "message", exc))))

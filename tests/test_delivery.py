@@ -126,7 +126,7 @@ def test_delivery_uses_async_route_and_records_run_id(core: Any, fake: FakeLetta
     assert row.outcome == "delivered" and row.attempt == 1 and row.error is None
     assert row.letta_run_id == msg["run_id"] and row.letta_run_id.startswith("run-")
     assert row.scheduled_for == T0 - timedelta(seconds=3) and row.attempted_at == T0 and row.lateness_s == 3.0
-    hist = core.history(schedule_id=sid)["deliveries"][0]
+    hist = asyncio.run(core.scheduling.history(schedule_id=sid))["deliveries"][0]
     assert set(hist) == {"schedule_id", "scheduled_for", "attempted_at", "outcome", "attempt", "letta_run_id",
                          "error", "lateness_s", "receipt"}
     assert hist["letta_run_id"] == msg["run_id"]
@@ -363,7 +363,7 @@ def test_auth_error_backs_off_and_shows_in_status_and_health(tmp_path: Path, clo
 def test_delivery_during_cancel_keeps_the_cancel(core: Any, fake: FakeLetta) -> None:
     sid = add_schedule(core.store, fake.agent_ids[0], "every", T0, schedule_type="interval", value="5m", anchor=T0)
     [c] = claim(core, "A")
-    core.cancel(sid)  # the user cancels while the send is in flight
+    asyncio.run(core.scheduling.cancel(sid))  # the user cancels while the send is in flight
     res = deliver(core, c, "A")
     assert res.delivered and res.state == "cancelled"
     row = get(core.store, sid)

@@ -258,7 +258,7 @@ def test_every_cli_flag_is_documented():
 def test_architecture_follows_the_path_of_a_prompt_in_order() -> None:
     """(That every module it names exists: tests/test_docs_modules.py, for design.md too.)"""
     text = ARCH_DOC.read_text(encoding="utf-8")
-    path = ["faces/mcp.py", "core/operations.py", "store/schedules.py", "delivery/engine.py", "letta/client.py"]
+    path = ["faces/mcp.py", "core/scheduling.py", "store/schedules.py", "delivery/engine.py", "letta/client.py"]
     positions = [text.find(f"promptyoself/{m}") for m in path]
     assert all(p >= 0 for p in positions), dict(zip(path, positions, strict=True))
 

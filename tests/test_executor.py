@@ -75,7 +75,8 @@ def test_loop_sleeps_until_due_and_wakes_on_a_local_write(tmp_path: Path, fake: 
     core = make_core(tmp_path / "w.db", fake)
     ex = running(core, interval=30.0)  # re-reads would come far too late: only the wake can do it
     wait_until(lambda: ex.last_tick is not None)
-    made = core.schedule_time("wake up", "in 1s", agent_id=fake.agent_ids[0], skip_validation=True)
+    made = asyncio.run(core.scheduling.schedule_time("wake up", "in 1s", agent_id=fake.agent_ids[0],
+                                                     skip_validation=True))
     [row] = wait_until(lambda: history(core.store, made["id"]), timeout=10)
     assert row.outcome == "delivered" and row.attempted_at >= row.scheduled_for  # never early
     core.close()

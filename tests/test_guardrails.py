@@ -4,6 +4,7 @@ SQLite file, a settable clock and the fake Letta over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,19 +39,21 @@ def test_schedules_per_hour_are_limited_with_a_code_the_agent_can_read(db_path: 
     core = make_core(db_path, clock=clock, max_schedules_per_agent_per_hour=3)
     try:
         for i in range(3):
-            core.schedule_time(f"p{i}", "in 1h", agent_id="agent-a", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_time(f"p{i}", "in 1h", agent_id="agent-a", skip_validation=True))
             clock.advance(60)
         with pytest.raises(RateLimited) as err:
-            core.schedule_time("one too many", "in 1h", agent_id="agent-a", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_time("one too many", "in 1h", agent_id="agent-a",
+                                                      skip_validation=True))
         assert err.value.code == "rate_limited"
         assert "policy max_schedules_per_agent_per_hour=3" in err.value.message
         assert err.value.details["retry_after_s"] == 3600 - 180
         # another agent is not affected, and a retry with an idempotency key is not a new schedule
-        core.schedule_time("other", "in 1h", agent_id="agent-b", skip_validation=True)
+        asyncio.run(core.scheduling.schedule_time("other", "in 1h", agent_id="agent-b", skip_validation=True))
         clock.advance(3600 - 180 + 1)  # the first one left the hour
-        made = core.schedule_time("now it fits", "in 1h", agent_id="agent-a", skip_validation=True)
+        made = asyncio.run(core.scheduling.schedule_time("now it fits", "in 1h", agent_id="agent-a",
+                                                         skip_validation=True))
         assert made["state"] == "active"
-        usage = core.list_schedules(agent_id="agent-a")["guardrails"]["usage"]
+        usage = asyncio.run(core.scheduling.list_schedules(agent_id="agent-a"))["guardrails"]["usage"]
         assert usage["created_last_hour"] == 3 and usage["hourly_limit"] == 3
     finally:
         core.close()
@@ -61,34 +64,34 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
     core = make_core(db_path, fake, clock=clock, approval_below="1h")
     agent = fake.agent_ids[0]
     try:
-        often = core.schedule_every("check the queue", "10m", agent_id=agent)
+        often = asyncio.run(core.scheduling.schedule_every("check the queue", "10m", agent_id=agent))
         assert often["state"] == "pending_approval" and "approval_below" in often["message"]
-        cron = core.schedule_cron("tick", "*/5 * * * *", agent_id=agent)
+        cron = asyncio.run(core.scheduling.schedule_cron("tick", "*/5 * * * *", agent_id=agent))
         assert cron["state"] == "pending_approval"
-        daily = core.schedule_cron("standup", "0 9 * * MON-FRI", agent_id=agent)
-        once = core.schedule_time("once", "in 1m", agent_id=agent)
-        slow = core.schedule_every("slow", "2h", agent_id=agent)
+        daily = asyncio.run(core.scheduling.schedule_cron("standup", "0 9 * * MON-FRI", agent_id=agent))
+        once = asyncio.run(core.scheduling.schedule_time("once", "in 1m", agent_id=agent))
+        slow = asyncio.run(core.scheduling.schedule_every("slow", "2h", agent_id=agent))
         assert daily["state"] == once["state"] == slow["state"] == "active"
 
-        listed = {s["id"]: s["state"] for s in core.list_schedules(agent_id=agent)["schedules"]}
+        listed = {s["id"]: s["state"] for s in asyncio.run(core.scheduling.list_schedules(agent_id=agent))["schedules"]}
         assert listed[often["id"]] == "pending_approval", "list shows pending schedules by default"
         with pytest.raises(InvalidArgument):
-            core.pause(often["id"])  # no way around the approval
+            asyncio.run(core.scheduling.pause(often["id"]))  # no way around the approval
         with pytest.raises(InvalidArgument):
-            core.resume(often["id"])
+            asyncio.run(core.scheduling.resume(often["id"]))
         with pytest.raises(InvalidArgument):
-            core.operator.run_now(often["id"])
+            asyncio.run(core.operator.run_now(often["id"]))
         assert core.health()["guardrails"]["pending_approval"] == 2
 
         clock.advance(minutes=11)  # past the pending schedule's first slot
         assert often["id"] not in {e["id"] for e in run_once_result(core).get("executed") or []}
-        approved = core.operator.approve(often["id"])
+        approved = asyncio.run(core.operator.approve(often["id"]))
         assert approved["state"] == "active" and approved["next_run"] is not None
         assert approved["next_run"] > (clock.now).isoformat().replace("+00:00", "Z")
-        rejected = core.operator.reject(cron["id"])
+        rejected = asyncio.run(core.operator.reject(cron["id"]))
         assert rejected["state"] == "cancelled"
         with pytest.raises(InvalidArgument):
-            core.operator.approve(cron["id"])
+            asyncio.run(core.operator.approve(cron["id"]))
         clock.advance(minutes=10)
         assert "delivered" in drain(core)
         assert any(d.schedule_id == often["id"] and d.outcome == "delivered" for d in history(core.store))
@@ -120,7 +123,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         assert over.outcome == "over_budget" and "policy max_deliveries_per_agent_per_day=2" in (over.error or "")
         assert len(fake.received_texts()) == 2
 
-        hist = core.history(agent_id=agent)
+        hist = asyncio.run(core.scheduling.history(agent_id=agent))
         assert hist["guardrails"]["usage"]["delivered_today"] == 2
         assert hist["guardrails"]["usage"]["budget_left"] == 0 and hist["guardrails"]["usage"]["held_back"] == 1
         assert core.operator.today()["over_budget"] == 1 and core.operator.today()["delivered"] == 2
@@ -136,7 +139,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         last = fake.received_texts()[-1]
         assert last.startswith("[PromptYoSelf] Your daily budget ran out: 1 scheduled prompt was not delivered")
         assert last.endswith("\nthe next day")
-        assert core.operator.agent_usage(agent)["held_back"] == 0, "announced once"
+        assert asyncio.run(core.operator.agent_usage(agent))["held_back"] == 0, "announced once"
     finally:
         core.close()
 
@@ -146,8 +149,8 @@ def test_schedule_max_per_day(db_path: Path, clock: Clock, fake: FakeLetta) -> N
     core = make_core(db_path, fake, clock=clock)
     agent = fake.agent_ids[0]
     try:
-        made = core.schedule_every("hourly-ish", "30m", agent_id=agent, max_per_day=1)
-        assert core.list_schedules(agent_id=agent)["schedules"][0]["max_per_day"] == 1
+        made = asyncio.run(core.scheduling.schedule_every("hourly-ish", "30m", agent_id=agent, max_per_day=1))
+        assert asyncio.run(core.scheduling.list_schedules(agent_id=agent))["schedules"][0]["max_per_day"] == 1
         clock.advance(minutes=30)
         assert drain(core) == ["delivered"]
         clock.advance(minutes=30)
@@ -155,7 +158,7 @@ def test_schedule_max_per_day(db_path: Path, clock: Clock, fake: FakeLetta) -> N
         err = history(core.store, made["id"])[-1].error or ""
         assert "max_per_day (1)" in err
         with pytest.raises(InvalidArgument):
-            core.schedule_every("bad", "30m", agent_id=agent, max_per_day=0)
+            asyncio.run(core.scheduling.schedule_every("bad", "30m", agent_id=agent, max_per_day=0))
     finally:
         core.close()
 
@@ -165,19 +168,19 @@ def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Cloc
     core = make_core(db_path, fake, clock=clock)
     agent = fake.agent_ids[0]
     try:
-        made = core.schedule_every("every two hours", "2h", agent_id=agent)
+        made = asyncio.run(core.scheduling.schedule_every("every two hours", "2h", agent_id=agent))
         first: Any = made["next_run"]
         assert drain(core) == []
-        result = core.operator.run_now(made["id"])
+        result = asyncio.run(core.operator.run_now(made["id"]))
         assert result["state"] == "active"
         assert drain(core) == ["delivered"]
         row = core.operator.console_schedule(made["id"])
         assert row["schedule"]["next_run"] is not None and row["schedule"]["next_run"] > first
         assert row["deliveries"][0]["outcome"] == "delivered"
         assert len(row["upcoming"]) == 5 and row["rule"] == "Every 2h"
-        core.pause(made["id"])
+        asyncio.run(core.scheduling.pause(made["id"]))
         with pytest.raises(InvalidArgument, match="Resume it first"):
-            core.operator.run_now(made["id"])
+            asyncio.run(core.operator.run_now(made["id"]))
     finally:
         core.close()
 
@@ -226,8 +229,9 @@ def test_approval_below_off_and_budgets_zero(monkeypatch: pytest.MonkeyPatch, db
     assert settings.approval_below is None and settings.max_deliveries_per_agent_per_day == 0
     core = make_core(db_path, approval_below=None, max_deliveries_per_agent_per_day=0)
     try:
-        assert core.schedule_every("fast", "10s", agent_id="agent-z", skip_validation=True)["state"] == "active"
-        usage = core.operator.agent_usage("agent-z")
+        assert asyncio.run(core.scheduling.schedule_every("fast", "10s", agent_id="agent-z",
+                                                          skip_validation=True))["state"] == "active"
+        usage = asyncio.run(core.operator.agent_usage("agent-z"))
         assert usage["daily_budget"] is None and usage["budget_left"] is None
     finally:
         core.close()
@@ -277,8 +281,8 @@ def test_terminal_shows_the_guardrails_in_one_line(db_path: Path, clock: Clock) 
 
     core = make_core(db_path, clock=clock, approval_below="5m", max_schedules_per_agent_per_hour=9)
     try:
-        core.schedule_every("p", "1h", agent_id="agent-t", skip_validation=True, max_per_day=2)
-        text = render(dict(core.list_schedules(agent_id="agent-t")))
+        asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id="agent-t", skip_validation=True, max_per_day=2))
+        text = render(dict(asyncio.run(core.scheduling.list_schedules(agent_id="agent-t"))))
         assert ("Guardrails: 0 of 500 delivered today; 1 of 9 schedules made in the last hour; "
                 "approval below 5m.") in text
         assert "guardrails." not in text

@@ -5,6 +5,7 @@ schedule's last error and the ``history`` operation's answer carry no credential
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,7 +46,7 @@ def test_a_letta_that_echoes_our_headers_leaves_no_key_in_history(tmp_path: Path
             rows = history(core.store, sid)
             assert rows and all(r.error for r in rows)
             texts = [r.error or "" for r in rows] + [get(core.store, sid).last_error or "",
-                                                     json.dumps(core.history(schedule_id=sid)),
+                                                     json.dumps(asyncio.run(core.scheduling.history(schedule_id=sid))),
                                                      json.dumps(out)]
             for text in texts:
                 assert _clean(text, KEY), text

@@ -227,13 +227,15 @@ class World:
     def _seed(self) -> None:
         a = self.agents[0]
         c = self.core
-        c.schedule_time("seeded once", "2031-01-01T09:00:00Z", agent_id=a, skip_validation=True)
-        cron = c.schedule_cron("seeded cron", "0 9 * * MON-FRI", agent_id=a, timezone="Europe/Berlin",
-                               skip_validation=True)
-        c.pause(cron["id"])
-        every = c.schedule_every("seeded every", "1h", start_at="2031-01-01T00:00:00Z", agent_id=a,
-                                 skip_validation=True)
-        c.cancel(every["id"])
+        asyncio.run(c.scheduling.schedule_time("seeded once", "2031-01-01T09:00:00Z", agent_id=a, skip_validation=True))
+        cron = asyncio.run(c.scheduling.schedule_cron("seeded cron", "0 9 * * MON-FRI", agent_id=a,
+                                                      timezone="Europe/Berlin",
+                               skip_validation=True))
+        asyncio.run(c.scheduling.pause(cron["id"]))
+        every = asyncio.run(c.scheduling.schedule_every("seeded every", "1h", start_at="2031-01-01T00:00:00Z",
+                                                        agent_id=a,
+                                 skip_validation=True))
+        asyncio.run(c.scheduling.cancel(every["id"]))
         when = datetime(2026, 1, 1, 9, tzinfo=UTC)
         with c.store.session() as s:
             s.add(Delivery(schedule_id=1, agent_id=a, scheduled_for=when, attempted_at=when,

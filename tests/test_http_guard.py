@@ -4,6 +4,7 @@ cross-site form and a flood would send them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import resource
 import select
@@ -76,7 +77,8 @@ def _schedule_body(text: str = "hello") -> dict[str, Any]:
 
 
 def _count(served: Served) -> int:
-    return int(served.core.list_schedules(agent_id=AGENT, include_cancelled=True, limit=500)["count"])
+    return int(asyncio.run(served.core.scheduling.list_schedules(agent_id=AGENT, include_cancelled=True,
+                                                                 limit=500))["count"])
 
 
 # ---- point 2: Host, Origin, JSON ------------------------------------------------------------------

@@ -3,6 +3,7 @@ schedules, once, however often the import runs (docs/design.md §5, issue 5 poin
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -168,7 +169,7 @@ def test_import_maps_every_active_row(core, legacy_db, capsys):
     assert seconds.schedule_value == "3600" and seconds.anchor == utc(2031, 1, 1)
 
     # and they show through the public list operation, with explicit offsets
-    listed = core.list_schedules(include_cancelled=True, limit=500)
+    listed = asyncio.run(core.scheduling.list_schedules(include_cancelled=True, limit=500))
     assert listed["total"] == len(GOOD_ROWS)
     for record in listed["schedules"]:
         assert record["next_run"].endswith("+00:00")
@@ -378,7 +379,7 @@ def test_cli_subprocess_then_idempotent_in_process(tmp_path, legacy_db, capsys):
     try:
         code, again = run_cli(["import-legacy", str(legacy_db)], core, capsys)
         assert code == 0 and again["imported"] == 0 and again["skipped_existing"] == len(GOOD_ROWS)
-        assert core.list_schedules(limit=500)["total"] == len(GOOD_ROWS)
+        assert asyncio.run(core.scheduling.list_schedules(limit=500))["total"] == len(GOOD_ROWS)
     finally:
         core.close()
 

@@ -5,6 +5,7 @@ second send, blocked conversations retried, never dropped), health, and ``letta-
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -103,24 +104,26 @@ def test_a_busy_conversation_queues_and_both_sends_end_with_their_turn(lc: FakeL
 def test_a_local_agent_goes_to_letta_code_and_is_checked_there_not_at_letta_base_url(
         core: Any, lc: FakeLettaCode) -> None:
     agent = lc.agent_ids[1]
-    made = core.schedule_time("hello", "in 5m", agent_id=agent)
+    made = asyncio.run(core.scheduling.schedule_time("hello", "in 5m", agent_id=agent))
     row = get(core.store, made["id"])
     assert (row.target, row.conversation_id) == ("letta-code", None)
-    made = core.schedule_every("again", "1h", agent_id=agent, conversation_id="conv-123")
+    made = asyncio.run(core.scheduling.schedule_every("again", "1h", agent_id=agent, conversation_id="conv-123"))
     assert get(core.store, made["id"]).conversation_id == "conv-123"
     with pytest.raises(AgentNotFound, match="Letta Code App Server"):
-        core.schedule_time("x", "in 5m", agent_id="agent-local-00000000-0000-0000-0000-000000000000")
+        asyncio.run(core.scheduling.schedule_time("x", "in 5m",
+                                                  agent_id="agent-local-00000000-0000-0000-0000-000000000000"))
     with pytest.raises(InvalidArgument, match="letta-code"):
-        core.schedule_time("x", "in 5m", agent_id=agent, target="letta")
+        asyncio.run(core.scheduling.schedule_time("x", "in 5m", agent_id=agent, target="letta"))
     with pytest.raises(InvalidArgument, match="target"):
-        core.schedule_time("x", "in 5m", agent_id=agent, target="smoke-signals")
+        asyncio.run(core.scheduling.schedule_time("x", "in 5m", agent_id=agent, target="smoke-signals"))
 
 
 def test_without_letta_code_url_a_local_agent_is_not_sent_to_letta_cloud(tmp_path: Path) -> None:
     c = make_core(tmp_path / "n.db", letta_base_url="https://api.letta.com")
     try:
         with pytest.raises(TargetUnavailable, match="LETTA_CODE_URL"):
-            c.schedule_time("x", "in 5m", agent_id="agent-local-00000000-0000-0000-0000-000000000001")
+            asyncio.run(c.scheduling.schedule_time("x", "in 5m",
+                                                   agent_id="agent-local-00000000-0000-0000-0000-000000000001"))
     finally:
         c.close()
 

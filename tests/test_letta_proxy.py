@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -122,7 +123,8 @@ def test_streams_are_streamed(db_path: Path) -> None:
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     core = Core(make_settings(db_path, letta_base_url=f"http://127.0.0.1:{upstream.server_address[1]}",
                               http_token=TOKEN))
-    core.operator.policy()  # the database opened first: a send is counted against the budget before it is forwarded
+    asyncio.run(core.operator.policy())  # the database opened first: a send is counted against the budget before
+    # it is forwarded
     try:
         for url in _serve(core, True):
             _Chunks.first_seen.clear()

@@ -94,7 +94,7 @@ def test_native_tool_schedules_for_the_calling_agent(letta_env: tuple[httpx.Clie
     assert turn.status_code == 200, turn.text
     returns = [m for m in turn.json()["messages"] if m.get("message_type") == "tool_return_message"]
     assert returns and returns[0].get("status") == "success", returns
-    rows = core.list_schedules(agent_id=agent)["schedules"]
+    rows = asyncio.run(core.scheduling.list_schedules(agent_id=agent))["schedules"]
     assert [r["prompt_text"] for r in rows] == [marker]  # made for the calling agent, no id given
     due = rows[0]["next_run"]
 
@@ -118,7 +118,7 @@ def test_native_tool_schedules_for_the_calling_agent(letta_env: tuple[httpx.Clie
     from datetime import datetime
 
     late = arrived - datetime.fromisoformat(due).timestamp()
-    hist = core.history(agent_id=agent)["deliveries"]
+    hist = asyncio.run(core.scheduling.history(agent_id=agent))["deliveries"]
     assert [d["outcome"] for d in hist] == ["delivered"]
     sys.stderr.write(f"\nFIGURES install_s={install_s:.2f} tool_turn_s={turn_s:.2f} "
                      f"seen_in_history_after_due_s={late:.2f} lateness_s={hist[0]['lateness_s']}\n")

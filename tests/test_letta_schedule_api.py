@@ -7,6 +7,7 @@ executor with their payload intact, and show in the MCP/CLI operations too.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -80,7 +81,7 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     assert [m.id for m in listed.scheduled_messages] == [created.id] and listed.has_next_page is False
 
     # The same schedule in the MCP/CLI operations.
-    mine = core.list_schedules(agent_id=agent)
+    mine = asyncio.run(core.scheduling.list_schedules(agent_id=agent))
     assert [s["id"] for s in mine["schedules"]] == [int(created.id)]
 
     time.sleep(max(0.0, at / 1000 - time.time()) + 0.05)
@@ -103,7 +104,7 @@ def test_sdk_one_time_reaches_letta_with_payload_intact(service: tuple[str, Core
     assert client.agents.schedule.list(agent).scheduled_messages == []
     with pytest.raises(NotFoundError):
         client.agents.schedule.retrieve(created.id, agent_id=agent)
-    hist = core.history(schedule_id=int(created.id))
+    hist = asyncio.run(core.scheduling.history(schedule_id=int(created.id)))
     assert [d["outcome"] for d in hist["deliveries"]] == ["delivered"]
 
 
@@ -133,13 +134,14 @@ def test_sdk_recurring_pagination_delete_and_errors(service: tuple[str, Core], f
 
     assert client.agents.schedule.delete(ids[0], agent_id=agent).success is True
     assert [m.id for m in client.agents.schedule.list(agent).scheduled_messages] == ids[1:]
-    cancelled = [s for s in core.list_schedules(agent_id=agent, include_cancelled=True)["schedules"]
+    cancelled = [s for s in asyncio.run(core.scheduling.list_schedules(agent_id=agent,
+                                                                       include_cancelled=True))["schedules"]
                  if s["id"] == int(ids[0])]
     assert cancelled and cancelled[0]["state"] == "cancelled"
     with pytest.raises(NotFoundError):
         client.agents.schedule.delete(ids[0], agent_id=agent)
     # Cancel through the MCP/CLI operation: it leaves the Letta list too.
-    core.cancel(int(ids[1]))
+    asyncio.run(core.scheduling.cancel(int(ids[1])))
     assert [m.id for m in client.agents.schedule.list(agent).scheduled_messages] == ids[2:]
 
     with pytest.raises(NotFoundError):

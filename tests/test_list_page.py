@@ -6,6 +6,7 @@ whichever count strategy the previous call picked.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -79,13 +80,14 @@ def test_empty_database(tmp_path: Path) -> None:
 def test_list_tool_result_shape_is_unchanged(tmp_path: Path) -> None:
     core = Core(Settings(db=str(tmp_path / "c.db"), executor_autostart=False))
     try:
-        made = core.schedule_cron("standup", "0 9 * * MON-FRI", agent_id="agent-x", timezone="Europe/Berlin",
-                                  skip_validation=True)
-        core.schedule_time("later", "in 1h", agent_id="agent-x", skip_validation=True)
-        core.cancel(made["id"])
-        out = core.list_schedules(agent_id="agent-x", limit=1)
+        made = asyncio.run(core.scheduling.schedule_cron("standup", "0 9 * * MON-FRI", agent_id="agent-x",
+                                                         timezone="Europe/Berlin",
+                                  skip_validation=True))
+        asyncio.run(core.scheduling.schedule_time("later", "in 1h", agent_id="agent-x", skip_validation=True))
+        asyncio.run(core.scheduling.cancel(made["id"]))
+        out = asyncio.run(core.scheduling.list_schedules(agent_id="agent-x", limit=1))
         assert (out["count"], out["total"], out["agent_id"]) == (1, 1, "agent-x")
-        everything = core.list_schedules(agent_id="agent-x", include_cancelled=True, limit=1)
+        everything = asyncio.run(core.scheduling.list_schedules(agent_id="agent-x", include_cancelled=True, limit=1))
         assert (everything["count"], everything["total"]) == (1, 2)
         rec = everything["schedules"][0]
         assert set(rec) == {"id", "agent_id", "prompt_text", "schedule_type", "schedule_value", "timezone",
@@ -151,15 +153,16 @@ def test_sqlite_state_counters_stay_exact_through_every_kind_of_write(tmp_path: 
 def test_core_writes_keep_the_counters_exact(tmp_path: Path) -> None:
     core = Core(Settings(db=str(tmp_path / "k.db"), executor_autostart=False))
     try:
-        made = [core.schedule_time(f"p{i}", "in 1h", agent_id=f"agent-{i % 3}", skip_validation=True)["id"]
+        made = [asyncio.run(core.scheduling.schedule_time(f"p{i}", "in 1h", agent_id=f"agent-{i % 3}",
+                                                          skip_validation=True))["id"]
                 for i in range(9)]
-        core.cancel(made[0])
-        core.pause(made[1])
-        core.resume(made[1])
-        core.pause(made[2])
+        asyncio.run(core.scheduling.cancel(made[0]))
+        asyncio.run(core.scheduling.pause(made[1]))
+        asyncio.run(core.scheduling.resume(made[1]))
+        asyncio.run(core.scheduling.pause(made[2]))
         assert actual_counts(core.store) == {"active": 7, "paused": 1, "cancelled": 1}
-        assert core.list_schedules(limit=2)["total"] == 8
-        assert core.list_schedules(limit=2, include_cancelled=True)["total"] == 9
+        assert asyncio.run(core.scheduling.list_schedules(limit=2))["total"] == 8
+        assert asyncio.run(core.scheduling.list_schedules(limit=2, include_cancelled=True))["total"] == 9
     finally:
         core.close()
 

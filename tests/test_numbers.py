@@ -9,6 +9,7 @@ shape, an MCP tool error, a CLI usage error (exit 2).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -42,7 +43,7 @@ def _rows(db: Path) -> list[Any]:
 @pytest.fixture
 def first(core: Core) -> int:
     """Schedule 1, which ``true`` must not name."""
-    made = core.schedule_time("keep me", "in 1h", **BASE)  # type: ignore[arg-type]
+    made = asyncio.run(core.scheduling.schedule_time("keep me", "in 1h", **BASE))  # type: ignore[arg-type]
     assert made["id"] == 1
     return 1
 

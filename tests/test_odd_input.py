@@ -5,6 +5,7 @@ PostgreSQL behind it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -128,13 +129,15 @@ def test_nul_and_surrogates_on_postgresql_are_invalid_argument(pg_core: Core, te
     body = {"schedule": {"type": "one-time", "scheduled_at": int((time.time() + 3600) * 1000)},
             "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}
     with pytest.raises(PromptYoSelfError) as info:
-        LettaSchedules(pg_core).create(AGENT, body)
+        asyncio.run(LettaSchedules(pg_core).create(AGENT, body))
     assert info.value.code == "invalid_argument"
-    for call in (lambda: pg_core.schedule_time(text, "in 5m", agent_id=AGENT, skip_validation=True),
-                 lambda: pg_core.schedule_time("x", "in 5m", agent_id=AGENT, skip_validation=True,
-                                               idempotency_key=text),
-                 lambda: pg_core.list_schedules(agent_id=text),
-                 lambda: pg_core.history(schedule_id=text)):
+    for call in (lambda: asyncio.run(pg_core.scheduling.schedule_time(text, "in 5m", agent_id=AGENT,
+                                                                      skip_validation=True)),
+                 lambda: asyncio.run(pg_core.scheduling.schedule_time("x", "in 5m", agent_id=AGENT,
+                                                                      skip_validation=True,
+                                               idempotency_key=text)),
+                 lambda: asyncio.run(pg_core.scheduling.list_schedules(agent_id=text)),
+                 lambda: asyncio.run(pg_core.scheduling.history(schedule_id=text))):
         with pytest.raises(PromptYoSelfError) as info:
             call()
         assert info.value.code == "invalid_argument", info.value

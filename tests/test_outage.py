@@ -7,6 +7,7 @@ runs in a thread over a SQLite file."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
@@ -144,14 +145,14 @@ def test_a_deleted_or_replaced_database_file_stops_writes(tmp_path: Path, how: s
     db = tmp_path / "d.db"
     core = make_core(db)
     try:
-        core.schedule_time("kept", "in 1h", agent_id=AGENT, skip_validation=True)
+        asyncio.run(core.scheduling.schedule_time("kept", "in 1h", agent_id=AGENT, skip_validation=True))
         if how == "deleted":
             db.unlink()
         else:
             shutil.copy(db, tmp_path / "copy.db")
             os.replace(tmp_path / "copy.db", db)
         with pytest.raises(DatabaseUnavailable, match=how):
-            core.schedule_time("would be lost", "in 1h", agent_id=AGENT, skip_validation=True)
+            asyncio.run(core.scheduling.schedule_time("would be lost", "in 1h", agent_id=AGENT, skip_validation=True))
         health = core.health()
         assert health["status"] == "down" and "database_unavailable" in _codes(health)
         assert how in health["reasons"][0]["message"]

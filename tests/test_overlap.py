@@ -304,19 +304,23 @@ def test_the_policy_is_stored_defaulted_listed_and_compared(db_url: str, target:
     registry.register("busy", BusyPlugin(target))
     core = Core(make_settings(db_url))
     try:
-        made = core.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a", "target": "busy",
-                                                                  "skip_validation": True}))
+        made = asyncio.run(core.scheduling.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a",
+                                                                                         "target": "busy",
+                                                                  "skip_validation": True})))
         assert made["overlap"] == "skip"  # the plug-in's default, stored with the schedule
-        hook = core.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a", "target": "webhook",
+        hook = asyncio.run(core.scheduling.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a",
+                                                                                         "target": "webhook",
                                                                   "endpoint": "default", "overlap": "queue",
-                                                                  "skip_validation": True}))
+                                                                  "skip_validation": True})))
         assert hook["overlap"] == "queue" and "cannot tell whether a turn is still running" in hook["description"]
         keyed = {"agent_id": "agent-a", "target": "busy", "skip_validation": True, "idempotency_key": "k"}
-        first = core.schedule_every("p", "1h", ScheduleOptions.of({**keyed, "overlap": "allow"}))
-        assert core.schedule_every("p", "1h", ScheduleOptions.of(keyed))["deduplicated"]  # none named: the same
+        first = asyncio.run(core.scheduling.schedule_every("p", "1h", ScheduleOptions.of({**keyed,
+                                                                                          "overlap": "allow"})))
+        same = asyncio.run(core.scheduling.schedule_every("p", "1h", ScheduleOptions.of(keyed)))
+        assert same["deduplicated"]  # none named: the same
         with pytest.raises(Exception, match="overlap"):
-            core.schedule_every("p", "1h", ScheduleOptions.of({**keyed, "overlap": "queue"}))
-        listed = {s["id"]: s for s in core.list_schedules(agent_id="agent-a")["schedules"]}
+            asyncio.run(core.scheduling.schedule_every("p", "1h", ScheduleOptions.of({**keyed, "overlap": "queue"})))
+        listed = {s["id"]: s for s in asyncio.run(core.scheduling.list_schedules(agent_id="agent-a"))["schedules"]}
         assert [listed[i]["overlap"] for i in (made["id"], hook["id"], first["id"])] == ["skip", "queue", "allow"]
         assert "cannot tell" not in listed[made["id"]]["description"]
         page = core.operator.console_schedules(agent_id="agent-a")
@@ -327,7 +331,8 @@ def test_the_policy_is_stored_defaulted_listed_and_compared(db_url: str, target:
         with pytest.raises(InvalidArgument, match="overlap"):
             ScheduleOptions.of({"overlap": "sometimes"})
         with pytest.raises(InvalidArgument, match="overlap must be"):
-            core.schedule_every("p", "1h", agent_id="agent-a", target="busy", skip_validation=True, overlap="never")
+            asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id="agent-a", target="busy",
+                                                       skip_validation=True, overlap="never"))
         targets = {t["name"]: t for t in core.targets()["targets"]}
         assert (targets["busy"]["overlap"], targets["busy"]["busy_check"]) == ("skip", "the test says so")
         assert (targets["webhook"]["overlap"], targets["webhook"]["busy_check"]) == ("allow", None)
@@ -343,23 +348,23 @@ def test_the_previous_turn_is_read_from_the_store(db_url: str, target: BusyTarge
     clock = Clock()
     core = Core(make_settings(db_url), clock=clock)
     try:
-        sid = core.schedule_every("p", "1m", ScheduleOptions.of({"agent_id": "agent-a", "target": "busy",
-                                                                 "skip_validation": True, "overlap": "queue"}),
-                                  start_at="2026-06-15T12:01:00Z")["id"]
+        opts = ScheduleOptions.of({"agent_id": "agent-a", "target": "busy", "skip_validation": True,
+                                   "overlap": "queue"})
+        sid = asyncio.run(core.scheduling.schedule_every("p", "1m", opts, start_at="2026-06-15T12:01:00Z"))["id"]
         assert core.deliveries.last_turn(sid) is None
         clock.now = T0 + MINUTE
-        assert drain(core.deps) == ["delivered"]
+        assert drain(core) == ["delivered"]
         last = core.deliveries.last_turn(sid)
         assert last is not None and last.run_id == "run-1" and Receipt.from_json(last.receipt) is not None
         target.busy = True
         clock.now = T0 + 2 * MINUTE
-        assert drain(core.deps) == ["queued"]
+        assert drain(core) == ["queued"]
         clock.now = T0 + 2 * MINUTE + timedelta(seconds=5)
-        assert drain(core.deps) == ["queued"]
+        assert drain(core) == ["queued"]
         target.busy = False
         clock.now = T0 + 2 * MINUTE + timedelta(seconds=10)
-        assert drain(core.deps) == ["delivered"]
-        outcomes = [d["outcome"] for d in reversed(core.history(schedule_id=sid)["deliveries"])]
+        assert drain(core) == ["delivered"]
+        outcomes = [d["outcome"] for d in reversed(asyncio.run(core.scheduling.history(schedule_id=sid))["deliveries"])]
         assert outcomes == ["delivered", "queued", "delivered"]
         assert target.asked[0] is None and target.asked[1] is not None and target.asked[1].run_id == "run-1"
         assert core.deliveries.last_turn(sid).run_id == "run-2"  # type: ignore[union-attr]
@@ -404,8 +409,8 @@ async def test_the_policy_is_changed_through_mcp_rest_and_the_cli(db_url: str, t
     registry.register("busy", BusyPlugin(target))
     core = Core(make_settings(db_url, http_token="overlap-token"))
     try:
-        sid = core.schedule_every("p", "1h", ScheduleOptions.of({"agent_id": "agent-a", "target": "busy",
-                                                                 "skip_validation": True}))["id"]
+        opts = ScheduleOptions.of({"agent_id": "agent-a", "target": "busy", "skip_validation": True})
+        sid = (await core.scheduling.schedule_every("p", "1h", opts))["id"]
         async with Client(build_server(core)) as client:
             got = await client.call_tool("promptyoself_set_overlap", {"schedule_id": sid, "overlap": "queue"})
             assert json.loads(got.content[0].text)["overlap"] == "queue"
@@ -417,12 +422,12 @@ async def test_the_policy_is_changed_through_mcp_rest_and_the_cli(db_url: str, t
             assert ok.status_code == 200 and ok.json()["overlap"] == "allow", ok.text
             assert rest.post(f"/api/schedules/{sid}/overlap", json={"overlap": "never"}).status_code in (400, 422)
         capsys.readouterr()
-        assert main(["--json", "overlap", str(sid), "skip"], core=core) == 0
+        assert await asyncio.to_thread(main, ["--json", "overlap", str(sid), "skip"], core=core) == 0  # its own loop
         assert json.loads(capsys.readouterr().out)["overlap"] == "skip"
-        [row] = core.list_schedules(agent_id="agent-a")["schedules"]
+        [row] = (await core.scheduling.list_schedules(agent_id="agent-a"))["schedules"]
         assert row["overlap"] == "skip"
-        core.cancel(sid)
+        await core.scheduling.cancel(sid)
         with pytest.raises(InvalidArgument, match="only a live schedule"):
-            core.set_overlap(sid, "queue")
+            await core.scheduling.set_overlap(sid, "queue")
     finally:
         core.close()

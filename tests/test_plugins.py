@@ -168,12 +168,13 @@ def test_a_plugin_that_does_not_load_is_reported_and_refused(tmp_path: Path,
     try:
         assert "broken" in registry.names()
         with pytest.raises(InvalidArgument, match="failed to load: RuntimeError: this plug-in needs"):
-            core.schedule_time("x", "in 5m", agent_id=AGENT, target="broken")
+            asyncio.run(core.scheduling.schedule_time("x", "in 5m", agent_id=AGENT, target="broken"))
         report = core.targets()
         broken = next(t for t in report["targets"] if t["name"] == "broken")
         assert not broken["ready"] and "RuntimeError" in (broken["error"] or "")
         assert [r for r in core.health()["reasons"] if r["code"] == "target_plugin_broken"]
-        assert core.schedule_time("still works", "in 5m", agent_id=AGENT, skip_validation=True)["status"] == "success"
+        assert asyncio.run(core.scheduling.schedule_time("still works", "in 5m", agent_id=AGENT,
+                                                         skip_validation=True))["status"] == "success"
     finally:
         core.close()
         sys.modules.pop("broken_target", None)

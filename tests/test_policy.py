@@ -11,6 +11,7 @@ items 2, 3, 11, 12; issue 32 point 1).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import pytest
 
 from promptyoself.core.operations import Core
 from promptyoself.core.operator import runs_per_day
+from promptyoself.core.scheduling import Scheduling
 from promptyoself.errors import PromptYoSelfError, QuotaExceeded, RateLimited
 from tests.conftest import FIXED_NOW, make_settings
 
@@ -40,7 +42,7 @@ def live_count(core: Core, agent: str) -> int:
 
 
 def all_rows(core: Core) -> int:
-    return int(core.list_schedules(include_cancelled=True, limit=1)["total"])
+    return int(asyncio.run(core.scheduling.list_schedules(include_cancelled=True, limit=1))["total"])
 
 
 def race(cores: list[Core], n: int, make: Callable[[Core, int], object]) -> tuple[int, dict[str, int]]:
@@ -75,12 +77,12 @@ def race(cores: list[Core], n: int, make: Callable[[Core, int], object]) -> tupl
 def cores_on(db: str | Path, k: int = 4, **overrides: Any) -> list[Core]:
     cores = [Core(make_settings(cast(Path, db), **overrides), clock=fixed()) for _ in range(k)]
     for c in cores:
-        c.operator.policy()  # opened (and migrated) one after the other, before any race
+        asyncio.run(c.operator.policy())  # opened (and migrated) one after the other, before any race
     return cores
 
 
 def schedule_every(core: Core, i: int) -> object:
-    return core.schedule_every(f"p{i}", "1h", agent_id="agent-race", skip_validation=True)
+    return asyncio.run(core.scheduling.schedule_every(f"p{i}", "1h", agent_id="agent-race", skip_validation=True))
 
 
 # ---- issue 29 item 3: the limits hold under concurrency ----------------------------------------------
@@ -104,7 +106,7 @@ def max_active_holds(db: str | Path) -> None:
         assert made == 7 and codes == {"quota_exceeded": CONCURRENT - 7}
         assert live_count(cores[0], "agent-race") == 7
         # another agent has its own 7
-        cores[1].schedule_every("other", "1h", agent_id="agent-other", skip_validation=True)
+        asyncio.run(cores[1].scheduling.schedule_every("other", "1h", agent_id="agent-other", skip_validation=True))
     finally:
         for c in cores:
             c.close()
@@ -179,9 +181,9 @@ def test_a_creation_whose_reply_fails_stores_nothing(db_path: Path, monkeypatch:
         def broken(*_a: object, **_k: object) -> object:
             raise OverflowError("date value out of range")
 
-        monkeypatch.setattr(Core, "_created_result", broken)
+        monkeypatch.setattr(Scheduling, "_created_result", broken)
         with pytest.raises(OverflowError):
-            core.schedule_every("p", "1h", agent_id="agent-a", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id="agent-a", skip_validation=True))
         monkeypatch.undo()
         assert all_rows(core) == 0
     finally:
@@ -241,13 +243,13 @@ def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
         later.close()
     third = Core(make_settings(db_path, max_deliveries_per_agent_per_day=7), clock=fixed())
     try:
-        assert third.operator.policy().max_deliveries_per_agent_per_day == 7
+        assert asyncio.run(third.operator.policy()).max_deliveries_per_agent_per_day == 7
         assert third.operator.policy_show()["policy_entries"][0]["source"] == "environment seed"
     finally:
         third.close()
     fourth = Core(make_settings(db_path, max_deliveries_per_agent_per_day=9), clock=fixed())
     try:
-        assert fourth.operator.policy().max_deliveries_per_agent_per_day == 7
+        assert asyncio.run(fourth.operator.policy()).max_deliveries_per_agent_per_day == 7
     finally:
         fourth.close()
 
@@ -339,7 +341,7 @@ def test_lettas_scheduling_route_judges_by_the_stored_policy(policy_db: Path) ->
                     "schedule": {"type": "recurring", "cron_expression": "*/2 * * * *"},
                     "messages": [{"role": "user", "content": "m"}]})
                 assert r.status_code == 200
-            row = core.list_schedules(agent_id=agent)["schedules"][0]
+            row = asyncio.run(core.scheduling.list_schedules(agent_id=agent))["schedules"][0]
             assert row["state"] == "pending_approval"
         finally:
             core.close()
@@ -371,7 +373,7 @@ def test_rest_policy_routes(db_path: Path) -> None:
             for refused in (http.get("/api/policy", headers=agent),
                             http.put("/api/policy", headers=agent, json={"max_active_per_agent": 1000})):
                 assert refused.status_code == 403 and refused.json()["code"] == "forbidden"
-        assert core.operator.policy().max_active_per_agent == 9
+        assert asyncio.run(core.operator.policy()).max_active_per_agent == 9
     finally:
         core.close()
 
@@ -392,11 +394,11 @@ def test_console_policy_page_needs_its_csrf_token(db_path: Path) -> None:
             assert csrf is not None
             refused = http.post("/console/policy", data={"approval_below": "5m"})
             assert refused.status_code == 403
-            assert core.operator.policy().approval_below is None
+            assert asyncio.run(core.operator.policy()).approval_below is None
             saved = http.post("/console/policy", data={"csrf": csrf.group(1), "approval_below": "5m",
                                                        "max_active_per_agent": "100"}, follow_redirects=False)
             assert saved.status_code == 303
-            assert core.operator.policy().approval_below == timedelta(minutes=5)
+            assert asyncio.run(core.operator.policy()).approval_below == timedelta(minutes=5)
             bad = http.post("/console/policy", data={"csrf": csrf.group(1), "max_active_per_agent": "lots"})
             assert bad.status_code == 400 and "max_active_per_agent takes" in bad.text
     finally:
@@ -464,20 +466,24 @@ def test_runs_per_day_of_each_kind_of_rule() -> None:
 def test_approval_cannot_be_split_across_rules(db_path: Path) -> None:
     core = Core(make_settings(db_path, approval_below="30m"), clock=fixed())
     try:
-        states = [core.schedule_cron(f"tick {m}", f"{m} * * * *", agent_id="agent-split", skip_validation=True)
+        states = [asyncio.run(core.scheduling.schedule_cron(f"tick {m}", f"{m} * * * *", agent_id="agent-split",
+                                                            skip_validation=True))
                   for m in (0, 12, 24, 36, 48)]
         # 24 a day each; together more than one run per 30 minutes (48 a day) from the third on
         assert [s["state"] for s in states] == ["active", "active", "pending_approval", "pending_approval",
                                                 "pending_approval"]
         assert "at most 48 a day" in states[2]["message"]
         # rules far apart in the day are not frequent together; another agent has its own rate
-        daily = [core.schedule_cron("d", f"{m} 9 * * *", agent_id="agent-daily", skip_validation=True)["state"]
+        daily = [asyncio.run(core.scheduling.schedule_cron("d", f"{m} 9 * * *", agent_id="agent-daily",
+                                                           skip_validation=True))["state"]
                  for m in (0, 5)]
         assert daily == ["active", "active"]
         # one-time prompts never wait, and a cancelled rule no longer counts
-        assert core.schedule_time("once", "in 5m", agent_id="agent-split", skip_validation=True)["state"] == "active"
-        core.cancel(states[1]["id"])
-        again = core.schedule_cron("again", "30 * * * *", agent_id="agent-split", skip_validation=True)
+        assert asyncio.run(core.scheduling.schedule_time("once", "in 5m", agent_id="agent-split",
+                                                         skip_validation=True))["state"] == "active"
+        asyncio.run(core.scheduling.cancel(states[1]["id"]))
+        again = asyncio.run(core.scheduling.schedule_cron("again", "30 * * * *", agent_id="agent-split",
+                                                          skip_validation=True))
         assert again["state"] == "active"
     finally:
         core.close()
@@ -489,11 +495,13 @@ def combined_rate_holds(db: str | Path) -> None:
     cores = cores_on(db, approval_below="30m")
     try:
         def make(core: Core, i: int) -> object:
-            return core.schedule_cron(f"tick {i}", f"{i} * * * *", agent_id="agent-rate", skip_validation=True)
+            return asyncio.run(core.scheduling.schedule_cron(f"tick {i}", f"{i} * * * *", agent_id="agent-rate",
+                                                             skip_validation=True))
 
         made, codes = race(cores, 50, make)
         assert made == 50 and codes == {}
-        states = [s["state"] for s in cores[0].list_schedules(agent_id="agent-rate", limit=100)["schedules"]]
+        states = [s["state"] for s in asyncio.run(cores[0].scheduling.list_schedules(agent_id="agent-rate",
+                                                                                     limit=100))["schedules"]]
         assert sorted(states).count("active") == 2 and states.count("pending_approval") == 48
     finally:
         for c in cores:
@@ -576,7 +584,7 @@ def test_pass_through_sends_count_against_the_daily_budget(db_path: Path) -> Non
             executed = run_once_result(core).get("executed") or []
             assert [e.get("outcome") for e in executed] == ["over_budget"]
             assert len(fake.received_texts()) == 1
-            assert core.operator.agent_usage(agent)["delivered_today"] == 1
+            assert asyncio.run(core.operator.agent_usage(agent))["delivered_today"] == 1
         finally:
             core.close()
 
@@ -585,12 +593,12 @@ def test_quota_error_names_the_stored_limit(db_path: Path) -> None:
     core = Core(make_settings(db_path), clock=fixed())
     try:
         core.operator.policy_set({"max_active_per_agent": 1, "max_schedules_per_agent_per_hour": 0})
-        core.schedule_every("a", "1h", agent_id="agent-q", skip_validation=True)
+        asyncio.run(core.scheduling.schedule_every("a", "1h", agent_id="agent-q", skip_validation=True))
         with pytest.raises(QuotaExceeded, match="limit is 1"):
-            core.schedule_every("b", "1h", agent_id="agent-q", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_every("b", "1h", agent_id="agent-q", skip_validation=True))
         core.operator.policy_set({"max_active_per_agent": 5, "max_schedules_per_agent_per_hour": 1})
         with pytest.raises(RateLimited):
-            core.schedule_every("c", "1h", agent_id="agent-q", skip_validation=True)
+            asyncio.run(core.scheduling.schedule_every("c", "1h", agent_id="agent-q", skip_validation=True))
     finally:
         core.close()
 

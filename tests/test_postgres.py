@@ -7,6 +7,7 @@ with the reason. Delivery on PostgreSQL (claims, several workers) is tested with
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -293,8 +294,8 @@ def test_concurrent_idempotent_calls_from_threads_make_one_row(pg_core: Core, fa
 
     def schedule(_: int) -> dict[str, Any]:
         barrier.wait()
-        return pg_core.schedule_time("once only", "in 10m", agent_id=agent, skip_validation=True,
-                                     idempotency_key="retry-me")
+        return asyncio.run(pg_core.scheduling.schedule_time("once only", "in 10m", agent_id=agent, skip_validation=True,
+                                     idempotency_key="retry-me"))
 
     with ThreadPoolExecutor(n) as pool:
         results = list(pool.map(schedule, range(n)))

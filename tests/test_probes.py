@@ -9,6 +9,7 @@ is why health used to say ok.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ def test_readyz_is_ready_while_letta_is_down_and_healthz_is_not(client: TestClie
 
 def test_a_read_only_database_is_not_ready_and_health_is_down(core: Core, client: TestClient,
                                                               db_path: Path) -> None:
-    core.schedule_time("due later", "in 1h", agent_id=AGENT, skip_validation=True)
+    asyncio.run(core.scheduling.schedule_time("due later", "in 1h", agent_id=AGENT, skip_validation=True))
     before = client.get("/healthz").json()
     assert "database_read_only" not in codes(before)
     with read_only(db_path) as how:

@@ -4,6 +4,7 @@ server; the Claude Code session is a ``sessions/<pid>.json`` file in a private c
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -174,10 +175,11 @@ def test_list_and_the_console_show_each_schedules_target(db_path: Path, hooks: N
 
     settings = make_settings(db_path, http_token="console-t0ken", letta_base_url="http://127.0.0.1:9")
     core = Core(settings)
-    core.schedule_every("to letta", "30m", agent_id="agent-1", skip_validation=True)
-    core.schedule_every("to a hook", "30m", target="webhook", endpoint="ops")
-    core.schedule_every("to a session", "30m", target="claude-code", session_id=SESSION, cwd=str(tmp_path))
-    listed = core.list_schedules()
+    asyncio.run(core.scheduling.schedule_every("to letta", "30m", agent_id="agent-1", skip_validation=True))
+    asyncio.run(core.scheduling.schedule_every("to a hook", "30m", target="webhook", endpoint="ops"))
+    asyncio.run(core.scheduling.schedule_every("to a session", "30m", target="claude-code", session_id=SESSION,
+                                               cwd=str(tmp_path)))
+    listed = asyncio.run(core.scheduling.list_schedules())
     assert sorted(s["target"] for s in listed["schedules"]) == ["claude-code", "letta", "webhook"]
     text = tables.render(dict(listed), width=200)
     assert "TARGET" in text and "claude-code" in text and "webhook" in text

@@ -6,6 +6,7 @@ SQLite file; the faces run in process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,9 +34,10 @@ EXPECTED = {"state": "complete", "reply": "Checked the queue: 3 items.", "tools"
             "body": None, "note": None}
 
 
-def seed(core: Core) -> int:
+async def seed(core: Core) -> int:
     """A schedule, one delivered row with a receipt and one failed row without."""
-    sid = int(core.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True)["id"])
+    sid = int((await core.scheduling.schedule_every("check the queue", "30m", agent_id=AGENT,
+                                                    skip_validation=True))["id"])
     with core.store.session() as s:
         s.add(Delivery(schedule_id=sid, agent_id=AGENT, scheduled_for=AT, attempted_at=AT, outcome="retry",
                        attempt=1, error="target_unavailable: down"))
@@ -48,7 +50,7 @@ def seed(core: Core) -> int:
 async def test_the_mcp_tool_shows_each_rows_receipt(db_path: Path) -> None:
     core = Core(make_settings(db_path))
     try:
-        sid = seed(core)
+        sid = await seed(core)
         async with Client(build_server(core)) as c:
             got = await c.call_tool("promptyoself_history", {"schedule_id": sid})
         rows = (got.structured_content or {})["deliveries"]
@@ -61,7 +63,7 @@ def test_rest_and_cli_show_each_rows_receipt(db_path: Path, capsys: pytest.Captu
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     core = Core(make_settings(db_path))
     try:
-        sid = seed(core)
+        sid = asyncio.run(seed(core))
         with TestClient(build_rest_app(core)) as c:
             rows = c.get("/api/history", params={"schedule_id": sid}).json()["deliveries"]
         assert [r["receipt"] for r in rows] == [EXPECTED, None]
@@ -76,7 +78,7 @@ def test_rest_and_cli_show_each_rows_receipt(db_path: Path, capsys: pytest.Captu
 def test_the_console_schedule_page_shows_the_receipts(db_path: Path) -> None:
     core, client = make(db_path, TOKEN)
     try:
-        sid = seed(core)
+        sid = asyncio.run(seed(core))
         sign_in(client)
         page = client.get(f"/console/schedules/{sid}")
         assert page.status_code == 200

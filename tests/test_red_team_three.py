@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,7 +260,8 @@ def test_healthz_and_logs_hide_the_webhook_path(hook_env: None, db_path: Path) -
 
     settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
     core = Core(settings)
-    core.schedule_every("ping", "1h", agent_id="agent-hook", target="webhook", skip_validation=True)
+    asyncio.run(core.scheduling.schedule_every("ping", "1h", agent_id="agent-hook", target="webhook",
+                                               skip_validation=True))
     try:
         c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000")
         for path in ("/healthz", "/readyz"):
@@ -331,7 +333,7 @@ def twelve(db_path: Path) -> Iterator[tuple[Core, Any]]:
     settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN)
     core = Core(settings)
     for i in range(12):
-        core.schedule_every(f"prompt {i}", "1h", agent_id="agent-ids", skip_validation=True)
+        asyncio.run(core.scheduling.schedule_every(f"prompt {i}", "1h", agent_id="agent-ids", skip_validation=True))
     c = TestClient(build_service_app(core, settings, delivery=False), base_url="http://127.0.0.1:8000",
                    raise_server_exceptions=False)
     yield core, c
@@ -439,8 +441,9 @@ def _cancelled_with_history(core: Core, n: int) -> list[int]:
 
     ids = []
     for i in range(n):
-        sid = core.schedule_every(f"fill {i}", "1h", agent_id="agent-fill", skip_validation=True)["id"]
-        core.cancel(sid)
+        sid = asyncio.run(core.scheduling.schedule_every(f"fill {i}", "1h", agent_id="agent-fill",
+                                                         skip_validation=True))["id"]
+        asyncio.run(core.scheduling.cancel(sid))
         ids.append(sid)
     with core.store.session() as s:
         now = datetime.now(UTC)
@@ -460,7 +463,8 @@ def test_retention_purges_ended_schedules_and_old_history(db_path: Path) -> None
     core = Core(make_settings(db_path))
     try:
         gone = _cancelled_with_history(core, 3)
-        kept = core.schedule_every("still here", "1h", agent_id="agent-fill", skip_validation=True)["id"]
+        kept = asyncio.run(core.scheduling.schedule_every("still here", "1h", agent_id="agent-fill",
+                                                          skip_validation=True))["id"]
         now = core.now()
         assert purge(core, now=now)["schedules"] == 0, "nothing ended 7 days ago yet"
         later = now + timedelta(days=8)  # PROMPTYOSELF_KEEP_ENDED (7d) has passed for the cancelled ones

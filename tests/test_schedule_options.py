@@ -76,13 +76,13 @@ def seen(core: Core, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
     """What each ``Core.schedule_*`` call received as its options."""
     calls: list[tuple[str, Any]] = []
     for kind in OWN:
-        real = getattr(core, f"schedule_{kind}")
+        real = getattr(core.scheduling, f"schedule_{kind}")
 
-        def spy(*args: Any, _real: Any = real, _kind: str = kind, **kwargs: Any) -> Any:
+        async def spy(*args: Any, _real: Any = real, _kind: str = kind, **kwargs: Any) -> Any:
             calls.append((_kind, args[2] if len(args) > 2 else kwargs))
-            return _real(*args, **kwargs)
+            return await _real(*args, **kwargs)
 
-        monkeypatch.setattr(core, f"schedule_{kind}", spy)
+        monkeypatch.setattr(core.scheduling, f"schedule_{kind}", spy)
     return calls
 
 

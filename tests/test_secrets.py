@@ -120,7 +120,7 @@ async def test_tool_calls_never_leak(secret_env: Path, fake_letta_refusing: Any,
         def explode(*_a: Any, **_k: Any) -> Any:
             raise RuntimeError("the database exploded")
 
-        monkeypatch.setattr(core, "list_schedules", explode)
+        monkeypatch.setattr(core.scheduling, "list_schedules", explode)
         async with Client(build_server(core)) as client:
             broken = await client.call_tool("promptyoself_list", {}, raise_on_error=False)
         health = core.health()
@@ -170,7 +170,7 @@ async def test_secret_inside_an_exception_is_redacted(secret_env: Path, monkeypa
     def leaky(*_a: Any, **_k: Any) -> Any:
         raise ConnectionError(f"login with {API_KEY} / {quote(PASSWORD, safe='')} / {TOKEN} failed")
 
-    monkeypatch.setattr(core, "history", leaky)
+    monkeypatch.setattr(core.scheduling, "history", leaky)
     try:
         async with Client(build_server(core)) as client:
             result = await client.call_tool("promptyoself_history", {}, raise_on_error=False)

@@ -111,20 +111,24 @@ def test_no_class_has_too_many_attributes() -> None:
     assert KNOWN_BIG_CLASSES - big == set(), f"fixed, remove from KNOWN_BIG_CLASSES: {KNOWN_BIG_CLASSES - big}"
 
 
-def test_the_core_is_built_by_composition() -> None:
-    """``Core`` inherits nothing: it holds its ``Deps`` and its parts, each over that same ``Deps``,
-    and hands the ``Deps``'s members on (so it is what delivery takes, a ``Services``)."""
+def test_the_core_is_its_deps_with_its_parts() -> None:
+    """``Core`` is a ``Deps`` (settings, store, clock, listeners: its own attributes, with no layer
+    handing them on) holding its parts, each over that same object: ``scheduling``, ``operator``,
+    ``agents``; so it is what delivery takes, a ``Services``."""
     from promptyoself.config import Settings
     from promptyoself.core.operations import Core
+    from promptyoself.core.scheduling import Scheduling
     from promptyoself.deps import Deps
 
-    assert Core.__mro__ == (Core, object)
+    assert Core.__mro__ == (Core, Deps, object)
+    assert not [name for name, value in vars(Core).items() if isinstance(value, property)], "no forwarding"
     core = Core(Settings(db="sqlite:///:memory:"))
-    assert isinstance(core.deps, Deps)
-    assert core.agents.deps is core.deps and core.operator.deps is core.deps
+    assert isinstance(core.scheduling, Scheduling)
+    assert core.agents.deps is core and core.operator.deps is core and core.scheduling.deps is core
+    assert core.scheduling.operator is core.operator and core.scheduling.defaults is core.defaults
     core.settings = core.settings.model_copy(update={"max_prompt_chars": 7})
-    assert core.deps.settings.max_prompt_chars == 7  # one set of settings, wherever it is read
+    assert core.scheduling.deps.settings.max_prompt_chars == 7  # one set of settings, wherever it is read
     seen: list[int] = []
     core.on_change(lambda: seen.append(1))
-    core.deps.changed()
+    core.changed()
     assert seen == [1]

@@ -8,6 +8,7 @@ past sessions (``fold_state_counts``) loses nothing while others write, and a fa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -163,13 +164,14 @@ def test_core_operations_claims_and_delivery(url: str) -> None:
         core = make_core(url, fake, clock=clock)
         try:
             a = fake.agent_ids
-            made = [core.schedule_time(f"p{i}", "in 1h", agent_id=a[i % 3], skip_validation=True)["id"]
+            made = [asyncio.run(core.scheduling.schedule_time(f"p{i}", "in 1h", agent_id=a[i % 3],
+                                                              skip_validation=True))["id"]
                     for i in range(9)]
             due = [add_schedule(core.store, a[i], f"due {i}", T0) for i in range(3)]
-            core.cancel(made[0])
-            core.pause(made[1])
-            core.resume(made[1])
-            core.pause(made[2])
+            asyncio.run(core.scheduling.cancel(made[0]))
+            asyncio.run(core.scheduling.pause(made[1]))
+            asyncio.run(core.scheduling.resume(made[1]))
+            asyncio.run(core.scheduling.pause(made[2]))
             assert check(core.store) == {"active": 10, "paused": 1, "cancelled": 1}
             with core.store.engine.connect() as conn:
                 before = counter_rows(conn)

@@ -4,6 +4,7 @@ delivered while the webhook sends still hang (states, not durations)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import signal
 import sys
@@ -41,7 +42,8 @@ def test_a_hanging_webhook_does_not_hold_letta_prompts(db: Path, monkeypatch: py
         now = datetime.now(UTC)
         hooks = []
         for i in range(4):  # due first: before the fix they took both shared slots and hung there
-            made = core.schedule_time(f"hook {i}", "in 10m", target="webhook", agent_id=f"hook-{i}")
+            made = asyncio.run(core.scheduling.schedule_time(f"hook {i}", "in 10m", target="webhook",
+                                                             agent_id=f"hook-{i}"))
             due = now - timedelta(seconds=60 - i)
             with core.store.session() as s:
                 s.execute(update(Schedule).where(Schedule.id == made["id"]).values(next_run=due, due_at=due))

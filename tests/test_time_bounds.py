@@ -5,6 +5,7 @@ timelang``), the rules walked a year at a time keep dateutil's runs, slots never
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from collections.abc import Iterator
@@ -136,8 +137,9 @@ def core(db_path: Path) -> Iterator[Core]:
                                                  ("9999-12-29 13:59:55", "Pacific/Kiritimati")])
 def test_every_leaving_the_calendar_is_refused_and_stores_nothing(core: Core, start_at: str, zone: str | None) -> None:
     with pytest.raises(OutOfRange):
-        core.schedule_every("p", "10s", start_at=start_at, timezone=zone, agent_id=AGENT, skip_validation=True)
-    assert core.list_schedules(agent_id=AGENT)["total"] == 0
+        asyncio.run(core.scheduling.schedule_every("p", "10s", start_at=start_at, timezone=zone, agent_id=AGENT,
+                                                   skip_validation=True))
+    assert asyncio.run(core.scheduling.list_schedules(agent_id=AGENT))["total"] == 0
 
 
 @contextmanager
@@ -172,7 +174,7 @@ def store_bad_row(core: Core) -> int:
 
 async def test_every_list_survives_a_bad_row_stored_before_the_fix(core: Core,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    core.schedule_cron("good", "every day at 9", agent_id=AGENT, skip_validation=True)
+    await core.scheduling.schedule_cron("good", "every day at 9", agent_id=AGENT, skip_validation=True)
     bad = store_bad_row(core)
 
     def check(listed: dict[str, Any]) -> None:
@@ -180,7 +182,7 @@ async def test_every_list_survives_a_bad_row_stored_before_the_fix(core: Core,
         assert listed["total"] == 2 and len(rows[bad - 1]["upcoming"]) == 5
         assert rows[bad]["upcoming"] == [] and "cannot be computed" in rows[bad]["description"]
 
-    check(dict(core.list_schedules(agent_id=AGENT)))
+    check(dict(await core.scheduling.list_schedules(agent_id=AGENT)))
     with service(core) as client:
         r = client.get("/api/schedules", params={"agent_id": AGENT})
         assert r.status_code == 200, r.text
@@ -192,5 +194,5 @@ async def test_every_list_survives_a_bad_row_stored_before_the_fix(core: Core,
     async with Client(build_server(core)) as mcp:
         result = await mcp.call_tool("promptyoself_list", {"agent_id": AGENT})
         check(dict(result.structured_content or {}))
-    assert cli.main(["list", "--agent-id", AGENT], core=core) == 0
+    assert await asyncio.to_thread(cli.main, ["list", "--agent-id", AGENT], core=core) == 0  # its own loop
     assert len(json.loads(capsys.readouterr().out)["schedules"]) == 2

@@ -4,6 +4,7 @@ words and RRULEs, a zone inside the time, and ``catch_up``; each result carries 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -142,7 +143,8 @@ def test_rest_takes_catch_up_and_words_and_letta_api_is_unchanged(tcore: Core, f
 
 @pytest.mark.slow
 def test_a_zone_in_start_at_is_the_interval_schedules_zone(tcore: Core, fake: FakeLetta) -> None:
-    r = tcore.schedule_every("p", "1d", start_at="tomorrow 9am Europe/Berlin", agent_id=fake.agent_ids[0],
-                             skip_validation=True)
+    r = asyncio.run(tcore.scheduling.schedule_every("p", "1d", start_at="tomorrow 9am Europe/Berlin",
+                                                    agent_id=fake.agent_ids[0],
+                             skip_validation=True))
     assert r["timezone"] == "Europe/Berlin" and r["next_run_local"] == "2026-06-16T09:00:00+02:00"
     assert r["upcoming"][1] == "2026-06-17T09:00:00+02:00" and r["description"] == "Every 1d"

@@ -148,7 +148,7 @@ async def test_only_unexpected_exceptions_are_errors_with_a_traceback_in_the_log
     def broken(schedule_id: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(core, "cancel", broken)
+    monkeypatch.setattr(core.scheduling, "cancel", broken)
     async with Client(build_server(core)) as client:
         body = await error_of(client, "promptyoself_cancel", {"schedule_id": 1})
     assert body["code"] == "internal" and "disk on fire" not in body["error"] and "Traceback" not in body["error"]

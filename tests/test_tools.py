@@ -361,10 +361,10 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     fake.stop()
     await expect("promptyoself_test", {}, "letta_unavailable")
 
-    def boom(**_: Any) -> Any:
+    async def boom(**_: Any) -> Any:
         raise RuntimeError("database password is hunter2")
 
-    tcore.list_schedules = boom  # type: ignore[method-assign]
+    tcore.scheduling.list_schedules = boom  # type: ignore[method-assign]
     internal = await expect("promptyoself_list", {}, "internal")
     assert "hunter2" not in internal["error"]
     # The database codes need a broken database: tests/test_database_errors.py drives them (MCP, CLI, health),

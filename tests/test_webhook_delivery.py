@@ -4,6 +4,7 @@ with ``target: webhook`` is delivered by a real worker process (``python -m prom
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import signal
@@ -43,9 +44,11 @@ def schedule(db: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *, 
         monkeypatch.setenv(k, v)
     core = make_core(db)
     if every:
-        made = core.schedule_every("ping the queue", every, target="webhook", agent_id="queue-1")
+        made = asyncio.run(core.scheduling.schedule_every("ping the queue", every, target="webhook",
+                                                          agent_id="queue-1"))
     else:
-        made = core.schedule_time("check the deploy", "in 10m", target="webhook", agent_id="deploy-bot")
+        made = asyncio.run(core.scheduling.schedule_time("check the deploy", "in 10m", target="webhook",
+                                                         agent_id="deploy-bot"))
     due = datetime.now(UTC)
     with core.store.session() as s:
         s.execute(update(Schedule).where(Schedule.id == made["id"]).values(next_run=due, due_at=due))
@@ -142,7 +145,8 @@ def test_secret_rotation_signs_with_both(db: Path, monkeypatch: pytest.MonkeyPat
                "PROMPTYOSELF_WEBHOOK_NEXT_URL": new_rx.url, "PROMPTYOSELF_WEBHOOK_NEXT_SECRET": f"{OLD} {NEW}"}
         first = schedule(db, monkeypatch, env)
         core = make_core(db)
-        second = core.schedule_time("on the new side", "in 10m", target="webhook", endpoint="next", agent_id="b")
+        second = asyncio.run(core.scheduling.schedule_time("on the new side", "in 10m", target="webhook",
+                                                           endpoint="next", agent_id="b"))
         due = datetime.now(UTC)
         with core.store.session() as s:
             s.execute(update(Schedule).where(Schedule.id == second["id"]).values(next_run=due, due_at=due))
@@ -187,7 +191,7 @@ def test_nothing_due_before_its_time(db: Path, monkeypatch: pytest.MonkeyPatch) 
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         core = make_core(db)
-        made = core.schedule_time("later", "in 1h", target="webhook", agent_id="x")
+        made = asyncio.run(core.scheduling.schedule_time("later", "in 1h", target="webhook", agent_id="x"))
         w = worker(db, env)
         wait_until(lambda: w.saw("delivery loop"), timeout=60)
         stop(w)

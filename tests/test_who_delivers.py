@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -65,7 +66,8 @@ def test_a_check_that_found_nothing_never_skips_the_next_start(
     core = make_core(db, fake, executor_mode="worker", executor_autostart=True)
     starter = starter_for(core)
     assert starter.ensure().by == "nothing_active"  # the start-up check, before the row exists
-    result = core.schedule_time("first prompt", "in 3s", agent_id=fake.agent_ids[0])  # the write, at once
+    result = asyncio.run(core.scheduling.schedule_time("first prompt", "in 3s",
+                                                       agent_id=fake.agent_ids[0]))  # the write, at once
     assert starter.last is not None and starter.last.by == "started", starter.last
     rows = wait_until(lambda: history(core.store, result["id"]), timeout=40)
     assert rows[0].outcome == "delivered"
@@ -80,7 +82,7 @@ def test_this_process_delivering_is_the_only_shortcut(db: Path, fake: FakeLetta)
     svc.start_loop(interval=0.2)
     try:
         assert Starter(core).ensure().by == "this_process"
-        core.schedule_time("here", "in 1s", agent_id=fake.agent_ids[0])
+        asyncio.run(core.scheduling.schedule_time("here", "in 1s", agent_id=fake.agent_ids[0]))
         assert processes_for(db) == []  # no worker: this process delivers
     finally:
         svc.stop()

@@ -3,6 +3,7 @@ lease, idle exit, ``worker --status|--stop``, embedded mode, and how fast server
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import signal
@@ -262,7 +263,7 @@ def test_worker_log_goes_next_to_the_database(db: Path, fake: FakeLetta, tmp_pat
     assert server.exits_by_itself("eof")
     log = db.parent / "promptyoself-worker.log"
     wait_until(lambda: log.exists() and "worker" in log.read_text() and "started" in log.read_text(), timeout=30)
-    core.cancel(sid)
+    asyncio.run(core.scheduling.cancel(sid))
     core.close()
     # with nothing scheduled it goes away on its own after the idle period
     wait_until(lambda: processes_for(db) == [], timeout=60)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from promptyoself.config import Settings
+from promptyoself.core.operations import Core
 from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.store.memory import MemoryDeliveryStore
@@ -27,15 +28,29 @@ class Clock:
         return self.now
 
 
-def memory_deps(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
-    """``Deps`` on the memory store with ``clock``: quick retries, a 30 s lease, settings as given."""
-    mem = MemoryDeliveryStore()
+def kit_settings(tmp_path: Path, **settings: Any) -> Settings:
+    """Quick retries, a 30 s lease, settings as given; the database file (unused on memory) in ``tmp_path``."""
     values: dict[str, Any] = {"db": str(tmp_path / "unused.db"), "executor_autostart": False, "retry_base": 1.0,
                               "retry_max": 60.0, "letta_timeout": 2.0, "lease_seconds": 30.0,
                               "executor_interval": 0.05, **settings}
-    deps = Deps(Settings(**values), deliveries=mem, clock=clock)
+    return Settings(**values)
+
+
+def memory_deps(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:
+    """``Deps`` on the memory store with ``clock`` (``kit_settings``)."""
+    mem = MemoryDeliveryStore()
+    deps = Deps(kit_settings(tmp_path, **settings), deliveries=mem, clock=clock)
     mem.day = deps.budget_day  # claims count the budget day, as Deps wires the database's store
     return deps, mem
+
+
+def memory_core(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Core, MemoryDeliveryStore]:
+    """A ``Core`` (a ``Deps`` with its parts) on the memory store with ``clock``: the core's operations
+    and the engine then share the store's rows."""
+    mem = MemoryDeliveryStore()
+    core = Core(kit_settings(tmp_path, **settings), deliveries=mem, clock=clock)
+    mem.day = core.budget_day
+    return core, mem
 
 
 def drain(deps: Deps) -> list[Any]:

@@ -32,9 +32,11 @@ COMMAND_MODULES = ("promptyoself.config", "promptyoself.logs", "promptyoself.cor
                    "promptyoself.core.options", "promptyoself.core.destinations",
                    "promptyoself.targets.letta_code",
                    "promptyoself.store.schedules", "promptyoself.store.queries", "promptyoself.store.policy",
+                   "promptyoself.store.delivery_store",
                    "promptyoself.store.lease", "promptyoself.delivery.starter", "promptyoself.faces.tables",
                    "promptyoself.faces.cli_errors")
-"""The modules ``schedule`` and ``list`` load in process (faces/cli.py's ``main``, the core's ``_create``)."""
+"""The modules ``schedule`` and ``list`` load in process (faces/cli.py's ``main``, the core's ``_create`` over the
+store interface, ``store.delivery_store``)."""
 
 NOT_FOR_A_COMMAND = ("httpx", "websockets", "rich", "pygments", "click", "alembic", "logging.handlers",
                      "sqlalchemy.dialects.postgresql", "promptyoself.targets.letta_code.client",

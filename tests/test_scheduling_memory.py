@@ -1,6 +1,6 @@
 """The core's scheduling logic (``core/scheduling.py``) on the one async store interface, run on the
-in-memory store and on SQLite alike (issue 41 point 4): every case below is the same test on both, in
-the fast tier (no process, no socket), with a fixed ``now`` through the ``Deps`` clock. On memory
+in-memory store, SQLite and PostgreSQL alike (issue 41 point 4): every case below is the same test on
+each, in the fast tier (no process, no socket), with a fixed ``now`` through the ``Deps`` clock. On memory
 nothing opens the database: the core's verbs and the engine's share the memory store's rows, so a
 schedule the core makes is claimed and delivered by the engine on that same store."""
 
@@ -51,22 +51,24 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 
 @pytest.fixture
-async def make(kind: str, tmp_path: Path, clock: Clock) -> AsyncIterator[Any]:
-    """``make(**settings)``: a core on the memory store or on a SQLite file, with the fixed clock."""
+async def make(kind: str, tmp_path: Path, clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """``make(**settings)``: a core on the memory store, a SQLite file or a PostgreSQL schema (each
+    test makes one), with the fixed clock."""
     made: list[Core] = []
+    db = str(request.getfixturevalue("pg_url")) if kind == "postgresql" else str(tmp_path / "s.db")
 
     def build(**settings: Any) -> Core:
         if kind == "memory":
             core, _ = memory_core(tmp_path, clock, **settings)
         else:
-            core = Core(kit_settings(tmp_path, db=str(tmp_path / f"s{len(made)}.db"), **settings), clock=clock)
+            core = Core(kit_settings(tmp_path, db=db, **settings), clock=clock)
         made.append(core)
         return core
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import (
+    ARRAY,  # the generic type (PostgreSQL compiles it as its own): no PostgreSQL dialect for a SQLite process
     Integer,
     String,
     all_,
@@ -30,7 +31,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import OperationalError
 
 from promptyoself.store.day_counts import with_days

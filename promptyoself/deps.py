@@ -1,7 +1,8 @@
 """The typed bundle handed to every layer below the faces: settings, store, Letta client, clock, and
-the change signal. ``Services`` is what the layers ask for; ``Deps`` provides it, and ``Core`` holds a
-``Deps`` (``core.deps``) and hands its members on, so a core is a ``Services`` too. Delivery takes a
-``Services`` and never imports the core.
+the change signal, and the store's one async interface (``deliveries``: the engine's verbs and the
+core's). ``Services`` is what the layers ask for; ``Deps`` provides it, and ``Core`` is a ``Deps``
+holding its parts, so a core is a ``Services`` too. Delivery takes a ``Services`` and never imports
+the core.
 
 The store and the Letta client open on first use, so importing this module (and starting the MCP
 handshake) costs neither SQLAlchemy nor httpx.
@@ -65,8 +66,7 @@ class DeliveryStarter(Protocol):
 
 
 class Services(Protocol):
-    """What the core's parts and delivery use of their process: ``Deps``, and ``Core`` (which hands
-    on its ``Deps``'s members)."""
+    """What the core's parts and delivery use of their process: ``Deps`` (and so ``Core``, a ``Deps``)."""
 
     settings: Settings
     clock: Clock
@@ -136,8 +136,9 @@ class Deps:
 
     @property
     def deliveries(self) -> DeliveryStore:
-        """The verbs delivery uses (``store.delivery_store``): the database's, unless a caller handed in
-        another implementation (``store.memory.MemoryDeliveryStore`` in the engine's fast tests)."""
+        """The one async store interface (``store.delivery_store``): the verbs delivery and the core
+        use, the database's unless a caller handed in another implementation
+        (``store.memory.MemoryDeliveryStore`` in the fast tests of the engine and of the core)."""
         if self._deliveries is None:
             from promptyoself.store.delivery_store import SqlDeliveryStore
 

@@ -19,6 +19,12 @@ The daily budgets are counted by the claim itself (both ``claim`` and ``record``
 operator's policy), a store hands out each claimed row with its ``day`` (``records.DayCount``) read in
 the claim's transaction, and delivery decides the budgets from it (``delivery.budget.decide``) with no
 read per send.
+
+The core's verbs (issue 41 point 4), the protocol's last section: what ``core/scheduling.py`` and the
+operator's guardrails read and write (policy, a schedule by id or key, the live count, the insert
+under its limits, the compare-and-set, the agent's rules and creations, its day, a list page, history).
+So one object, ``Deps.deliveries``, is the store for the engine and the core alike: ``SqlDeliveryStore``
+runs each blocking call in a thread (``asyncio.to_thread``), ``MemoryDeliveryStore`` keeps the same rows.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def test_terminal_shows_the_guardrails_in_one_line(db_path: Path, clock: Clock) 
         assert ("Guardrails: 0 of 500 delivered today; 1 of 9 schedules made in the last hour; "
                 "approval below 5m.") in text
         assert "guardrails." not in text
-        everyone = render(dict(core.history()))
+        everyone = render(dict(asyncio.run(core.scheduling.history())))
         line = "Guardrails: 500 deliveries per agent a day; 9 schedules per agent an hour; approval below 5m."
         assert line in everyone
     finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Unpack
 from zoneinfo import ZoneInfo
@@ -45,10 +45,9 @@ from promptyoself.core.results import (
     TargetsResult,
     delivery_record,
     iso,
-    overlap_of,
     rule_views,
+    schedule_fields,
     schedule_record,
-    target_options,
 )
 from promptyoself.deps import Clock, DeliveryStarter, DeliveryView, Deps, Wiring
 from promptyoself.errors import (
@@ -341,7 +340,7 @@ class Core:
         failed creation stores nothing."""
         from promptyoself.core.destinations import destination
         from promptyoself.store import schedules
-        from promptyoself.store.records import NewSchedule, ScheduleRow
+        from promptyoself.store.records import ScheduleRow
         from promptyoself.targets import registry
 
         key = check_text("idempotency_key", options.idempotency_key, 200)
@@ -372,7 +371,7 @@ class Core:
             state = PENDING_APPROVAL if judged.note else "active"
             limits = schedules.CreationLimits(max_live=max_live, per_hour=policy.max_schedules_per_agent_per_hour,
                                               hour_since=now - HOUR, rules_seen=judged.rules_seen)
-            new = NewSchedule(
+            new = ScheduleRow(
                 agent_id=agent,
                 prompt_text=text,
                 schedule_type=plan.schedule_type,
@@ -395,8 +394,7 @@ class Core:
                 overlap=overlap,
             )
             # the reply (next runs, description) before the insert: if it cannot be made, nothing is stored
-            preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
-            result = self._created_result(preview, plan.message + (judged.note or ""), False)
+            result = self._created_result(new, plan.message + (judged.note or ""), False)
             try:
                 row = schedules.create_schedule(self.store, new, limits)  # the limits, counted where it is written
             except schedules.RulesChanged:  # the agent's rules changed since they were judged: judge again
@@ -458,25 +456,13 @@ class Core:
 
     def _created_result(self, row: ScheduleRow, message: str, deduplicated: bool) -> ScheduleResult:
         tz = timing.resolve_zone(row.timezone, "UTC")
-        out: ScheduleResult = {
+        return {
+            **schedule_fields(row),
             "status": "success",
-            "id": row.id,
-            "agent_id": row.agent_id,
-            "schedule_type": row.schedule_type,
-            "schedule_value": row.schedule_value,
-            "next_run": iso(row.next_run),
             "next_run_local": timing.to_local_iso(row.next_run, tz) if row.next_run else None,
-            "timezone": row.timezone,
             "message": message,
             "deduplicated": deduplicated,
-            "catch_up": row.catch_up,
-            "overlap": overlap_of(row),
-            **rule_views(row),
-            "state": row.state,
-            "target": row.target,
-            "target_options": target_options(row.target_options),
         }
-        return out
 
     # ---- reading ------------------------------------------------------------------------------
 

@@ -21,14 +21,6 @@ from promptyoself.store.operator import NOTICE_WINDOW, Recent
 from promptyoself.store.receipts import PENDING, LastTurn, PendingRow
 from promptyoself.store.records import AlertRow, ScheduleRow, column_names
 
-_DEFAULTS: dict[str, Any] = {
-    "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
-    "max_repetitions": None, "repetition_count": 0, "last_error": None, "target": "letta",
-    "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None, "target_options": None,
-    "overlap": None, "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0,
-    "letta_payload": None,
-}
-
 
 class MemoryDeliveryStore:
     def __init__(self, *, day: DayAsker | None = None) -> None:
@@ -45,10 +37,10 @@ class MemoryDeliveryStore:
         """A schedule due at ``due`` (``next_run`` and ``due_at``); other columns as given."""
         with self._lock:
             sid = max(self.rows, default=0) + 1
-            values = {**_DEFAULTS, "id": sid, "agent_id": agent_id, "prompt_text": prompt_text, "next_run": due,
-                      "due_at": due, "created_at": due, "updated_at": due, **columns}
-            names = {f.name for f in dataclasses.fields(ScheduleRow)}
-            self.rows[sid] = ScheduleRow(**{k: v for k, v in values.items() if k in names})
+            values: dict[str, Any] = {"schedule_type": "once", "schedule_value": "", "timezone": "UTC",
+                                      "next_run": due, "due_at": due, "created_at": due, "updated_at": due}
+            self.rows[sid] = ScheduleRow(**{**values, **columns, "id": sid, "agent_id": agent_id,
+                                            "prompt_text": prompt_text})
             return sid
 
     def get(self, sid: int) -> ScheduleRow:

@@ -158,13 +158,10 @@ def test_plain_format_sends_the_prompt_alone(tmp_path: Path, fake: FakeLetta, cl
 
 
 def test_envelope_names_rule_timezone_and_lateness() -> None:
-    base = {"id": 7, "agent_id": "agent-x", "prompt_text": "P", "due_at": None, "attempt": 0,
-            "repetition_count": 0, "max_repetitions": None, "state": "active", "created_at": T0,
-            "updated_at": T0, "last_run": None, "last_error": None, "target": "letta", "conversation_id": None,
-            "catch_up": "latest", "max_per_day": None, "idempotency_key": None, "claimed_by": "X",
-            "claim_until": T0, "letta_payload": None, "target_options": None, "overlap": None}
+    base: dict[str, Any] = {"id": 7, "agent_id": "agent-x", "prompt_text": "P", "due_at": None, "created_at": T0,
+                            "updated_at": T0, "claimed_by": "X", "claim_until": T0}
     cron = Claim(schedule_type="cron", schedule_value="0 9 * * MON-FRI", timezone="Europe/Berlin",
-                 next_run=T0, anchor=None, **base)
+                 next_run=T0, **base)
     assert envelope(cron, T0 + timedelta(seconds=2)) == (
         "[PromptYoSelf] Scheduled prompt #7 (cron '0 9 * * MON-FRI', timezone Europe/Berlin)\nP"
     )

@@ -52,6 +52,8 @@ class Env:
     def add(self, agent: str, due: datetime, **columns: Any) -> int:
         if self.store is None:
             assert isinstance(self.ds, MemoryDeliveryStore)
+            if "value" in columns:  # add_schedule's name for the rule's value
+                columns["schedule_value"] = columns.pop("value")
             return self.ds.add(agent, f"p-{agent}", due, **columns)
         sid = add_schedule(self.store, agent, f"p-{agent}", due,
                            schedule_type=columns.pop("schedule_type", "once"), value=columns.pop("value", None))

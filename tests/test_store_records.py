@@ -15,11 +15,11 @@ from promptyoself.store import health as store_health
 from promptyoself.store import history, lease, schedules
 from promptyoself.store.db import Alert, Delivery, Schedule, Store, WorkerLease
 from promptyoself.store.records import (
+    INSERTED_BY_DELIVERY,
     AlertRow,
     DeliveryRow,
     LeaseRow,
     ListedSchedule,
-    NewSchedule,
     ScheduleRow,
     column_names,
 )
@@ -43,17 +43,16 @@ def test_each_record_names_exactly_its_tables_columns() -> None:
     assert names(LeaseRow) == columns(WorkerLease)
     assert names(ListedSchedule) < names(ScheduleRow)
     # what an insert may set: not the id, nor what only delivery writes (claim, last error)
-    assert names(NewSchedule) == columns(Schedule) - {"id", "claimed_by", "claim_until", "last_error",
-                                                      "failures_in_row"}
+    assert INSERTED_BY_DELIVERY < columns(Schedule)
     assert names(AlertRow) == columns(Alert)
 
 
-def new(agent: str = "agent-1", key: str | None = None, **kw: object) -> NewSchedule:
+def new(agent: str = "agent-1", key: str | None = None, **kw: object) -> ScheduleRow:
     values: dict[str, object] = dict(agent_id=agent, prompt_text="hi", schedule_type="once", schedule_value="x",
                                      timezone="UTC", next_run=T0, due_at=T0, created_at=T0, updated_at=T0,
                                      idempotency_key=key)
     values.update(kw)
-    return NewSchedule(**values)  # type: ignore[arg-type]
+    return ScheduleRow(**values)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from promptyoself.faces.http import build_service_app
 from promptyoself.faces.mcp import build_server
 from promptyoself.recurrence import parse_rule
 from promptyoself.store import schedules
-from promptyoself.store.records import NewSchedule
+from promptyoself.store.records import ScheduleRow
 from testkit.time_corpus import CORPUS, answer
 from tests.conftest import FIXED_NOW, make_settings
 
@@ -166,7 +166,7 @@ def store_bad_row(core: Core) -> int:
     """A row as the report's request left it before the fix: every 10s from 9999-12-31T23:59:55Z, in
     Pacific/Kiritimati (UTC+14), stored directly."""
     at = datetime(9999, 12, 31, 23, 59, 55, tzinfo=UTC)
-    return schedules.insert(core.store, NewSchedule(
+    return schedules.insert(core.store, ScheduleRow(
         agent_id=AGENT, prompt_text="bad", schedule_type="interval", schedule_value="10s",
         timezone="Pacific/Kiritimati", next_run=at, due_at=at, created_at=FIXED_NOW, updated_at=FIXED_NOW,
         anchor=at)).id

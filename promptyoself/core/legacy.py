@@ -31,7 +31,7 @@ from promptyoself.core.agents import normalize_agent_id
 from promptyoself.core.results import LegacyImportResult, LegacyRowError
 from promptyoself.errors import InvalidArgument, PromptYoSelfError
 from promptyoself.store.legacy import LegacyRow, read_reminders
-from promptyoself.store.records import NewSchedule
+from promptyoself.store.records import ScheduleRow
 
 if TYPE_CHECKING:
     from promptyoself.core.operations import Core
@@ -158,7 +158,7 @@ def legacy_key(legacy_id: object, message: str, kind: str, value: str) -> str:
     return f"{KEY_PREFIX}{digest[:40]}"
 
 
-def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> NewSchedule | None:
+def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> ScheduleRow | None:
     """A legacy row as the column values of a new schedule, or ``None`` for an inactive/finished one.
 
     Raises RowError for a row that cannot be imported.
@@ -224,7 +224,7 @@ def convert_row(row: Mapping[str, object], core: Core, now: datetime) -> NewSche
     if max_reps is not None and reps >= max_reps:
         return None  # already delivered as often as it was meant to be
     created = _optional_time(row, "created_at") or now
-    return NewSchedule(
+    return ScheduleRow(
         agent_id=agent,
         prompt_text=message,
         schedule_type=kind,

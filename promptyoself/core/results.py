@@ -18,28 +18,36 @@ from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 if TYPE_CHECKING:
     from promptyoself.store.records import DeliveryRow, ListedSchedule
 
-class ScheduleRecord(TypedDict):
+class ScheduleFields(TypedDict):
+    """What every answer about one schedule shows of it (a projection of ``store.records.ScheduleRow``,
+    the one schedule model): ``list``'s records and the scheduling calls' results add their own keys."""
+
     id: int
     agent_id: str
-    prompt_text: str
     schedule_type: str
     schedule_value: str
     timezone: str
     next_run: str | None
+    state: str  # active | paused | ... | pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
+    catch_up: str
+    overlap: NotRequired[str]  # skip | queue | allow (issue 43 point 3)
+    upcoming: list[str]
+    description: str
+    target: NotRequired[str]  # the target plug-in's name (`promptyoself targets`)
+    target_options: NotRequired[dict[str, Any] | None]  # the target's own options
+
+
+class ScheduleRecord(ScheduleFields):
+    """One schedule in ``list``."""
+
+    prompt_text: str
     active: bool
-    state: str
     created_at: str | None
     last_run: str | None
     max_repetitions: int | None
     repetition_count: int
     last_error: str | None
-    catch_up: str
-    overlap: NotRequired[str]  # skip | queue | allow (issue 43 point 3)
-    upcoming: list[str]
-    description: str
     max_per_day: NotRequired[int | None]
-    target: NotRequired[str]  # the target plug-in's name (`promptyoself targets`)
-    target_options: NotRequired[dict[str, Any] | None]  # the target's own options
 
 
 class RuleViews(TypedDict):
@@ -47,24 +55,13 @@ class RuleViews(TypedDict):
     description: str
 
 
-class ScheduleResult(TypedDict):
+class ScheduleResult(ScheduleFields):
+    """What a scheduling call (``schedule_time``/``_cron``/``_every``) answers."""
+
     status: str
-    id: int
-    agent_id: str
-    schedule_type: str
-    schedule_value: str
-    next_run: str | None
     next_run_local: str | None
-    timezone: str
     message: str
     deduplicated: bool
-    catch_up: str
-    overlap: NotRequired[str]  # skip | queue | allow (issue 43 point 3)
-    upcoming: list[str]
-    description: str
-    state: NotRequired[str]  # active, or pending_approval (PROMPTYOSELF_APPROVAL_BELOW)
-    target: NotRequired[str]  # where it is delivered
-    target_options: NotRequired[dict[str, Any] | None]
 
 
 class ListResult(TypedDict):
@@ -346,29 +343,36 @@ def rule_views(s: ListedSchedule) -> RuleViews:
         return {"upcoming": [], "description": f"{description} (its next runs cannot be computed: {why})"}
 
 
-def schedule_record(s: ListedSchedule) -> ScheduleRecord:
-    """A schedule as ``list`` returns it (docs/design.md §3)."""
+def schedule_fields(s: ListedSchedule) -> ScheduleFields:
+    """What every answer about schedule ``s`` shows of it (``ScheduleFields``)."""
     return {
         "id": s.id,
         "agent_id": s.agent_id,
-        "prompt_text": s.prompt_text,
         "schedule_type": s.schedule_type,
         "schedule_value": s.schedule_value,
         "timezone": s.timezone,
         "next_run": iso(s.next_run),
-        "active": s.state == "active",
         "state": s.state,
+        "catch_up": s.catch_up,
+        "overlap": overlap_of(s),
+        **rule_views(s),
+        "target": s.target,
+        "target_options": target_options(s.target_options),
+    }
+
+
+def schedule_record(s: ListedSchedule) -> ScheduleRecord:
+    """A schedule as ``list`` returns it (docs/design.md §3)."""
+    return {
+        **schedule_fields(s),
+        "prompt_text": s.prompt_text,
+        "active": s.state == "active",
         "created_at": iso(s.created_at),
         "last_run": iso(s.last_run),
         "max_repetitions": s.max_repetitions,
         "repetition_count": s.repetition_count,
         "last_error": s.last_error,
-        "catch_up": s.catch_up,
-        "overlap": overlap_of(s),
-        **rule_views(s),
         "max_per_day": s.max_per_day,
-        "target": s.target,
-        "target_options": target_options(s.target_options),
     }
 
 

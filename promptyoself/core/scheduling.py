@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -46,10 +46,9 @@ from promptyoself.core.results import (
     StateResult,
     delivery_record,
     iso,
-    overlap_of,
     rule_views,
+    schedule_fields,
     schedule_record,
-    target_options,
 )
 from promptyoself.deps import Services
 from promptyoself.errors import (
@@ -252,7 +251,7 @@ class Scheduling:
         failed creation stores nothing."""
         from promptyoself.core.destinations import destination
         from promptyoself.store import schedules
-        from promptyoself.store.records import NewSchedule, ScheduleRow
+        from promptyoself.store.records import ScheduleRow
         from promptyoself.targets import registry
 
         store = self.deps.deliveries
@@ -287,7 +286,7 @@ class Scheduling:
             state = PENDING_APPROVAL if judged.note else "active"
             limits = schedules.CreationLimits(max_live=max_live, per_hour=policy.max_schedules_per_agent_per_hour,
                                               hour_since=now - HOUR, rules_seen=judged.rules_seen)
-            new = NewSchedule(
+            new = ScheduleRow(
                 agent_id=agent,
                 prompt_text=text,
                 schedule_type=plan.schedule_type,
@@ -310,8 +309,7 @@ class Scheduling:
                 overlap=overlap,
             )
             # the reply (next runs, description) before the insert: if it cannot be made, nothing is stored
-            preview = ScheduleRow(id=0, last_error=None, claimed_by=None, claim_until=None, **asdict(new))
-            result = self._created_result(preview, plan.message + (judged.note or ""), False)
+            result = self._created_result(new, plan.message + (judged.note or ""), False)
             try:
                 row = await store.create_schedule(new, limits)  # the limits, counted where it is written
             except schedules.RulesChanged:  # the agent's rules changed since they were judged: judge again
@@ -373,25 +371,13 @@ class Scheduling:
 
     def _created_result(self, row: ScheduleRow, message: str, deduplicated: bool) -> ScheduleResult:
         tz = timing.resolve_zone(row.timezone, "UTC")
-        out: ScheduleResult = {
+        return {
+            **schedule_fields(row),
             "status": "success",
-            "id": row.id,
-            "agent_id": row.agent_id,
-            "schedule_type": row.schedule_type,
-            "schedule_value": row.schedule_value,
-            "next_run": iso(row.next_run),
             "next_run_local": timing.to_local_iso(row.next_run, tz) if row.next_run else None,
-            "timezone": row.timezone,
             "message": message,
             "deduplicated": deduplicated,
-            "catch_up": row.catch_up,
-            "overlap": overlap_of(row),
-            **rule_views(row),
-            "state": row.state,
-            "target": row.target,
-            "target_options": target_options(row.target_options),
         }
-        return out
 
     # ---- reading ------------------------------------------------------------------------------
 

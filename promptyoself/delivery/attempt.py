@@ -52,7 +52,7 @@ __all__ = ["IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result"
            "envelope", "give_back", "occurrence_of", "otid_for", "policy"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Claim(ScheduleRow):
     """A claimed schedule, as the claim saw it (``store.records.ScheduleRow``: every column, so a new
     column needs nothing here), and what the claim knows besides."""

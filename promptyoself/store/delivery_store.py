@@ -42,7 +42,7 @@ from promptyoself.store.health import Backlog
 from promptyoself.store.operator import Recent
 from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import LastTurn, PendingRow
-from promptyoself.store.records import AlertRow, DayAsk, DeliveryRow, ListedSchedule, NewSchedule, ScheduleRow
+from promptyoself.store.records import AlertRow, DayAsk, DeliveryRow, ListedSchedule, ScheduleRow
 from promptyoself.store.schedules import CreationLimits
 
 RecurringRow = tuple[Any, ...]
@@ -168,7 +168,7 @@ class DeliveryStore(Protocol):
         """The agent's live schedules (``LIVE_STATES``: what its quota counts)."""
         ...
 
-    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+    async def create_schedule(self, new: ScheduleRow, limits: CreationLimits) -> ScheduleRow:
         """Insert one schedule if it fits ``limits``, counted where it is written (``schedules.create_schedule``):
         raises ``schedules.QuotaReached``, ``HourlyLimitReached``, ``RulesChanged`` or ``DuplicateKey``,
         and nothing is written then."""
@@ -286,7 +286,7 @@ class SqlDeliveryStore:
     async def count_live(self, agent_id: str) -> int:
         return await asyncio.to_thread(schedules.count_live, self.store, agent_id)
 
-    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+    async def create_schedule(self, new: ScheduleRow, limits: CreationLimits) -> ScheduleRow:
         return await asyncio.to_thread(schedules.create_schedule, self.store, new, limits)
 
     async def replace_schedule(self, before: ScheduleRow, after: ScheduleRow) -> bool:

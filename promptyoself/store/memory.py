@@ -27,7 +27,6 @@ from promptyoself.store.records import (
     AlertRow,
     DeliveryRow,
     ListedSchedule,
-    NewSchedule,
     ScheduleRow,
     column_names,
 )
@@ -39,14 +38,6 @@ from promptyoself.store.schedules import (
     QuotaReached,
     RulesChanged,
 )
-
-_DEFAULTS: dict[str, Any] = {
-    "schedule_type": "once", "schedule_value": "", "timezone": "UTC", "state": "active", "last_run": None,
-    "max_repetitions": None, "repetition_count": 0, "last_error": None, "target": "letta",
-    "conversation_id": None, "catch_up": "latest", "max_per_day": None, "anchor": None, "target_options": None,
-    "overlap": None, "idempotency_key": None, "claimed_by": None, "claim_until": None, "attempt": 0,
-    "letta_payload": None,
-}
 
 
 class MemoryDeliveryStore:
@@ -64,10 +55,10 @@ class MemoryDeliveryStore:
         """A schedule due at ``due`` (``next_run`` and ``due_at``); other columns as given."""
         with self._lock:
             sid = max(self.rows, default=0) + 1
-            values = {**_DEFAULTS, "id": sid, "agent_id": agent_id, "prompt_text": prompt_text, "next_run": due,
-                      "due_at": due, "created_at": due, "updated_at": due, **columns}
-            names = {f.name for f in dataclasses.fields(ScheduleRow)}
-            self.rows[sid] = ScheduleRow(**{k: v for k, v in values.items() if k in names})
+            values: dict[str, Any] = {"schedule_type": "once", "schedule_value": "", "timezone": "UTC",
+                                      "next_run": due, "due_at": due, "created_at": due, "updated_at": due}
+            self.rows[sid] = ScheduleRow(**{**values, **columns, "id": sid, "agent_id": agent_id,
+                                            "prompt_text": prompt_text})
             return sid
 
     def get(self, sid: int) -> ScheduleRow:
@@ -344,7 +335,7 @@ class MemoryDeliveryStore:
         newest = sorted((r for r in self.rows.values() if r.agent_id == agent_id), key=lambda r: r.id)[-cap:]
         return [r.created_at for r in newest if r.created_at >= since]
 
-    async def create_schedule(self, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+    async def create_schedule(self, new: ScheduleRow, limits: CreationLimits) -> ScheduleRow:
         with self._lock:  # the database's transaction: counted and written with no other writer between
             if limits.per_hour and limits.hour_since is not None:
                 made = self._made_since(new.agent_id, limits.hour_since, limits.per_hour)
@@ -359,8 +350,8 @@ class MemoryDeliveryStore:
             if new.idempotency_key is not None and self._by_key(new.agent_id, new.idempotency_key) is not None:
                 raise DuplicateKey(f"agent {new.agent_id} already has idempotency_key {new.idempotency_key!r}")
             sid = max(self.rows, default=0) + 1
-            row = ScheduleRow(id=sid, last_error=None, claimed_by=None, claim_until=None,
-                              **dataclasses.asdict(new))
+            row = dataclasses.replace(new, id=sid, claimed_by=None, claim_until=None, last_error=None,
+                                      failures_in_row=0)  # what only delivery writes (INSERTED_BY_DELIVERY)
             self.rows[sid] = row
             return row
 

@@ -18,30 +18,31 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ListedSchedule:
-    """The columns a schedule shows in ``list`` (what ``store.queries.list_page`` selects)."""
+    """The columns a schedule shows in ``list`` (what ``store.queries.list_page`` selects): the listing's
+    projection of ``ScheduleRow``, the one schedule model. The defaults are a new schedule's."""
 
-    id: int
+    id: int = 0  # 0: not stored yet (the database gives the id)
     agent_id: str
     prompt_text: str
     schedule_type: str  # once | cron | interval
     schedule_value: str
     timezone: str
     next_run: datetime | None
-    state: str  # active | paused | completed | cancelled | failed
+    state: str = "active"  # active | paused | completed | cancelled | failed | pending_approval
     created_at: datetime
-    last_run: datetime | None
-    max_repetitions: int | None
-    repetition_count: int
-    last_error: str | None
-    target: str  # a target plug-in's name (0008; targets/registry.py)
-    conversation_id: str | None
-    catch_up: str  # skip | latest | all
-    max_per_day: int | None
-    anchor: datetime | None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
-    target_options: str | None  # JSON object (0012): the target's own options
-    overlap: str | None  # 0014_overlap: skip | queue | allow; None: the target's default
+    last_run: datetime | None = None
+    max_repetitions: int | None = None
+    repetition_count: int = 0
+    last_error: str | None = None
+    target: str = "letta"  # a target plug-in's name (0008; targets/registry.py)
+    conversation_id: str | None = None
+    catch_up: str = "latest"  # skip | latest | all
+    max_per_day: int | None = None
+    anchor: datetime | None = None  # interval start; an RRULE's DTSTART (``upcoming`` needs it)
+    target_options: str | None = None  # JSON object (0012): the target's own options
+    overlap: str | None = None  # 0014_overlap: skip | queue | allow; None: the target's default
 
 
 NOT_A_COLUMN = {"column": False}
@@ -109,49 +110,27 @@ class DayAsk:
         return bool(self.token_cap or self.cost_cap_usd)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScheduleRow(ListedSchedule):
-    """One row of ``schedules``, every column; a claimed row also carries its ``day``."""
+    """The one model of a schedule: every column of ``schedules``, and a claimed row's ``day``. A new
+    schedule is one too, before the insert gives it its id (``id`` 0; ``schedules.create_schedule``);
+    ``ListedSchedule`` is its listing's projection, ``delivery.attempt.Claim`` its claim's."""
 
     due_at: datetime | None
     updated_at: datetime
-    idempotency_key: str | None
-    claimed_by: str | None
-    claim_until: datetime | None
-    attempt: int
-    letta_payload: str | None
+    idempotency_key: str | None = None
+    claimed_by: str | None = None
+    claim_until: datetime | None = None
+    attempt: int = 0
+    letta_payload: str | None = None
     failures_in_row: int = 0  # 0013: failed occurrences in a row (delivery.outcomes.next_state)
     day: DayCount | None = field(default=None, compare=False, metadata=NOT_A_COLUMN)
     """Set by a claim that was asked to count the budget day (``DayAsk``), else None."""
 
 
-@dataclass(frozen=True)
-class NewSchedule:
-    """The column values of a schedule to insert (the id is the database's)."""
-
-    agent_id: str
-    prompt_text: str
-    schedule_type: str
-    schedule_value: str
-    timezone: str
-    next_run: datetime | None
-    due_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    anchor: datetime | None = None
-    state: str = "active"
-    last_run: datetime | None = None
-    max_repetitions: int | None = None
-    repetition_count: int = 0
-    idempotency_key: str | None = None
-    attempt: int = 0
-    letta_payload: str | None = None
-    target: str = "letta"
-    conversation_id: str | None = None
-    catch_up: str = "latest"
-    max_per_day: int | None = None
-    target_options: str | None = None
-    overlap: str | None = None
+INSERTED_BY_DELIVERY = frozenset({"id", "claimed_by", "claim_until", "last_error", "failures_in_row"})
+"""The columns an insert never sets from a new ``ScheduleRow``: the database's id and what only delivery
+writes (its claim, its last error and failure count)."""
 
 
 @dataclass(frozen=True)

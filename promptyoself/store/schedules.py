@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Select, func, select, text
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from promptyoself.store.db import Schedule, Store, pg_agent_key
 from promptyoself.store.operator import created_since_query, oldest_created_query
 from promptyoself.store.queries import LIVE_STATES
-from promptyoself.store.records import NewSchedule, ScheduleRow, column_names, record_of
+from promptyoself.store.records import INSERTED_BY_DELIVERY, ScheduleRow, column_names, record_of
 
 
 class DuplicateKey(Exception):
@@ -53,7 +53,7 @@ class QuotaReached(Exception):
         self.live = live
 
 
-def insert(store: Store, new: NewSchedule, *, max_live: int | None = None) -> ScheduleRow:
+def insert(store: Store, new: ScheduleRow, *, max_live: int | None = None) -> ScheduleRow:
     """Insert one schedule in its own transaction (``create_schedule`` with only the live-schedule
     limit, when given). Raises ``QuotaReached`` or ``DuplicateKey``."""
     return create_schedule(store, new, CreationLimits(max_live=max_live))
@@ -117,13 +117,14 @@ def agent_transaction(store: Store, agent_id: str) -> Iterator[Session]:
         yield s
 
 
-def create_schedule(store: Store, new: NewSchedule, limits: CreationLimits) -> ScheduleRow:
+def create_schedule(store: Store, new: ScheduleRow, limits: CreationLimits) -> ScheduleRow:
     """Insert one schedule if it fits the agent's limits, counted in the same transaction as the
     insert under the agent's lock (``agent_transaction``): with limit N, any number of concurrent
     creations of one agent make exactly N. Raises ``QuotaReached`` (live schedules), ``HourlyLimitReached``
     (creations in the last hour) or ``DuplicateKey`` (the idempotency key raced in); nothing is
-    written then."""
-    row = Schedule(**asdict(new))
+    written then. ``new`` is a schedule not stored yet (its id and delivery's columns are not written)."""
+    row = Schedule(**{name: getattr(new, name) for name in column_names(ScheduleRow)
+                      if name not in INSERTED_BY_DELIVERY})
     try:
         with agent_transaction(store, new.agent_id) as s:
             if limits.per_hour and limits.hour_since is not None:

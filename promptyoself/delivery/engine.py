@@ -55,6 +55,9 @@ ONCE_BUDGET = 120.0
 """A drain (``until="nothing_due"``) stops claiming after this many seconds."""
 CLOCK_JUMP_SHOWN = 600.0
 """Seconds a jump of the wall clock (back or ahead) stays in ``info()`` (and so in health)."""
+IO_THREADS = 4
+"""Threads of a run's own pool (``Claims.io``): the blocking work that is not the store's (opening a
+target, the operator's policy reads, a clock jump's re-arming); the store's verbs are awaited."""
 
 Until = Literal["stopped", "nothing_due"]
 SideTask = Callable[[], Coroutine[Any, Any, None]]
@@ -212,7 +215,10 @@ class Engine:
     def _build(self) -> _Run:
         core, settings = self.core, self.core.settings
         drain = Drain(core.now(), time.monotonic() + self.budget) if self.until == "nothing_due" else None
-        pool = ThreadPoolExecutor(self.max_in_flight + 4, thread_name_prefix=f"promptyoself-{self.role}")
+        # The store's verbs are awaited (``DeliveryStore``; the SQL store bounds them with its own pool,
+        # max_in_flight + 4 threads as this one was). This pool is for the rest of the blocking work:
+        # opening a target, the operator's policy reads, the rules' slots after a clock jump.
+        pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix=f"promptyoself-{self.role}")
 
         async def io(fn: Callable[..., Any], *args: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
@@ -240,12 +246,12 @@ class Engine:
 
                 claims.holdings.open_lane = open_lane
                 recorder = tg.create_task(_part("recorder", run.recorder.run()), name="promptyoself-record")
-                keeper = tg.create_task(_part("claim keeper", claims.keeper.run(io)), name="promptyoself-claims")
+                keeper = tg.create_task(_part("claim keeper", claims.keeper.run()), name="promptyoself-claims")
                 side: dict[str, Coroutine[Any, Any, None]] = {
-                    "outage probe": probe_outage(core, outcomes, targets, io, self.wakeup),
+                    "outage probe": probe_outage(core, outcomes, targets, self.wakeup),
                     "clock watch": watch_clock(core, self._clock, io, self.wakeup, min(self.interval, 5.0)),
-                    "receipts": run_receipts(core, targets, io),
-                    "alert sender": run_alert_sender(core, io),
+                    "receipts": run_receipts(core, targets),
+                    "alert sender": run_alert_sender(core),
                 }
                 side.update({name: task() for name, task in self.side_tasks.items()})
                 watchers = [tg.create_task(_part(name, coro), name=f"promptyoself-{name.replace(' ', '-')}")
@@ -253,7 +259,7 @@ class Engine:
                 await run.alarm.run()
                 await self._shutdown(run, senders, recorder)
                 if claims.drain is not None:  # execute: what finished by now gets its receipt (issue 43)
-                    await last_pass(core, targets, io)
+                    await last_pass(core, targets)
                 for task in watchers:
                     task.cancel()
                 await keeper

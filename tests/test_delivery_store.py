@@ -6,6 +6,7 @@ Claims are compare-and-sets, one live claim per agent; a lapsed claim is free an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -36,8 +37,11 @@ class Budget:
 
     def __init__(self) -> None:
         self.cap = 0
+        self.threads: list[str] = []
+        """The threads it was asked on (the claim's transaction's)."""
 
     def __call__(self, now: datetime) -> DayAsk:
+        self.threads.append(threading.current_thread().name)
         return DayAsk(DAY, self.cap)
 
 
@@ -172,6 +176,21 @@ async def test_pending_receipts_are_listed_oldest_first_and_completed_once(env: 
     assert await env.ds.complete_receipt(pending[0].delivery_id, "complete", '{"state":"complete","reply":"ok"}')
     assert not await env.ds.complete_receipt(pending[0].delivery_id, "timed_out", '{"state":"timed_out"}')  # once
     assert [p.schedule_id for p in await env.ds.pending_receipts(10)] == [c]
+
+
+async def test_the_sql_stores_work_runs_in_its_own_threads_and_the_memory_stores_on_the_loop(env: Env) -> None:
+    """The interface is async: a verb is awaited on the event loop. The SQL store's blocking work (the
+    claim's transaction, its budget day's read within it) runs in the store's own pool, never on the
+    loop's thread; the memory store's runs on the loop (no thread: it is memory)."""
+    sid = env.add("agent-a", T0 - timedelta(seconds=1))
+    [row] = await env.ds.claim("A", T0, T0 + LEASE, limit=5)
+    assert row.id == sid and (await env.ds.record([outcome(env, sid, "A")])).written == {sid}
+    loop_thread = threading.current_thread().name
+    assert env.budget.threads
+    if env.store is None:
+        assert set(env.budget.threads) == {loop_thread}
+    else:
+        assert all(t.startswith("promptyoself-store") for t in env.budget.threads)
 
 
 async def test_a_lapsed_claim_is_taken_over_and_its_first_holder_loses_it(env: Env) -> None:

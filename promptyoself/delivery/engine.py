@@ -55,9 +55,6 @@ ONCE_BUDGET = 120.0
 """A drain (``until="nothing_due"``) stops claiming after this many seconds."""
 CLOCK_JUMP_SHOWN = 600.0
 """Seconds a jump of the wall clock (back or ahead) stays in ``info()`` (and so in health)."""
-IO_THREADS = 4
-"""Threads of a run's own pool (``Claims.io``): the blocking work that is not the store's (opening a
-target, the operator's policy reads, a clock jump's re-arming); the store's verbs are awaited."""
 
 Until = Literal["stopped", "nothing_due"]
 SideTask = Callable[[], Coroutine[Any, Any, None]]
@@ -215,10 +212,7 @@ class Engine:
     def _build(self) -> _Run:
         core, settings = self.core, self.core.settings
         drain = Drain(core.now(), time.monotonic() + self.budget) if self.until == "nothing_due" else None
-        # The store's verbs are awaited (``DeliveryStore``; the SQL store bounds them with its own pool,
-        # max_in_flight + 4 threads as this one was). This pool is for the rest of the blocking work:
-        # opening a target, the operator's policy reads, the rules' slots after a clock jump.
-        pool = ThreadPoolExecutor(IO_THREADS, thread_name_prefix=f"promptyoself-{self.role}")
+        pool = ThreadPoolExecutor(4, thread_name_prefix=f"promptyoself-{self.role}")  # not for the store's verbs
 
         async def io(fn: Callable[..., Any], *args: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))

@@ -142,7 +142,14 @@ class Deps:
         if self._deliveries is None:
             from promptyoself.store.delivery_store import SqlDeliveryStore
 
-            self._deliveries = SqlDeliveryStore(self.store, day=self.budget_day)
+            store = self.store
+            with self._lock:  # one store, one thread pool
+                if self._deliveries is None:
+                    # Its pool bounds the store calls at once as the engine's own pool did before the
+                    # store was async: one per send in flight, plus the recorder, the keeper, the alarm
+                    # and a side task.
+                    self._deliveries = SqlDeliveryStore(store, day=self.budget_day,
+                                                        threads=int(self.settings.max_in_flight) + 4)
         return self._deliveries
 
     def budget_day(self, now: datetime) -> DayAsk:

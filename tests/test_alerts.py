@@ -225,10 +225,7 @@ def sender_for(mem: MemoryDeliveryStore, clock: Clock, answers: list[int], got: 
         got.append(request)
         return httpx.Response(answers.pop(0) if answers else 200)
 
-    async def io(fn: Any, *args: Any) -> Any:
-        return fn(*args)
-
-    return AlertSender(mem, "http://alerts.example/hook", SECRET, clock, io, transport=httpx.MockTransport(handle))
+    return AlertSender(mem, "http://alerts.example/hook", SECRET, clock, transport=httpx.MockTransport(handle))
 
 
 def raise_one(mem: MemoryDeliveryStore, now: datetime) -> str:

@@ -224,15 +224,15 @@ def token_day(db: str, fake: FakeLetta) -> None:
 
 
 @pytest.mark.postgres
-def test_a_receipt_completed_later_counts_its_cost_postgres(pg_url: str) -> None:
-    receipt_completed_later(pg_url)
+async def test_a_receipt_completed_later_counts_its_cost_postgres(pg_url: str) -> None:
+    await receipt_completed_later(pg_url)
 
 
-def test_a_receipt_completed_later_counts_its_cost_sqlite(db_path: Path) -> None:
-    receipt_completed_later(str(db_path))
+async def test_a_receipt_completed_later_counts_its_cost_sqlite(db_path: Path) -> None:
+    await receipt_completed_later(str(db_path))
 
 
-def receipt_completed_later(db: str) -> None:
+async def receipt_completed_later(db: str) -> None:
     """A delivered row with a pending receipt costs nothing until the receipt task completes it; then
     its tokens and USD count in the day's sums (the claim's count, ``recent`` and the per-agent sums)."""
     clock = Clock(T0)
@@ -249,18 +249,18 @@ def receipt_completed_later(db: str) -> None:
             s.flush()
             delivery_id = row.id
         since = datetime(2026, 6, 15, tzinfo=UTC)
-        assert core.deliveries.recent(since, 10, agent_id="agent-p", spend=True).tokens_today == 0
+        assert (await core.deliveries.recent(since, 10, agent_id="agent-p", spend=True)).tokens_today == 0
         done = Receipt(input_tokens=1200, output_tokens=34, cost_usd=0.0125)
         tokens, cost = done.spend()
         assert stored_receipts.complete(core.store, delivery_id, "complete", done.to_json(), tokens=tokens,
                                         cost_usd=cost)
-        day = core.deliveries.recent(since, 10, agent_id="agent-p", spend=True, until=T0)
+        day = await core.deliveries.recent(since, 10, agent_id="agent-p", spend=True, until=T0)
         assert (day.delivered_today, day.tokens_today, day.cost_usd_today) == (1, 1234, 0.0125)
         assert spend_by_agent(core.store, since, T0) == {"agent-p": (1234, 0.0125)}
         # the claim counts it in its own transaction, when a cost budget is set
         core.operator.policy_set({"max_cost_usd_per_agent_per_day": "0.01"})
         add_schedule(core.store, "agent-p", "next", T0 - timedelta(seconds=1))
-        claimed = core.deliveries.claim("owner-1", T0, T0 + timedelta(minutes=1), limit=5)
+        claimed = await core.deliveries.claim("owner-1", T0, T0 + timedelta(minutes=1), limit=5)
         [mine] = [c for c in claimed if c.prompt_text == "next"]
         assert mine.day is not None and mine.day.cost_usd_today == 0.0125 and mine.day.cost_cap_usd == 0.01
         assert mine.day.tokens_today == 1234

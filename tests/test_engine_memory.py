@@ -98,7 +98,7 @@ def test_an_outage_costs_time_not_prompts(tmp_path: Path, target: FakeTarget, cl
     assert row.state == "active" and row.due_at is not None and row.due_at > T0
     assert row.last_error is not None and row.last_error.startswith("target_unavailable")
     target.down = False
-    assert mem.resume_waiting(clock.now) == 1  # what the outage probe does once the target answers
+    assert asyncio.run(mem.resume_waiting(clock.now)) == 1  # what the outage probe does once the target answers
     assert [r.outcome for r in drain(deps)] == ["delivered"]
     assert mem.outcomes(sid) == ["retry", "delivered"] and len(target.received) == 1
 
@@ -119,7 +119,7 @@ def test_a_claim_lost_before_the_write_sends_nothing_and_is_given_back(tmp_path:
                                                                        clock: Clock) -> None:
     deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
-    [row] = mem.claim("A", T0, T0 + timedelta(seconds=30), limit=1)
+    [row] = asyncio.run(mem.claim("A", T0, T0 + timedelta(seconds=30), limit=1))
     asked: list[int] = []
 
     def fence() -> bool:  # true when attempt asks, false when the target asks right before the write
@@ -135,7 +135,7 @@ def test_a_claim_taken_over_from_a_frozen_holder_is_in_doubt(tmp_path: Path, tar
                                                               clock: Clock) -> None:
     deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "p", T0, target="fake")
-    [row] = mem.claim("frozen", T0, T0 + timedelta(seconds=30), limit=1)
+    [row] = asyncio.run(mem.claim("frozen", T0, T0 + timedelta(seconds=30), limit=1))
     asyncio.run(target.send(occurrence_of_row(row), lambda: True))  # the frozen holder's send had arrived
     clock.now = T0 + timedelta(minutes=1)  # its claim ran out unrecorded
     assert [r.outcome for r in drain(deps)] == ["delivered"]
@@ -153,7 +153,7 @@ def test_the_daily_budget_holds_prompts_back_and_says_so(tmp_path: Path, target:
     for i in range(4):
         mem.add("agent-a", f"p{i}", T0 - timedelta(minutes=4 - i), target="fake")
 
-    def no_read_per_send(*args: Any, **kw: Any) -> Any:
+    async def no_read_per_send(*args: Any, **kw: Any) -> Any:
         raise AssertionError("the budget is decided from the claim's count, not read at the send")
 
     mem.recent = no_read_per_send  # type: ignore[method-assign]
@@ -177,7 +177,7 @@ def test_a_clock_jump_back_rearms_recurring_schedules(tmp_path: Path, target: Fa
     deps, mem = memory_deps(tmp_path, clock)
     sid = mem.add("agent-a", "hourly", T0 + timedelta(hours=3), target="fake", schedule_type="interval",
                   schedule_value="1h", anchor=T0 + timedelta(hours=3))
-    assert rearm_recurring(deps, T0) == 1  # the clock went back 2 h: the next slot is an hour away
+    assert asyncio.run(rearm_recurring(deps, T0, asyncio.to_thread)) == 1  # the clock went back 2 h: next slot in 1 h
     assert mem.get(sid).next_run == T0 + timedelta(hours=1)
 
 
@@ -201,11 +201,11 @@ def test_a_stop_gives_back_what_is_unsent_and_records_what_was_in_flight(tmp_pat
     try:
         deps, mem = memory_deps(tmp_path, clock, max_in_flight=1)
         ids = [mem.add(f"agent-{i}", f"p{i}", T0 - timedelta(seconds=10 - i), target="held") for i in range(6)]
-        claimed = threading.Event()  # the backlog's claim ahead has come back (from the pool's thread)
+        claimed = threading.Event()  # the backlog's claim ahead has come back
         claim = mem.claim
 
-        def claim_and_tell(*args: Any, **kw: Any) -> Any:
-            rows = claim(*args, **kw)
+        async def claim_and_tell(*args: Any, **kw: Any) -> Any:
+            rows = await claim(*args, **kw)
             if sum(mem.get(i).claimed_by is not None for i in ids) >= 4:
                 claimed.set()
             return rows
@@ -326,8 +326,8 @@ def test_a_target_that_hangs_holds_only_its_own_prompts(tmp_path: Path, clock: C
         given_back = threading.Event()
         release = mem.release
 
-        def release_and_tell(owner: str, ids: Any) -> int:
-            n = release(owner, ids)
+        async def release_and_tell(owner: str, ids: Any) -> int:
+            n = await release(owner, ids)
             if any(i in stuck for i in ids):
                 given_back.set()
             return n
@@ -336,8 +336,8 @@ def test_a_target_that_hangs_holds_only_its_own_prompts(tmp_path: Path, clock: C
         recorded = threading.Event()
         record = mem.record
 
-        def record_and_tell(*args: Any, **kw: Any) -> Any:
-            out = record(*args, **kw)
+        async def record_and_tell(*args: Any, **kw: Any) -> Any:
+            out = await record(*args, **kw)
             if all(mem.get(i).state == "completed" for i in other):
                 recorded.set()
             return out

@@ -66,7 +66,7 @@ def take(core: Any, owner: str) -> list[Claim]:
 
 class UnstartedKeeper(ClaimKeeper):
     """A keeper whose renewal task never runs (the executor's task group runs it in production): the
-    tests drive renewals with ``renew_now()``. A live renewer races the fake monotonic clock: a renewal it
+    tests drive renewals with ``await renew_now()``. A live renewer races the fake monotonic clock: a renewal it
     makes after a test moved ``mono`` to model a frozen process really extends the claim in the
     database (the wall clock did not move; a frozen process's thread would be frozen too), so the
     fence rightly says yes and the test, not the product, is wrong (1 run in 3 under load)."""
@@ -101,7 +101,7 @@ def test_a_successful_renewal_moves_the_deadline(core: Any, fake: FakeLetta, clo
     k._deadline[c.id] = mono() + LEASE
     mono.t += LEASE / 2
     clock.advance(LEASE / 2)
-    k.renew_now()
+    asyncio.run(k.renew_now())
     mono.t += LEASE / 2 + 1  # past the first deadline, within the renewed one
     assert k.may_send(sid)
     assert get(core.store, sid).claimed_by == "A"
@@ -115,12 +115,12 @@ def test_a_failed_renewal_lets_the_deadline_run_out(core: Any, fake: FakeLetta, 
     k._ids.add(c.id)
     k._deadline[c.id] = mono() + LEASE
 
-    def broken(*_a: Any, **_k: Any) -> set[int]:
+    async def broken(*_a: Any, **_k: Any) -> set[int]:
         raise RuntimeError("database down")
 
     monkeypatch.setattr("promptyoself.delivery.claim_keeper.renew_claims", broken)
     mono.t += LEASE / 3
-    k.renew_now()  # fails: logged, the deadline stays
+    asyncio.run(k.renew_now())  # fails: logged, the deadline stays
     assert k.may_send(sid)  # still inside the lease the last good renewal gave
     mono.t += LEASE / 3 + 0.01
     assert not k.may_send(sid)
@@ -135,7 +135,7 @@ def test_a_renewal_that_finds_the_claim_taken_over_drops_it(core: Any, fake: Fak
     k._deadline[c.id] = mono() + LEASE
     clock.advance(LEASE + 1)  # A stalled (its monotonic clock too, say a suspend) and B took over
     assert [x.id for x in take(core, "B")] == [sid]
-    k.renew_now()
+    asyncio.run(k.renew_now())
     assert not k.may_send(sid)  # even though A's monotonic deadline has not run out
     assert sid not in k._ids
     assert get(core.store, sid).claimed_by == "B"  # A's renewal did not touch B's claim
@@ -228,7 +228,7 @@ def test_the_fence_is_asked_again_right_before_the_send(core: Any, fake: FakeLet
     from promptyoself.delivery.recorder import record_attempt
 
     assert not isinstance(first, type(None)) and getattr(first, "kind", None) == "retry"
-    record_attempt(core, first)  # type: ignore[arg-type]
+    asyncio.run(record_attempt(core, first))  # type: ignore[arg-type]
     clock.advance(60)
     [again] = take(core, "A")
     assert again.in_doubt
@@ -254,7 +254,7 @@ def test_a_claim_taken_over_is_never_given_back_unsent(core: Any, fake: FakeLett
     b = Claim.from_row(row, taken_over=row.id in taken)
     assert b.taken_over and b.in_doubt
     assert getattr(attempt(core, b, "B", may_send=lambda: False), "outcome", None) == "released"
-    give_back(core, "B", [b])  # the loop's way on stopping: the same rule
+    asyncio.run(give_back(core, "B", [b]))  # the loop's way on stopping: the same rule
     assert get(core.store, sid).claimed_by == "B"  # not released
     clock.advance(LEASE + 1)
     taken.clear()

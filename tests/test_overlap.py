@@ -351,10 +351,10 @@ def test_the_previous_turn_is_read_from_the_store(db_url: str, target: BusyTarge
         opts = ScheduleOptions.of({"agent_id": "agent-a", "target": "busy", "skip_validation": True,
                                    "overlap": "queue"})
         sid = asyncio.run(core.scheduling.schedule_every("p", "1m", opts, start_at="2026-06-15T12:01:00Z"))["id"]
-        assert core.deliveries.last_turn(sid) is None
+        assert asyncio.run(core.deliveries.last_turn(sid)) is None
         clock.now = T0 + MINUTE
         assert drain(core) == ["delivered"]
-        last = core.deliveries.last_turn(sid)
+        last = asyncio.run(core.deliveries.last_turn(sid))
         assert last is not None and last.run_id == "run-1" and Receipt.from_json(last.receipt) is not None
         target.busy = True
         clock.now = T0 + 2 * MINUTE
@@ -367,7 +367,7 @@ def test_the_previous_turn_is_read_from_the_store(db_url: str, target: BusyTarge
         outcomes = [d["outcome"] for d in reversed(asyncio.run(core.scheduling.history(schedule_id=sid))["deliveries"])]
         assert outcomes == ["delivered", "queued", "delivered"]
         assert target.asked[0] is None and target.asked[1] is not None and target.asked[1].run_id == "run-1"
-        assert core.deliveries.last_turn(sid).run_id == "run-2"  # type: ignore[union-attr]
+        assert asyncio.run(core.deliveries.last_turn(sid)).run_id == "run-2"  # type: ignore[union-attr]
     finally:
         core.close()
 

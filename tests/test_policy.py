@@ -405,7 +405,7 @@ def test_console_policy_page_needs_its_csrf_token(db_path: Path) -> None:
         core.close()
 
 
-def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
+async def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
     from promptyoself.delivery import budget
     from tests.helpers_delivery import add_schedule
 
@@ -417,13 +417,13 @@ def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
 
         row = get(core.store, sid)
         assert row is not None
-        assert budget.check(core, row, FIXED_NOW).over is None
+        assert (await budget.verdict(core, row, FIXED_NOW, asyncio.to_thread)).over is None
         core.operator.policy_set({"max_deliveries_per_agent_per_day": 1})
         from promptyoself.store.passthrough import record_send
 
         record_send(core.store, "agent-b", "/v1/agents/agent-b/messages", FIXED_NOW, budget=1,
                     since=FIXED_NOW - timedelta(hours=1))
-        verdict = budget.check(core, row, FIXED_NOW)
+        verdict = await budget.verdict(core, row, FIXED_NOW, asyncio.to_thread)
         assert verdict.over is not None and "max_deliveries_per_agent_per_day=1" in verdict.over
     finally:
         core.close()

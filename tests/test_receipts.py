@@ -83,7 +83,7 @@ def pass_once(deps: Deps) -> None:
     async def one() -> None:
         targets = Targets(deps.settings)
         try:
-            await receipts.follow_up(deps, targets, lambda fn, *a: asyncio.to_thread(fn, *a))
+            await receipts.follow_up(deps, targets)
         finally:
             await targets.aclose()
 

@@ -72,7 +72,7 @@ def test_the_store_writes_a_frozen_outcome_only_while_the_claim_is_held(core: An
     assert [h.outcome for h in history(core.store, sid)] == ["sent_lost_claim", "delivered"]
 
 
-def test_a_schedule_paused_under_its_claim_is_decided_again_on_its_current_columns(core: Any) -> None:
+async def test_a_schedule_paused_under_its_claim_is_decided_again_on_its_current_columns(core: Any) -> None:
     """The operator pauses an hourly schedule while its occurrence is being sent: the delivery counts,
     the schedule moves to its next slot and stays paused (not due), one history row."""
     sid = add_schedule(core.store, "agent-1", "p", T0, schedule_type="interval", value="1h")
@@ -81,7 +81,7 @@ def test_a_schedule_paused_under_its_claim_is_decided_again_on_its_current_colum
     sent = Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1")
     stale = record_outcomes(core.store, [outcome_of(sent, Basis.of_row(claim), core.now())])
     assert stale.fresh.keys() == {sid} and not stale.written and history(core.store, sid) == []
-    result = record_attempt(core, Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1"))
+    result = await record_attempt(core, Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1"))
     assert (result.outcome, result.state, result.repetition_count) == ("delivered", "paused", 1)
     row = get(core.store, sid)
     assert (row.state, row.due_at, row.claimed_by, row.repetition_count) == ("paused", None, None, 1)

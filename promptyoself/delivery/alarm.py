@@ -90,8 +90,8 @@ class Alarm:
         await claims.shed()
         if st.due(time.monotonic(), self.interval):
             complete = holdings.idle()
-            earliest = await claims.io(core.deliveries.next_due, claims.claim_now(),
-                                       holdings.busy_agents(), holdings.full_targets())
+            earliest = await core.deliveries.next_due(claims.claim_now(), holdings.busy_agents(),
+                                                      holdings.full_targets())
             st.read(earliest, complete, time.monotonic(), core.now())
             holdings.news()
 
@@ -144,7 +144,7 @@ class Alarm:
         return st.complete and claims.holdings.idle() and (st.earliest is None or st.earliest > cutoff)
 
 
-async def probe_outage(core: Services, outcomes: Outcomes, targets: Targets, io: IO, wakeup: Wakeup) -> None:
+async def probe_outage(core: Services, outcomes: Outcomes, targets: Targets, wakeup: Wakeup) -> None:
     """The outage probe's task: while a target is down (``outcomes.outage``), probe it on the
     outage's schedule; once it answers (or a delivery succeeded), make the prompts waiting out a
     backoff due now. Looks again when an outcome changed the outage (``outcomes.changed``)."""
@@ -159,7 +159,7 @@ async def probe_outage(core: Services, outcomes: Outcomes, targets: Targets, io:
                 outage.probe_answered()
         if outage.take_resume():
             try:
-                resumed = await io(core.deliveries.resume_waiting, core.now())
+                resumed = await core.deliveries.resume_waiting(core.now())
             except Exception:
                 log.exception("making the prompts waiting after the outage due failed; the next delivery retries")
                 resumed = 0
@@ -175,13 +175,14 @@ async def probe_outage(core: Services, outcomes: Outcomes, targets: Targets, io:
 
 async def watch_clock(core: Services, clock: ClockWatch, io: IO, wakeup: Wakeup, every: float) -> None:
     """The clock watch's task: each ``every`` seconds, has the wall clock jumped back? Then say so
-    (health) and re-arm recurring schedules from now."""
+    (health) and re-arm recurring schedules from now (``io``: the rules' slots are computed off the
+    loop)."""
     while True:
         now = core.now()
         back = clock.check(now, steady())
         if back is not None:
             try:
-                moved = await io(rearm_recurring, core, now)
+                moved = await rearm_recurring(core, now, io)
             except Exception:
                 log.exception("re-arming recurring schedules after the clock went back failed")
             else:

@@ -14,7 +14,7 @@ Each shows in the console's banner and in ``/metrics`` (``promptyoself_alerts_to
 the operator set ``PROMPTYOSELF_ALERT_URL`` and ``PROMPTYOSELF_ALERT_SECRET``, ``run_alert_sender`` (a
 task of every delivery loop) POSTs it, signed as the webhook target signs (Standard Webhooks,
 ``webhook-id`` = the alert's id, the same on every retry), retried with backoff; it never holds up a
-delivery (its own task, its own HTTP client, the store's calls in the loop's pool).
+delivery (its own task, its own HTTP client; the store's calls are awaited, never run on the loop).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -126,7 +126,7 @@ delivery to them writes nothing). A target another process saw go down is closed
 of that process, or of this one once it saw the target down too."""
 
 
-def target_alerts(core: Any, batch: Iterable[Any], now: datetime) -> None:
+async def target_alerts(core: Any, batch: Iterable[Any], now: datetime) -> None:
     """After a batch is recorded: a ``target_unready`` alert for each target that failed to answer (one
     per outage), and the open alert of each target that delivered closed. Never raises."""
     try:
@@ -136,10 +136,10 @@ def target_alerts(core: Any, batch: Iterable[Any], now: datetime) -> None:
         quiet = _quiet.setdefault(store, set())
         for r in raise_rows:
             quiet.discard(r["target"])
-            if store.raise_target_alert(r):
+            if await store.raise_target_alert(r):
                 log.warning("alert: %s", r["message"])
         for t in up - quiet:
-            store.close_target_alerts(t, now)
+            await store.close_target_alerts(t, now)
             quiet.add(t)
     except Exception:
         log.exception("recording a target's alert failed; delivery goes on")
@@ -164,25 +164,24 @@ def event_body(alert: AlertRow, sent_at: datetime) -> bytes:
 
 class AlertSender:
     """POSTs the pending alerts to the operator's endpoint, each signed (``standardwebhooks``), once
-    per alert id; a failed POST is tried again after ``backoff``. Store calls go through ``io`` (the
-    loop's pool), never on the event loop."""
+    per alert id; a failed POST is tried again after ``backoff``. The store's verbs are awaited
+    (``DeliveryStore``: the SQL store runs them in its own threads, never on the event loop)."""
 
-    def __init__(self, deliveries: Any, url: str, secret: str, now: Callable[[], datetime],
-                 io: Callable[..., Awaitable[Any]], *, timeout: float = 10.0, transport: Any = None) -> None:
-        self.deliveries, self.url, self.secret, self.now, self.io = deliveries, url, secret, now, io
+    def __init__(self, deliveries: Any, url: str, secret: str, now: Callable[[], datetime], *,
+                 timeout: float = 10.0, transport: Any = None) -> None:
+        self.deliveries, self.url, self.secret, self.now = deliveries, url, secret, now
         self.timeout, self.transport = timeout, transport
         self._http: Any = None
 
     async def send_due(self) -> int:
         """POST every alert due now; how many were sent."""
         now = self.now()
-        due: list[AlertRow] = await self.io(self.deliveries.alerts_to_send, now, now + SEND_CLAIM, SEND_BATCH,
-                                            now - MAX_AGE)
+        due: list[AlertRow] = await self.deliveries.alerts_to_send(now, now + SEND_CLAIM, SEND_BATCH, now - MAX_AGE)
         sent = 0
         for alert in due:
             error = await self._post(alert)
             if error is None:
-                await self.io(self.deliveries.alert_sent, alert.id, self.now())
+                await self.deliveries.alert_sent(alert.id, self.now())
                 sent += 1
                 continue
             tries = alert.send_attempts + 1
@@ -190,7 +189,7 @@ class AlertSender:
             retry_at = None if at - alert.created_at > MAX_AGE else at
             log.warning("alert %s: POST failed (%s); %s", alert.id, error,
                         "giving up" if retry_at is None else f"again in {backoff(tries):.0f}s")
-            await self.io(self.deliveries.alert_send_failed, alert.id, error, retry_at)
+            await self.deliveries.alert_send_failed(alert.id, error, retry_at)
         return sent
 
     async def _post(self, alert: AlertRow) -> str | None:
@@ -224,15 +223,14 @@ class AlertSender:
             self._http = None
 
 
-async def run_alert_sender(core: Any, io: Callable[..., Awaitable[Any]], wake: asyncio.Event | None = None,
-                           *, poll: float = POLL) -> None:
+async def run_alert_sender(core: Any, wake: asyncio.Event | None = None, *, poll: float = POLL) -> None:
     """A task of the delivery loop: while the alert endpoint is configured, POST what is due every
     ``poll`` seconds (or when ``wake`` is set); a failure is logged, never raised (alerts never stop
     delivery). Nothing to do without ``PROMPTYOSELF_ALERT_URL``: it returns at once."""
     endpoint = core.settings.alert_endpoint
     if endpoint is None:
         return
-    sender = AlertSender(core.deliveries, endpoint[0], endpoint[1], core.now, io,
+    sender = AlertSender(core.deliveries, endpoint[0], endpoint[1], core.now,
                          timeout=float(core.settings.letta_timeout))
     try:
         while True:

@@ -1,7 +1,7 @@
 """Delivering one claimed occurrence: decide (missed? late?), send, and record the outcome.
 
-A coroutine, in a sender task of the executor (``delivery.senders``), awaiting the target directly;
-the store's blocking calls run off the loop (``io``). The protocol:
+A coroutine, in a sender task of the executor (``delivery.senders``), awaiting the target and the
+store (``DeliveryStore``, async) directly. The protocol:
 
 1. The executor claimed the occurrence ``(id, next_run)`` (``DeliveryStore.claim``).
 2. ``attempt`` builds the message envelope and hands it to the schedule's target, or, for a one-time
@@ -47,7 +47,8 @@ SENT_ON_LOST_CLAIM = "sent_lost_claim"
 
 _rng = random.Random()
 IO = Callable[..., Awaitable[Any]]
-"""How an attempt runs a blocking store call: ``await io(fn, *args)``."""
+"""How an attempt runs blocking work that is not the store's (the operator's policy read of a budget
+check, ``delivery.budget``): ``await io(fn, *args)``."""
 __all__ = ["IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result", "attempt",
            "envelope", "give_back", "occurrence_of", "otid_for", "policy"]
 
@@ -152,8 +153,8 @@ async def attempt(
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
     (stopping, or the fence ``may_send`` says the claim is lost or about to run out: it is released,
     nothing is sent). Never raises for a target's errors. ``targets``: the executor's; without, the
-    attempt opens its own and closes them after. ``io`` runs the blocking store calls off the event
-    loop (the executor's pool; ``asyncio.to_thread`` without)."""
+    attempt opens its own and closes them after. ``io`` runs the blocking work that is not the store's
+    off the event loop (the executor's pool; ``asyncio.to_thread`` without)."""
     run = io or asyncio.to_thread
     if targets is not None:
         return await _attempt(core, claim, owner, stopping, may_send, targets, run)
@@ -176,10 +177,10 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
             return Attempt(claim, owner, "missed", now, number, error=missed, skip_to=plan.deliver,
                            also_missed=plan.missed[1:])
     if stopping is not None and stopping.is_set():
-        await io(give_back, core, owner, [claim])
+        await give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt)
     if may_send is not None and not may_send():
-        await io(give_back, core, owner, [claim])  # a no-op when someone else holds it now
+        await give_back(core, owner, [claim])  # a no-op when someone else holds it now
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=FENCED)
     occ = occurrence_of(claim, envelope(claim, now, settings.message_format), number)
     otid = occ.occurrence_id
@@ -210,7 +211,7 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
     except Exception as exc:  # what it means, and what next, is the retry policy's decision
         if not isinstance(exc, PromptYoSelfError):
             log.exception("delivery of schedule %s failed unexpectedly", claim.id)
-        return await io(_after_failure, core, claim, owner, now, number, exc)
+        return await _after_failure(core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed, also_skipped=overlap.due_meanwhile(claim, now),
                    receipt=receipt_of(sent, target.name))
@@ -221,7 +222,7 @@ async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, targe
     """Why the occurrence is not sent now, or the budgets' verdict to send it with: the schedule's
     previous turn still runs (``delivery.overlap``: skipped, or queued and due again after
     ``PROMPTYOSELF_OVERLAP_POLL``), or the daily budgets are spent (``over_budget``)."""
-    turn = await overlap.verdict(core, claim, occ, target, now, io)
+    turn = await overlap.verdict(core, claim, occ, target, now)
     if turn.action == "wait":
         return Attempt(claim, owner, overlap.QUEUED, now, number, error=turn.text, delay=core.settings.overlap_poll,
                        already_queued=overlap.waiting(claim.last_error))
@@ -268,12 +269,12 @@ def missed_text(claim: Claim, plan: catchup.CatchUp, now: datetime, grace: timed
     return f"missed: {late} late ({why}); {count}{then}"
 
 
-def give_back(core: Services, owner: str, claims: list[Claim]) -> None:
+async def give_back(core: Services, owner: str, claims: list[Claim]) -> None:
     """Release claims on which nothing was sent, but not those taken over from an expired holder:
     they are left to run out so that the next claimer, too, knows the occurrence is in doubt."""
     ids = [c.id for c in claims if not c.taken_over]
     if ids:
-        core.deliveries.release(owner, ids)
+        await core.deliveries.release(owner, ids)
 
 
 def policy(core: Services) -> RetryPolicy:
@@ -281,27 +282,28 @@ def policy(core: Services) -> RetryPolicy:
     return RetryPolicy.of(core.settings, _rng)
 
 
-def _after_failure(core: Services, claim: Claim, owner: str, now: datetime, number: int,
-                   exc: BaseException) -> Attempt | Result:
+async def _after_failure(core: Services, claim: Claim, owner: str, now: datetime, number: int,
+                         exc: BaseException) -> Attempt | Result:
     """A send failed: record what ``RetryPolicy.decide`` makes of it (or give the claim back)."""
     retry = policy(core)
     late = (now - claim.next_run).total_seconds()
-    counted = _transient_attempts(core, claim, number)
+    counted = await _transient_attempts(core, claim, number)
     decision = retry.decide(exc, number, late=late, in_doubt=claim.in_doubt, counted_attempts=counted)
     if decision.kind == "released":
-        give_back(core, owner, [claim])
+        await give_back(core, owner, [claim])
         return Result(claim.id, claim.agent_id, "released", attempt=claim.attempt, error=decision.text)
     return Attempt(claim, owner, decision.kind, now, number, error=decision.text, delay=decision.delay,
                    auth_error=decision.auth)
 
 
-def _transient_attempts(core: Services, claim: Claim, attempt: int) -> int:
+async def _transient_attempts(core: Services, claim: Claim, attempt: int) -> int:
     """Attempts on this occurrence that count toward ``max_attempts``: auth errors do not (they
     wait for the credentials to be fixed, however long that takes)."""
     if core.settings.max_attempts is None or attempt < core.settings.max_attempts:
         return attempt
-    return attempt - sum(core.deliveries.count_attempts_with_error(claim.id, claim.next_run, prefix)
-                         for auth in AUTH_PREFIXES for prefix in (auth, IN_DOUBT_PREFIX + auth))
+    prefixes = [prefix for auth in AUTH_PREFIXES for prefix in (auth, IN_DOUBT_PREFIX + auth)]
+    return attempt - sum([await core.deliveries.count_attempts_with_error(claim.id, claim.next_run, prefix)
+                          for prefix in prefixes])
 
 
 # ---- recording -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
@@ -33,6 +33,8 @@ from promptyoself.deps import Services
 from promptyoself.store.records import DayCount, cost_hold
 
 OVER_BUDGET = "over_budget"
+IO = Callable[..., Awaitable[Any]]
+"""``await io(fn, *args)``: blocking ``fn(*args)`` off the event loop."""
 
 
 class Budgeted(Protocol):
@@ -77,36 +79,36 @@ def decide(claim: Budgeted, day: DayCount, tz: ZoneInfo) -> Verdict:
     return Verdict(None, day.unannounced)
 
 
-def check(core: Services, claim: Budgeted, now: datetime) -> Verdict:
+async def verdict(core: Services, claim: Budgeted, now: datetime, io: IO) -> Verdict:
     """``decide`` on the day ``claim``'s claim counted (``claim.day``, set by every claim of the
-    engine's store: ``Deps.deliveries``). A claim made without counting (a test's or a tool's own
-    ``claims.claim_due``) has its day read here: one indexed read of the agent's newest history rows
-    (and one of the schedule's when it has ``max_per_day``); none when no budget is set."""
+    engine's store: ``Deps.deliveries``), on the spot. A claim made without counting (a test's or a
+    tool's own ``claims.claim_due``) has its day read here (``read_day``)."""
     day = claim.day
     if day is None:
-        day = read_day(core, claim, now)
+        day = await read_day(core, claim, now, io)
     return decide(claim, day, core.settings.timezone)
 
 
-async def verdict(core: Services, claim: Budgeted, now: datetime,
-                  io: Callable[..., Awaitable[Verdict]]) -> Verdict:
-    """``check`` from a coroutine: decided on the spot from the claim's count, or, for a claim made
-    without counting, read through ``io`` (the attempt's way to run a blocking store call)."""
-    if claim.day is not None:
-        return decide(claim, claim.day, core.settings.timezone)
-    return await io(check, core, claim, now)
+def caps(core: Services, now: datetime) -> tuple[int, int, float]:
+    """The operator's caps per agent per day: deliveries, tokens, USD (blocking: the policy is read
+    at most once a second, ``Deps.POLICY_MAX_AGE``)."""
+    tokens, usd = core.spend_caps(now)
+    return core.daily_budget(now), tokens, usd
 
 
-def read_day(core: Services, claim: Budgeted, now: datetime) -> DayCount:
-    """What a claim would have counted (``store.day_counts.with_days``), read on its own."""
-    agent_cap, own_cap = core.daily_budget(now), claim.max_per_day
-    tokens, usd_cap = core.spend_caps(now)
+async def read_day(core: Services, claim: Budgeted, now: datetime, io: IO) -> DayCount:
+    """What a claim would have counted (``store.day_counts.with_days``), read on its own: one indexed
+    read of the agent's newest history rows (and one of the schedule's when it has ``max_per_day``);
+    none when no budget is set. ``io`` runs the policy read off the loop (``asyncio.to_thread``, or the
+    engine's pool)."""
+    agent_cap, tokens, usd_cap = await io(caps, core, now)
+    own_cap = claim.max_per_day
     if not agent_cap and not own_cap and not tokens and not usd_cap:
         return DayCount(0, 0, 0, 0)
     since = timing.day_start(now, core.settings.timezone)
-    agent = core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id, spend=bool(tokens or usd_cap),
-                                   until=now)
-    mine = core.deliveries.recent(since, own_cap, schedule_id=claim.id).delivered_today if own_cap else 0
+    agent = await core.deliveries.recent(since, agent_cap or 1, agent_id=claim.agent_id,
+                                         spend=bool(tokens or usd_cap), until=now)
+    mine = (await core.deliveries.recent(since, own_cap, schedule_id=claim.id)).delivered_today if own_cap else 0
     return DayCount(agent_cap, agent.delivered_today, mine, agent.over_budget_unannounced, agent.tokens_today,
                     agent.cost_usd_today, tokens, usd_cap)
 

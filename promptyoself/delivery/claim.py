@@ -5,10 +5,11 @@ them), and gives back what it will not send (``shed``, ``release_ready``). The r
 the next claim to make in its own transaction (``ask``, ``took``). The alarm (``delivery.alarm``)
 decides when to claim; the pure planner (``delivery.planner``, through the holdings) how many.
 
-The store's calls block (SQLAlchemy over SQLite or psycopg), so each runs through ``io``: the run's
-own thread pool (``engine.Engine``), sized for the sends in flight plus the recorder, the keeper and
-the loop, rather than the event loop's default one (an engine inside a server must neither resize
-nor queue behind the server's own pool)."""
+The store is async (``DeliveryStore``): its verbs are awaited here directly (the SQL store runs
+each in its own bounded thread pool). ``io`` is the run's small thread pool (``engine.Engine``) for
+the blocking work that is not the store's (opening a target, the operator's policy read), rather
+than the event loop's default one (an engine inside a server must neither resize nor queue behind
+the server's own pool)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from promptyoself.store.records import ScheduleRow
 log = logging.getLogger("promptyoself.delivery.engine")
 
 IO = Callable[..., Awaitable[Any]]
-"""``await io(fn, *args)``: the blocking ``fn(*args)`` run in the engine's thread pool."""
+"""``await io(fn, *args)``: the blocking ``fn(*args)`` run in the engine's thread pool (never a store
+verb: those are awaited)."""
 
 
 @dataclass
@@ -67,15 +69,11 @@ class Claims:
         busy = self.holdings.busy_agents()
         room = self.target_room()
 
-        def claim() -> tuple[list[ScheduleRow], set[int], bool]:
-            taken: set[int] = set()
-            report = ClaimReport()
-            rows = self.core.deliveries.claim(self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
-                                              exclude_agents=busy, targets=room, taken_over=taken, report=report)
-            return rows, taken, report.more_due
-
-        rows, taken, more = await self.io(claim)
-        return self.took(rows, taken, claimed_at), more
+        taken: set[int] = set()
+        report = ClaimReport()
+        rows = await self.core.deliveries.claim(self.owner, now, now + timedelta(seconds=self.lease), limit=limit,
+                                                exclude_agents=busy, targets=room, taken_over=taken, report=report)
+        return self.took(rows, taken, claimed_at), report.more_due
 
     def ask(self, want: int, recorded: Collection[int]) -> ClaimAsk:
         """The claim the recorder makes in the transaction that records ``recorded`` (those agents
@@ -101,7 +99,7 @@ class Claims:
             return
         self.keeper.let_go([c.id for c in claims])
         log.info("giving back %d claim(s) that their target's busy send slots cannot send soon", len(claims))
-        await self.io(give_back, self.core, self.owner, claims)
+        await give_back(self.core, self.owner, claims)
 
     async def release_ready(self) -> None:
         """Give back the claims that wait for a sender (stopping, or the target refuses our
@@ -110,4 +108,4 @@ class Claims:
         if not claims:
             return
         self.keeper.let_go([c.id for c in claims])
-        await self.io(give_back, self.core, self.owner, claims)
+        await give_back(self.core, self.owner, claims)

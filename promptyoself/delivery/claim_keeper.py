@@ -8,7 +8,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def renew_claims(store: DeliveryStore, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+async def renew_claims(store: DeliveryStore, owner: str, ids: Collection[int], until: datetime) -> set[int]:
     """One renewal (``DeliveryStore.renew``): the ids ``owner`` still holds."""
-    return store.renew(owner, ids, until)
+    return await store.renew(owner, ids, until)
 
 
 class ClaimKeeper:
@@ -81,15 +81,15 @@ class ClaimKeeper:
             deadline = self._deadline.get(schedule_id)
         return deadline is not None and self.mono() < deadline - self.margin
 
-    def renew_now(self) -> None:
-        """One renewal round (blocking: the keeper task runs it off the loop; tests call it directly)."""
+    async def renew_now(self) -> None:
+        """One renewal round (the keeper task's; tests await it directly)."""
         with self._lock:
             ids = list(self._ids)
         if not ids:
             return
         started = self.mono()
         try:
-            held = renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
+            held = await renew_claims(self.store, self.owner, ids, self.now() + timedelta(seconds=self.lease))
         except Exception:
             log.exception("renewing delivery claims failed; they stop being sent %.3gs before their lease "
                           "runs out", self.margin)
@@ -105,8 +105,8 @@ class ClaimKeeper:
         if lost:
             log.warning("claims lost on schedule(s) %s; not sending them", ", ".join(map(str, lost[:20])))
 
-    async def run(self, io: Callable[[Callable[[], None]], Awaitable[None]]) -> None:
-        """The keeper's task: a renewal every third of the lease (``io`` runs it off the loop), until
+    async def run(self) -> None:
+        """The keeper's task: a renewal every third of the lease, until
         ``stop`` was asked and no claim is held any more (claims of sends still running keep being
         renewed while the executor stops)."""
         period = max(0.05, self.lease / 3)
@@ -116,7 +116,7 @@ class ClaimKeeper:
                 empty = not self._ids
             if empty and self._stop.is_set():
                 return
-            await io(self.renew_now)
+            await self.renew_now()
             if self._stop.is_set():  # stopping: look again soon, until the last running send ends
                 await asyncio.sleep(min(period, 0.2))
 

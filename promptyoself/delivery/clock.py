@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from promptyoself import timing
 from promptyoself.deps import Services
+from promptyoself.store.delivery_store import Rearm, RecurringRow
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ def steady() -> float:
     boottime = getattr(time, "CLOCK_BOOTTIME", None)
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 PAGE = 2000
+IO = Callable[..., Awaitable[Any]]
 
 
 class ClockWatch:
@@ -66,27 +69,35 @@ class ClockWatch:
         return self.jump if self.jump is not None and mono - self._jump_mono < for_s else None
 
 
-def rearm_recurring(core: Services, now: datetime) -> int:
+async def rearm_recurring(core: Services, now: datetime, io: IO) -> int:
     """Every active recurring schedule whose next slot is later than the first slot after ``now`` (as
-    its rule computes it afresh) moves to that slot. Returns how many moved."""
+    its rule computes it afresh) moves to that slot. Returns how many moved. The store is awaited; the
+    rules' slots, up to ``PAGE`` at a time, are computed through ``io`` (off the event loop)."""
     moved = 0
     after = 0
     while True:
-        rows = core.deliveries.recurring_ahead(now, after, PAGE)
+        rows = await core.deliveries.recurring_ahead(now, after, PAGE)
         if not rows:
             return moved
-        changes = []
-        for sid, kind, value, zone, anchor, nxt in rows:
-            try:
-                fresh, new_anchor = _first_slot_after(kind, value, zone, anchor, nxt, now)
-            except Exception:  # a rule this version cannot read: leave it as it is
-                log.debug("clock jump: schedule %s not re-armed", sid, exc_info=True)
-                continue
-            if fresh is not None and fresh < nxt:
-                changes.append((sid, nxt, fresh, new_anchor))
+        changes: list[Rearm] = await io(_rearmed, rows, now)
         if changes:
-            moved += core.deliveries.rearm(changes, now)
+            moved += await core.deliveries.rearm(changes, now)
         after = rows[-1][0]
+
+
+def _rearmed(rows: list[RecurringRow], now: datetime) -> list[Rearm]:
+    """The rows (``recurring_ahead``) whose first slot after ``now`` is earlier than their next slot,
+    as ``rearm`` takes them."""
+    changes = []
+    for sid, kind, value, zone, anchor, nxt in rows:
+        try:
+            fresh, new_anchor = _first_slot_after(kind, value, zone, anchor, nxt, now)
+        except Exception:  # a rule this version cannot read: leave it as it is
+            log.debug("clock jump: schedule %s not re-armed", sid, exc_info=True)
+            continue
+        if fresh is not None and fresh < nxt:
+            changes.append((sid, nxt, fresh, new_anchor))
+    return changes
 
 
 def _first_slot_after(kind: str, value: str, zone: str, anchor: datetime | None, nxt: datetime,

@@ -212,7 +212,7 @@ class Engine:
     def _build(self) -> _Run:
         core, settings = self.core, self.core.settings
         drain = Drain(core.now(), time.monotonic() + self.budget) if self.until == "nothing_due" else None
-        pool = ThreadPoolExecutor(self.max_in_flight + 4, thread_name_prefix=f"promptyoself-{self.role}")
+        pool = ThreadPoolExecutor(4, thread_name_prefix=f"promptyoself-{self.role}")  # not for the store's verbs
 
         async def io(fn: Callable[..., Any], *args: Any) -> Any:
             return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args))
@@ -240,12 +240,12 @@ class Engine:
 
                 claims.holdings.open_lane = open_lane
                 recorder = tg.create_task(_part("recorder", run.recorder.run()), name="promptyoself-record")
-                keeper = tg.create_task(_part("claim keeper", claims.keeper.run(io)), name="promptyoself-claims")
+                keeper = tg.create_task(_part("claim keeper", claims.keeper.run()), name="promptyoself-claims")
                 side: dict[str, Coroutine[Any, Any, None]] = {
-                    "outage probe": probe_outage(core, outcomes, targets, io, self.wakeup),
+                    "outage probe": probe_outage(core, outcomes, targets, self.wakeup),
                     "clock watch": watch_clock(core, self._clock, io, self.wakeup, min(self.interval, 5.0)),
-                    "receipts": run_receipts(core, targets, io),
-                    "alert sender": run_alert_sender(core, io),
+                    "receipts": run_receipts(core, targets),
+                    "alert sender": run_alert_sender(core),
                 }
                 side.update({name: task() for name, task in self.side_tasks.items()})
                 watchers = [tg.create_task(_part(name, coro), name=f"promptyoself-{name.replace(' ', '-')}")
@@ -253,7 +253,7 @@ class Engine:
                 await run.alarm.run()
                 await self._shutdown(run, senders, recorder)
                 if claims.drain is not None:  # execute: what finished by now gets its receipt (issue 43)
-                    await last_pass(core, targets, io)
+                    await last_pass(core, targets)
                 for task in watchers:
                     task.cancel()
                 await keeper

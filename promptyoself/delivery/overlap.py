@@ -20,7 +20,6 @@ its target's default (the plug-in's ``default_overlap``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -67,17 +66,13 @@ def decide(policy: str, busy: bool, *, already_waiting: bool, late: timedelta, g
     return Verdict("wait", f"{QUEUED_PREFIX}{what} (overlap=queue); sent once it has ended.")
 
 
-IO = Callable[..., Awaitable[Any]]
-
-
-async def verdict(core: Any, claim: Any, occ: Occurrence, target: DeliveryTarget, now: datetime,
-                  io: IO) -> Verdict:
+async def verdict(core: Any, claim: Any, occ: Occurrence, target: DeliveryTarget, now: datetime) -> Verdict:
     """Ask the target whether the schedule's previous turn still runs, when its policy cares and the
     target can tell (raises like ``send`` when the target cannot be asked), and decide."""
     policy = registry.overlap_policy(claim.overlap, claim.target)
     if policy == "allow" or not isinstance(target, BusyCheck):
         return SEND
-    last = await io(core.deliveries.last_turn, claim.id)
+    last = await core.deliveries.last_turn(claim.id)
     previous = None if last is None else PreviousTurn(last.run_id, last.attempted_at, Receipt.from_json(last.receipt))
     busy = await target.running(occ, previous)
     run = f" (run {previous.run_id})" if previous is not None and previous.run_id else ""

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
-from functools import partial
-from typing import Any
 
 from promptyoself import timing
 from promptyoself.delivery.bridge import Targets
@@ -40,9 +37,6 @@ ASK_TIMEOUT = 30.0
 """Seconds one target's ``receipt`` may take before the pass moves on (asked again next pass)."""
 LAST_PASS = 10.0
 """Seconds the last pass of a drain may take at most."""
-
-IO = Callable[..., Awaitable[Any]]
-
 
 def timed_out(pending: Receipt, waited: timedelta) -> Receipt:
     what = "the run" if pending.ref.get("run") or pending.ref.get("kind") == "run" else "the turn"
@@ -77,39 +71,39 @@ async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | No
     return None if got.state == "pending" else got
 
 
-async def follow_up(core: Services, targets: Targets, io: IO, after_id: int = 0) -> int:
+async def follow_up(core: Services, targets: Targets, after_id: int = 0) -> int:
     """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
     that came (or timed out). Returns the cursor for the next pass (0: start again from the oldest)."""
-    rows: list[PendingRow] = await io(core.deliveries.pending_receipts, BATCH, after_id)
+    rows: list[PendingRow] = await core.deliveries.pending_receipts(BATCH, after_id)
     redact = Redactor(core.settings) if rows else None
     for row in rows:
         got = await ask(core, targets, row)
         if got is not None and redact is not None:
             bounded = got.redacted(redact).bounded()
             tokens, cost = bounded.spend()  # counted by the cost budgets from now on (delivery.budget)
-            await io(partial(core.deliveries.complete_receipt, tokens=tokens, cost_usd=cost), row.delivery_id,
-                     bounded.state, bounded.to_json())
+            await core.deliveries.complete_receipt(row.delivery_id, bounded.state, bounded.to_json(), tokens=tokens,
+                                                   cost_usd=cost)
     return rows[-1].delivery_id if len(rows) == BATCH else 0
 
 
-async def run_receipts(core: Services, targets: Targets, io: IO) -> None:
+async def run_receipts(core: Services, targets: Targets) -> None:
     """The engine's receipt task: a pass every ``EVERY`` seconds until the run cancels it. A pass
     that fails is logged; the next one tries again."""
     cursor = 0
     while True:
         try:
-            cursor = await follow_up(core, targets, io, cursor)
+            cursor = await follow_up(core, targets, cursor)
         except Exception as exc:  # the database is away, say: the next pass tries again
             log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
             cursor = 0
         await asyncio.sleep(EVERY)
 
 
-async def last_pass(core: Services, targets: Targets, io: IO) -> None:
+async def last_pass(core: Services, targets: Targets) -> None:
     """A drain's last look at the pending receipts (at most ``LAST_PASS`` seconds): what finished by
     now is recorded; the rest stays pending for the next executor."""
     try:
         async with asyncio.timeout(LAST_PASS):
-            await follow_up(core, targets, io)
+            await follow_up(core, targets)
     except Exception:  # TimeoutError included: the receipts stay pending
         log.debug("the last pass over pending receipts did not finish", exc_info=True)

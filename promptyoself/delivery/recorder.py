@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from promptyoself.delivery.alerts import AlertRules, alert_rules, target_alerts
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
-from promptyoself.delivery.claim import Claims
+from promptyoself.delivery.claim import IO, Claims
 from promptyoself.delivery.outcomes import Basis, outcome_of, result_of
 from promptyoself.delivery.watch import LoopState, Outcomes, Wakeup
 from promptyoself.deps import Services
@@ -34,13 +33,16 @@ STALE_TRIES = 5
 Todo = dict[int, tuple[Attempt, Outcome]]
 
 
-def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = None) -> Recorded | None:
+async def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = None,
+                       io: IO | None = None) -> Recorded | None:
     """Record ``batch``; every attempt gets its ``result`` or its ``failure``. One transaction, more
     only when the database stays busy (SQLite's lock beyond its timeout: tried again, the claims are
     still ours) or an operator changed a claimed schedule meanwhile (its next state is decided again
     on the columns the store returned). With ``claim``, the first transaction also claims the next
     occurrences: what it did is returned once committed, None if the batch was recorded without it.
-    Blocking (the recorder task runs it off the loop)."""
+    The store's verb is awaited; ``io`` runs the operator's policy read (the alert rules) off the loop
+    (the engine's pool; ``asyncio.to_thread`` without)."""
+    run = io or asyncio.to_thread
     now = core.now()
     redact = Redactor(core.settings)
     for a in batch:  # history is served by `history`: no secret in it, ever (as in the logs)
@@ -48,33 +50,33 @@ def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = 
             a.error = redact(a.error)
         if a.receipt is not None:  # what the agent or the receiver answered, too (issue 43)
             a.receipt = a.receipt.redacted(redact)
-    rules = alert_rules(core, now)
+    rules: AlertRules | None = await run(alert_rules, core, now)
     todo: Todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now, rules)) for a in batch}
     claimed: Recorded | None = None
     busy = stale = 0
     while todo:
         try:
-            done = core.deliveries.record([o for _, o in todo.values()], claim=claim)
+            done = await core.deliveries.record([o for _, o in todo.values()], claim=claim)
         except DatabaseBusy as exc:
             busy += 1
             if busy == BUSY_TRIES:
                 _fail(todo, exc)
                 break
             log.warning("recording %d attempt(s): database busy, retrying", len(todo))
-            time.sleep(0.2 * busy)
+            await asyncio.sleep(0.2 * busy)
             continue
         except Exception as exc:
             if claim is not None:  # maybe the claim's fault, not the attempts': record them alone
                 log.exception("claiming while recording failed; recording the attempts alone")
                 claim = None
                 continue
-            _one_at_a_time(core, todo, exc)
+            await _one_at_a_time(core, todo, exc, run)
             break
         if claim is not None:
             claimed, claim = done, None
         stale += 1
         _apply(core, todo, done, stale, rules)
-    target_alerts(core, batch, now)
+    await target_alerts(core, batch, now)
     return claimed
 
 
@@ -84,11 +86,11 @@ def _fail(todo: Todo, exc: BaseException) -> None:
     todo.clear()
 
 
-def _one_at_a_time(core: Services, todo: Todo, exc: BaseException) -> None:
+async def _one_at_a_time(core: Services, todo: Todo, exc: BaseException, io: IO) -> None:
     """A transaction failed: one bad attempt must not cost the others theirs (each alone)."""
     if len(todo) > 1:
         for a, _ in list(todo.values()):
-            record_batch(core, [a])
+            await record_batch(core, [a], io=io)
         todo.clear()
     else:
         _fail(todo, exc)
@@ -112,10 +114,10 @@ def _apply(core: Services, todo: Todo, done: Recorded, stale: int, rules: AlertR
         todo[sid] = (a, outcome_of(a, Basis.of_row(row), core.now(), rules))
 
 
-def record_attempt(core: Services, item: Attempt) -> Result:
+async def record_attempt(core: Services, item: Attempt) -> Result:
     """Record one attempt (``deliver``'s path; the executor's recorder task records its senders'
     attempts in batches through ``record_batch``, the same way)."""
-    record_batch(core, [item])
+    await record_batch(core, [item])
     if item.failure is not None:
         raise item.failure
     assert item.result is not None
@@ -126,9 +128,14 @@ def deliver(
     core: Services, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None
 ) -> Result:
     """Deliver one claimed occurrence and record the outcome, from synchronous code (tests, a
-    one-off: the attempt runs in an event loop of its own). Never raises for Letta errors."""
-    sent = asyncio.run(attempt(core, claim, owner, stopping=stopping, may_send=may_send))
-    return sent if isinstance(sent, Result) else record_attempt(core, sent)
+    one-off: the attempt and its record run in an event loop of their own). Never raises for Letta
+    errors."""
+
+    async def deliver_and_record() -> Result:
+        sent = await attempt(core, claim, owner, stopping=stopping, may_send=may_send)
+        return sent if isinstance(sent, Result) else await record_attempt(core, sent)
+
+    return asyncio.run(deliver_and_record())
 
 
 class Recorder:
@@ -170,7 +177,7 @@ class Recorder:
         ask = claims.ask(want, [a.claim.id for a in batch]) if want else None
         recorded = None
         try:
-            recorded = await claims.io(record_batch, claims.core, batch, ask)
+            recorded = await record_batch(claims.core, batch, ask, claims.io)
         except Exception as exc:
             for a in batch:
                 a.failure = a.failure or exc

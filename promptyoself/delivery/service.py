@@ -35,7 +35,7 @@ from promptyoself.delivery.starter import starter_for
 from promptyoself.deps import DeliveryHealth, Services
 from promptyoself.signals import OnSignals
 from promptyoself.store.db import latest_delivery
-from promptyoself.store.health import delivery_outcomes, lease
+from promptyoself.store.health import backlog, delivery_outcomes, lease
 
 __all__ = ["DeliveryService", "Status", "delivering", "drain_once", "effective_mode", "run_foreground",
            "service_for", "status"]
@@ -167,7 +167,7 @@ def status(core: Services) -> Status:
     svc = service_for(core)
     ex = svc.executor
     now = core.now()
-    bl = core.deliveries.due_summary(now)
+    bl = backlog(core.store, now)  # synchronous (a face's status): the store's function, not the async verb
     totals = delivery_outcomes(core.store)
     held = lease(core.store, now)
     lease_alive = bool(held and held.get("alive"))

@@ -1,11 +1,16 @@
-"""``DeliveryStore``: the verbs the delivery engine uses, and nothing else (issue 30 point 3).
+"""``DeliveryStore``: the verbs the delivery engine uses, and nothing else (issue 30 point 3). The
+interface is async (issue 41 point 4): the engine awaits every verb on its event loop.
 
 Two implementations keep one contract (``tests/test_delivery_store.py`` runs the same suite against
 SQLite, PostgreSQL and memory):
 
 - ``SqlDeliveryStore`` (here): the SQLite / PostgreSQL store, through the statements of
-  ``store.claims`` and ``store.operator``;
-- ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests.
+  ``store.claims`` and ``store.operator``, each run in the store's own bounded thread pool (SQLAlchemy
+  blocks), as APScheduler 4's SQLAlchemy data store does;
+- ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests (no thread).
+
+Synchronous code outside an event loop (the faces, health, the CLI) does not call these verbs: it
+calls the ``store.*`` module functions they wrap, as it always could.
 
 The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
 claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
@@ -24,15 +29,17 @@ The core's verbs (issue 41 point 4), the protocol's last section: what ``core/sc
 operator's guardrails read and write (policy, a schedule by id or key, the live count, the insert
 under its limits, the compare-and-set, the agent's rules and creations, its day, a list page, history).
 So one object, ``Deps.deliveries``, is the store for the engine and the core alike: ``SqlDeliveryStore``
-runs each blocking call in a thread (``asyncio.to_thread``), ``MemoryDeliveryStore`` keeps the same rows.
+runs each blocking call in its own bounded thread pool, ``MemoryDeliveryStore`` keeps the same rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Protocol, TypedDict, Unpack
+from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
 
 from promptyoself.config import Settings
 from promptyoself.store import alerts, claims, health, history, operator, policy, queries, receipts, schedules
@@ -51,6 +58,11 @@ Rearm = tuple[int, datetime, datetime, datetime | None]
 """``(id, old next_run, new next_run, new anchor or None)`` (``rearm``)."""
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+THREADS = 8
+"""Store calls at once of a ``SqlDeliveryStore`` built without ``threads`` (``Deps`` sets its own)."""
+
 DayAsker = Callable[[datetime], DayAsk]
 """For a claim's ``now``: the budget day's start and the agent's daily cap to count claims against."""
 
@@ -64,89 +76,91 @@ class ClaimOptions(TypedDict, total=False):
 
 
 class DeliveryStore(Protocol):
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
-                 exclude_targets: Collection[str] = ()) -> datetime | None:
+    """The delivery engine's store, async: each verb is a coroutine that owns its transaction (one
+    verb, one transaction, as ``store.claims`` writes it), awaited on the engine's event loop."""
+
+    async def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                       exclude_targets: Collection[str] = ()) -> datetime | None:
         """The earliest ``due_at`` of an active schedule no live claim holds, ``exclude_agents`` and
         ``exclude_targets`` left out."""
         ...
 
-    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
-              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+                    **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
         """Claim up to ``limit`` due occurrences, one per agent, oldest due first (``claims.claim_due``),
         at most ``targets.room(t)`` of each target ``t``, each with its budget ``day`` when the store was
         built with ``day``."""
         ...
 
-    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+    async def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
         """Extend ``owner``'s claims on ``ids``; the ids it still holds."""
         ...
 
-    def release(self, owner: str, ids: Collection[int]) -> int:
+    async def release(self, owner: str, ids: Collection[int]) -> int:
         """Give back ``owner``'s claims on ``ids`` (nothing was sent); how many."""
         ...
 
-    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+    async def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
         """Record attempts, each only while its claim is held (``claims.record_outcomes``); the rows
         ``claim`` takes carry their budget ``day`` as ``claim``'s do."""
         ...
 
-    def resume_waiting(self, now: datetime) -> int:
+    async def resume_waiting(self, now: datetime) -> int:
         """After an outage: occurrences waiting out a transient failure's backoff are due ``now``."""
         ...
 
-    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+    async def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
         ...
 
-    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
+    async def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
+                     schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
         """An agent's (or a schedule's) deliveries since ``since`` (counted up to ``cap``) and its
         ``over_budget`` rows since its last delivery (the daily budgets); with ``spend``, an agent's
         tokens and USD of the day, rows dated up to ``until`` (the cost budgets)."""
         ...
 
-    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+    async def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
         ...
 
-    def rearm(self, changes: list[Rearm], now: datetime) -> int:
+    async def rearm(self, changes: list[Rearm], now: datetime) -> int:
         ...
 
-    def due_summary(self, now: datetime) -> Backlog:
+    async def due_summary(self, now: datetime) -> Backlog:
         """Active schedules, those due at ``now``, the oldest due one's slot, the earliest ``due_at``."""
         ...
 
-    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+    async def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
         """Delivered rows whose receipt is ``pending`` (ids above ``after_id``), oldest first (issue 43)."""
         ...
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
-                         cost_usd: float | None = None) -> bool:
+    async def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                               cost_usd: float | None = None) -> bool:
         """Write a pending row's receipt (JSON), its state and what it cost (the cost budgets' sums),
         only while it is still pending."""
 
-    def last_turn(self, schedule_id: int) -> LastTurn | None:
+    async def last_turn(self, schedule_id: int) -> LastTurn | None:
         """The schedule's newest ``delivered`` row (the overlap policy's previous turn, issue 43)."""
         ...
 
     # ---- alerts (issue 43 point 4; ``store.alerts``): the outcome's own are written by ``record`` ----
 
-    def raise_target_alert(self, row: dict[str, Any]) -> bool:
+    async def raise_target_alert(self, row: dict[str, Any]) -> bool:
         """A ``target_unready`` alert for ``row['target']`` unless one is open; True when raised."""
         ...
 
-    def close_target_alerts(self, target: str, now: datetime) -> int:
+    async def close_target_alerts(self, target: str, now: datetime) -> int:
         """The target answered: its open ``target_unready`` alert is closed."""
         ...
 
-    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+    async def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
         """Claim (until ``until``) alerts due to be POSTed; those older than ``oldest`` expire."""
         ...
 
-    def alert_sent(self, alert_id: str, now: datetime) -> None: ...
+    async def alert_sent(self, alert_id: str, now: datetime) -> None: ...
 
-    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+    async def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
         """Try again at ``retry_at``, or give up (``failed``) when it is None."""
         ...
-
 
     # ---- the core's verbs (issue 41 point 4): what the scheduling operations read and write --------
     # (``core/scheduling.py``, ``core/operator.py``): async, so that one object serves the engine and the
@@ -200,112 +214,131 @@ class DeliveryStore(Protocol):
         """Up to ``limit`` history rows, newest first: of ``schedule_id``, else ``agent_id``, else all."""
         ...
 
-class SqlDeliveryStore:
-    """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``."""
 
-    def __init__(self, store: Store, *, day: DayAsker | None = None) -> None:
+class SqlDeliveryStore:
+    """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``: each verb is one blocking
+    statement (or transaction) of ``store.claims`` / ``store.operator`` / ..., run in this store's own
+    bounded thread pool (as APScheduler 4's SQLAlchemy data store does), so an event loop awaits it
+    and is never blocked by it. ``threads`` bounds the verbs running at once (``Deps``: the settings'
+    ``max_in_flight`` + 4, one per send in flight plus the recorder, the claim keeper, the alarm and a
+    side task); the pool is the store's, not the event loop's default one, so delivery inside a server
+    neither resizes nor queues behind the server's own. Its threads start on demand and end with the
+    store (a closed ``Store`` still answers, as before: SQLAlchemy's ``dispose`` only empties its pool)."""
+
+    def __init__(self, store: Store, *, day: DayAsker | None = None, threads: int = THREADS) -> None:
         self.store = store
         self.day = day
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="promptyoself-store")
 
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
-                 exclude_targets: Collection[str] = ()) -> datetime | None:
-        return claims.next_due(self.store, now, exclude_agents, exclude_targets)
+    async def _run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)``, blocking, in the store's pool; awaited. A caller cancelled meanwhile
+        does not stop it: the transaction commits or rolls back as a whole, as before."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
-              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
-        return claims.claim_due(self.store, owner, now, until, limit=limit,
-                                day=self.day(now) if self.day else None, **options)
+    async def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                       exclude_targets: Collection[str] = ()) -> datetime | None:
+        return await self._run(claims.next_due, self.store, now, exclude_agents, exclude_targets)
 
-    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
-        return claims.renew_claims(self.store, owner, ids, until)
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+                    **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        def claim_due() -> list[ScheduleRow]:  # the budget day's policy read, too, off the loop
+            return claims.claim_due(self.store, owner, now, until, limit=limit,
+                                    day=self.day(now) if self.day else None, **options)
 
-    def release(self, owner: str, ids: Collection[int]) -> int:
-        return claims.release_claims(self.store, owner, ids)
+        return await self._run(claim_due)
 
-    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
-        day = self.day(claim.now) if self.day and claim is not None else None
-        return claims.record_outcomes(self.store, outcomes, claim=claim, day=day)
+    async def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+        return await self._run(claims.renew_claims, self.store, owner, ids, until)
 
-    def resume_waiting(self, now: datetime) -> int:
-        return claims.resume_waiting(self.store, now)
+    async def release(self, owner: str, ids: Collection[int]) -> int:
+        return await self._run(claims.release_claims, self.store, owner, ids)
 
-    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
-        return claims.count_attempts_with_error(self.store, schedule_id, scheduled_for, prefix)
+    async def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+        def record_outcomes() -> Recorded:
+            day = self.day(claim.now) if self.day and claim is not None else None
+            return claims.record_outcomes(self.store, outcomes, claim=claim, day=day)
 
-    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
-        return operator.recent(self.store, since, cap, agent_id=agent_id, schedule_id=schedule_id, spend=spend,
-                               until=until)
+        return await self._run(record_outcomes)
 
-    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
-        return claims.recurring_ahead(self.store, now, after_id, limit)
+    async def resume_waiting(self, now: datetime) -> int:
+        return await self._run(claims.resume_waiting, self.store, now)
 
-    def rearm(self, changes: list[Rearm], now: datetime) -> int:
-        return claims.rearm(self.store, changes, now)
+    async def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+        return await self._run(claims.count_attempts_with_error, self.store, schedule_id, scheduled_for, prefix)
 
-    def due_summary(self, now: datetime) -> Backlog:
-        return health.backlog(self.store, now)
+    async def recent(self, since: datetime, cap: int, *, agent_id: str | None = None, schedule_id: int | None = None,
+                     spend: bool = False, until: datetime | None = None) -> Recent:
+        return await self._run(operator.recent, self.store, since, cap, agent_id=agent_id, schedule_id=schedule_id,
+                               spend=spend, until=until)
 
-    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
-        return receipts.pending(self.store, limit, after_id)
+    async def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+        return await self._run(claims.recurring_ahead, self.store, now, after_id, limit)
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
-                         cost_usd: float | None = None) -> bool:
-        return receipts.complete(self.store, delivery_id, state, receipt, tokens=tokens, cost_usd=cost_usd)
+    async def rearm(self, changes: list[Rearm], now: datetime) -> int:
+        return await self._run(claims.rearm, self.store, changes, now)
 
-    def last_turn(self, schedule_id: int) -> LastTurn | None:
-        return receipts.last_turn(self.store, schedule_id)
+    async def due_summary(self, now: datetime) -> Backlog:
+        return await self._run(health.backlog, self.store, now)
 
-    def raise_target_alert(self, row: dict[str, Any]) -> bool:
-        return alerts.open_target_alert(self.store, row)
+    async def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+        return await self._run(receipts.pending, self.store, limit, after_id)
 
-    def close_target_alerts(self, target: str, now: datetime) -> int:
-        return alerts.close_target_alerts(self.store, target, now)
+    async def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                               cost_usd: float | None = None) -> bool:
+        return await self._run(receipts.complete, self.store, delivery_id, state, receipt, tokens=tokens,
+                               cost_usd=cost_usd)
 
-    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
-        return alerts.take_to_send(self.store, now, until, limit, oldest)
+    async def last_turn(self, schedule_id: int) -> LastTurn | None:
+        return await self._run(receipts.last_turn, self.store, schedule_id)
 
-    def alert_sent(self, alert_id: str, now: datetime) -> None:
-        alerts.sent(self.store, alert_id, now)
+    async def raise_target_alert(self, row: dict[str, Any]) -> bool:
+        return await self._run(alerts.open_target_alert, self.store, row)
 
-    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
-        alerts.send_failed(self.store, alert_id, error, retry_at)
+    async def close_target_alerts(self, target: str, now: datetime) -> int:
+        return await self._run(alerts.close_target_alerts, self.store, target, now)
 
+    async def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+        return await self._run(alerts.take_to_send, self.store, now, until, limit, oldest)
 
-    # ---- the core's verbs: each blocking call in a thread (as APScheduler's SQLAlchemy store does) ----
+    async def alert_sent(self, alert_id: str, now: datetime) -> None:
+        await self._run(alerts.sent, self.store, alert_id, now)
+
+    async def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+        await self._run(alerts.send_failed, self.store, alert_id, error, retry_at)
+
 
     async def policy(self, settings: Settings, now: datetime) -> Policy:
-        return await asyncio.to_thread(policy.load, self.store, settings, now)
+        return await self._run(policy.load, self.store, settings, now)
 
     async def schedule(self, schedule_id: int) -> ScheduleRow | None:
-        return await asyncio.to_thread(schedules.get, self.store, schedule_id)
+        return await self._run(schedules.get, self.store, schedule_id)
 
     async def schedule_by_key(self, agent_id: str, key: str) -> ScheduleRow | None:
-        return await asyncio.to_thread(schedules.by_idempotency_key, self.store, agent_id, key)
+        return await self._run(schedules.by_idempotency_key, self.store, agent_id, key)
 
     async def count_live(self, agent_id: str) -> int:
-        return await asyncio.to_thread(schedules.count_live, self.store, agent_id)
+        return await self._run(schedules.count_live, self.store, agent_id)
 
     async def create_schedule(self, new: ScheduleRow, limits: CreationLimits) -> ScheduleRow:
-        return await asyncio.to_thread(schedules.create_schedule, self.store, new, limits)
+        return await self._run(schedules.create_schedule, self.store, new, limits)
 
     async def replace_schedule(self, before: ScheduleRow, after: ScheduleRow) -> bool:
-        return await asyncio.to_thread(schedules.replace, self.store, before, after)
+        return await self._run(schedules.replace, self.store, before, after)
 
     async def recurring_of(self, agent_id: str, states: tuple[str, ...]) -> list[ScheduleRow]:
-        return await asyncio.to_thread(schedules.recurring_of, self.store, agent_id, states)
+        return await self._run(schedules.recurring_of, self.store, agent_id, states)
 
     async def created_since(self, agent_id: str, since: datetime, cap: int) -> int:
-        return await asyncio.to_thread(operator.created_since, self.store, agent_id, since, cap)
+        return await self._run(operator.created_since, self.store, agent_id, since, cap)
 
     async def agent_day(self, agent_id: str, since: datetime, cap: int, until: datetime) -> Recent:
-        return await asyncio.to_thread(lambda: operator.recent(self.store, since, cap, agent_id=agent_id, spend=True,
+        return await self._run(lambda: operator.recent(self.store, since, cap, agent_id=agent_id, spend=True,
                                                                until=until))
 
     async def list_page(self, agent_id: str | None, include_ended: bool, limit: int,
                         offset: int) -> tuple[list[ListedSchedule], int]:
-        return await asyncio.to_thread(queries.list_page, self.store, agent_id, include_ended, limit, offset)
+        return await self._run(queries.list_page, self.store, agent_id, include_ended, limit, offset)
 
     async def deliveries(self, *, schedule_id: int | None, agent_id: str | None, limit: int) -> list[DeliveryRow]:
-        return await asyncio.to_thread(lambda: history.deliveries(self.store, schedule_id=schedule_id,
+        return await self._run(lambda: history.deliveries(self.store, schedule_id=schedule_id,
                                                                   agent_id=agent_id, limit=limit))

@@ -3,7 +3,8 @@ engine's fast tests: claims, fences (``claim_until``), compare-and-set on ``(id,
 claim per agent, lost and stale outcomes, claims in the recording transaction. One lock stands for
 the database's write transaction; the rows are the same frozen ``ScheduleRow`` records the SQL store
 hands out, and history rows are the ``deliveries`` columns as dicts. No clock of its own: every time
-is an argument, as for the SQL store."""
+is an argument, as for the SQL store. Its verbs are coroutines as the interface's are, run on the
+event loop itself (no thread: it is memory); the seeding and reading helpers are plain methods."""
 
 from __future__ import annotations
 
@@ -92,8 +93,8 @@ class MemoryDeliveryStore:
                 first[row.agent_id] = row
         return sorted(first.values(), key=lambda r: (r.due_at, r.id))
 
-    def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
-                 exclude_targets: Collection[str] = ()) -> datetime | None:
+    async def next_due(self, now: datetime, exclude_agents: Collection[str] = (),
+                       exclude_targets: Collection[str] = ()) -> datetime | None:
         """(Agents with a live claim elsewhere are not left out: their rows' due times still count.)"""
         with self._lock:
             due = [r.due_at for r in self.rows.values() if r.state == "active" and r.due_at is not None
@@ -101,8 +102,8 @@ class MemoryDeliveryStore:
                    and not self._live(r, now)]
             return min(due, default=None)
 
-    def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
-              **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
+                    **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
         with self._lock:
             return self._claim(owner, now, until, limit, **options)
 
@@ -129,21 +130,21 @@ class MemoryDeliveryStore:
             out.append(claimed)
         return out
 
-    def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
+    async def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
         with self._lock:
             held = {i for i in ids if i in self.rows and self.rows[i].claimed_by == owner}
             for i in held:
                 self.rows[i] = dataclasses.replace(self.rows[i], claim_until=until)
             return held
 
-    def release(self, owner: str, ids: Collection[int]) -> int:
+    async def release(self, owner: str, ids: Collection[int]) -> int:
         with self._lock:
             held = [i for i in ids if i in self.rows and self.rows[i].claimed_by == owner]
             for i in held:
                 self.rows[i] = dataclasses.replace(self.rows[i], claimed_by=None, claim_until=None)
             return len(held)
 
-    def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
+    async def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
         written: set[int] = set()
         lost: set[int] = set()
         fresh: dict[int, ScheduleRow] = {}
@@ -174,7 +175,7 @@ class MemoryDeliveryStore:
         for row in rows:
             self.history.append({"id": len(self.history) + 1, **row})
 
-    def resume_waiting(self, now: datetime) -> int:
+    async def resume_waiting(self, now: datetime) -> int:
         with self._lock:
             moved = 0
             for sid, r in list(self.rows.items()):
@@ -186,13 +187,13 @@ class MemoryDeliveryStore:
                     moved += 1
             return moved
 
-    def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
+    async def count_attempts_with_error(self, schedule_id: int, scheduled_for: datetime, prefix: str) -> int:
         with self._lock:
             return sum(1 for h in self.history if h["schedule_id"] == schedule_id
                        and h["scheduled_for"] == scheduled_for and (h.get("error") or "").startswith(prefix))
 
-    def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
-               schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
+    async def recent(self, since: datetime, cap: int, *, agent_id: str | None = None,
+                     schedule_id: int | None = None, spend: bool = False, until: datetime | None = None) -> Recent:
         key, value = ("schedule_id", schedule_id) if schedule_id is not None else ("agent_id", agent_id)
         with self._lock:
             mine = [h for h in self.history if h[key] == value]
@@ -200,14 +201,14 @@ class MemoryDeliveryStore:
         tokens, cost = _spent(today, until) if spend and key == "agent_id" else (0, 0.0)
         return Recent(min(cap, len(today)), _unannounced(mine), tokens, cost)
 
-    def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
+    async def recurring_ahead(self, now: datetime, after_id: int, limit: int) -> list[RecurringRow]:
         with self._lock:
             rows = [r for sid, r in sorted(self.rows.items()) if sid > after_id and r.state == "active"
                     and r.schedule_type != "once" and r.claimed_by is None and r.next_run is not None
                     and r.next_run > now]
         return [(r.id, r.schedule_type, r.schedule_value, r.timezone, r.anchor, r.next_run) for r in rows[:limit]]
 
-    def rearm(self, changes: list[Rearm], now: datetime) -> int:
+    async def rearm(self, changes: list[Rearm], now: datetime) -> int:
         moved = 0
         with self._lock:
             for sid, old, new, anchor in changes:
@@ -221,7 +222,7 @@ class MemoryDeliveryStore:
                 moved += 1
         return moved
 
-    def due_summary(self, now: datetime) -> Backlog:
+    async def due_summary(self, now: datetime) -> Backlog:
         with self._lock:
             active = [r for r in self.rows.values() if r.state == "active"]
         due = [r for r in active if r.due_at is not None and r.due_at <= now]
@@ -229,21 +230,21 @@ class MemoryDeliveryStore:
         return Backlog(len(active), len(due), min((s for s in slots if s is not None), default=None),
                        min((r.due_at for r in active if r.due_at is not None), default=None))
 
-    def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
+    async def pending_receipts(self, limit: int, after_id: int = 0) -> list[PendingRow]:
         with self._lock:
             rows = [h for h in self.history if h.get("receipt_state") == PENDING and h["id"] > after_id][:limit]
             return [PendingRow(h["id"], h["schedule_id"], h["agent_id"], self.rows[h["schedule_id"]].target,
                                h.get("letta_run_id"), h["attempted_at"], h.get("receipt")) for h in rows]
 
-    def last_turn(self, schedule_id: int) -> LastTurn | None:
+    async def last_turn(self, schedule_id: int) -> LastTurn | None:
         with self._lock:
             for h in reversed(self.history):
                 if h["schedule_id"] == schedule_id and h["outcome"] == "delivered":
                     return LastTurn(h.get("letta_run_id"), h["attempted_at"], h.get("receipt"))
         return None
 
-    def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
-                         cost_usd: float | None = None) -> bool:
+    async def complete_receipt(self, delivery_id: int, state: str, receipt: str, *, tokens: int | None = None,
+                               cost_usd: float | None = None) -> bool:
         with self._lock:
             for h in self.history:
                 if h["id"] == delivery_id and h.get("receipt_state") == PENDING:
@@ -258,7 +259,7 @@ class MemoryDeliveryStore:
                 "next_send_at": row["created_at"], "sending_until": None, "sent_at": None, "send_error": None,
                 "schedule_id": None, "agent_id": None, "target": None, **row}
 
-    def raise_target_alert(self, row: dict[str, Any]) -> bool:
+    async def raise_target_alert(self, row: dict[str, Any]) -> bool:
         with self._lock:
             if any(a["kind"] == "target_unready" and a["target"] == row["target"] and a["closed_at"] is None
                    for a in self.alerts.values()):
@@ -266,7 +267,7 @@ class MemoryDeliveryStore:
             self.alerts.setdefault(row["id"], self._alert(row))
             return True
 
-    def close_target_alerts(self, target: str, now: datetime) -> int:
+    async def close_target_alerts(self, target: str, now: datetime) -> int:
         with self._lock:
             open_ = [a for a in self.alerts.values()
                      if a["kind"] == "target_unready" and a["target"] == target and a["closed_at"] is None]
@@ -274,7 +275,7 @@ class MemoryDeliveryStore:
                 a["closed_at"] = now
             return len(open_)
 
-    def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
+    async def alerts_to_send(self, now: datetime, until: datetime, limit: int, oldest: datetime) -> list[AlertRow]:
         with self._lock:
             out: list[AlertRow] = []
             for a in sorted(self.alerts.values(), key=lambda x: x["created_at"]):
@@ -291,12 +292,12 @@ class MemoryDeliveryStore:
                     out.append(AlertRow(**{n: a[n] for n in column_names(AlertRow)}))
             return out
 
-    def alert_sent(self, alert_id: str, now: datetime) -> None:
+    async def alert_sent(self, alert_id: str, now: datetime) -> None:
         with self._lock:
             self.alerts[alert_id].update(send_state="sent", sent_at=now, sending_until=None, send_error=None,
                                          send_attempts=self.alerts[alert_id]["send_attempts"] + 1)
 
-    def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
+    async def alert_send_failed(self, alert_id: str, error: str, retry_at: datetime | None) -> None:
         with self._lock:
             a = self.alerts[alert_id]
             a.update(send_state="pending" if retry_at is not None else "failed", next_send_at=retry_at,
@@ -379,7 +380,7 @@ class MemoryDeliveryStore:
             return len(self._made_since(agent_id, since, cap))
 
     async def agent_day(self, agent_id: str, since: datetime, cap: int, until: datetime) -> Recent:
-        return self.recent(since, cap, agent_id=agent_id, spend=True, until=until)
+        return await self.recent(since, cap, agent_id=agent_id, spend=True, until=until)
 
     async def list_page(self, agent_id: str | None, include_ended: bool, limit: int,
                         offset: int) -> tuple[list[ListedSchedule], int]:

@@ -77,7 +77,7 @@ async def test_a_schedule_paused_under_its_claim_is_decided_again_on_its_current
     the schedule moves to its next slot and stays paused (not due), one history row."""
     sid = add_schedule(core.store, "agent-1", "p", T0, schedule_type="interval", value="1h")
     claim = _claim(core, "A")
-    asyncio.run(core.scheduling.pause(sid))
+    await core.scheduling.pause(sid)
     sent = Attempt(claim, "A", "delivered", core.now(), 1, run_id="run-1")
     stale = record_outcomes(core.store, [outcome_of(sent, Basis.of_row(claim), core.now())])
     assert stale.fresh.keys() == {sid} and not stale.written and history(core.store, sid) == []

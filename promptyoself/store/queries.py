@@ -6,8 +6,11 @@ schedules (bench/latency.py measures it):
 
 - a page of live schedules uses ``ix_schedules_state_id (state, id)``: for ``state IN (...) ORDER BY
   id LIMIT n`` SQLite reads at most offset+n entries per state instead of sorting every live row;
-- one agent's page and count use ``ix_schedules_agent (agent_id, id)``: O(that agent's schedules); the
-  count is a window over the rows the page's scan visits, in the page's statement (one round trip);
+- one agent's live page and its count use the partial ``ix_schedules_agent_live (agent_id, id) WHERE
+  state IN (live)`` (0015; the states as literals, ``db.LIVE_IN``): O(its live schedules), however many
+  ended ones it has; the count is a window over those rows in the page's statement (one round trip);
+- one agent's page with the ended ones uses ``ix_schedules_agent (agent_id, id)``: the page stops after
+  ``limit`` rows, the count reads the index only;
 - PostgreSQL reads run in autocommit (``reading``): no BEGIN and COMMIT round trips around them;
 - the total is not counted at all when the page itself shows it (a short page);
 - the all-agents total is read from ``schedule_state_counts``, which triggers keep exact in the
@@ -45,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from promptyoself.store import LIVE_STATES
-from promptyoself.store.db import Schedule, Store
+from promptyoself.store.db import LIVE_IN, Schedule, Store
 from promptyoself.store.records import ListedSchedule, column_names
 
 log = logging.getLogger(__name__)
@@ -57,13 +60,15 @@ if column_names(ListedSchedule) != tuple(f.name for f in fields(ListedSchedule))
 
 
 def _page(by_agent: bool, live_only: bool) -> Select[Any]:
-    # one agent's page carries its total (a window count over the agent's rows, which the page's index
-    # range visits anyway): one statement where a page and a count were two
-    q = select(*_COLUMNS, func.count().over()) if by_agent else select(*_COLUMNS)
+    # one agent's live page carries its total: a window count over its live rows (at most the quota;
+    # ix_schedules_agent_live), one statement where a page and a count were two. Not with the ended ones
+    # too: the window would read every row the agent ever had, where the page stops after `lim` and the
+    # count reads the index only.
+    q = select(*_COLUMNS, func.count().over()) if by_agent and live_only else select(*_COLUMNS)
     if by_agent:
         q = q.where(_t.c.agent_id == bindparam("agent"))
-    if live_only:
-        q = q.where(_t.c.state.in_(LIVE_STATES))
+    if live_only:  # one agent's: ix_schedules_agent_live (0015) needs the states as literals
+        q = q.where(LIVE_IN if by_agent else _t.c.state.in_(LIVE_STATES))
     return q.order_by(_t.c.id).limit(bindparam("lim")).offset(bindparam("off"))
 
 
@@ -73,7 +78,7 @@ def _count(*conds: Any) -> Select[Any]:
 
 _PAGES = {(a, b): _page(a, b) for a in (False, True) for b in (False, True)}
 _COUNT_AGENT = _count(_t.c.agent_id == bindparam("agent"))
-_COUNT_AGENT_LIVE = _count(_t.c.agent_id == bindparam("agent"), _t.c.state.in_(LIVE_STATES))
+_COUNT_AGENT_LIVE = _count(_t.c.agent_id == bindparam("agent"), LIVE_IN)
 
 STATE_COUNTS = Table(
     "schedule_state_counts",
@@ -169,18 +174,19 @@ def list_page(
     params = {"agent": agent_id, "lim": limit, "off": offset}
     with reading(store) as conn:
         result = conn.execute(_PAGES[(agent_id is not None, not include_ended)], params)
-        if agent_id is not None:
+        if agent_id is not None and not include_ended:
             got = result.all()
             rows = [ListedSchedule(*r[:-1]) for r in got]  # the columns in the record's field order
             if got:
                 return rows, int(got[0][-1])
             if offset == 0:
                 return rows, 0
-            q = _COUNT_AGENT if include_ended else _COUNT_AGENT_LIVE  # past the end: no row carries it
-            return rows, int(conn.execute(q, params).scalar_one())
+            return rows, int(conn.execute(_COUNT_AGENT_LIVE, params).scalar_one())  # past the end
         rows = [ListedSchedule(*r) for r in result]
         if (rows and len(rows) < limit) or (not rows and offset == 0):
             return rows, offset + len(rows)
+        if agent_id is not None:
+            return rows, int(conn.execute(_COUNT_AGENT, params).scalar_one())
         total = counter_rows = 0
         for state, n, held_in in conn.execute(_STATE_SUMS):
             counter_rows += int(held_in)

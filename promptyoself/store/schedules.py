@@ -17,7 +17,7 @@ from sqlalchemy import Integer, Select, String, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from promptyoself.store.db import Schedule, Store, pg_agent_key
+from promptyoself.store.db import LIVE_IN, Schedule, Store, pg_agent_key
 from promptyoself.store.operator import oldest_created_query
 from promptyoself.store.queries import LIVE_STATES
 from promptyoself.store.records import NewSchedule, ScheduleRow, column_names, record_of
@@ -175,7 +175,7 @@ def _limits_query(hourly: bool, rules: bool, live: bool) -> Select[Any] | None:
         columns.append(select(func.count()).where(*mine).scalar_subquery().label("rules"))
         columns.append(select(func.max(_S.id)).where(*mine).scalar_subquery().label("highest"))
     if live:
-        columns.append(select(func.count()).where(_S.agent_id == agent, _S.state.in_(LIVE_STATES))
+        columns.append(select(func.count()).where(_S.agent_id == agent, LIVE_IN)
                        .scalar_subquery().label("live"))
     return select(*columns) if columns else None
 

@@ -318,6 +318,7 @@ def _iso_duration_us(text: str) -> int | None:
     return total
 
 
+@functools.lru_cache(maxsize=1024)  # pure; a listed interval schedule reads its rule once per next run
 def _interval_text_us(text: str) -> tuple[int, str]:
     shown = _rule_text(text, "Interval", InvalidInterval, _INTERVAL_FORMS).strip()
     body = shown.lower()
@@ -453,10 +454,10 @@ def cron_instants(expr: str, tz: ZoneInfo, after: datetime) -> Iterator[datetime
     start_wall = last.astimezone(tz).replace(tzinfo=None, fold=0)
     cr = _croniter()
     try:
-        it = cr.croniter(fields, start_wall)
+        walls = _wall_slots(fields, start_wall)
         while True:
             for _ in range(_MAX_CRON_STEPS):
-                instant = local_to_utc(it.get_next(datetime), tz)
+                instant = local_to_utc(next(walls), tz)
                 if instant > last:
                     break
             else:
@@ -467,6 +468,87 @@ def cron_instants(expr: str, tz: ZoneInfo, after: datetime) -> Iterator[datetime
         raise InvalidCron(f"Cron rule {expr!r} never fires after {to_utc_iso(last)}.") from None
     except OverflowError:
         raise InvalidCron(f"Cron rule {expr!r} has no firing before 9999.") from None
+
+
+class _WallSpan:
+    """The wall-clock slots of one cron rule remembered over a span: ``span`` is ``(lo, slots)``, every
+    slot of the rule after the naive wall time ``lo`` up to ``slots[-1]``, in order (one tuple, replaced
+    whole, so a reader in another thread sees an old span or a new one, each complete)."""
+
+    __slots__ = ("span",)
+
+    def __init__(self) -> None:
+        self.span: tuple[datetime, tuple[datetime, ...]] | None = None
+
+
+_WALL_SPAN_MAX = 4096
+"""Slots kept per rule (the newest, when a span grows past it)."""
+_WALL_BRIDGE = 256
+"""Slots stepped to join a start just outside a rule's span to it, before starting a span afresh."""
+
+
+@functools.lru_cache(maxsize=512)
+def _wall_span(fields: str) -> _WallSpan:
+    return _WallSpan()
+
+
+def _wall_slots(fields: str, start: datetime) -> Iterator[datetime]:
+    """Every wall-clock slot of the rule ``fields`` strictly after the naive ``start``, in order: what
+    one croniter from ``start`` yields by ``get_next``. A rule's slots do not depend on where a walk
+    starts, so they are remembered per rule (``_WallSpan``) and a start inside the span is served by a
+    bisection: ``list`` shows many schedules of the same rule from different next runs, and croniter
+    costs ~0.1 ms per slot. croniter's errors (a rule that stops firing) are raised as they were."""
+    from bisect import bisect_right
+
+    cr = _croniter()
+    holder = _wall_span(fields)
+    span = holder.span
+    if span is None or start < span[0] or start >= span[1][-1]:
+        span = _span_over(cr, fields, start, span)
+        holder.span = span
+    lo, slots = span
+    i = bisect_right(slots, start)
+    yield from slots[i:]
+    fresh: list[datetime] = []
+    try:  # past the span: walk on from its last slot, and remember what was walked
+        it = cr.croniter(fields, slots[-1])
+        while True:
+            slot = it.get_next(datetime)
+            fresh.append(slot)
+            yield slot
+    finally:
+        if fresh and holder.span is span:
+            grown = slots + tuple(fresh)
+            if len(grown) > _WALL_SPAN_MAX:
+                lo, grown = grown[-_WALL_SPAN_MAX - 1], grown[-_WALL_SPAN_MAX:]
+            holder.span = (lo, grown)
+
+
+def _span_over(cr: Any, fields: str, start: datetime,
+               span: tuple[datetime, tuple[datetime, ...]] | None) -> tuple[datetime, tuple[datetime, ...]]:
+    """A span of the rule's slots holding at least its first slot after ``start``: ``span`` joined to
+    it when ``start`` lies a few slots (``_WALL_BRIDGE``) before or after it, else a new one."""
+    if span is not None:
+        lo, slots = span
+        if start < lo:  # walk from start up to the span
+            it, before = cr.croniter(fields, start), list[datetime]()
+            for _ in range(_WALL_BRIDGE):
+                slot = it.get_next(datetime)
+                if slot > lo:
+                    if slot == slots[0] and len(before) + len(slots) <= _WALL_SPAN_MAX:
+                        return start, tuple(before) + slots
+                    return start, (*before, slot)
+                before.append(slot)
+            return start, tuple(before)
+        it, after = cr.croniter(fields, slots[-1]), []
+        for _ in range(_WALL_BRIDGE):  # walk from the span's end past start
+            slot = it.get_next(datetime)
+            after.append(slot)
+            if slot > start:
+                if len(slots) + len(after) <= _WALL_SPAN_MAX:
+                    return lo, slots + tuple(after)
+                return start, (slot,)
+    return start, (cr.croniter(fields, start).get_next(datetime),)
 
 
 # ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from sqlalchemy import (
     event,
     exists,
     func,
+    literal_column,
     select,
     text,
 )
@@ -47,7 +48,7 @@ from promptyoself.store.records import DeliveryRow, record_of
 
 log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0014_overlap"
+HEAD_REVISION = "0015_agent_live"
 """The newest migration. Opening a database already at this revision skips importing Alembic. (The
 numbers were assigned to work in parallel; the chain is the order they landed: 0008, 0010, 0011,
 0012, 0009, 0013, 0013_alerts, 0014_cost, 0014_overlap.)"""
@@ -146,6 +147,10 @@ class Schedule(Base):
         # (WHERE claimed_by IS NOT NULL), as migration 0006 makes it; the WHERE is not repeated here: its
         # postgresql_where= would make every SQLite process import the PostgreSQL dialect (~20 ms of a CLI call)
         Index("ix_schedules_claimed", "agent_id"),
+        # one agent's live schedules in id order (list's live pages, the quota's count): partial (WHERE
+        # state IN the live states, as literals), as migration 0015_agent_live makes it; not repeated here
+        # for the same reason
+        Index("ix_schedules_agent_live", "agent_id", "id"),
     )
 
 
@@ -585,12 +590,16 @@ class Store:
         q = (
             select(func.count())
             .select_from(Schedule)
-            .where(Schedule.agent_id == agent_id, Schedule.state.in_(LIVE_STATES))
+            .where(Schedule.agent_id == agent_id, LIVE_IN)
         )
         return int(s.execute(q).scalar_one())
 
 
 SCHEDULES = cast(Table, Schedule.__table__)  # (typed as a FromClause by the ORM; it is the Table)
+LIVE_IN = Schedule.state.in_([literal_column(f"'{state}'") for state in LIVE_STATES])
+"""``state IN ('active', 'paused', 'pending_approval')`` with the states as literals, as the partial index
+``ix_schedules_agent_live`` (0015) says it: a planner uses that index only for a predicate it can prove
+implies the index's, which a bound parameter cannot."""
 DELIVERIES = cast(Table, Delivery.__table__)
 _S = SCHEDULES
 

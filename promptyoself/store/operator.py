@@ -11,11 +11,13 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select
+from sqlalchemy import Connection, Integer, Select, String, bindparam, func, select
 
 from promptyoself.store.db import Delivery, PassthroughSend, Schedule, Store
+from promptyoself.store.queries import reading
 from promptyoself.store.records import DeliveryRow, ListedSchedule, column_names, record_of
 
 PENDING_APPROVAL = "pending_approval"
@@ -38,15 +40,6 @@ class Recent:
     """With ``spend``: the USD they reported."""
 
 
-def spend_query(agent_id: str, floor: int, since: datetime, until: datetime | None = None) -> Select[Any]:
-    """The agent's tokens and USD of its rows delivered since ``since`` (ids from ``floor``, see
-    ``day_floor``; with ``until``, rows dated after it do not count): one aggregate over the day's
-    rows of ``ix_deliveries_agent``."""
-    q = select(func.coalesce(func.sum(_D.tokens), 0), func.coalesce(func.sum(_D.cost_usd), 0.0)).where(
-        _D.agent_id == agent_id, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
-    return q if until is None else q.where(_D.attempted_at <= until)
-
-
 def spend_by_agent(store: Store, since: datetime, until: datetime | None = None) -> dict[str, tuple[int, float]]:
     """Per agent with a delivery since ``since``: its tokens and USD of the day (``/metrics``, health,
     the console): one pass over the day's rows, found by id (``first_id_since``)."""
@@ -61,14 +54,6 @@ def spend_by_agent(store: Store, since: datetime, until: datetime | None = None)
         return {str(a): (int(t or 0), float(c or 0.0)) for a, t, c in s.execute(q.group_by(_D.agent_id)).all()}
 
 
-def created_since_query(agent_id: str, since: datetime, cap: int) -> Select[int]:
-    """How many of the agent's newest ``cap`` schedules were created at or after ``since`` (ids grow
-    with time, so this is the exact count up to ``cap``; reads at most ``cap`` index entries)."""
-    newest = (select(_S.created_at).where(_S.agent_id == agent_id).order_by(_S.id.desc()).limit(cap)
-              .subquery())
-    return select(func.count()).select_from(newest).where(newest.c.created_at >= since)
-
-
 def oldest_created_query(agent_id: str, since: datetime, cap: int) -> Select[Any]:
     """The creation time of the oldest of the agent's newest ``cap`` schedules made since ``since``
     (when it leaves the hour, one more schedule is allowed)."""
@@ -77,10 +62,19 @@ def oldest_created_query(agent_id: str, since: datetime, cap: int) -> Select[Any
     return select(func.min(newest.c.created_at)).where(newest.c.created_at >= since)
 
 
+_NEWEST_CREATED = (select(_S.created_at).where(_S.agent_id == bindparam("agent", type_=String))
+                   .order_by(_S.id.desc()).limit(bindparam("cap", type_=Integer)).subquery())
+_CREATED_SINCE = select(func.count()).select_from(_NEWEST_CREATED).where(
+    _NEWEST_CREATED.c.created_at >= bindparam("since", type_=_S.created_at.type))
+"""How many of the agent's newest ``cap`` schedules were created at or after ``since`` (ids grow with time,
+so this is the exact count up to ``cap``; reads at most ``cap`` index entries). Bound parameters
+``agent``, ``since`` and ``cap``."""
+
+
 def created_since(store: Store, agent_id: str, since: datetime, cap: int) -> int:
-    """``created_since_query``'s count, in a transaction of its own (what the guardrails show)."""
-    with store.session() as s:
-        return int(s.execute(created_since_query(agent_id, since, cap)).scalar_one())
+    """``_CREATED_SINCE``'s count, one read (what the guardrails show)."""
+    with reading(store) as conn:
+        return int(conn.execute(_CREATED_SINCE, {"agent": agent_id, "since": since, "cap": cap}).scalar_one())
 
 
 NOTICE_WINDOW = 100
@@ -96,10 +90,9 @@ def day_floor(conn: Connection, store: Store, since: datetime) -> int:
     known = _first_of_day.get(store)
     if known is not None and known[0] == since:
         return known[1]
-    first = _first_id_since(conn, since)
+    first, newest = _first_and_newest(conn, since)
     if first is None:
-        newest = conn.execute(select(func.max(_D.id))).scalar_one_or_none()
-        return int(newest or 0) + 1  # not remembered: the day's first row may come next
+        return (newest or 0) + 1  # not remembered: the day's first row may come next
     _first_of_day[store] = (since, first)
     return first
 
@@ -110,31 +103,51 @@ def recent(store: Store, since: datetime, cap: int, *, agent_id: str | None = No
     sends too: they cost the same budget), counted up to ``cap``
     (an index range over that day's rows only: ``(agent_id, id)`` or ``(schedule_id, id)`` from the
     day's first id), and its ``over_budget`` rows since its last delivered one (among its newest
-    ``NOTICE_WINDOW`` rows). One connection, two statements (the day's first id is remembered); with
-    ``spend`` (an agent's), a third: its tokens and USD of the day (``spend_query``, rows up to ``until``)."""
-    cond = _D.agent_id == agent_id if schedule_id is None else _D.schedule_id == schedule_id
-    newest = select(_D.outcome).where(cond).order_by(_D.id.desc()).limit(NOTICE_WINDOW)
-    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+    ``NOTICE_WINDOW`` rows); with ``spend`` (an agent's), its tokens and USD of the day (its delivered
+    rows up to ``until``). One statement (``_recent_query``), after the day's first id (remembered)."""
+    by_agent = schedule_id is None
+    q = _recent_query(by_agent, spend and by_agent and agent_id is not None, until is not None)
+    with reading(store) as conn:
         floor = day_floor(conn, store, since)
-        today = (select(_D.id).where(cond, _D.id >= floor, _D.outcome == "delivered", _D.attempted_at >= since)
-                 .limit(cap).subquery())
-        delivered = int(conn.execute(select(func.count()).select_from(today)).scalar_one())
-        if schedule_id is None and agent_id is not None and delivered < cap:  # the agent's pass-through sends
-            sends = (select(_P.id).where(_P.agent_id == agent_id, _P.sent_at >= since)
-                     .limit(cap - delivered).subquery())
-            delivered += int(conn.execute(select(func.count()).select_from(sends)).scalar_one())
-        outcomes = conn.execute(newest).scalars().all()
-        tokens, cost = 0, 0.0
-        if spend and schedule_id is None and agent_id is not None:
-            got = conn.execute(spend_query(agent_id, floor, since, until)).one()
-            tokens, cost = int(got[0] or 0), float(got[1] or 0.0)
-    unannounced = 0
-    for outcome in outcomes:
-        if outcome == "delivered":
-            break
-        if outcome == "over_budget":
-            unannounced += 1
-    return Recent(delivered, unannounced, tokens, cost)
+        got = conn.execute(q, {"who": agent_id if by_agent else schedule_id, "floor": floor, "since": since,
+                               "cap": cap, "until": until}).one()
+    delivered = int(got.delivered)
+    if by_agent and agent_id is not None:  # the agent's pass-through sends, up to the cap
+        delivered += min(int(got.sends), max(cap - delivered, 0))
+    tokens, cost = (int(got.tokens or 0), float(got.cost or 0.0)) if "tokens" in got._fields else (0, 0.0)
+    return Recent(delivered, int(got.unannounced), tokens, cost)
+
+
+@cache
+def _recent_query(by_agent: bool, spend: bool, until: bool) -> Select[Any]:
+    """``recent``'s reads as one statement, built once per shape (bound parameters ``who``, ``floor``,
+    ``since``, ``cap``, ``until``): each count a scalar subquery over its own index range, as the
+    separate statements were."""
+    who = bindparam("who", type_=String if by_agent else Integer)
+    since = bindparam("since", type_=_D.attempted_at.type)
+    cap = bindparam("cap", type_=Integer)
+    cond = _D.agent_id == who if by_agent else _D.schedule_id == who
+    today = (select(_D.id).where(cond, _D.id >= bindparam("floor", type_=Integer), _D.outcome == "delivered",
+                                 _D.attempted_at >= since).limit(cap).subquery())
+    newest = select(_D.id, _D.outcome).where(cond).order_by(_D.id.desc()).limit(NOTICE_WINDOW).subquery()
+    last_delivered = (select(func.max(newest.c.id)).where(newest.c.outcome == "delivered").scalar_subquery())
+    columns: list[Any] = [
+        select(func.count()).select_from(today).scalar_subquery().label("delivered"),
+        # over_budget rows since the last delivered one, among the newest NOTICE_WINDOW
+        select(func.count()).select_from(newest).where(
+            newest.c.outcome == "over_budget", newest.c.id > func.coalesce(last_delivered, 0)
+        ).scalar_subquery().label("unannounced"),
+    ]
+    if by_agent:
+        sends = select(_P.id).where(_P.agent_id == who, _P.sent_at >= since).limit(cap).subquery()
+        columns.append(select(func.count()).select_from(sends).scalar_subquery().label("sends"))
+    if spend:  # as spend_query: the agent's delivered rows of the day, up to ``until``
+        day = [cond, _D.id >= bindparam("floor", type_=Integer), _D.outcome == "delivered", _D.attempted_at >= since]
+        if until:
+            day.append(_D.attempted_at <= bindparam("until", type_=_D.attempted_at.type))
+        for label, total, zero in (("tokens", _D.tokens, 0), ("cost", _D.cost_usd, 0.0)):
+            columns.append(select(func.coalesce(func.sum(total), zero)).where(*day).scalar_subquery().label(label))
+    return select(*columns)
 
 
 def delivered_query(agent_id: str, floor: int, since: datetime, cap: int) -> Select[Any]:
@@ -152,25 +165,36 @@ def first_id_since(store: Store, since: datetime) -> int | None:
 
 
 def _first_id_since(conn: Connection, since: datetime) -> int | None:
-    lo, hi = conn.execute(select(func.min(_D.id), func.max(_D.id))).one()
+    return _first_and_newest(conn, since)[0]
+
+
+_ENDS = select(func.min(_D.id), func.max(_D.id),
+               select(_D.attempted_at).order_by(_D.id.desc()).limit(1).scalar_subquery())
+"""The first and the newest history ids and the newest row's time: one read."""
+
+
+def _first_and_newest(conn: Connection, since: datetime) -> tuple[int | None, int | None]:
+    """``_first_id_since``, and the newest history id (None: no history)."""
+    lo, hi, newest_at = conn.execute(_ENDS).one()
     if lo is None:
-        return None
+        return None, None
+    if newest_at < since:
+        return None, int(hi)
     at = select(_D.id, _D.attempted_at).order_by(_D.id).limit(1)
 
     def row_at_or_after(i: int) -> tuple[int, datetime]:
         found = conn.execute(at.where(_D.id >= i)).one()
         return int(found[0]), found[1]
 
-    if row_at_or_after(int(hi))[1] < since:
-        return None
     lo, hi = int(lo), int(hi)
+    hi_newest = hi
     while lo < hi:  # the smallest x whose first row at or after it is of ``since`` or later
         mid = (lo + hi) // 2
         if row_at_or_after(mid)[1] >= since:
             hi = mid
         else:
             lo = mid + 1
-    return row_at_or_after(lo)[0]
+    return row_at_or_after(lo)[0], hi_newest
 
 
 def outcomes_since(store: Store, since: datetime, agent_id: str | None = None) -> dict[str, int]:

@@ -40,6 +40,7 @@ from sqlalchemy import select, update
 
 from promptyoself.config import Settings, parse_duration_or_off
 from promptyoself.store.db import PolicyValue, Store
+from promptyoself.store.queries import reading
 from promptyoself.store.records import usd_text
 
 MAX_ACTIVE_PER_AGENT = "max_active_per_agent"
@@ -203,9 +204,13 @@ def save(store: Store, settings: Settings, changes: Mapping[str, int | float | t
     return load(store, settings, now)
 
 
+_P = PolicyValue.__table__.c
+_READ = select(_P.name, _P.value, _P.source, _P.updated_at)
+
+
 def _read(store: Store) -> dict[str, Entry]:
-    with store.session() as s:
-        return {r.name: Entry(r.value, r.source, r.updated_at) for r in s.execute(select(PolicyValue)).scalars()}
+    with reading(store) as conn:  # one statement (PostgreSQL: no BEGIN and COMMIT around it)
+        return {name: Entry(value, source, at) for name, value, source, at in conn.execute(_READ)}
 
 
 def _insert(dialect: str) -> Any:

@@ -6,7 +6,12 @@ schedules (bench/latency.py measures it):
 
 - a page of live schedules uses ``ix_schedules_state_id (state, id)``: for ``state IN (...) ORDER BY
   id LIMIT n`` SQLite reads at most offset+n entries per state instead of sorting every live row;
-- one agent's page and count use ``ix_schedules_agent (agent_id, id)``: O(that agent's schedules);
+- one agent's live page and its count use the partial ``ix_schedules_agent_live (agent_id, id) WHERE
+  state IN (live)`` (0015; the states as literals, ``db.LIVE_IN``): O(its live schedules), however many
+  ended ones it has; the count is a window over those rows in the page's statement (one round trip);
+- one agent's page with the ended ones uses ``ix_schedules_agent (agent_id, id)``: the page stops after
+  ``limit`` rows, the count reads the index only;
+- PostgreSQL reads run in autocommit (``reading``): no BEGIN and COMMIT round trips around them;
 - the total is not counted at all when the page itself shows it (a short page);
 - the all-agents total is read from ``schedule_state_counts``, which triggers keep exact in the
   writer's own transaction: O(1) instead of visiting every live row. SQLite has one row per state
@@ -18,12 +23,16 @@ schedules (bench/latency.py measures it):
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields
 from functools import cache
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Integer,
     MetaData,
     Select,
@@ -39,21 +48,27 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from promptyoself.store import LIVE_STATES
-from promptyoself.store.db import Schedule, Store
-from promptyoself.store.records import ListedSchedule, column_names, record_of
+from promptyoself.store.db import LIVE_IN, Schedule, Store
+from promptyoself.store.records import ListedSchedule, column_names
 
 log = logging.getLogger(__name__)
 
 _t = Schedule.__table__
 _COLUMNS = [_t.c[name] for name in column_names(ListedSchedule)]  # a schedule record's columns
+if column_names(ListedSchedule) != tuple(f.name for f in fields(ListedSchedule)):  # list_page builds by position
+    raise TypeError("ListedSchedule: every field must be a column, in the order list_page selects them")
 
 
 def _page(by_agent: bool, live_only: bool) -> Select[Any]:
-    q = select(*_COLUMNS)
+    # one agent's live page carries its total: a window count over its live rows (at most the quota;
+    # ix_schedules_agent_live), one statement where a page and a count were two. Not with the ended ones
+    # too: the window would read every row the agent ever had, where the page stops after `lim` and the
+    # count reads the index only.
+    q = select(*_COLUMNS, func.count().over()) if by_agent and live_only else select(*_COLUMNS)
     if by_agent:
         q = q.where(_t.c.agent_id == bindparam("agent"))
-    if live_only:
-        q = q.where(_t.c.state.in_(LIVE_STATES))
+    if live_only:  # one agent's: ix_schedules_agent_live (0015) needs the states as literals
+        q = q.where(LIVE_IN if by_agent else _t.c.state.in_(LIVE_STATES))
     return q.order_by(_t.c.id).limit(bindparam("lim")).offset(bindparam("off"))
 
 
@@ -63,7 +78,7 @@ def _count(*conds: Any) -> Select[Any]:
 
 _PAGES = {(a, b): _page(a, b) for a in (False, True) for b in (False, True)}
 _COUNT_AGENT = _count(_t.c.agent_id == bindparam("agent"))
-_COUNT_AGENT_LIVE = _count(_t.c.agent_id == bindparam("agent"), _t.c.state.in_(LIVE_STATES))
+_COUNT_AGENT_LIVE = _count(_t.c.agent_id == bindparam("agent"), LIVE_IN)
 
 STATE_COUNTS = Table(
     "schedule_state_counts",
@@ -138,19 +153,40 @@ def fold_state_counts(store: Store) -> int:
     return len(keys)
 
 
+@contextmanager
+def reading(store: Store) -> Iterator[Connection]:
+    """A connection for reads that need no transaction of their own. PostgreSQL: in autocommit, so a
+    read costs its statements' round trips and no BEGIN and COMMIT around them (under READ COMMITTED each
+    statement has its own snapshot in a transaction too; and no ROLLBACK drops psycopg's prepared
+    statements, see make_engine). SQLite: in a transaction (``engine.begin``: in process, no round trip)."""
+    if store.dialect == "postgresql":
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+    else:
+        with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+            yield conn
+
+
 def list_page(
     store: Store, agent_id: str | None, include_ended: bool, limit: int, offset: int
 ) -> tuple[list[ListedSchedule], int]:
     """One page of schedules and the exact total."""
     params = {"agent": agent_id, "lim": limit, "off": offset}
-    with store.engine.begin() as conn:  # reads too: see make_engine on ROLLBACK
+    with reading(store) as conn:
         result = conn.execute(_PAGES[(agent_id is not None, not include_ended)], params)
-        rows = [record_of(ListedSchedule, r) for r in result]
+        if agent_id is not None and not include_ended:
+            got = result.all()
+            rows = [ListedSchedule(*r[:-1]) for r in got]  # the columns in the record's field order
+            if got:
+                return rows, int(got[0][-1])
+            if offset == 0:
+                return rows, 0
+            return rows, int(conn.execute(_COUNT_AGENT_LIVE, params).scalar_one())  # past the end
+        rows = [ListedSchedule(*r) for r in result]
         if (rows and len(rows) < limit) or (not rows and offset == 0):
             return rows, offset + len(rows)
         if agent_id is not None:
-            q = _COUNT_AGENT if include_ended else _COUNT_AGENT_LIVE
-            return rows, int(conn.execute(q, params).scalar_one())
+            return rows, int(conn.execute(_COUNT_AGENT, params).scalar_one())
         total = counter_rows = 0
         for state, n, held_in in conn.execute(_STATE_SUMS):
             counter_rows += int(held_in)

@@ -10,15 +10,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
+from typing import Any
 
-from sqlalchemy import Select, func, select, text
+from sqlalchemy import Integer, Select, String, bindparam, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from promptyoself.store.db import Schedule, Store, pg_agent_key
-from promptyoself.store.operator import created_since_query, oldest_created_query
+from promptyoself.store.db import LIVE_IN, Schedule, Store, pg_agent_key
+from promptyoself.store.operator import oldest_created_query
 from promptyoself.store.queries import LIVE_STATES
 from promptyoself.store.records import INSERTED_BY_DELIVERY, ScheduleRow, column_names, record_of
+
+_S = Schedule.__table__.c
 
 
 class DuplicateKey(Exception):
@@ -127,9 +131,12 @@ def create_schedule(store: Store, new: ScheduleRow, limits: CreationLimits) -> S
                       if name not in INSERTED_BY_DELIVERY})
     try:
         with agent_transaction(store, new.agent_id) as s:
-            if limits.per_hour and limits.hour_since is not None:
-                made = int(s.execute(created_since_query(new.agent_id, limits.hour_since, limits.per_hour))
-                           .scalar_one())
+            hourly = bool(limits.per_hour and limits.hour_since is not None)
+            q = _limits_query(hourly, limits.rules_seen is not None, limits.max_live is not None)
+            if q is not None:  # every count in one statement (one round trip), under the agent's lock
+                got = s.execute(q, {"agent": new.agent_id, "since": limits.hour_since, "cap": limits.per_hour}).one()
+            if hourly and limits.hour_since is not None:
+                made = int(got.made)
                 if made >= limits.per_hour:
                     oldest = s.execute(oldest_created_query(new.agent_id, limits.hour_since, limits.per_hour)
                                        ).scalar_one_or_none()
@@ -137,17 +144,41 @@ def create_schedule(store: Store, new: ScheduleRow, limits: CreationLimits) -> S
                         oldest = datetime.fromisoformat(oldest)
                     raise HourlyLimitReached(made, oldest if isinstance(oldest, datetime) else None)
             if limits.rules_seen is not None:
-                count, highest = s.execute(_rules_query(new.agent_id)).one()
-                if (int(count), int(highest or 0)) != limits.rules_seen:
+                if (int(got.rules), int(got.highest or 0)) != limits.rules_seen:
                     raise RulesChanged()
             if limits.max_live is not None:
-                live = store.count_active(s, new.agent_id)
+                live = int(got.live)
                 if live >= limits.max_live:
                     raise QuotaReached(live)
             s.add(row)
     except IntegrityError as exc:
         raise DuplicateKey(str(exc.orig) if exc.orig is not None else str(exc)) from exc
     return record_of(ScheduleRow, row)
+
+
+@cache
+def _limits_query(hourly: bool, rules: bool, live: bool) -> Select[Any] | None:
+    """The counts ``create_schedule`` checks, as one statement of scalar subqueries (bound parameters
+    ``agent``, ``since``, ``cap``), each over its own index range as a statement of its own was:
+    ``made`` (as ``operator._CREATED_SINCE``), ``rules`` and ``highest`` (the agent's live recurring
+    schedules: how many, the newest id), ``live``
+    (``Store.count_active``). None when nothing is checked."""
+    agent = bindparam("agent", type_=String)
+    columns: list[Any] = []
+    if hourly:
+        newest = (select(_S.created_at).where(_S.agent_id == agent).order_by(_S.id.desc())
+                  .limit(bindparam("cap", type_=Integer)).subquery())
+        columns.append(select(func.count()).select_from(newest)
+                       .where(newest.c.created_at >= bindparam("since", type_=_S.created_at.type))
+                       .scalar_subquery().label("made"))
+    if rules:
+        mine = (_S.agent_id == agent, _S.state.in_(RULE_STATES), _S.schedule_type != "once")
+        columns.append(select(func.count()).where(*mine).scalar_subquery().label("rules"))
+        columns.append(select(func.max(_S.id)).where(*mine).scalar_subquery().label("highest"))
+    if live:
+        columns.append(select(func.count()).where(_S.agent_id == agent, LIVE_IN)
+                       .scalar_subquery().label("live"))
+    return select(*columns) if columns else None
 
 
 CLAIM_COLUMNS = frozenset({"claimed_by", "claim_until"})
@@ -179,11 +210,6 @@ def replace(store: Store, before: ScheduleRow, after: ScheduleRow) -> bool:
 
 RULE_STATES = ("active", "paused")
 """The states whose recurring schedules make up an agent's rate (the approval policy)."""
-
-
-def _rules_query(agent_id: str) -> Select[int, int]:
-    return select(func.count(), func.max(Schedule.id)).where(
-        Schedule.agent_id == agent_id, Schedule.state.in_(RULE_STATES), Schedule.schedule_type != "once")
 
 
 MAX_RULES = 10_000

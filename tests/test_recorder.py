@@ -4,7 +4,6 @@ nothing back; a schedule an operator changed under its claim is decided again on
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path

@@ -277,9 +277,10 @@ class Operator:
         store's async verbs (``Deps.deliveries``; a memory store holds its settings' values)."""
         return await self.deps.deliveries.policy(self.deps.settings, now or self.deps.now())
 
-    async def guardrail_settings(self) -> GuardrailSettings:
+    async def guardrail_settings(self, p: Policy | None = None) -> GuardrailSettings:
+        """The limits as ``list`` and ``history`` show them (``p``: the policy already read, else read now)."""
         now = self.deps.now()
-        p = await self.policy(now)
+        p = p or await self.policy(now)
         return {
             "max_deliveries_per_agent_per_day": p.max_deliveries_per_agent_per_day,
             "max_schedules_per_agent_per_hour": p.max_schedules_per_agent_per_hour,
@@ -293,18 +294,19 @@ class Operator:
 
     async def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
         """The limits, and (for one agent) how much of them it used: what ``list`` and ``history`` show."""
-        out: dict[str, object] = dict(await self.guardrail_settings())
+        p = await self.policy()  # read once for both
+        out: dict[str, object] = dict(await self.guardrail_settings(p))
         if agent_id:
-            out["usage"] = await self.agent_usage(agent_id)
+            out["usage"] = await self.agent_usage(agent_id, p)
         return out
 
-    async def agent_usage(self, agent_id: str) -> AgentUsage:
+    async def agent_usage(self, agent_id: str, p: Policy | None = None) -> AgentUsage:
         """How much of its budgets the agent has used today (one indexed read of its newest history rows,
         with its receipts' tokens and USD of the day, and one of its newest schedules)."""
         from promptyoself.store.records import DayCount, cost_hold
 
         now = self.deps.now()
-        p = await self.policy(now)
+        p = p or await self.policy(now)
         tz = self.deps.settings.timezone
         budget = p.max_deliveries_per_agent_per_day or None
         since = timing.day_start(now, tz)

@@ -23,7 +23,7 @@ schedules (bench/latency.py measures it):
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from functools import cache
@@ -167,6 +167,11 @@ def reading(store: Store) -> Iterator[Connection]:
             yield conn
 
 
+def _listed(row: Sequence[Any]) -> ListedSchedule:
+    """A selected row as its record: the columns in the record's field order (``column_names``)."""
+    return ListedSchedule(**dict(zip(column_names(ListedSchedule), row, strict=False)))
+
+
 def list_page(
     store: Store, agent_id: str | None, include_ended: bool, limit: int, offset: int
 ) -> tuple[list[ListedSchedule], int]:
@@ -176,13 +181,13 @@ def list_page(
         result = conn.execute(_PAGES[(agent_id is not None, not include_ended)], params)
         if agent_id is not None and not include_ended:
             got = result.all()
-            rows = [ListedSchedule(*r[:-1]) for r in got]  # the columns in the record's field order
+            rows = [_listed(r) for r in got]  # the page's columns, then the total
             if got:
                 return rows, int(got[0][-1])
             if offset == 0:
                 return rows, 0
             return rows, int(conn.execute(_COUNT_AGENT_LIVE, params).scalar_one())  # past the end
-        rows = [ListedSchedule(*r) for r in result]
+        rows = [_listed(r) for r in result]
         if (rows and len(rows) < limit) or (not rows and offset == 0):
             return rows, offset + len(rows)
         if agent_id is not None:

@@ -231,10 +231,9 @@ def test_claude_missing_or_failing_is_retried_and_health_says_why(kind: str, tmp
         script.chmod(0o755)
         binary = str(script)
     sid = _claude_schedule(db, home, session, proj)
-    # the second attempt comes soon: the backoff starts at 0.5 s (default 5 s), and a failed run, whose
-    # outcome is in doubt, waits at least PROMPTYOSELF_LETTA_TIMEOUT (the settle time; default 10 s)
-    env = child_env(db, None, HOME=str(home), PROMPTYOSELF_CLAUDE_BIN=binary, PROMPTYOSELF_RETRY_BASE="0.5",
-                    PROMPTYOSELF_LETTA_TIMEOUT="1")
+    # the second attempt comes soon: a failed run's outcome is in doubt, so it waits at least the settle
+    # time, PROMPTYOSELF_LETTA_TIMEOUT (default 10 s), besides child_env's short backoff
+    env = child_env(db, None, HOME=str(home), PROMPTYOSELF_CLAUDE_BIN=binary, PROMPTYOSELF_LETTA_TIMEOUT="1")
     w = Proc([sys.executable, "-m", "promptyoself", "worker", "--shared"], env)
     core = make_core(db)
     wait_until(lambda: len(history(core.store, sid)) >= 2, timeout=120)

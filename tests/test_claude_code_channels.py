@@ -165,8 +165,7 @@ def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_p
         s.send(f"MOCK_TOOL_CALL {wait}")
         assert cch.h.wait_request(lambda r: "MOCK_TOOL_CALL" in (r.get("last_user_text") or "")
                                   and "while [ ! -e" in (r.get("last_user_text") or ""), since=mark, timeout=60)
-        # the queued occurrence asks again every 0.5 s rather than the default 5 s
-        w = worker(cch, db, PROMPTYOSELF_OVERLAP_POLL="0.5")
+        w = worker(cch, db)  # the queued occurrence asks again every 0.5 s (``worker``)
         core = make_core(db)
         try:
             assert row["overlap"] == "queue"

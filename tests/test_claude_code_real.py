@@ -101,8 +101,10 @@ def call_from_session(cch: ClaudeHarness, proj: Path, tool: str, args: dict[str,
 
 
 def worker(cch: ClaudeHarness, db: Path, **extra: str) -> Proc:
-    """A worker inside the harness's namespace (its HOME, its claude on PATH, the mock)."""
-    env = child_env(db, None, PROMPTYOSELF_LETTA_TIMEOUT="5", **extra)
+    """A worker inside the harness's namespace (its HOME, its claude on PATH, the mock). A prompt queued
+    behind a session's running turn (Claude Code's default overlap, ``queue``) asks again every 0.5 s
+    rather than the default 5 s."""
+    env = child_env(db, None, PROMPTYOSELF_LETTA_TIMEOUT="5", PROMPTYOSELF_OVERLAP_POLL="0.5", **extra)
     return Proc([cch.h.ccx, sys.executable, "-m", "promptyoself", "worker", "--shared"], env)
 
 

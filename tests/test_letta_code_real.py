@@ -66,6 +66,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agents]:
         "PROMPTYOSELF_EXECUTOR_INTERVAL": "0.5",
         "PROMPTYOSELF_RETRY_BASE": "0.5",
         "PROMPTYOSELF_RETRY_MAX": "2",
+        "PROMPTYOSELF_OVERLAP_POLL": "0.5",  # a prompt queued behind a running turn asks again soon
     })
     harness.pass_env["LETTA_CODE_URL"] = harness.url
     harness.setup()

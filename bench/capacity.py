@@ -6,12 +6,14 @@ schema) is bulk-loaded with ``--capacity-schedules`` interval schedules ``1m`` s
 ``--capacity-agents`` agents (every minute, all on the same slots), the first slot a few seconds ahead. The fake Letta
 (``testkit/fake_letta.py``, ``--capacity-latency`` seconds per message: 50 ms by default, the fake's
 documented example, which reproduces the red team's 100-180 a second with the old 8 send slots; 1 s
-with ``--quick``, 960 schedules over 48 agents, the same shortfall at a smaller scale) runs in its own
+with ``--quick``, 240 schedules over 48 agents every 15 s, the same shortfall at a smaller scale, 16
+arriving a second against 8 carried by 8 slots) runs in its own
 process; one ``python -m promptyoself worker`` with default settings
-delivers for ``--capacity-seconds`` (150: two and a half slot minutes). Every 0.5 s the bench reads
+delivers for ``--capacity-seconds`` (150: two and a half slot minutes; quick: 20, its first two
+slots; ``--capacity-every`` sets the period, 60 s, 15 quick). Every 0.5 s the bench reads
 the fake's count; at the end of the run, while the worker still runs, ``promptyoself health --json``
 is asked. Then, from the history table: deliveries per second over the measured window (from the
-first slot on), set against the arrival rate (schedules / 60 s); the lateness of each delivery
+first slot on), set against the arrival rate (schedules / period); the lateness of each delivery
 (``lateness_s``: its attempt's time minus its slot) on average, p99 and max; how many occurrences
 were recorded ``missed`` (coalesced into a later one); and duplicates (two ``delivered`` rows for one
 slot of one schedule: must be 0). The worker's CPU (utime + stime from /proc, per second of the
@@ -66,10 +68,12 @@ POLL = 0.5
 
 def add_arguments(parser: Any) -> None:
     parser.add_argument("--capacity-schedules", type=int, default=None,
-                        help="capacity: every-minute schedules (default 10000; 960 quick)")
+                        help="capacity: every-minute schedules (default 10000; 240 quick)")
+    parser.add_argument("--capacity-every", type=int, default=None,
+                        help="capacity: the schedules' period, whole seconds (default 60; 15 quick)")
     parser.add_argument("--capacity-agents", type=int, default=None, help="capacity: agents (default 200; 48 quick)")
     parser.add_argument("--capacity-seconds", type=float, default=None,
-                        help="capacity: seconds measured from the first slot (default 150; 70 quick)")
+                        help="capacity: seconds measured from the first slot (default 150; 20 quick)")
     parser.add_argument("--capacity-latency", type=float, default=None,
                         help="capacity: fake Letta latency, s (default 0.05; 1.0 quick)")
     parser.add_argument("--capacity-in-flight", type=int, default=None,
@@ -99,15 +103,16 @@ LEAD_S = 8.0
 """The first slot is this many seconds after the load: the worker is started and ready by then."""
 
 
-def load(url: str, agents: list[str], count: int) -> datetime:
-    """Migrate and insert ``count`` every-minute schedules (``every 1m``, all on the same slots) over
-    ``agents`` (interleaved); returns their first slot, ``LEAD_S`` from now."""
+def load(url: str, agents: list[str], count: int, every: int = 60) -> datetime:
+    """Migrate and insert ``count`` schedules every ``every`` seconds (``every 1m`` by default, all on
+    the same slots) over ``agents`` (interleaved); returns their first slot, ``LEAD_S`` from now."""
     now = datetime.now(UTC)
     first = (now + timedelta(seconds=LEAD_S)).replace(microsecond=0)
+    period = f"{every}s" if every % 60 else f"{every // 60}m"
     bulk_insert_schedules(url, (
         {
             "agent_id": agents[i % len(agents)], "prompt_text": f"capacity prompt {i:06d}",
-            "schedule_type": "interval", "schedule_value": "1m", "timezone": "UTC", "anchor": first,
+            "schedule_type": "interval", "schedule_value": period, "timezone": "UTC", "anchor": first,
             "next_run": first, "due_at": first, "state": "active", "created_at": now, "updated_at": now,
             "repetition_count": 0, "attempt": 0,
         }
@@ -179,11 +184,11 @@ def _python_pid(parent: int) -> int:
 
 
 def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, seconds: float, latency: float,
-            wrap: list[str] | None = None, in_flight: int | None = None) -> dict[str, Any]:
+            wrap: list[str] | None = None, in_flight: int | None = None, every: int = 60) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pys-capacity-") as tmp:
         workdir = Path(tmp)
         with fake_letta(n_agents, latency, workdir) as fake, database(kind, pg_url, workdir) as url:
-            first = load(url, fake["agent_ids"], count)
+            first = load(url, fake["agent_ids"], count, every)
             env = clean_env(
                 PROMPTYOSELF_DB=url, LETTA_BASE_URL=fake["url"], PROMPTYOSELF_WORKER_IDLE_EXIT="0",
                 PYTHONPATH=str(ROOT), FASTMCP_CHECK_FOR_UPDATES="off", PROMPTYOSELF_ENV_FILE=str(workdir / "none.env"),
@@ -223,7 +228,7 @@ def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, seconds: f
     late = hist["lateness"]
     return {
         "window_s": window,
-        "arrival_per_s": count / 60.0,
+        "arrival_per_s": count / every,
         "delivered_per_s": hist["delivered"] / window,
         "delivered": hist["delivered"],
         "missed": hist["missed"],
@@ -247,14 +252,18 @@ def one_run(kind: str, pg_url: str | None, count: int, n_agents: int, seconds: f
 
 def run(args: Any) -> list[Row]:
     quick = bool(getattr(args, "quick", False))
-    count = args.capacity_schedules or (960 if quick else 10_000)
+    # quick: the same arrival rate against the same slots as before at a quarter of the schedules,
+    # measured over its first two slots (the second is where a slow first would be recorded missed)
+    count = args.capacity_schedules or (240 if quick else 10_000)
     n_agents = args.capacity_agents or (48 if quick else 200)
-    seconds = args.capacity_seconds or (70.0 if quick else 150.0)
+    every = getattr(args, "capacity_every", None) or (15 if quick else 60)
+    seconds = args.capacity_seconds or (20.0 if quick else 150.0)
     latency = float(args.capacity_latency if args.capacity_latency is not None else (1.0 if quick else 0.05))
     pg_url = getattr(args, "pg_url", None)
     backends = ["SQLite"] + (["PostgreSQL"] if pg_url else [])
     extra: list[str] = []
     for flag, value in (("--capacity-schedules", args.capacity_schedules), ("--capacity-agents", args.capacity_agents),
+                        ("--capacity-every", getattr(args, "capacity_every", None)),
                         ("--capacity-seconds", args.capacity_seconds),
                         ("--capacity-latency", args.capacity_latency),
                         ("--capacity-in-flight", args.capacity_in_flight),
@@ -267,14 +276,14 @@ def run(args: Any) -> list[Row]:
     if args.capacity_compare:
         plan.insert(0, ("SQLite", f"SQLite, {args.capacity_compare} slots", args.capacity_compare))
     for kind, label, in_flight in plan:
-        say(f"[capacity] {label}: {count} every-minute schedules over {n_agents} agents, {seconds:g} s measured, "
+        say(f"[capacity] {label}: {count} schedules every {every} s over {n_agents} agents, {seconds:g} s measured, "
             f"fake latency {latency * 1000:g} ms, max in flight {in_flight or 'default'} ...")
         wrap = None
         if args.capacity_profile:
             spy = Path(sys.executable).parent / "py-spy"
             wrap = [str(spy) if spy.exists() else "py-spy", "record", "--idle", "-o",
                     f"{args.capacity_profile}.{kind.lower()}.svg", "--"]
-        r = one_run(kind, pg_url, count, n_agents, seconds, latency, wrap, in_flight)
+        r = one_run(kind, pg_url, count, n_agents, seconds, latency, wrap, in_flight, every)
         kind = label
         say(f"[capacity]   {json.dumps({k: v for k, v in r.items()}, default=str)}")
         keep = r["delivered_per_s"] / r["arrival_per_s"]

@@ -52,7 +52,7 @@ PER_AGENT = 100
 
 def add_arguments(parser: Any) -> None:
     parser.add_argument("--idle-seconds", type=float, default=None,
-                        help="idle: seconds measured per run (default 60; 5 with --quick)")
+                        help="idle: seconds measured per run (default 60; 2 with --quick)")
     parser.add_argument("--idle-schedules", type=int, default=None,
                         help="idle: future schedules in the database (default 10000; 200 with --quick)")
     parser.add_argument("--idle-runs", type=int, default=None, help="idle: runs (default 3; 1 with --quick)")
@@ -145,7 +145,7 @@ def one_run(n: int, seconds: float, settle: float, pg_url: str | None = None) ->
 
 def run(args: Any) -> list[Row]:
     quick = bool(getattr(args, "quick", False))
-    seconds = args.idle_seconds or (5.0 if quick else 60.0)
+    seconds = args.idle_seconds or (2.0 if quick else 60.0)
     n = args.idle_schedules if args.idle_schedules is not None else (200 if quick else 10_000)
     runs = args.idle_runs or (1 if quick else 3)
     settle = 1.0 if quick else 3.0

@@ -82,8 +82,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--peer-workers", type=int, default=None, help="peer: delivering processes (4; 2 quick)")
     parser.add_argument("--peer-in-flight", type=int, default=8, help="peer: sends in flight per process (8)")
     parser.add_argument("--peer-runs", type=int, default=None, help="peer: runs per configuration (3; 1 quick)")
-    parser.add_argument("--peer-lead", type=float, default=10.0,
-                        help="peer: seconds from the load to the due instant (10)")
+    parser.add_argument("--peer-lead", type=float, default=None,
+                        help="peer: seconds from the load to the due instant (10; 5 quick)")
     parser.add_argument("--peer-configs", default=DEFAULT_CONFIGS,
                         help=f"peer: configurations to run ({DEFAULT_CONFIGS})")
 
@@ -234,7 +234,7 @@ def run(args: Any) -> list[Row]:
     workers = args.peer_workers or (2 if quick else 4)
     in_flight = int(args.peer_in_flight)
     runs = args.peer_runs or (1 if quick else 3)
-    lead = float(args.peer_lead)
+    lead = float(args.peer_lead if args.peer_lead is not None else (5.0 if quick else 10.0))
     chosen = [c for c in CONFIGS if c[0] in args.peer_configs.split(",")]
     for module, kinds in (("procrastinate", ("procrastinate",)), ("pgqueuer", ("pgqueuer", "pgqueuer-per-agent"))):
         if any(kind in kinds for _, _, kind in chosen):
@@ -245,7 +245,7 @@ def run(args: Any) -> list[Row]:
     extra: list[str] = []
     for flag, value, default in (("--peer-count", args.peer_count, None), ("--peer-agents", args.peer_agents, None),
                                  ("--peer-workers", args.peer_workers, None), ("--peer-in-flight", in_flight, 8),
-                                 ("--peer-runs", args.peer_runs, None), ("--peer-lead", lead, 10.0),
+                                 ("--peer-runs", args.peer_runs, None), ("--peer-lead", args.peer_lead, None),
                                  ("--peer-configs", args.peer_configs, DEFAULT_CONFIGS)):
         if value is not None and value != default:
             extra += [flag, str(value)]

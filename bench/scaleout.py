@@ -3,7 +3,7 @@ once, fake Letta answering in 20 ms, 8 in flight each.
 
 A throw-away PostgreSQL schema (``--pg-url`` or ``$PROMPTYOSELF_TEST_PG_URL``) is bulk-loaded with
 10 one-time prompts per agent for 1,000 agents, all due at one instant ``--scaleout-lead`` seconds
-(default 12) after the load, so that every worker has started and sleeps until that instant (each
+(default 12; 6 with ``--quick``) after the load, so that every worker has started and sleeps until that instant (each
 worker's log is checked for its loop's start). ``--scaleout-workers`` processes of
 ``python -m promptyoself worker --shared`` (``PROMPTYOSELF_MAX_IN_FLIGHT=8``) deliver them, each
 with its own ``LETTA_API_KEY``, which the fake Letta (``testkit/fake_letta.py``) counts per sender.
@@ -48,8 +48,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--scaleout-workers", type=int, default=4, help="scaleout: worker --shared processes (4)")
     parser.add_argument("--scaleout-count", type=int, default=None, help="scaleout: prompts (10000; 800 quick)")
     parser.add_argument("--scaleout-agents", type=int, default=None, help="scaleout: agents (1000; 80 quick)")
-    parser.add_argument("--scaleout-lead", type=float, default=12.0,
-                        help="scaleout: seconds from the load to the due instant (12)")
+    parser.add_argument("--scaleout-lead", type=float, default=None,
+                        help="scaleout: seconds from the load to the due instant (12; 6 quick)")
 
 
 def load(url: str, agents: list[str], count: int, due: Any) -> None:
@@ -154,7 +154,7 @@ def run(args: Any) -> list[Row]:
     extra: list[str] = []
     for flag, value, default in (("--scaleout-workers", workers, 4), ("--scaleout-count", args.scaleout_count, None),
                                  ("--scaleout-agents", args.scaleout_agents, None),
-                                 ("--scaleout-lead", args.scaleout_lead, 12.0)):
+                                 ("--scaleout-lead", args.scaleout_lead, None)):
         if value is not None and value != default:
             extra += [flag, str(value)]
     from bench.latency import _shown_url
@@ -170,7 +170,8 @@ def run(args: Any) -> list[Row]:
                     f"nothing else: {floor_s:.2f} s. The ceiling of the fake on this machine.", {"seconds": floor_s}))
     say(f"[scaleout] {workers} workers x {in_flight} in flight, {count} prompts to {n_agents} agents, latency "
         f"{latency * 1000:g} ms (ideal {ideal:.2f} s) ...")
-    res = one_run(pg_url, count, n_agents, latency, in_flight, workers, float(args.scaleout_lead))
+    lead = float(args.scaleout_lead if args.scaleout_lead is not None else (6.0 if quick else 12.0))
+    res = one_run(pg_url, count, n_agents, latency, in_flight, workers, lead)
     secs = res["seconds"]
     fraction = ideal / secs if secs else None
     shares = res["shares"]

@@ -5,8 +5,9 @@ tests/test_every_start_delivers.py and tests/test_worker.py assert the states (t
 exactly once, never early; the server exits by itself); the figures are here, against their targets:
 
 * first-prompt lateness (arrival at Letta - due time), nothing running before, a new database each
-  run, the prompt due 6 s after the call: Letta's pattern (a new stdio process per call: initialize,
-  tools/list, one call, EOF ~30 ms later) and the CLI (``promptyoself schedule``); p99 target <= 2 s;
+  run, the prompt due 6 s after the call (3 s with ``--quick``): Letta's pattern (a new stdio process
+  per call: initialize, tools/list, one call, EOF ~30 ms later) and the CLI (``promptyoself schedule``);
+  p99 target <= 2 s;
 * stdio exit time: EOF on stdin, or SIGTERM, to the process gone (executor off and embedded); p99
   target < 3 s.
 
@@ -38,6 +39,8 @@ TITLE = "Every start delivers: first-prompt lateness by client pattern, and stdi
 TARGET_LATE_MS = 2000.0
 TARGET_EXIT_MS = 3000.0
 DUE_IN = "in 6s"  # as the acceptance tests had it: time for the worker the call starts
+DUE_IN_QUICK = "in 3s"
+"""With ``--quick`` (the code path run end to end, its figures shown, not the measurement): sooner."""
 
 
 def add_arguments(parser: Any) -> None:
@@ -53,21 +56,21 @@ def _env(db: Path, letta_url: str, marker: str, **extra: str) -> dict[str, str]:
     return clean_env(**{**values, **extra})
 
 
-def _stdio_call(env: dict[str, str], cwd: Path, text: str, agent: str) -> str:
+def _stdio_call(env: dict[str, str], cwd: Path, text: str, agent: str, due_in: str = DUE_IN) -> str:
     """Letta's pattern; the due time (ISO) of the schedule it made."""
     server = StdioServer([sys.executable, str(SERVER)], env=env, cwd=cwd, stderr_path=cwd / "stdio.log")
     try:
         server.initialize()
         server.request("tools/list", {})
-        result = server.call_tool("promptyoself_schedule_time", {"prompt": text, "time": DUE_IN, "agent_id": agent})
+        result = server.call_tool("promptyoself_schedule_time", {"prompt": text, "time": due_in, "agent_id": agent})
         time.sleep(0.03)
     finally:
         server.close()
     return str(result["structuredContent"]["next_run"])
 
 
-def _cli_call(env: dict[str, str], cwd: Path, text: str, agent: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "promptyoself", "schedule", "--prompt", text, "--time", DUE_IN,
+def _cli_call(env: dict[str, str], cwd: Path, text: str, agent: str, due_in: str = DUE_IN) -> str:
+    done = subprocess.run([sys.executable, "-m", "promptyoself", "schedule", "--prompt", text, "--time", due_in,
                            "--agent-id", agent, "--json"], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL, check=False)
     if done.returncode != 0:
@@ -113,7 +116,9 @@ def _exit_ms(how: str, mode: str, cwd: Path, letta_url: str, marker: str) -> flo
 
 
 def run(args: Any) -> list[Row]:
-    runs = args.starts_runs or (1 if getattr(args, "quick", False) else 5)
+    quick = bool(getattr(args, "quick", False))
+    runs = args.starts_runs or (1 if quick else 5)
+    due_in = DUE_IN_QUICK if quick else DUE_IN
     command = bench_command(args, "starts", [f"--starts-runs={args.starts_runs}"] if args.starts_runs else [])
     rows: list[Row] = []
     marker = f"starts-{uuid.uuid4().hex[:8]}"
@@ -127,13 +132,13 @@ def run(args: Any) -> list[Row]:
                 with tempfile.TemporaryDirectory(prefix="pys-starts-") as tmp:
                     text = f"{marker}-{len(rows)}-{i}"
                     try:
-                        due = call(_env(Path(tmp) / "new.db", letta["url"], marker), Path(tmp), text, agent)
+                        due = call(_env(Path(tmp) / "new.db", letta["url"], marker), Path(tmp), text, agent, due_in)
                         ms, times = _lateness_ms(letta, text, due)
                     finally:
                         reap_marked(marker)  # the delivery worker the call started
                     late.append(ms)
                     arrivals.append(times)
-            note = f"{runs} cold starts, a new database each, due {DUE_IN}; arrived {sorted(set(arrivals))} time(s)"
+            note = f"{runs} cold starts, a new database each, due {due_in}; arrived {sorted(set(arrivals))} time(s)"
             for q in (50, 99):
                 value = percentile(late, q)
                 rows.append(Row("starts", f"first prompt late, {name}: p{q}", value, "ms",

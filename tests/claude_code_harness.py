@@ -8,7 +8,9 @@ Every harness test runs against the latest (``latest``); the few marked ``every_
 durable path, and live delivery into an open session, where the two versions' MCP handshakes differ)
 run against the pinned one too: each harness test takes 25-35 s, and CI's whole run must stay within
 12 minutes. ``PROMPTYOSELF_TEST_CLAUDE_CODE`` (comma-separated versions, e.g. ``2.1.197`` or
-``2.1.328,2.1.197``) runs every harness test against exactly those instead.
+``2.1.328,2.1.197``; ``all`` for both) runs every harness test against exactly those instead: the
+full matrix is ``PROMPTYOSELF_TEST_CLAUDE_CODE=all``. The versions are parameters generated at
+collection, never skips.
 
 The harness folder is looked for next to the repository and one level up (a worktree lives one level
 deeper than the main checkout), or named by ``CLAUDE_CODE_HARNESS_SRC``. The CLI installed by
@@ -38,8 +40,10 @@ VERSIONS = (LATEST, PINNED)
 
 def versions(every: bool = False) -> list[str]:
     """The Claude Code versions a harness test runs against: those named in
-    ``PROMPTYOSELF_TEST_CLAUDE_CODE``, else both (``every``) or the latest only."""
+    ``PROMPTYOSELF_TEST_CLAUDE_CODE`` (``all``: both), else both (``every``) or the latest only."""
     named = [v.strip() for v in os.environ.get("PROMPTYOSELF_TEST_CLAUDE_CODE", "").split(",") if v.strip()]
+    if named == ["all"]:
+        return list(VERSIONS)
     return named or (list(VERSIONS) if every else [LATEST])
 
 

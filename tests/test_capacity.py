@@ -5,9 +5,10 @@ arrival rate (167). One message at a time per agent was not (50 prompts per agen
 1.2 s for each of its sends). The default is 32 slots per target (``claude-code`` keeps at most 8), and
 the Letta client keeps a connection per slot, whatever names them.
 
-The last test runs the capacity bench with ``--quick`` (960 every-minute schedules over 48 agents, a
-fake Letta answering in 1 s: 16 a second arrive, 8 slots carry 8): every schedule's first run is
-delivered exactly once and nothing is recorded ``missed``. It asserts states, never durations."""
+The last test runs the capacity bench with ``--quick`` (240 schedules every 15 s over 48 agents, a
+fake Letta answering in 1 s: 16 a second arrive, 8 slots would carry 8; measured over the first two
+slots): every schedule's first run is delivered exactly once and nothing is recorded ``missed``. It
+asserts states, never durations."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_the_quick_capacity_run_delivers_every_first_run_once_and_misses_none() 
     rows = capacity.run(parser.parse_args(["--quick"]))
     result = rows[0].extra
     assert result["duplicates"] == 0, result
-    assert result["first_slot_delivered"] == result["schedules"] == 960, result
+    assert result["first_slot_delivered"] == result["schedules"] == 240, result
     assert result["missed"] == 0 and result["other"] == 0, result
     assert all(r.command.endswith("-m bench --only capacity --quick") for r in rows)
 

@@ -1,9 +1,10 @@
 """Claude Code live delivery through Channels (issue 31 points 3 and 4) against the real Claude Code
-2.1.328 in the shared harness (tests/claude_code_harness.py), and 2.1.197 for the first test.
+2.1.328 in the shared harness (tests/claude_code_harness.py), and 2.1.197 for the first test
+(``PROMPTYOSELF_TEST_CLAUDE_CODE=all`` runs every test on both).
 
 From an empty database with nothing else running: ``promptyoself claude-code install --write`` makes
 our server a Claude Code plugin; a session started with ``--channels plugin:promptyoself@...`` has its
-agent (the mock driving a tool call) schedule a prompt "in 20 seconds"; a worker (its own process, in
+agent (the mock driving a tool call) schedule a prompt "in 2 seconds"; a worker (its own process, in
 the namespace) hands it to our stdio server inside that session, which pushes it as a
 ``notifications/claude/channel``: the open session takes it as a turn of its own, exactly once, and no
 ``claude -p --resume`` runs. A session busy with a turn is not pushed to until that turn ends; with no
@@ -29,7 +30,7 @@ from promptyoself.targets.claude_code.channel import session_idle
 from promptyoself.targets.claude_code.target import transcripts
 from tests.claude_code_harness import ClaudeHarness, allow_channel, every_version, latest
 from tests.helpers_delivery import child_env, get, history, make_core, wait_until
-from tests.test_claude_code_real import cch, marker_of, only_schedule, stop, worker
+from tests.test_claude_code_real import SOON, cch, marker_of, only_schedule, stop, worker
 
 pytestmark = pytest.mark.slow
 __all__ = ["cch"]  # the harness fixture, shared with test_claude_code_real
@@ -67,7 +68,7 @@ def session_args(*extra: str) -> list[str]:
     return ["--channels", claude_plugin.CHANNELS_ARG, "--allowedTools", TOOL, *extra]
 
 
-def schedule_in(s: Any, prompt: str, when: str = "in 20 seconds") -> str:
+def schedule_in(s: Any, prompt: str, when: str = SOON) -> str:
     """The open session's agent calls promptyoself_schedule_time (asked again until the plugin's server
     has connected); returns the tool's answer."""
     call = json.dumps({"name": TOOL, "input": {"prompt": prompt, "time": when}})
@@ -164,7 +165,7 @@ def test_a_busy_session_is_not_pushed_to_until_idle(cch: ClaudeHarness, plugin_p
         s.send(f"MOCK_TOOL_CALL {wait}")
         assert cch.h.wait_request(lambda r: "MOCK_TOOL_CALL" in (r.get("last_user_text") or "")
                                   and "while [ ! -e" in (r.get("last_user_text") or ""), since=mark, timeout=60)
-        w = worker(cch, db)
+        w = worker(cch, db)  # the queued occurrence asks again every 0.5 s (``worker``)
         core = make_core(db)
         try:
             assert row["overlap"] == "queue"
@@ -221,7 +222,7 @@ def test_an_interactive_session_gets_the_prompt_live(cch: ClaudeHarness, plugin_
     ``claude-code install`` prints: ``--dangerously-load-development-channels``, whose warning is
     confirmed with Enter."""
     proj, db = plugin_project
-    call = json.dumps({"name": TOOL, "input": {"prompt": "interactive check", "time": "in 20 seconds"}})
+    call = json.dumps({"name": TOOL, "input": {"prompt": "interactive check", "time": SOON}})
     if how == "channels":
         args = session_args()
     else:

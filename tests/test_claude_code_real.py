@@ -1,9 +1,10 @@
 """Claude Code end to end (issue 31 points 1, 2 and 4) through the shared harness: the real Claude Code
-CLI, 2.1.328 (and 2.1.197 for the first test: ``every_version``), against a mock Anthropic API in a
-loopback-only network namespace (tests/claude_code_harness.py).
+CLI, 2.1.328 (and 2.1.197 for the first test: ``every_version``; ``PROMPTYOSELF_TEST_CLAUDE_CODE=all``
+runs every test on both), against a mock Anthropic API in a loopback-only network namespace
+(tests/claude_code_harness.py).
 
 From an empty database with nothing else running: a session whose agent (the mock driving a tool call
-of our MCP server, installed with ``claude-code install --write``) schedules "in 20 seconds" with no
+of our MCP server, installed with ``claude-code install --write``) schedules "in 2 seconds" with no
 ids; a real worker (``python -m promptyoself worker --shared``, inside the namespace) delivers it as
 ``claude -p --resume <session>`` once the session is closed; the prompt reaches that session's next
 model request exactly once. Two sessions stay apart; a worker killed mid-run still delivers once;
@@ -35,6 +36,10 @@ from tests.helpers_delivery import Proc, child_env, get, history, make_core, wai
 pytestmark = pytest.mark.slow
 
 TOOL = "mcp__promptyoself__promptyoself_schedule_time"
+SOON = "in 2 seconds"
+"""When a session's prompt falls due: no worker runs until the test starts one, after the state it sets up
+(the session closed, or open and idle, or busy), so the prompt is due by then and nothing waits for
+the clock."""
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +74,7 @@ def project(cch: ClaudeHarness, tmp_path: Path) -> tuple[Path, Path]:
     return proj, db
 
 
-def schedule_from_session(cch: ClaudeHarness, proj: Path, prompt: str, when: str = "in 20 seconds") -> str:
+def schedule_from_session(cch: ClaudeHarness, proj: Path, prompt: str, when: str = SOON) -> str:
     """A session in ``proj`` whose agent calls promptyoself_schedule_time with no ids (``call_from_session``)."""
     return call_from_session(cch, proj, TOOL, {"prompt": prompt, "time": when})
 
@@ -97,8 +102,10 @@ def call_from_session(cch: ClaudeHarness, proj: Path, tool: str, args: dict[str,
 
 
 def worker(cch: ClaudeHarness, db: Path, **extra: str) -> Proc:
-    """A worker inside the harness's namespace (its HOME, its claude on PATH, the mock)."""
-    env = child_env(db, None, PROMPTYOSELF_LETTA_TIMEOUT="5", **extra)
+    """A worker inside the harness's namespace (its HOME, its claude on PATH, the mock). A prompt queued
+    behind a session's running turn (Claude Code's default overlap, ``queue``) asks again every 0.5 s
+    rather than the default 5 s."""
+    env = child_env(db, None, PROMPTYOSELF_LETTA_TIMEOUT="5", PROMPTYOSELF_OVERLAP_POLL="0.5", **extra)
     return Proc([cch.h.ccx, sys.executable, "-m", "promptyoself", "worker", "--shared"], env)
 
 
@@ -228,7 +235,9 @@ def test_claude_missing_or_failing_is_retried_and_health_says_why(kind: str, tmp
         script.chmod(0o755)
         binary = str(script)
     sid = _claude_schedule(db, home, session, proj)
-    env = child_env(db, None, HOME=str(home), PROMPTYOSELF_CLAUDE_BIN=binary)
+    # the second attempt comes soon: a failed run's outcome is in doubt, so it waits at least the settle
+    # time, PROMPTYOSELF_LETTA_TIMEOUT (default 10 s), besides child_env's short backoff
+    env = child_env(db, None, HOME=str(home), PROMPTYOSELF_CLAUDE_BIN=binary, PROMPTYOSELF_LETTA_TIMEOUT="1")
     w = Proc([sys.executable, "-m", "promptyoself", "worker", "--shared"], env)
     core = make_core(db)
     wait_until(lambda: len(history(core.store, sid)) >= 2, timeout=120)

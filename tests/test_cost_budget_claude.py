@@ -47,7 +47,7 @@ def test_a_cost_budget_holds_a_claude_code_agent_after_its_reported_cost(cch: Cl
     proj, db = project
     policy = cli_json(db, "policy", "set", f"max_cost_usd_per_agent_per_day={LIMIT}")
     assert policy["policy"]["max_cost_usd_per_agent_per_day"] == float(LIMIT)
-    session = schedule_every_from_session(cch, proj, "check the CI", "20s")
+    session = schedule_every_from_session(cch, proj, "check the CI", "10s")  # the shortest allowed
     row = only_schedule(db)
     agent = row["agent_id"]
     assert row["target"] == "claude-code" and agent == f"claude-code-{session}"

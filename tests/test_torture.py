@@ -324,6 +324,9 @@ LC_RECURRING = max(1, round(4 * SCALE))
 LC_AGENTS = max(3, round(10 * SCALE))
 LC_TURN_TIMEOUT_S = 1.0
 LC_FAULTS = ("reject", "close", "slow")
+LC_OVERLAP_POLL_S = 0.5
+"""A prompt queued behind its conversation's running turn (Letta Code's default overlap, ``queue``) asks
+again this often (``PROMPTYOSELF_OVERLAP_POLL``, 5 s by default, which the burst would sit out)."""
 LC_RESTART_EVERY_S = 3.0
 """The fake App Server is SIGKILLed and restarted this often while prompts are left: a restart is
 the only thing that unblocks a conversation whose client dropped its socket mid-turn."""
@@ -363,7 +366,8 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
         once, recurring = seed_letta_code(db, fake.agent_ids)
         env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,  # no Letta REST server
                           LETTA_CODE_URL=fake.url,
-                          PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT=str(LC_TURN_TIMEOUT_S))
+                          PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT=str(LC_TURN_TIMEOUT_S),
+                          PROMPTYOSELF_OVERLAP_POLL=str(LC_OVERLAP_POLL_S))
         py = [sys.executable, "-m", "promptyoself"]
         workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
         looper = Proc([*py, "execute", "--loop"], env)

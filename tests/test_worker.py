@@ -64,9 +64,12 @@ async def test_ten_stdio_servers_leave_one_worker_that_delivers(db: Path, fake: 
     env = child_env(db, fake.url, PROMPTYOSELF_EXECUTOR_MODE="worker", PROMPTYOSELF_WORKER_IDLE_EXIT="120")
     made: dict[str, Any] = {}
     for i in range(10):
-        if i == 3:
+        if i == 3:  # active from here to the end: every later server finds it and a worker
+            await one_call(env, tmp_path, "promptyoself_schedule_time",
+                           {"prompt": "from server 4", "time": "in 1h", "agent_id": fake.agent_ids[0]})
+        elif i == 9:  # the prompt that is delivered, due at once
             made = await one_call(env, tmp_path, "promptyoself_schedule_time",
-                                  {"prompt": "from server 4", "time": "in 20s", "agent_id": fake.agent_ids[0]})
+                                  {"prompt": "from server 10", "time": "in 1s", "agent_id": fake.agent_ids[0]})
         else:
             await one_call(env, tmp_path, "health")
     lease = wait_until(lambda: (row := read_lease(make_core(db).store)) and row.owner.startswith("worker:") and row,
@@ -76,7 +79,7 @@ async def test_ten_stdio_servers_leave_one_worker_that_delivers(db: Path, fake: 
     core = make_core(db)
     wait_until(lambda: history(core.store, made["id"]), timeout=60)
     assert fake.received_texts() == [f"[PromptYoSelf] Scheduled prompt #{made['id']} (one-time, timezone UTC)"
-                                     "\nfrom server 4"]
+                                     "\nfrom server 10"]
     assert history(core.store, made["id"])[0].outcome == "delivered"
 
     # a second worker sees the live lease and exits at once, saying why

@@ -371,11 +371,11 @@ class Scheduling:
 
     def _created_result(self, row: ScheduleRow, message: str, deduplicated: bool) -> ScheduleResult:
         tz = timing.resolve_zone(row.timezone, "UTC")
-        return {
-            **schedule_fields(row),
+        return {  # the status and the message first: a client that shows a cut-off result shows them
             "status": "success",
-            "next_run_local": timing.to_local_iso(row.next_run, tz) if row.next_run else None,
             "message": message,
+            **schedule_fields(row),
+            "next_run_local": timing.to_local_iso(row.next_run, tz) if row.next_run else None,
             "deduplicated": deduplicated,
         }
 

@@ -9,6 +9,7 @@ that has gone (shrink the list then).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -73,6 +74,13 @@ def room(module: str) -> str:
 
 
 def imports(path: Path) -> list[str]:
+    stat = path.stat()
+    return list(_imports(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.cache
+def _imports(path: Path, _mtime_ns: int, _size: int) -> tuple[str, ...]:
+    """A file's imports, read once per version of the file (the tests here read the graph many times)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -80,7 +88,7 @@ def imports(path: Path) -> list[str]:
             found.extend(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
-    return found
+    return tuple(found)
 
 
 def graph() -> dict[str, set[str]]:

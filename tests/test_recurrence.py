@@ -4,6 +4,7 @@ property test that ``upcoming`` agrees with the stored rule's own iteration by p
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -215,19 +216,20 @@ def oracle(value: str, tz: ZoneInfo, anchor: datetime, after: datetime, n: int) 
     until = next((datetime.strptime(p[6:], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
                   for p in value.split(";") if p.startswith("UNTIL=")), None)
     rule = du.rrulestr(";".join(parts), dtstart=anchor.astimezone(tz).replace(tzinfo=None))
-    found: set[datetime] = set()
+    found: list[datetime] = []  # the n earliest so far, in order, each once (a later one can only push one out)
     walked = 0
     for wall in itertools.islice(rule, ORACLE_WALK):
         walked += 1
         t = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
-        if t > after and (until is None or t <= until):
-            found.add(t)
-        if len(found) >= n and wall.replace(tzinfo=UTC) > sorted(found)[n - 1] + timedelta(days=2):
+        if t > after and (until is None or t <= until) and t not in found:
+            bisect.insort(found, t)
+            del found[n:]
+        if len(found) >= n and wall.replace(tzinfo=UTC) > found[n - 1] + timedelta(days=2):
             break
     else:
         # The rule ended, or the walk did: an oracle that ran out knows nothing, so it never answers.
         assert walked < ORACLE_WALK, f"the oracle walked {ORACLE_WALK} instants of {value} without reaching {after}"
-    return sorted(found)[:n]
+    return found
 
 
 FREQS = ("MINUTELY", "HOURLY", "DAILY", "WEEKLY", "MONTHLY", "YEARLY")

@@ -14,7 +14,7 @@ from promptyoself.store.db import HEAD_REVISION, Schedule, Store, UTCDateTime
 from promptyoself.store.health import backlog
 
 
-def test_open_creates_migrates_and_sets_wal(tmp_path: Path) -> None:
+def test_open_creates_migrates_and_sets_wal(tmp_path: Path, real_migrations: None) -> None:
     path = tmp_path / "nested" / "dir" / "p.db"
     store = Store(f"sqlite:///{path}")
     with store.engine.connect() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import os
 import re
 import socket
@@ -93,25 +94,29 @@ def _uses(node: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
-def _named_like_a_duration(node: ast.AST) -> bool:
-    """A name, attribute or call named like a duration: ``elapsed``, ``took``, ``seconds_to_exit``..."""
-    for n in ast.walk(node):
-        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
-        if name and DURATION_WORDS & set(name.lower().split("_")):
-            return True
-    return False
+@functools.cache
+def _duration_word(name: str) -> bool:
+    return bool(DURATION_WORDS & set(name.lower().split("_")))
 
 
 def _measures(node: ast.AST, instants: set[str], measured: set[str]) -> bool:
-    """``node`` is a duration: a monotonic reading, a value measured from one, a value named like a
-    duration, or a difference with a clock reading (``time.time() - t0``, ``arrived - due``)."""
-    if _calls(node, MONOTONIC) or _uses(node, measured) or _named_like_a_duration(node):
-        return True
-    return any(
-        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub)
-        and any(_calls(side, WALL) or _uses(side, instants) for side in (n.left, n.right))
-        for n in ast.walk(node)
-    )
+    """``node`` is a duration: a monotonic reading (``time.monotonic()``), a value measured from one, a
+    name, attribute or call named like a duration (``elapsed``, ``took``, ``seconds_to_exit``...), or a
+    difference with a clock reading (``time.time() - t0``, ``arrived - due``). One walk of ``node``."""
+    differences = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            if n.id in measured or _duration_word(n.id):
+                return True
+        elif isinstance(n, ast.Attribute):
+            if _duration_word(n.attr):
+                return True
+        elif isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Attribute) and n.func.attr in MONOTONIC:
+                return True
+        elif isinstance(n, ast.BinOp) and isinstance(n.op, ast.Sub):
+            differences.append(n)
+    return any(_calls(side, WALL) or _uses(side, instants) for n in differences for side in (n.left, n.right))
 
 
 def wall_clock_assertions(source: str) -> list[int]:
@@ -119,18 +124,22 @@ def wall_clock_assertions(source: str) -> list[int]:
     monotonic reading, a difference with a clock reading, a value computed from one in the same
     function, or a value named like a duration (``took``, ``late``, ``seconds_to_exit()``)."""
     found: list[int] = []
-    for scope in ast.walk(ast.parse(source)):
-        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        nodes = list(ast.walk(scope))
-        compares = [
-            (node.lineno, c) for node in nodes if isinstance(node, ast.Assert)
-            for c in ast.walk(node.test)
-            if isinstance(c, ast.Compare) and any(isinstance(op, ORDERING) for op in c.ops)
-        ]
-        if not compares:
-            continue
-        assigns = [n for n in nodes if isinstance(n, ast.Assign)]
+    # One walk of the module finds the ordering comparisons of each function's asserts (a nested
+    # function's count in the functions around it too); only the functions with some are walked again.
+    compares_in: dict[ast.AST, list[tuple[int, ast.Compare]]] = {}
+    stack: list[tuple[ast.AST, tuple[ast.AST, ...]]] = [(ast.parse(source), ())]
+    while stack:
+        node, scopes = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scopes = (*scopes, node)
+        elif isinstance(node, ast.Assert) and scopes:
+            ordering = [(node.lineno, c) for c in ast.walk(node.test)
+                        if isinstance(c, ast.Compare) and any(isinstance(op, ORDERING) for op in c.ops)]
+            for scope in scopes if ordering else ():
+                compares_in.setdefault(scope, []).extend(ordering)
+        stack.extend((child, scopes) for child in ast.iter_child_nodes(node))
+    for scope, compares in compares_in.items():
+        assigns = [n for n in ast.walk(scope) if isinstance(n, ast.Assign)]
         instants = {t.id for a in assigns if _calls(a.value, WALL) for t in a.targets if isinstance(t, ast.Name)}
         measured = {t.id for a in assigns if _calls(a.value, MONOTONIC) for t in a.targets if isinstance(t, ast.Name)}
 

@@ -347,6 +347,8 @@ def migrate(engine: Engine) -> None:
             return
         except (OperationalError, ProgrammingError) as exc:  # another process won the race
             last = exc
+            if database_error(exc, str(engine.url)) is not None:
+                raise  # not a race: the database cannot be reached or opened, and waiting will not change that
             if current_revision(engine) == HEAD_REVISION:
                 return
             time.sleep(0.1 * (attempt + 1))

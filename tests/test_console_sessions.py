@@ -163,7 +163,7 @@ GOOD = ["/", "/?state=all", "/console/agents", "/console/agents/agent-1", "/cons
 @pytest.fixture
 def one(db_path: Path) -> Iterator[Instance]:
     a = Instance(db_path)
-    a.core.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True)
+    asyncio.run(a.core.scheduling.schedule_every("check the queue", "30m", agent_id=AGENT, skip_validation=True))
     yield a
     a.close()
 

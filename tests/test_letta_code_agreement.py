@@ -60,9 +60,15 @@ def app_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
         harness.stop()
 
 
+ACCEPT_WAIT = 30.0
+"""Seconds ``raw_input`` waits for the server to answer an input before it watches what follows."""
+
+
 def raw_input(url: str, agent: str, cid: str, text: str, *, watch: float, drop: bool = False) -> list[dict]:
-    """Send one input frame; the frames seen for ``watch`` seconds (or, if ``drop``, up to the one saying
-    the turn waits for the model, and then close the socket)."""
+    """Send one input frame; the frames seen until the server answers it (``input_accepted``, at most
+    ``ACCEPT_WAIT`` seconds: a server just restarted on a busy machine answers late) and then for
+    ``watch`` seconds more (or, if ``drop``, up to the one saying the turn waits for the model, and then
+    close the socket)."""
     frames: list[dict] = []
     rid = f"raw-{uuid.uuid4().hex[:8]}"
     with connect(url + "/ws", open_timeout=10) as ws:
@@ -70,13 +76,17 @@ def raw_input(url: str, agent: str, cid: str, text: str, *, watch: float, drop: 
                             "runtime": {"agent_id": agent, "conversation_id": "default"},
                             "payload": {"kind": "create_message",
                                         "messages": [{"role": "user", "content": text, "client_message_id": cid}]}}))
-        end = time.monotonic() + watch
+        end = time.monotonic() + max(watch, ACCEPT_WAIT)
+        answered = False
         while time.monotonic() < end:
             try:
                 msg = json.loads(ws.recv(timeout=end - time.monotonic()))
             except TimeoutError:
                 break
             frames.append(msg)
+            if not answered and msg.get("type") == "input_accepted":
+                answered = True
+                end = min(end, time.monotonic() + watch)
             if drop and msg.get("type") == "update_loop_status" and (
                     msg.get("loop_status") or {}).get("status") == "WAITING_FOR_API_RESPONSE":
                 break

@@ -209,12 +209,19 @@ class _SqliteTemplate:
         path = self.module.sqlite_file(engine.url.render_as_string(hide_password=False))
         if self.on and path is not None and not os.path.lexists(path) and path.parent.is_dir():
             import shutil
+            import uuid
 
+            # Copied beside it, then linked in place: the file appears whole or not at all, and never
+            # over a file another thread or process made meanwhile (its migrate then sees that one).
+            part = path.with_name(f".{path.name}.{uuid.uuid4().hex}.part")
             try:
-                shutil.copyfile(self.file, path)
-            except OSError:  # cannot be written there: the real migrate says why
-                if path.exists():  # a partial copy
-                    path.unlink()
+                shutil.copyfile(self.file, part)
+                os.link(part, path)
+            except OSError:  # cannot be written there, or it exists now: the real migrate says why
+                pass
+            finally:
+                if os.path.lexists(part):
+                    part.unlink()
         self.real(engine)
 
     def uninstall(self) -> None:

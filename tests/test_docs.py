@@ -294,7 +294,7 @@ NOT_RUN: dict[str, str] = {
     "python3 -m venv .venv && .venv/bin/pip install -q -e . &&":
         "makes a venv and starts the stdio server on a terminal; .ci/run performs this install",
     'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test]"': "the test suite itself (.ci/run runs it)",
-    '.venv/bin/python -m pytest -q -m "not slow"': "the test suite's fast tier itself",
+    '.venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not slow"': "the test suite's fast tier itself",
     "PROMPTYOSELF_TEST_PG_URL=": "the test suite itself, on PostgreSQL",
     "test -s .env ||": "docker compose is not installed here (tests/test_supervise.py checks the compose file)",
     "docker compose exec": "docker compose is not installed here",

@@ -212,7 +212,7 @@ def test_readme_full_command_is_what_ci_runs_after_its_set_up() -> None:
 
 def test_readme_fast_command_selects_the_fast_tier() -> None:
     fast = [b for b in _readme_blocks() if b and "pytest" in b[0] and '-m "not slow"' in b[0]]
-    assert fast == [['.venv/bin/python -m pytest -q -m "not slow"']]
+    assert fast == [['.venv/bin/python -m pytest -q -n 2 --dist worksteal -m "not slow"']]
 
 
 def test_ci_fails_when_pytest_does() -> None:

@@ -457,7 +457,7 @@ def test_readme_says_what_it_is_the_two_commands_and_a_first_schedule_before_its
     head = "\n".join(lines[:first_link])
     install = "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/python promptyoself_mcp_server.py"
     assert install in head
-    assert '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest -q -n 2 --dist worksteal' in head
+    assert '.venv/bin/ruff check . && .venv/bin/mypy && .venv/bin/python -m pytest -q -n 4 --dist worksteal' in head
     assert re.search(r"^promptyoself schedule --prompt .* --agent-id agent-\.\.\.$", head, re.M)
     assert "arrives" in head
     # the suite's run times live in docs/performance.md, with their conditions

@@ -4,15 +4,18 @@ the parts of a fake target every one of them has the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from promptyoself.config import Settings
 from promptyoself.core.operations import Core
 from promptyoself.delivery.service import drain_once
 from promptyoself.deps import Deps
 from promptyoself.store.memory import MemoryDeliveryStore
+from promptyoself.targets import registry
 from promptyoself.targets.base import Found, Occurrence
 
 T0 = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
@@ -75,3 +78,17 @@ class Recording:
 
     async def aclose(self) -> None:
         return None
+
+
+T = TypeVar("T")
+
+
+@contextmanager
+def registered(name: str, target: T) -> Iterator[T]:
+    """``target`` delivers every schedule whose target is ``name`` while the block runs (a test's fake
+    target, registered as a plug-in built from any settings)."""
+    registry.register(name, lambda _settings: target)
+    try:
+        yield target
+    finally:
+        registry.unregister(name)

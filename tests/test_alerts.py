@@ -31,9 +31,8 @@ from promptyoself.errors import NotSent, TargetRejected, TargetUnavailable
 from promptyoself.store import alerts as stored_alerts
 from promptyoself.store.db import Store
 from promptyoself.store.memory import MemoryDeliveryStore
-from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
-from tests.engine_kit import T0, Clock, drain, memory_deps
+from tests.engine_kit import T0, Clock, drain, memory_deps, registered
 
 SECRET = "whsec_" + base64.b64encode(b"the-alert-secret-of-the-operator").decode()
 
@@ -81,10 +80,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def target() -> Iterator[Target]:
-    fake = Target()
-    registry.register("alerting", lambda _settings: fake)
-    yield fake
-    registry.unregister("alerting")
+    with registered("alerting", Target()) as fake:
+        yield fake
 
 
 def deps_for(tmp_path: Path, clock: Clock, **settings: Any) -> tuple[Deps, MemoryDeliveryStore]:

@@ -21,7 +21,7 @@ from promptyoself.delivery.engine import Engine
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
-from tests.engine_kit import T0, Clock, drain, memory_deps
+from tests.engine_kit import T0, Clock, drain, memory_deps, registered
 
 
 class FakeTarget:
@@ -67,10 +67,8 @@ class FakeTarget:
 
 @pytest.fixture
 def target() -> Iterator[FakeTarget]:
-    fake = FakeTarget()
-    registry.register("fake", lambda _settings: fake)
-    yield fake
-    registry.unregister("fake")
+    with registered("fake", FakeTarget()) as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Occurrence, PreviousTurn, Receipt, Sent, Watch
 from tests import engine_kit
 from tests.conftest import make_settings
-from tests.engine_kit import T0, Clock, Recording, memory_deps
+from tests.engine_kit import T0, Clock, Recording, memory_deps, registered
 
 GRACE = timedelta(hours=24)
 MINUTE = timedelta(minutes=1)
@@ -113,10 +113,8 @@ class BusyTarget(Recording):
 
 @pytest.fixture
 def target() -> Iterator[BusyTarget]:
-    fake = BusyTarget()
-    registry.register("busy", lambda _settings: fake)
-    yield fake
-    registry.unregister("busy")
+    with registered("busy", BusyTarget()) as fake:
+        yield fake
 
 
 @pytest.fixture

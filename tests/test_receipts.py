@@ -28,7 +28,7 @@ from promptyoself.targets import registry
 from promptyoself.targets.base import EXCERPT_BYTES, Fence, Occurrence, PendingReceipt, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
 from promptyoself.targets.letta import receipt as letta_receipt
-from tests.engine_kit import T0, Clock, Recording, drain, memory_deps
+from tests.engine_kit import T0, Clock, Recording, drain, memory_deps, registered
 
 
 class ReceiptTarget(Recording):
@@ -64,10 +64,8 @@ class ReceiptTarget(Recording):
 
 @pytest.fixture
 def target() -> Iterator[ReceiptTarget]:
-    fake = ReceiptTarget()
-    registry.register("receipts", lambda _settings: fake)
-    yield fake
-    registry.unregister("receipts")
+    with registered("receipts", ReceiptTarget()) as fake:
+        yield fake
 
 
 def rows(mem: MemoryDeliveryStore) -> list[dict[str, Any]]:

@@ -16,9 +16,8 @@ import pytest
 
 from promptyoself.core.operations import Core
 from promptyoself.errors import IdempotencyConflict, InvalidArgument, NotFound, QuotaExceeded, RateLimited
-from promptyoself.targets import registry
 from promptyoself.targets.base import Fence, Occurrence, Sent
-from tests.engine_kit import T0, Clock, Recording, drain, kit_settings, memory_core
+from tests.engine_kit import T0, Clock, Recording, drain, kit_settings, memory_core, registered
 
 AGENT = "agent-a"
 
@@ -40,10 +39,8 @@ class FakeTarget(Recording):
 
 @pytest.fixture
 def target() -> Iterator[FakeTarget]:
-    fake = FakeTarget()
-    registry.register("fake", lambda _settings: fake)
-    yield fake
-    registry.unregister("fake")
+    with registered("fake", FakeTarget()) as fake:
+        yield fake
 
 
 @pytest.fixture

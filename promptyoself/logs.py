@@ -213,6 +213,9 @@ def setup_logging(settings: Settings, *, stream: Any = None) -> None:
         foreign.setLevel(logging.NOTSET)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    # captureWarnings(True) does nothing while logging believes it already captures, even when someone
+    # (warnings.catch_warnings, a test runner) has since put warnings.showwarning back: release, then capture.
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
 
 

@@ -272,3 +272,18 @@ def test_warnings_are_logged_not_printed(tmp_path: Path, capsys: pytest.CaptureF
         warnings.warn("careful now", UserWarning, stacklevel=1)
     assert "careful now" in stream.getvalue()
     assert capsys.readouterr().out == ""
+
+
+def test_warnings_are_logged_after_showwarning_was_put_back(tmp_path: Path) -> None:
+    # What a test runner does between two tests that set up logging: its catch_warnings puts
+    # warnings.showwarning back while logging still believes it captures (CI failed on this order).
+    import warnings
+
+    with warnings.catch_warnings():
+        setup_logging(_settings(tmp_path), stream=io.StringIO())
+    stream = io.StringIO()
+    setup_logging(_settings(tmp_path), stream=stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("careful again", UserWarning, stacklevel=1)
+    assert "careful again" in stream.getvalue()

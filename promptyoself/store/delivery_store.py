@@ -214,6 +214,10 @@ class DeliveryStore(Protocol):
         """Up to ``limit`` history rows, newest first: of ``schedule_id``, else ``agent_id``, else all."""
         ...
 
+    # ---- the operator's verbs: policy, console read model, agent tokens ------------------------------
+
+    # ---- health's verbs ------------------------------------------------------------------------------
+
 
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``: each verb is one blocking
@@ -342,3 +346,7 @@ class SqlDeliveryStore:
     async def deliveries(self, *, schedule_id: int | None, agent_id: str | None, limit: int) -> list[DeliveryRow]:
         return await self._run(lambda: history.deliveries(self.store, schedule_id=schedule_id,
                                                                   agent_id=agent_id, limit=limit))
+
+    # ---- the operator's verbs -------------------------------------------------------------------------
+
+    # ---- health's verbs -------------------------------------------------------------------------------

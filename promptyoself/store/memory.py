@@ -395,6 +395,10 @@ class MemoryDeliveryStore:
             rows = [h for h in reversed(self.history) if (key, value) == ("agent_id", None) or h[key] == value]
         return [DeliveryRow(**{n: h.get(n) for n in column_names(DeliveryRow)}) for h in rows[:limit]]
 
+    # ---- the operator's verbs -------------------------------------------------------------------------
+
+    # ---- health's verbs -------------------------------------------------------------------------------
+
 
 def _unannounced(history: list[dict[str, Any]]) -> int:
     """``over_budget`` rows since the newest delivered one (within ``NOTICE_WINDOW``)."""

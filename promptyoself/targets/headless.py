@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.targets.base import Fence
@@ -97,3 +99,49 @@ async def version(binary: str, env: Mapping[str, str] | None = None) -> str:
     if proc.returncode != 0:
         raise NotStarted(f"{binary} --version exited with code {proc.returncode}")
     return out.decode(errors="replace").strip()[:80] or "unknown version"
+
+
+class CliState:
+    """What a headless CLI target knows of its binary, for ``binary``, ``probe`` and ``readiness``: the
+    version its last probe read and the binary it ran, or the problem a probe, a start or a turn met
+    (cleared by a probe or a turn that went through)."""
+
+    def __init__(self, label: str, command: str, setting: str, **details: Any) -> None:
+        self.label = label  # "Claude Code": how errors name the target
+        self.command = command  # "claude": the binary's default name
+        self.setting = setting  # "PROMPTYOSELF_CLAUDE_BIN": where its path is set
+        self.details = details  # what every error of this target carries (``transient``)
+        self.version: str | None = None
+        self.binary: str | None = None
+        self.problem: str | None = None
+
+    def unavailable(self, problem: str) -> TargetUnavailable:
+        """Remember ``problem``; the error that says it."""
+        self.problem = problem
+        return TargetUnavailable(f"{self.label}: {problem}.", **self.details)
+
+    def find(self, configured: str | None) -> str:
+        """The binary's path: ``configured`` or the command, looked up in PATH."""
+        wanted = configured or self.command
+        found = shutil.which(wanted)
+        if found is None:
+            raise self.unavailable(f"the {self.label} CLI {wanted!r} was not found (set {self.setting} to its "
+                                   f"path, or put {self.command} in PATH)")
+        return found
+
+    async def probe(self, binary: str, env: Mapping[str, str] | None = None) -> None:
+        """``binary --version``: remembered, or the problem raised."""
+        try:
+            self.version = await version(binary, env)
+        except NotStarted as exc:
+            raise self.unavailable(str(exc)) from None
+        self.binary, self.problem = binary, None
+
+    def line(self, configured: str | None, ready: str) -> str:
+        """``readiness()``: ``ready`` (a format of ``{version}`` and ``{at}``) once a probe went through."""
+        where = configured or f"{self.command} (PATH)"
+        if self.problem:
+            return f"{self.command} at {where}: not ready: {self.problem}"
+        if self.version:
+            return ready.format(version=self.version, at=self.binary or where)
+        return f"{self.command} at {where}: not probed yet"

@@ -34,7 +34,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -210,21 +209,13 @@ class ClaudeCodeTarget:
         self.timeout = settings.claude_timeout
         self.extra_args = settings.claude_extra_args
         self._locks: dict[str, asyncio.Lock] = {}
-        self._version: str | None = None
-        self._problem: str | None = None
-        self._binary: str | None = None
+        self.cli = headless.CliState("Claude Code", "claude", "PROMPTYOSELF_CLAUDE_BIN", transient=True)
         self._pushed: dict[str, float] = {}  # occurrence id -> monotonic time of its push
 
     # ---- the binary --------------------------------------------------------------------------------
 
     def binary(self) -> str:
-        wanted = self.settings.claude_bin or "claude"
-        found = shutil.which(wanted)
-        if found is None:
-            self._problem = (f"the Claude Code CLI {wanted!r} was not found (set PROMPTYOSELF_CLAUDE_BIN to its path, "
-                             "or put claude in PATH)")
-            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True)
-        return found
+        return self.cli.find(self.settings.claude_bin)
 
     def _env(self) -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -275,8 +266,7 @@ class ClaudeCodeTarget:
                 timeout=self.timeout, what=f"claude -p --resume {session_id}",
                 timeout_setting="PROMPTYOSELF_CLAUDE_TIMEOUT")
         except headless.NotStarted as exc:
-            self._problem = str(exc)
-            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
+            raise self.cli.unavailable(str(exc)) from None
         return self._outcome(session_id, ran.code, ran.out, ran.err)
 
     async def _live(self, occ: Occurrence, session_id: str, pid: int, fence: Fence) -> Sent:
@@ -317,7 +307,7 @@ class ClaudeCodeTarget:
         log.info("pushed occurrence %s into Claude Code session %s (claude pid %s); waiting for it in the transcript",
                  occ.occurrence_id, session_id, pid)
         if await self._confirmed(session_id, occ.occurrence_id):
-            self._problem = None
+            self.cli.problem = None
             self._pushed.pop(occ.occurrence_id, None)
             return Sent("channel", session_id, {"claude_pid": pid},
                         receipt=claude_receipt.pending_turn(session_id, occ.occurrence_id))
@@ -342,7 +332,7 @@ class ClaudeCodeTarget:
         if code != 0 and "No conversation found" in stderr:
             raise TargetGone(f"Claude Code has no session {session_id} in that directory: {stderr[:200]}")
         if code == 0 and result is not None and not result.get("is_error"):
-            self._problem = None
+            self.cli.problem = None
             details: dict[str, Any] = {k: result.get(k) for k in ("num_turns", "duration_ms", "subtype") if k in result}
             denials = result.get("permission_denials")
             if isinstance(denials, list) and denials:
@@ -351,7 +341,7 @@ class ClaudeCodeTarget:
                         receipt=claude_receipt.of_result(result))
         why = (str(result.get("result") or result.get("subtype") or "")[:200] if result
                else stderr[-200:] or f"exit code {code}, no JSON result")
-        self._problem = f"the last delivered turn failed: {why}"
+        self.cli.problem = f"the last delivered turn failed: {why}"
         failed = TargetUnavailable(f"claude -p --resume {session_id} failed (exit code {code}): {why}",
                                   transient=True)
         failed.details["in_doubt"] = True  # the turn may have started: its prompt may be in the transcript
@@ -391,21 +381,11 @@ class ClaudeCodeTarget:
         return Found("absent")
 
     async def probe(self) -> None:
-        binary = self.binary()
-        try:
-            self._version = await headless.version(binary, self._env())
-        except headless.NotStarted as exc:
-            self._problem = str(exc)
-            raise TargetUnavailable(f"Claude Code: {self._problem}.", transient=True) from None
-        self._binary = binary
+        await self.cli.probe(self.binary(), self._env())
 
     def readiness(self) -> str:
-        where = self.settings.claude_bin or "claude (PATH)"
-        if self._problem:
-            return f"claude at {where}: not ready: {self._problem}"
-        if self._version:
-            return f"claude {self._version} at {self._binary or where}; {claude_channel.readiness(claude_home())}"
-        return f"claude at {where}: not probed yet"
+        return self.cli.line(self.settings.claude_bin,
+                             "claude {version} at {at}; " + claude_channel.readiness(claude_home()))
 
     async def aclose(self) -> None:
         self._locks.clear()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -158,18 +157,10 @@ class CodexTarget:
         self.timeout = float(settings.codex_timeout)
         self.extra_args = settings.codex_extra_args
         self._locks: dict[str, asyncio.Lock] = {}
-        self._version: str | None = None
-        self._binary: str | None = None
-        self._problem: str | None = None
+        self.cli = headless.CliState("Codex", "codex", "PROMPTYOSELF_CODEX_BIN")
 
     def binary(self) -> str:
-        wanted = self.settings.codex_bin or "codex"
-        found = shutil.which(wanted)
-        if found is None:
-            self._problem = (f"the Codex CLI {wanted!r} was not found (set PROMPTYOSELF_CODEX_BIN to its path, or put "
-                             "codex in PATH)")
-            raise TargetUnavailable(f"Codex: {self._problem}.")
-        return found
+        return self.cli.find(self.settings.codex_bin)
 
     def _env(self, home: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -219,8 +210,7 @@ class CodexTarget:
                                           timeout=self.timeout, what=f"codex exec resume {thread}",
                                           timeout_setting="PROMPTYOSELF_CODEX_TIMEOUT")
         except headless.NotStarted as exc:
-            self._problem = str(exc)
-            raise TargetUnavailable(f"Codex: {self._problem}.") from None
+            raise self.cli.unavailable(str(exc)) from None
         return self._outcome(thread, ran.code, ran.out, ran.err, before)
 
     def _outcome(self, thread: str, code: int | None, out: bytes, err: bytes,
@@ -236,7 +226,7 @@ class CodexTarget:
         done = next((e for e in reversed(events) if e.get("type") == "turn.completed"), None)
         failed = next((e for e in reversed(events) if e.get("type") in ("turn.failed", "error")), None)
         if code == 0 and done is not None:
-            self._problem = None
+            self.cli.problem = None
             replies = [str(e["item"].get("text") or "") for e in events if e.get("type") == "item.completed"
                        and isinstance(e.get("item"), dict) and e["item"].get("type") == "agent_message"]
             details: dict[str, Any] = {"usage": done.get("usage") or {}}
@@ -245,7 +235,7 @@ class CodexTarget:
             return Sent("resume", thread, details, receipt=turn_receipt(events, before or {}))
         why = (json.dumps(failed)[:200] if failed else err.decode(errors="replace").strip()[-200:]
                or f"exit code {code}, no turn.completed")
-        self._problem = f"the last delivered turn failed: {why}"
+        self.cli.problem = f"the last delivered turn failed: {why}"
         problem = TargetUnavailable(f"codex exec resume {thread} failed (exit code {code}): {why}")
         problem.details["in_doubt"] = True  # the turn may have started: its prompt may be in the rollout
         raise problem
@@ -263,22 +253,10 @@ class CodexTarget:
         return Found("absent")
 
     async def probe(self) -> None:
-        binary = self.binary()
-        try:
-            self._version = await headless.version(binary)
-        except headless.NotStarted as exc:
-            self._problem = str(exc)
-            raise TargetUnavailable(f"Codex: {self._problem}.") from None
-        self._binary = binary
-        self._problem = None
+        await self.cli.probe(self.binary())
 
     def readiness(self) -> str:
-        where = self.settings.codex_bin or "codex (PATH)"
-        if self._problem:
-            return f"codex at {where}: not ready: {self._problem}"
-        if self._version:
-            return f"{self._version} at {self._binary or where}; sessions under {codex_home()}"
-        return f"codex at {where}: not probed yet"
+        return self.cli.line(self.settings.codex_bin, f"{{version}} at {{at}}; sessions under {codex_home()}")
 
     async def aclose(self) -> None:
         self._locks.clear()

@@ -33,6 +33,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,82 @@ def keep_logs(procs: list[Proc], label: str) -> None:
         (folder / name).write_text("".join(p.lines), encoding="utf-8")
 
 
+@dataclass
+class Stalled:
+    """What ``kill_and_stall`` did: the claims the killed worker and the stopped process held, which
+    process was stopped, and when it was stopped and continued (seconds from ``began_at``)."""
+
+    killed_holding: int
+    stopped_holding: int
+    stopped: str
+    stop_s: list[float]
+
+
+def kill_and_stall(db: Any, env: dict[str, str], rng: random.Random, *, began_at: float,
+                   kill_after: tuple[float, float] = (0.5, 1.5), stop_after: tuple[float, float] = (0.2, 1.0),
+                   logs: str = "") -> Stalled:
+    """Four delivering processes (two shared workers, ``execute --loop``, the service); once the prompts
+    fall due, one worker is SIGKILLed (``kill_after`` seconds in, early in the burst: some of its claims
+    mid-send) and another process SIGSTOPped for longer than the lease (``stop_after`` seconds later) while
+    each holds claims, then SIGCONTed; returns when nothing is active and the survivors stopped cleanly.
+    ``logs`` names the run in ``PROMPTYOSELF_TORTURE_LOGS``."""
+    py = [sys.executable, "-m", "promptyoself"]
+    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
+    looper = Proc([*py, "execute", "--loop"], env)
+    served = Proc([*py, "serve", "--port", str(free_port())], env)
+    procs = [*workers, looper, served]
+    try:
+        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
+        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
+        time.sleep(rng.uniform(*kill_after))
+        doomed = workers[rng.randrange(2)]
+        killed_holding = wait_holding(db, doomed)
+        os.kill(doomed.popen.pid, signal.SIGKILL)
+        doomed.popen.wait(timeout=10)
+        time.sleep(rng.uniform(*stop_after))
+        frozen = rng.choice([p for p in procs if p is not doomed])
+        stopped_holding = wait_holding(db, frozen)
+        os.kill(frozen.popen.pid, signal.SIGSTOP)
+        stop_at = time.time() - began_at
+        time.sleep(STOP_S)
+        os.kill(frozen.popen.pid, signal.SIGCONT)
+        cont_at = time.time() - began_at
+        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
+        for p in (looper, served):
+            p.popen.send_signal(signal.SIGTERM)
+        for p in procs:
+            if p is not doomed:
+                p.popen.wait(timeout=30)
+                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+    finally:
+        for p in procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+                p.popen.wait(timeout=10)
+        if logs:
+            keep_logs(procs, logs)
+    return Stalled(killed_holding, stopped_holding, " ".join(frozen.popen.args[3:4]),
+                   [round(stop_at, 3), round(cont_at, 3)])
+
+
+def read_back(db: Any) -> tuple[list[Any], Counter[str]]:
+    """After a run: every history row, and how many schedules are in each state."""
+    core = make_core(db)
+    try:
+        with core.store.session() as s:
+            states = Counter(s.execute(select(Schedule.state)).scalars())
+        return history(core.store), states
+    finally:
+        core.close()
+
+
+def occurrences(rows: list[Any], outcome: str) -> Counter[str]:
+    """The occurrence ids (as sent: ``promptyoself-<schedule>-<slot ms>``) of the history rows with
+    ``outcome``, counted."""
+    return Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
+                   for r in rows if r.outcome == outcome)
+
+
 def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None:
     db = any_db
     backend = "sqlite" if isinstance(db, Path) else "postgresql"
@@ -210,57 +287,15 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
     with FakeLetta(agents=N_AGENTS, latency=0.005, fail_rate=FAIL_RATE, fail_modes=FAULTS, timeout_sleep=SLOW_S,
                    visible_delay=0.3, seed=SEED) as fake:
         once, recurring = seed_prompts(db, fake)
-        port = free_port()
         env = torture_env(db, fake.url, max_attempts=100)
-        py = [sys.executable, "-m", "promptyoself"]
-        workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
-        looper = Proc([*py, "execute", "--loop"], env)
-        served = Proc([*py, "serve", "--port", str(port)], env)
-        procs = [*workers, looper, served]
-        try:
-            wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
-            make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
-
-            # SIGKILL a worker while it holds claims (some mid-send), early in the burst.
-            time.sleep(rng.uniform(1.0, 2.5))
-            doomed = workers[rng.randrange(2)]
-            killed_holding = wait_holding(db, doomed)
-            os.kill(doomed.popen.pid, signal.SIGKILL)
-            doomed.popen.wait(timeout=10)
-
-            # SIGSTOP another process while it holds claims, for longer than the lease; then SIGCONT.
-            time.sleep(rng.uniform(0.5, 2.0))
-            frozen = rng.choice([p for p in procs if p is not doomed])
-            stopped_holding = wait_holding(db, frozen)
-            os.kill(frozen.popen.pid, signal.SIGSTOP)
-            stop_at = time.time() - began_at
-            time.sleep(STOP_S)
-            os.kill(frozen.popen.pid, signal.SIGCONT)
-            cont_at = time.time() - began_at
-
-            wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
-            for p in (looper, served):
-                p.popen.send_signal(signal.SIGTERM)
-            for p in procs:
-                if p is not doomed:
-                    p.popen.wait(timeout=30)
-                    assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
-        finally:
-            for p in procs:
-                if p.popen.poll() is None:
-                    p.popen.kill()
-                    p.popen.wait(timeout=10)
-            keep_logs(procs, f"{backend}-{SEED}-{int(began_at)}")
+        stalled = kill_and_stall(db, env, rng, began_at=began_at, kill_after=(1.0, 2.5), stop_after=(0.5, 2.0),
+                                 logs=f"{backend}-{SEED}-{int(began_at)}")
         time.sleep(SLOW_S + 0.5)  # let the fake finish what it was still "processing" when clients gave up
         received = fake.received
         failures = fake.failures
         posts = sum(1 for method, path, _ in fake.requests if method == "POST" and "/messages" in path)
 
-    core = make_core(db)
-    rows = history(core.store)
-    with core.store.session() as s:
-        states = Counter(s.execute(select(Schedule.state)).scalars())
-    core.close()
+    rows, states = read_back(db)
     wall = round(time.monotonic() - began, 1)
 
     # ---- what Letta received ----
@@ -273,9 +308,9 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
         "seed": SEED, "backend": backend, "scale": SCALE, "sent": posts, "received": len(received),
         "occurrences": len(by_otid), "delivered_rows": outcomes["delivered"], "duplicates": duplicates,
         "lost": len(lost_once) + sum(max(0, REPETITIONS - by_text[t]) for t in recurring.values()),
-        "outcomes": dict(outcomes), "faults": dict(failures), "killed_holding": killed_holding,
-        "stopped_holding": stopped_holding, "stopped": " ".join(frozen.popen.args[3:4]),
-        "stop_s": [round(stop_at, 3), round(cont_at, 3)], "wall_s": wall,
+        "outcomes": dict(outcomes), "faults": dict(failures), "killed_holding": stalled.killed_holding,
+        "stopped_holding": stalled.stopped_holding, "stopped": stalled.stopped, "stop_s": stalled.stop_s,
+        "wall_s": wall,
     }
     report(figures)
 
@@ -296,22 +331,19 @@ def test_torture_exactly_once_under_faults_kills_and_stalls(any_db: Any) -> None
     # missed rows (issue 21's catch_up=latest): slots of a recurring schedule that fell due together while
     # its holder was stopped or killed, coalesced into the next delivery; never a one-time prompt, and
     # never an occurrence that reached Letta
-    missed = {f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-              for r in rows if r.outcome == "missed"}
+    missed = set(occurrences(rows, "missed"))
     assert {r.schedule_id for r in rows if r.outcome == "missed"} <= set(recurring)
     assert not missed & set(by_otid)
-    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-                        for r in rows if r.outcome == "delivered")
+    delivered = occurrences(rows, "delivered")
     assert delivered == by_otid  # exactly one delivered row per occurrence that reached Letta
-    lost_claim = {f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-                  for r in rows if r.outcome == "sent_lost_claim"}
+    lost_claim = set(occurrences(rows, "sent_lost_claim"))
     assert lost_claim <= set(by_otid)  # a copy sent on a lost claim is one Letta has (and counted once)
 
     # ---- the faults really happened ----
     assert set(failures) == set(FAULTS), failures
     assert sum(failures.values()) >= 0.1 * posts
     assert outcomes["retry"] > 0
-    assert killed_holding > 0 and stopped_holding > 0
+    assert stalled.killed_holding > 0 and stalled.stopped_holding > 0
 
 
 # ---- the same guarantee against the Letta Code App Server (issue 25) ------------------------------
@@ -403,11 +435,7 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
         restarts = fake.restarts
         replays_removed = fake.removed()
 
-    core = make_core(db)
-    rows = history(core.store)
-    with core.store.session() as s:
-        states = Counter(s.execute(select(Schedule.state)).scalars())
-    core.close()
+    rows, states = read_back(db)
 
     base = [m["otid"].split("~")[0] for m in received]
     by_otid = Counter(base)
@@ -434,49 +462,9 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
     # prompt waiting while its conversation's turn runs (Letta Code's default overlap, queue); skipped:
     # a recurring slot due while another already waited (at most one waits); neither costs a repetition
     assert {r.schedule_id for r in rows if r.outcome in ("missed", "skipped")} <= set(recurring)
-    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-                        for r in rows if r.outcome == "delivered")
+    delivered = occurrences(rows, "delivered")
     assert delivered == by_otid
     assert killed_holding > 0 and restarts > 0 and outcomes["retry"] > 0
-
-
-def kill_and_stall(db: Any, env: dict[str, str], rng: random.Random) -> tuple[int, int]:
-    """Four delivering processes (two shared workers, ``execute --loop``, the service); once the prompts
-    fall due, one worker is SIGKILLed and another process SIGSTOPped for longer than the lease while each
-    holds claims; returns when nothing is active and the survivors stopped cleanly: how many claims the
-    killed and the stopped process held."""
-    py = [sys.executable, "-m", "promptyoself"]
-    workers = [Proc([*py, "worker", "--shared"], env) for _ in range(2)]
-    looper = Proc([*py, "execute", "--loop"], env)
-    served = Proc([*py, "serve", "--port", str(free_port())], env)
-    procs = [*workers, looper, served]
-    try:
-        wait_until(lambda: all(p.saw("delivery loop") for p in procs), timeout=90)
-        make_due(db, rng, datetime.now(UTC) + timedelta(seconds=0.5))
-        time.sleep(rng.uniform(0.5, 1.5))
-        doomed = workers[rng.randrange(2)]
-        killed_holding = wait_holding(db, doomed)
-        os.kill(doomed.popen.pid, signal.SIGKILL)
-        doomed.popen.wait(timeout=10)
-        time.sleep(rng.uniform(0.2, 1.0))
-        frozen = rng.choice([p for p in procs if p is not doomed])
-        stopped_holding = wait_holding(db, frozen)
-        os.kill(frozen.popen.pid, signal.SIGSTOP)
-        time.sleep(STOP_S)
-        os.kill(frozen.popen.pid, signal.SIGCONT)
-        wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
-        for p in (looper, served):
-            p.popen.send_signal(signal.SIGTERM)
-        for p in procs:
-            if p is not doomed:
-                p.popen.wait(timeout=30)
-                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
-    finally:
-        for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait(timeout=10)
-    return killed_holding, stopped_holding
 
 
 # ---- the same guarantee through an outside target plug-in (issue 41) ------------------------------
@@ -527,21 +515,17 @@ def test_torture_an_outside_plugin_exactly_once_under_faults_kills_and_stalls(an
     env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,  # no Letta: only the plug-in
                       FLAKY_TARGET_FILE=str(out), FLAKY_SEED=str(seed), FLAKY_FAIL_RATE=str(FAIL_RATE))
     env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
-    killed_holding, stopped_holding = kill_and_stall(db, env, rng)
+    stalled = kill_and_stall(db, env, rng, began_at=time.time())
     lines = [json.loads(x) for x in out.read_text().splitlines()]
-    core = make_core(db)
-    rows = history(core.store)
-    with core.store.session() as s:
-        states = Counter(s.execute(select(Schedule.state)).scalars())
-    core.close()
+    rows, states = read_back(db)
 
     by_id = Counter(x["id"] for x in lines)
     texts = Counter(x["text"] for x in lines)
     outcomes = Counter(r.outcome for r in rows)
     figures = {"target": "flaky (outside plug-in)", "seed": seed, "backend": backend, "written": len(lines),
                "duplicates": sum(n - 1 for n in by_id.values()), "outcomes": dict(outcomes),
-               "killed_holding": killed_holding, "stopped_holding": stopped_holding,
-               "wall_s": round(time.monotonic() - began, 1)}
+               "killed_holding": stalled.killed_holding, "stopped_holding": stalled.stopped_holding,
+               "stopped": stalled.stopped, "wall_s": round(time.monotonic() - began, 1)}
     report(figures)
 
     assert figures["duplicates"] == 0, [i for i, n in by_id.items() if n > 1]
@@ -551,10 +535,9 @@ def test_torture_an_outside_plugin_exactly_once_under_faults_kills_and_stalls(an
     assert {x["tag"] for x in lines} == {"torture"}  # the plug-in's own option reached each send
     assert states == Counter({"completed": PLUGIN_ONCE + PLUGIN_RECURRING})
     assert set(outcomes) <= {"delivered", "retry", "sent_lost_claim", "missed"}, outcomes
-    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-                        for r in rows if r.outcome == "delivered")
+    delivered = occurrences(rows, "delivered")
     assert delivered == by_id  # exactly one delivered row per occurrence written
-    assert outcomes["retry"] > 0 and killed_holding > 0 and stopped_holding > 0
+    assert outcomes["retry"] > 0 and stalled.killed_holding > 0 and stalled.stopped_holding > 0
 
 
 # ---- the same guarantee into Codex sessions (issue 44) -----------------------------------------------
@@ -613,7 +596,7 @@ def test_torture_codex_sessions_exactly_once_under_faults_kills_and_stalls(any_d
     env = torture_env(db, f"http://127.0.0.1:{free_port()}", max_attempts=1000,
                       PROMPTYOSELF_CODEX_BIN=str(stand_in), PROMPTYOSELF_CODEX_TIMEOUT="5", CODEX_HOME=str(home),
                       FAKE_CODEX_SEED=str(seed), FAKE_CODEX_FAIL_RATE=str(FAIL_RATE), FAKE_CODEX_SLOW="2")
-    killed_holding, stopped_holding = kill_and_stall(db, env, rng)
+    stalled = kill_and_stall(db, env, rng, began_at=time.time())
     marker = re.compile(r"\[PromptYoSelf occurrence (promptyoself-\d+-\d+)\]$")
     seen: Counter[str] = Counter()
     texts: Counter[str] = Counter()
@@ -630,22 +613,17 @@ def test_torture_codex_sessions_exactly_once_under_faults_kills_and_stalls(any_d
             texts[text.split("\n")[0]] += 1
             assert text.split("\n")[0] in {t for sid, t in once.items()
                                            if found.group(1).startswith(f"promptyoself-{sid}-")}, (thread, text)
-    core = make_core(db)
-    rows = history(core.store)
-    with core.store.session() as s:
-        states = Counter(s.execute(select(Schedule.state)).scalars())
-    core.close()
+    rows, states = read_back(db)
     outcomes = Counter(r.outcome for r in rows)
     figures = {"target": "codex (stand-in)", "seed": seed, "backend": backend, "turns": sum(seen.values()),
                "duplicates": sum(n - 1 for n in seen.values()), "outcomes": dict(outcomes),
-               "killed_holding": killed_holding, "stopped_holding": stopped_holding,
-               "wall_s": round(time.monotonic() - began, 1)}
+               "killed_holding": stalled.killed_holding, "stopped_holding": stalled.stopped_holding,
+               "stopped": stalled.stopped, "wall_s": round(time.monotonic() - began, 1)}
     report(figures)
     assert figures["duplicates"] == 0, [o for o, n in seen.items() if n > 1]
     assert all(texts[t] == 1 for t in once.values()), [t for t in once.values() if texts[t] != 1]
     assert states == Counter({"completed": CODEX_ONCE})
     assert set(outcomes) <= {"delivered", "retry", "sent_lost_claim", "missed"}, outcomes
-    delivered = Counter(f"promptyoself-{r.schedule_id}-{int(r.scheduled_for.timestamp() * 1000)}"
-                        for r in rows if r.outcome == "delivered")
+    delivered = occurrences(rows, "delivered")
     assert delivered == seen  # exactly one delivered row per occurrence in a rollout
-    assert outcomes["retry"] > 0 and killed_holding > 0 and stopped_holding > 0
+    assert outcomes["retry"] > 0 and stalled.killed_holding > 0 and stalled.stopped_holding > 0

@@ -60,6 +60,15 @@ def app_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Serve
         harness.stop()
 
 
+READ_WAIT = 60.0
+"""Seconds our client gives the real server to answer a command (its ``timeout``). These tests check what
+the server does, not how fast: CI's full run failed once on a history read the real Letta Code had not
+answered within 10 s (the product's default ``PROMPTYOSELF_LETTA_TIMEOUT``) on a 2-core machine shared
+by four test processes. The server answers it from memory (``listConversationMessages`` of its local
+backend, a detached task per command), so a stall that long is the machine's, not the protocol's; the
+same scenario passed 15 times of 15 here alone, beside three busy loops and beside the other real-server
+tests at ``-n 4``. A server that never answers still fails the test."""
+
 ACCEPT_WAIT = 30.0
 """Seconds ``raw_input`` waits for the server to answer an input before it watches what follows."""
 
@@ -112,7 +121,7 @@ def test_a_turn_cut_by_a_restart_is_replayed_and_we_remove_the_replay(app_server
     """Letta Code puts the input of a turn cut by a restart back in the queue, paused until the next
     input, and would store the message a second time; our client removes such a replay of a message
     already in the history (``find`` and before every send)."""
-    client = LettaCodeClient(app_server.url, timeout=10, turn_timeout=60)
+    client = LettaCodeClient(app_server.url, timeout=READ_WAIT, turn_timeout=60)
     agent = app_server.agent_id
     client.send(agent, "warm up", otid=f"promptyoself-warm-{uuid.uuid4().hex[:8]}")
     cut = f"promptyoself-cut-{uuid.uuid4().hex[:8]}"
@@ -131,7 +140,7 @@ def test_a_turn_cut_by_a_restart_is_replayed_and_we_remove_the_replay(app_server
 
 
 def test_fake_and_real_agree(app_server: Server) -> None:
-    client = LettaCodeClient(app_server.url, timeout=10, turn_timeout=60)
+    client = LettaCodeClient(app_server.url, timeout=READ_WAIT, turn_timeout=60)
     agent = app_server.agent_id
     assert client.probe() == {"status": "ok", "backend": "local", "version": "0.34.12"}
     assert client.get_agent(agent)["id"] == agent

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -152,6 +153,27 @@ def child_env(db: Path | str, fake_url: str | None = None, **extra: str) -> dict
         env["LETTA_BASE_URL"] = fake_url
     env.update(extra)
     return env
+
+
+CLI = [sys.executable, "-m", "promptyoself"]
+"""The ``promptyoself`` command line, as a child process."""
+
+
+def cli_env(db: Path | str, **extra: str) -> dict[str, str]:
+    """``child_env`` for one CLI call at a time: no delivery of its own, no Letta, warnings only."""
+    values = {"PROMPTYOSELF_EXECUTOR_MODE": "off", "LETTA_BASE_URL": "http://127.0.0.1:9",
+              "PROMPTYOSELF_LOG_LEVEL": "WARNING", **extra}
+    return child_env(db, None, **values)
+
+
+def cli_json(env: dict[str, str], *args: str) -> dict[str, Any]:
+    """``promptyoself --json ARGS``'s answer. It must exit 0, or 1 for an ``execute`` whose answer says
+    a due prompt was not delivered (skipped, queued, ...)."""
+    proc = subprocess.run([*CLI, "--json", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    out = dict(json.loads(proc.stdout)) if proc.stdout.startswith("{") else {}
+    undelivered = args[0] == "execute" and any(not e["delivered"] for e in out.get("executed", ()))
+    assert proc.returncode == (1 if undelivered else 0), proc.stdout + proc.stderr
+    return out
 
 
 def python() -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -29,11 +27,10 @@ from promptyoself.faces.rest import build_rest_app
 from testkit.fake_letta import FakeLetta
 from testkit.webhook_receiver import WebhookReceiver
 from tests.conftest import make_settings
-from tests.helpers_delivery import ROOT, Proc, child_env, kill_all, wait_until
+from tests.helpers_delivery import CLI, Proc, cli_env, cli_json, kill_all, wait_until
 
 pytestmark = pytest.mark.slow
 
-CLI = [sys.executable, "-m", "promptyoself"]
 SECRET = "whsec_" + base64.b64encode(b"the-secret-of-the-overlap-tests!").decode()
 EVERY = 2  # seconds between two runs of the schedules here
 
@@ -46,27 +43,16 @@ def db(tmp_path: Path) -> Iterator[Path]:
 
 
 def env_for(db: Path, **extra: str) -> dict[str, str]:
-    values = {"PROMPTYOSELF_EXECUTOR_MODE": "off", "LETTA_BASE_URL": "http://127.0.0.1:9",
-              "PROMPTYOSELF_LOG_LEVEL": "WARNING", "PROMPTYOSELF_MIN_INTERVAL": "1s", **extra}
-    return child_env(db, None, **values)
-
-
-def run(env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([*CLI, "--json", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    out = dict(json.loads(proc.stdout)) if proc.stdout.startswith("{") else {}
-    # ``execute`` exits 1 when a due prompt was not delivered (skipped, queued, ...): its result says which
-    undelivered = args[0] == "execute" and any(not e["delivered"] for e in out.get("executed", ()))
-    assert proc.returncode == (1 if undelivered else 0), proc.stdout + proc.stderr
-    return out
+    return cli_env(db, PROMPTYOSELF_MIN_INTERVAL="1s", **extra)
 
 
 def schedule(env: dict[str, str], agent: str, *extra: str) -> dict[str, Any]:
-    return run(env, "schedule", "--skip-validation", "--prompt", "Check the queue", "--every", f"{EVERY}s",
+    return cli_json(env, "schedule", "--skip-validation", "--prompt", "Check the queue", "--every", f"{EVERY}s",
                "--agent-id", agent, *extra)
 
 
 def listed(env: dict[str, str], sid: int) -> dict[str, Any]:
-    return next(s for s in run(env, "list")["schedules"] if s["id"] == sid)
+    return next(s for s in cli_json(env, "list")["schedules"] if s["id"] == sid)
 
 
 def outcomes(env: dict[str, str], sid: int) -> list[str]:
@@ -76,7 +62,7 @@ def outcomes(env: dict[str, str], sid: int) -> list[str]:
 def rows(env: dict[str, str], sid: int) -> list[dict[str, Any]]:
     """The schedule's history, newest first, without the ``missed`` rows: runs that came due while a
     CLI process started (seconds) are coalesced into the next one (catch_up=latest), as any late run."""
-    found = run(env, "history", "--schedule-id", str(sid), "--limit", "200")["deliveries"]
+    found = cli_json(env, "history", "--schedule-id", str(sid), "--limit", "200")["deliveries"]
     return [d for d in found if d["outcome"] != "missed"]
 
 
@@ -90,7 +76,7 @@ def wait_past(instant: str) -> None:
 def execute_when_due(env: dict[str, str], sid: int) -> list[str]:
     """Wait for the schedule's next run, then ``execute``: what happened to it."""
     wait_past(listed(env, sid)["next_run"])
-    return [e["outcome"] for e in run(env, "execute")["executed"] if e["id"] == sid]
+    return [e["outcome"] for e in cli_json(env, "execute")["executed"] if e["id"] == sid]
 
 
 def test_skip_records_the_run_skipped_while_the_letta_run_still_runs(db: Path) -> None:

@@ -8,11 +8,9 @@ line). The engine's logic is in ``tests/test_receipts.py`` (fast tier); the real
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +20,11 @@ import pytest
 
 from testkit.fake_letta import FakeLetta
 from testkit.webhook_receiver import WebhookReceiver
-from tests.helpers_delivery import ROOT, Proc, child_env, kill_all, wait_until
+from tests.helpers_delivery import CLI, ROOT, Proc, cli_env, cli_json, kill_all, wait_until
 from tests.test_cli_terminal import on_tty
 
 pytestmark = pytest.mark.slow
 
-CLI = [sys.executable, "-m", "promptyoself"]
 SECRET = "whsec_" + base64.b64encode(b"the-secret-of-the-receipt-tests!").decode()
 
 
@@ -39,27 +36,19 @@ def db(tmp_path: Path) -> Iterator[Path]:
 
 
 def env_for(db: Path, **extra: str) -> dict[str, str]:
-    values = {"PROMPTYOSELF_EXECUTOR_MODE": "off", "LETTA_BASE_URL": "http://127.0.0.1:9",
-              "PROMPTYOSELF_LOG_LEVEL": "WARNING", "COLUMNS": "200", **extra}
-    return child_env(db, None, **values)
-
-
-def run(env: dict[str, str], *args: str) -> dict[str, Any]:
-    proc = subprocess.run([*CLI, "--json", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return dict(json.loads(proc.stdout))
+    return cli_env(db, COLUMNS="200", **extra)
 
 
 def due_prompt(env: dict[str, str], agent: str, *extra: str) -> int:
     """A one-time prompt made through the CLI, due a second later (then waited for)."""
-    made = run(env, "schedule", "--skip-validation", "--prompt", "Check the queue", "--time", "in 1s",
+    made = cli_json(env, "schedule", "--skip-validation", "--prompt", "Check the queue", "--time", "in 1s",
                "--agent-id", agent, *extra)
     time.sleep(1.2)
     return int(made["id"])
 
 
 def receipts_of(env: dict[str, str], sid: int) -> list[dict[str, Any] | None]:
-    rows = run(env, "history", "--schedule-id", str(sid))["deliveries"]
+    rows = cli_json(env, "history", "--schedule-id", str(sid))["deliveries"]
     return [r["receipt"] for r in rows if r["outcome"] == "delivered"]
 
 
@@ -68,7 +57,7 @@ def test_letta_sync_route_receipt_through_execute_and_history(db: Path) -> None:
         fake.configure(reply_text="Queue checked: 3 items.", turn_tools=["memory_insert", "conversation_search"])
         env = env_for(db, LETTA_BASE_URL=fake.url)
         sid = due_prompt(env, fake.agent_ids[0])
-        assert run(env, "execute")["executed"][0]["outcome"] == "delivered"
+        assert cli_json(env, "execute")["executed"][0]["outcome"] == "delivered"
         [receipt] = receipts_of(env, sid)
     usage = FakeLetta.turn_usage(3)
     assert receipt == {
@@ -89,7 +78,7 @@ def test_letta_async_route_receipt_is_read_from_the_finished_run(db: Path) -> No
         fake.configure(reply_text="Done.", turn_tools=["memory_insert"])
         env = env_for(db, LETTA_BASE_URL=fake.url)
         sid = due_prompt(env, fake.agent_ids[0])
-        [item] = run(env, "execute")["executed"]
+        [item] = cli_json(env, "execute")["executed"]
         [receipt] = receipts_of(env, sid)
     assert item["outcome"] == "delivered" and item["letta_run_id"].startswith("run-")
     assert receipt is not None and receipt["state"] == "complete"
@@ -132,7 +121,7 @@ def test_webhook_receipt_has_the_status_and_a_bounded_excerpt_of_the_body(db: Pa
         rx.answer_body = ("ok " + "é" * 20_000).encode()  # about 40 KB: only an excerpt is kept
         env = env_for(db, PROMPTYOSELF_WEBHOOK_URL=rx.url, PROMPTYOSELF_WEBHOOK_SECRET=SECRET)
         sid = due_prompt(env, "deploy-bot", "--target", "webhook")
-        assert run(env, "execute")["executed"][0]["outcome"] == "delivered"
+        assert cli_json(env, "execute")["executed"][0]["outcome"] == "delivered"
         [receipt] = receipts_of(env, sid)
     assert receipt is not None and receipt["state"] == "complete" and receipt["http_status"] == 200
     body = receipt["body"]
@@ -145,7 +134,7 @@ def test_history_rows_from_before_receipts_and_other_outcomes_have_none(db: Path
     env = env_for(db)
     sid = due_prompt(env, "agent-1")
     subprocess.run([*CLI, "execute"], capture_output=True, env=env, cwd=ROOT, timeout=120)
-    rows = run(env, "history", "--schedule-id", str(sid))["deliveries"]
+    rows = cli_json(env, "history", "--schedule-id", str(sid))["deliveries"]
     assert rows and all(r["outcome"] != "delivered" and r["receipt"] is None for r in rows)
     assert os.path.exists(db)
 
@@ -157,7 +146,7 @@ def test_letta_code_receipt_from_the_turns_stream(db: Path, tmp_path: Path) -> N
     with FakeLettaCode(tmp_path / "lc", agents=1, turn=0.1) as lc:
         env = env_for(db, LETTA_CODE_URL=lc.url)
         sid = due_prompt(env, lc.agent_ids[0], "--target", "letta-code")
-        assert run(env, "execute")["executed"][0]["outcome"] == "delivered"
+        assert cli_json(env, "execute")["executed"][0]["outcome"] == "delivered"
         [receipt] = receipts_of(env, sid)
     assert receipt is not None and receipt["state"] == "complete"
     assert (receipt["reply"], receipt["steps"], receipt["input_tokens"], receipt["output_tokens"]) == (

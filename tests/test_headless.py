@@ -116,7 +116,7 @@ async def test_both_cli_targets_say_the_same_about_their_binary(tmp_path: Path, 
     answers_.write_text("#!/bin/sh\necho 'cli 9.9.9'\n")
     for script in (fails, answers_):
         script.chmod(0o755)
-    settings = Settings(_env_file=None, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
+    settings = Settings(_env_file=None, db=str(tmp_path / "db.sqlite"),
                         **{setting: str(tmp_path / "missing")})
     made = registry.create(target, settings)
     with pytest.raises(TargetUnavailable, match=r"CLI .*missing.* was not found") as missing:

@@ -96,11 +96,13 @@ class FactoryPlugin:
 class _Entry:
     value: str | TargetPlugin
     error: str | None = None
+    overlap: OverlapSupport | None = None  # what the loaded plug-in says of overlap, read once
 
 
 _lock = threading.Lock()
 _entries: dict[str, _Entry] | None = None
 _added: dict[str, _Entry] = {}
+_merged: dict[str, _Entry] | None = None  # the two above as one table (a list answer asks it per row)
 
 
 def _discover() -> dict[str, _Entry]:
@@ -124,18 +126,20 @@ def _discover() -> dict[str, _Entry]:
 
 
 def _table() -> dict[str, _Entry]:
-    global _entries
+    global _entries, _merged
     with _lock:
-        if _entries is None:
-            _entries = _discover()
-        return {**_entries, **_added}
+        if _merged is None:
+            if _entries is None:
+                _entries = _discover()
+            _merged = {**_entries, **_added}
+        return _merged
 
 
 def reload() -> None:
     """Read the entry points again (a distribution installed while this process runs; tests)."""
-    global _entries
+    global _entries, _merged
     with _lock:
-        _entries = None
+        _entries = _merged = None
 
 
 def register(name: str, plugin: TargetPlugin | Factory | str) -> None:
@@ -143,14 +147,18 @@ def register(name: str, plugin: TargetPlugin | Factory | str) -> None:
     or ``"module:attribute"`` naming either, imported on first use."""
     if not name or name != name.strip().lower():
         raise ValueError(f"a target name is lower case without spaces, not {name!r}")
+    global _merged
     with _lock:
         _added[name] = _Entry(plugin if isinstance(plugin, str | TargetPlugin) else FactoryPlugin(name, plugin))
+        _merged = None
 
 
 def unregister(name: str) -> None:
     """Forget a target added by ``register`` (a declared one comes back as it was)."""
+    global _merged
     with _lock:
         _added.pop(name, None)
+        _merged = None
 
 
 def names() -> tuple[str, ...]:
@@ -233,14 +241,21 @@ def overlap_support(name: str | None) -> OverlapSupport:
     ``allow`` and None when it declares neither, or does not load."""
     from promptyoself.targets.base import OVERLAP_POLICIES
 
+    key = name or DEFAULT
+    entry = _table().get(key)
+    if entry is not None and entry.overlap is not None:  # read once per plug-in: a list asks per row
+        return entry.overlap
     try:
-        found = plugin(name)
+        found = plugin(key)
     except InvalidArgument:
         return OverlapSupport("allow", None)
     default = getattr(found, "default_overlap", None)
     check = getattr(found, "busy_check", None)
-    return OverlapSupport(default if default in OVERLAP_POLICIES else "allow",
-                          str(check)[:200] if isinstance(check, str) and check.strip() else None)
+    support = OverlapSupport(default if default in OVERLAP_POLICIES else "allow",
+                             str(check)[:200] if isinstance(check, str) and check.strip() else None)
+    if entry is not None:
+        entry.overlap = support
+    return support
 
 
 def overlap_policy(stored: str | None, target: str | None) -> str:
@@ -255,8 +270,10 @@ def overlap_note(stored: str | None, target: str | None) -> str | None:
     """What a schedule's description adds about its overlap policy: that its target cannot tell whether
     a turn is running, so its occurrences are sent as ``allow`` whatever the policy asked; None when
     the policy is ``allow`` or the target can tell."""
+    from promptyoself.targets.base import OVERLAP_POLICIES
+
     support = overlap_support(target)
-    policy = overlap_policy(stored, target)
+    policy = stored if stored in OVERLAP_POLICIES else support.default
     if policy == "allow" or support.busy_check is not None:
         return None
     return (f"overlap={policy} asked, but the {target or DEFAULT} target cannot tell whether a turn is still "

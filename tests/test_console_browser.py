@@ -102,7 +102,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
     ops, research = world["ops"], world["research"]
     core = world["core"]
     # the one-time hello is delivered by the service before the tour starts (history to show)
-    wait_for(lambda: core.operator.console_schedule(ids["hello"])["schedule"]["state"] == "completed",
+    wait_for(lambda: asyncio.run(core.operator.console_schedule(ids["hello"]))["schedule"]["state"] == "completed",
              "the first delivery")
 
     with sync_playwright() as p:
@@ -151,7 +151,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             # 3. approve the pending schedule
             submit(row("poll").locator("button", has_text="Approve"))
             assert f"Approved schedule {ids['poll']}" in page.inner_text(".flash")
-            assert core.operator.console_schedule(ids["poll"])["schedule"]["state"] == "active"
+            assert asyncio.run(core.operator.console_schedule(ids["poll"]))["schedule"]["state"] == "active"
             shot("04-approved")
 
             # 4. pause
@@ -187,7 +187,7 @@ def test_console_in_chromium(world: dict[str, Any], shots: Path) -> None:
             submit("#confirm-cancel button[type=submit]")
             assert f"Cancelled schedule {ids['cert']}" in page.inner_text(".flash")
             assert row("cert").count() == 0, "cancelled schedules leave the live list"
-            assert core.operator.console_schedule(ids["cert"])["schedule"]["state"] == "cancelled"
+            assert asyncio.run(core.operator.console_schedule(ids["cert"]))["schedule"]["state"] == "cancelled"
             shot("09-cancelled")
 
             # 7. the agent view

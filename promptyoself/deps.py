@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from promptyoself.letta.client import LettaClient
     from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
+    from promptyoself.store.policy import Policy
     from promptyoself.store.records import DayAsk
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,13 @@ class Services(Protocol):
     @property
     def letta(self) -> LettaClient: ...
 
-    def daily_budget(self, now: datetime) -> int: ...
+    async def delivery_policy(self, now: datetime) -> Policy: ...
 
-    def spend_caps(self, now: datetime) -> tuple[int, float]: ...
+    async def daily_budget(self, now: datetime) -> int: ...
 
-    def pause_after_failures(self, now: datetime) -> int: ...
+    async def spend_caps(self, now: datetime) -> tuple[int, float]: ...
+
+    async def pause_after_failures(self, now: datetime) -> int: ...
 
     def now(self) -> datetime: ...
 
@@ -152,50 +155,39 @@ class Deps:
                                                         threads=int(self.settings.max_in_flight) + 4)
         return self._deliveries
 
-    def budget_day(self, now: datetime) -> DayAsk:
+    async def budget_day(self, now: datetime) -> DayAsk:
         """What a claim counts its budget day against (``store.day_counts``): the day's start in
         ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``, with its cost
         budgets (``spend_caps``)."""
         from promptyoself.store.records import DayAsk
 
-        tokens, usd = self.spend_caps(now)
-        return DayAsk(self.settings.budget_day_start(now), self.daily_budget(now), tokens, usd)
+        p = await self.delivery_policy(now)
+        return DayAsk(self.settings.budget_day_start(now), p.max_deliveries_per_agent_per_day,
+                      p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day)
 
     POLICY_MAX_AGE = 1.0
     """Seconds delivery reuses a policy read (an operator's change shows within that)."""
 
-    def daily_budget(self, now: datetime) -> int:
-        """The operator's policy ``max_deliveries_per_agent_per_day`` (``store/policy.py``: the same for
-        every process, whatever its environment), read at most once a second; a ``Deps`` handed only an
-        in-memory delivery store (no database) takes its settings' value."""
-        from promptyoself.store.delivery_store import SqlDeliveryStore
-        from promptyoself.store.policy import load
+    async def delivery_policy(self, now: datetime) -> Policy:
+        """The operator's policy as delivery reads it: the store's ``policy`` verb (the database's, the
+        same for every process whatever its environment; a memory store's own), read at most once a
+        second. The store alone decides where it comes from."""
+        return await self.deliveries.policy(self.settings, now, max_age=self.POLICY_MAX_AGE)
 
-        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
-            return self.settings.max_deliveries_per_agent_per_day
+    async def daily_budget(self, now: datetime) -> int:
+        """The operator's policy ``max_deliveries_per_agent_per_day`` (``delivery_policy``)."""
+        return (await self.delivery_policy(now)).max_deliveries_per_agent_per_day
 
-        return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).max_deliveries_per_agent_per_day
-
-    def spend_caps(self, now: datetime) -> tuple[int, float]:
+    async def spend_caps(self, now: datetime) -> tuple[int, float]:
         """The operator's cost budgets per agent per day: ``max_tokens_per_agent_per_day`` and
         ``max_cost_usd_per_agent_per_day`` (0 = none), read as ``daily_budget`` is."""
-        from promptyoself.store.delivery_store import SqlDeliveryStore
-        from promptyoself.store.policy import load
-
-        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
-            return self.settings.max_tokens_per_agent_per_day, self.settings.max_cost_usd_per_agent_per_day
-        p = load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE)
+        p = await self.delivery_policy(now)
         return p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day
 
-    def pause_after_failures(self, now: datetime) -> int:
+    async def pause_after_failures(self, now: datetime) -> int:
         """The operator's policy ``pause_after_failures`` (failed occurrences in a row before delivery
         pauses a schedule; 0 = never), read as ``daily_budget`` is."""
-        from promptyoself.store.delivery_store import SqlDeliveryStore
-        from promptyoself.store.policy import load
-
-        if self._deliveries is not None and not isinstance(self._deliveries, SqlDeliveryStore):
-            return self.settings.pause_after_failures
-        return load(self.store, self.settings, now, max_age=self.POLICY_MAX_AGE).pause_after_failures
+        return (await self.delivery_policy(now)).pause_after_failures
 
     @property
     def letta(self) -> LettaClient:

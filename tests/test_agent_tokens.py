@@ -60,20 +60,21 @@ def make(client: TestClient, token: str, **body: Any) -> Any:
 
 
 def test_only_the_hash_is_stored_and_the_token_resolves_to_its_agent(op_core: Core) -> None:
-    minted = agent_tokens.mint(op_core, A)
+    minted = asyncio.run(agent_tokens.mint(op_core, A))
     token = minted["token"]
     assert token.startswith("pys_agent_") and len(token) > 40
     with op_core.store.engine.connect() as conn:
         stored = conn.execute(text("SELECT token_hash, hint FROM agent_tokens")).one()
     assert stored.token_hash == agent_tokens.hash_token(token) and token not in stored
-    assert agent_tokens.resolve(op_core, token) == A
-    assert agent_tokens.resolve(op_core, token + "x") is None and agent_tokens.resolve(op_core, OPERATOR) is None
-    listed = agent_tokens.listing(op_core)
+    assert asyncio.run(agent_tokens.resolve(op_core, token)) == A
+    assert asyncio.run(agent_tokens.resolve(op_core, token + "x")) is None
+    assert asyncio.run(agent_tokens.resolve(op_core, OPERATOR)) is None
+    listed = asyncio.run(agent_tokens.listing(op_core))
     assert listed["count"] == 1 and token not in json.dumps(listed)
 
 
 def test_an_agent_token_creates_lists_and_cancels_its_own_schedules(rest: TestClient, op_core: Core) -> None:
-    token = agent_tokens.mint(op_core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     made = make(rest, token)  # no agent_id: the token's agent
     assert made.status_code == 200, made.text
     assert made.json()["agent_id"] == A
@@ -91,7 +92,7 @@ def test_an_agent_token_creates_lists_and_cancels_its_own_schedules(rest: TestCl
 
 
 def test_an_agent_token_cannot_see_or_touch_another_agents_schedules(rest: TestClient, op_core: Core) -> None:
-    token = agent_tokens.mint(op_core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     theirs = make(rest, OPERATOR, agent_id=B).json()["id"]  # the operator may act for any agent
     before = count_schedules(op_core)
     for response in (
@@ -118,16 +119,16 @@ def test_an_agent_token_cannot_see_or_touch_another_agents_schedules(rest: TestC
 
 
 def test_a_revoked_or_rotated_token_is_refused(rest: TestClient, op_core: Core) -> None:
-    first = agent_tokens.mint(op_core, A)["token"]
+    first = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     assert rest.get("/api/schedules", headers=bearer(first)).status_code == 200
-    second = agent_tokens.mint(op_core, A, rotate=True)["token"]
+    second = asyncio.run(agent_tokens.mint(op_core, A, rotate=True))["token"]
     refused = rest.get("/api/schedules", headers=bearer(first))
     assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
     assert rest.get("/api/schedules", headers=bearer(second)).status_code == 200
-    assert agent_tokens.revoke(op_core, agent_id=A)["revoked"] == 1
+    assert asyncio.run(agent_tokens.revoke(op_core, agent_id=A))["revoked"] == 1
     assert rest.get("/api/schedules", headers=bearer(second)).status_code == 401
     assert make(rest, second).status_code == 401 and count_schedules(op_core) == 0
-    rows = agent_tokens.listing(op_core, A, include_revoked=True)["tokens"]
+    rows = asyncio.run(agent_tokens.listing(op_core, A, include_revoked=True))["tokens"]
     assert len(rows) == 2 and all(r["revoked_at"] for r in rows)
 
 
@@ -137,7 +138,7 @@ def test_a_made_up_agent_token_is_refused_even_without_an_operator_token(db_path
         with TestClient(build_rest_app(core)) as c:
             assert c.get("/api/schedules").status_code == 200
             assert c.get("/api/schedules", headers=bearer("pys_agent_made-up")).status_code == 401
-            token = agent_tokens.mint(core, A)["token"]
+            token = asyncio.run(agent_tokens.mint(core, A))["token"]
             bound = c.get("/api/schedules", headers=bearer(token), params={"agent_id": B})
             assert bound.status_code == 403
     finally:
@@ -154,7 +155,7 @@ def cli_as(core: Core, token: str | None, *argv: str, capsys: pytest.CaptureFixt
 
 
 def test_an_agent_token_cannot_approve_its_own_schedule(op_core: Core, capsys: pytest.CaptureFixture[str]) -> None:
-    token = agent_tokens.mint(op_core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     code, made = cli_as(op_core, token, "schedule", "--prompt", "p", "--every", "10m", "--skip-validation",
                         capsys=capsys)
     assert code == 0 and made["agent_id"] == A and made["state"] == "pending_approval"
@@ -167,22 +168,22 @@ def test_an_agent_token_cannot_approve_its_own_schedule(op_core: Core, capsys: p
     assert code == 1 and out["code"] == "forbidden"
     code, approved = cli_as(op_core, None, "approve", str(made["id"]), capsys=capsys)  # the operator may
     assert code == 0 and approved["state"] == "active"
-    agent_tokens.revoke(op_core, agent_id=A)
+    asyncio.run(agent_tokens.revoke(op_core, agent_id=A))
     code, out = cli_as(op_core, token, "list", capsys=capsys)
     assert code == 1 and out["code"] == "unauthorized"
 
 
 def test_the_token_commands_mint_list_rotate_and_revoke(op_core: Core, capsys: pytest.CaptureFixture[str]) -> None:
     code, minted = cli_as(op_core, None, "token", "mint", "--agent-id", A, capsys=capsys)
-    assert code == 0 and agent_tokens.resolve(op_core, minted["token"]) == A
+    assert code == 0 and asyncio.run(agent_tokens.resolve(op_core, minted["token"])) == A
     code, rotated = cli_as(op_core, None, "token", "rotate", "--agent-id", A, capsys=capsys)
     new = rotated["tokens"][0]["token"]
-    assert code == 0 and agent_tokens.resolve(op_core, new) == A
-    assert agent_tokens.resolve(op_core, minted["token"]) is None
+    assert code == 0 and asyncio.run(agent_tokens.resolve(op_core, new)) == A
+    assert asyncio.run(agent_tokens.resolve(op_core, minted["token"])) is None
     code, listed = cli_as(op_core, None, "token", "list", capsys=capsys)
     assert code == 0 and listed["count"] == 1 and new not in json.dumps(listed)
     code, revoked = cli_as(op_core, None, "token", "revoke", "--id", str(listed["tokens"][0]["id"]), capsys=capsys)
-    assert code == 0 and revoked["revoked"] == 1 and agent_tokens.resolve(op_core, new) is None
+    assert code == 0 and revoked["revoked"] == 1 and asyncio.run(agent_tokens.resolve(op_core, new)) is None
     code, again = cli_as(op_core, None, "token", "revoke", "--agent-id", A, capsys=capsys)
     assert code == 1 and again["code"] == "not_found"
 
@@ -191,7 +192,7 @@ async def test_mcp_tools_with_an_agent_token_act_for_that_agent_only(db_path: Pa
     from pydantic import SecretStr
 
     operator = Core(make_settings(db_path))
-    token = agent_tokens.mint(operator, A)["token"]
+    token = (await agent_tokens.mint(operator, A))["token"]
     theirs = (await operator.scheduling.schedule_every("p", "2h", agent_id=B, skip_validation=True))["id"]
     core = Core(make_settings(db_path, agent_token=SecretStr(token)))
     try:
@@ -213,7 +214,7 @@ async def test_mcp_tools_with_an_agent_token_act_for_that_agent_only(db_path: Pa
                 assert refused.is_error, name
                 assert json.loads(refused.content[0].text)["code"] == code, name  # type: ignore[union-attr]
             assert (await operator.scheduling.list_schedules(agent_id=B))["total"] == 1
-            agent_tokens.revoke(operator, agent_id=A)
+            await agent_tokens.revoke(operator, agent_id=A)
             refused = await c.call_tool("promptyoself_list", {}, raise_on_error=False)
             assert json.loads(refused.content[0].text)["code"] == "unauthorized"  # type: ignore[union-attr]
     finally:
@@ -230,7 +231,7 @@ def test_the_console_mints_rotates_and_revokes_and_refuses_agent_tokens(db_path:
 
     core, client = make(db_path, TOKEN, approval_below="1h")
     try:
-        token = agent_tokens.mint(core, A)["token"]
+        token = asyncio.run(agent_tokens.mint(core, A))["token"]
         pending = asyncio.run(core.scheduling.schedule_every("p", "10m", agent_id=A, skip_validation=True))
         assert pending["state"] == "pending_approval"
         as_agent = client.post(f"/console/schedules/{pending['id']}/approve", headers=bearer(token))
@@ -243,13 +244,14 @@ def test_the_console_mints_rotates_and_revokes_and_refuses_agent_tokens(db_path:
         assert page.status_code == 200 and A in page.text and token not in page.text
         made = client.post("/console/tokens/mint", data={"csrf": csrf, "agent_id": B})
         shown = re.search(r"pys_agent_[A-Za-z0-9_-]+", made.text)
-        assert made.status_code == 200 and shown and agent_tokens.resolve(core, shown.group(0)) == B
+        assert made.status_code == 200 and shown and asyncio.run(agent_tokens.resolve(core, shown.group(0))) == B
         rotated = client.post("/console/tokens/rotate", data={"csrf": csrf, "agent_id": A})
         new = re.search(r"pys_agent_[A-Za-z0-9_-]+", rotated.text)
-        assert new and agent_tokens.resolve(core, new.group(0)) == A and agent_tokens.resolve(core, token) is None
-        live = agent_tokens.listing(core, A)["tokens"][0]["id"]
+        assert new and asyncio.run(agent_tokens.resolve(core, new.group(0))) == A
+        assert asyncio.run(agent_tokens.resolve(core, token)) is None
+        live = asyncio.run(agent_tokens.listing(core, A))["tokens"][0]["id"]
         gone = client.post("/console/tokens/revoke", data={"csrf": csrf, "id": str(live)})
-        assert gone.status_code == 303 and agent_tokens.resolve(core, new.group(0)) is None
+        assert gone.status_code == 303 and asyncio.run(agent_tokens.resolve(core, new.group(0))) is None
         assert client.post("/console/tokens/mint", data={"agent_id": B}).status_code == 403  # no CSRF token
     finally:
         client.close()
@@ -261,12 +263,13 @@ def test_agent_tokens_on_postgresql(pg_url: str) -> None:
     """The same table and look-ups on PostgreSQL (migration 0011): mint, resolve, rotate, revoke."""
     core = Core(make_settings(Path("unused.db"), db=pg_url))
     try:
-        first = agent_tokens.mint(core, A)["token"]
-        assert agent_tokens.resolve(core, first) == A
-        second = agent_tokens.mint(core, A, rotate=True)["token"]
-        assert agent_tokens.resolve(core, first) is None and agent_tokens.resolve(core, second) == A
-        assert agent_tokens.revoke(core, agent_id=A)["revoked"] == 1
-        assert agent_tokens.resolve(core, second) is None
-        assert len(agent_tokens.listing(core, A, include_revoked=True)["tokens"]) == 2
+        first = asyncio.run(agent_tokens.mint(core, A))["token"]
+        assert asyncio.run(agent_tokens.resolve(core, first)) == A
+        second = asyncio.run(agent_tokens.mint(core, A, rotate=True))["token"]
+        assert asyncio.run(agent_tokens.resolve(core, first)) is None
+        assert asyncio.run(agent_tokens.resolve(core, second)) == A
+        assert asyncio.run(agent_tokens.revoke(core, agent_id=A))["revoked"] == 1
+        assert asyncio.run(agent_tokens.resolve(core, second)) is None
+        assert len(asyncio.run(agent_tokens.listing(core, A, include_revoked=True))["tokens"]) == 2
     finally:
         core.close()

@@ -326,9 +326,10 @@ def test_policy_and_metrics_show_the_alerts(tmp_path: Path) -> None:
 
     core = Core(Settings(db=str(tmp_path / "m.db"), executor_autostart=False), clock=lambda: T0)
     try:
-        assert core.operator.policy_show()["policy"]["pause_after_failures"] == 5
-        assert core.operator.policy_set({"pause_after_failures": "3"})["policy"]["pause_after_failures"] == 3
-        assert core.pause_after_failures(T0) == 3
+        assert asyncio.run(core.operator.policy_show())["policy"]["pause_after_failures"] == 5
+        set_ = asyncio.run(core.operator.policy_set({"pause_after_failures": "3"}))
+        assert set_["policy"]["pause_after_failures"] == 3
+        assert asyncio.run(core.pause_after_failures(T0)) == 3
         with core.store.engine.begin() as conn:
             stored_alerts.add(conn, [delivery_alerts.row("k", "schedule_paused", "m", T0, schedule_id=1)])
         text = render(registry_for(core)).decode()

@@ -140,7 +140,7 @@ def test_zero_timeout_never_asks(db_path: Path) -> None:
 
 def test_an_agent_token_caller_is_never_asked(db_path: Path) -> None:
     op_core = core_for(db_path)
-    token = agent_tokens.mint(op_core, AGENT)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, AGENT))["token"]
     op_core.close()
     core = core_for(db_path, agent_token=token)
     asked = Asked({"value": "approve"})

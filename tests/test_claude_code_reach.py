@@ -105,7 +105,7 @@ def post(client: TestClient, token: str, **body: Any) -> Any:
 
 def test_an_agent_token_cannot_schedule_into_another_session_over_rest(home: Path, rest: TestClient,
                                                                      op_core: Core, tmp_path: Path) -> None:
-    token = agent_tokens.mint(op_core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     for extra in ({}, {"cwd": str(tmp_path / "victim")}, {"cwd": "/etc"},
                   {"cwd": str(tmp_path / "victim" / ".." / ".." / ".." / "etc")}):
         refused = post(rest, token, session_id=VICTIM, **extra)
@@ -119,7 +119,7 @@ def test_an_agent_token_cannot_schedule_into_another_session_over_rest(home: Pat
 def test_a_session_s_own_token_reaches_it_in_its_recorded_directory_only(home: Path, rest: TestClient,
                                                                         op_core: Core, tmp_path: Path) -> None:
     own = f"claude-code-{MINE}"
-    token = agent_tokens.mint(op_core, own)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, own))["token"]
     made = post(rest, token, session_id=MINE)
     assert made.status_code == 200, made.text
     assert made.json()["target_options"] == {"session_id": MINE, "cwd": str(tmp_path / "mine")}
@@ -148,7 +148,7 @@ def test_the_operator_names_any_session_but_not_another_directory(home: Path, re
 
 def test_the_cli_with_an_agent_token_names_no_other_session(home: Path, op_core: Core,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    token = agent_tokens.mint(op_core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(op_core, A))["token"]
     op_core.settings = op_core.settings.model_copy(update={"agent_token": SecretStr(token)})
     code = cli.main(["--json", "schedule", "--prompt", "p", "--time", "in 5m", "--target", "claude-code",
                      "--session-id", VICTIM, "--cwd", "/etc"], core=op_core)
@@ -163,7 +163,7 @@ async def test_mcp_tools_with_an_agent_token_reach_the_own_session_only(home: Pa
     """A stdio server with ``PROMPTYOSELF_AGENT_TOKEN`` (in memory here): a session it names is refused
     unless it is the one it runs in; from inside its own session it needs no ids."""
     operator = Core(make_settings(db_path))
-    token = agent_tokens.mint(operator, A)["token"]
+    token = (await agent_tokens.mint(operator, A))["token"]
     core = Core(make_settings(db_path, agent_token=SecretStr(token)))
     try:
         async with Client(build_server(core)) as c:
@@ -206,7 +206,7 @@ def test_mcp_over_http_with_an_agent_token_reaches_no_session_of_the_service(
         {"pid": os.getppid(), "sessionId": VICTIM, "cwd": str(tmp_path / "victim")}))
     monkeypatch.setenv("CLAUDECODE", "1")
     core = Core(make_settings(db_path, http_token=OPERATOR))
-    token = agent_tokens.mint(core, A)["token"]
+    token = asyncio.run(agent_tokens.mint(core, A))["token"]
     app = build_server(core).http_app(path="/mcp", middleware=transport_middleware(
         core.settings, "127.0.0.1", agent_token=agent_resolver(core)))
     port = free_port()
@@ -431,7 +431,7 @@ async def test_a_relayed_stdio_session_with_an_agent_token_reaches_no_session_of
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))  # where the test looks for the service's socket
     db = tmp_path / "relay.db"
     operator = Core(make_settings(db))
-    token = agent_tokens.mint(operator, A)["token"]
+    token = (await agent_tokens.mint(operator, A))["token"]
     (home / "sessions" / f"{os.getpid()}.json").write_text(json.dumps(  # the service runs inside a session
         {"pid": os.getpid(), "sessionId": VICTIM, "cwd": str(tmp_path / "victim")}))
     svc = Service(db, runtime, CLAUDECODE="1", CLAUDE_CONFIG_DIR=str(home))

@@ -5,6 +5,7 @@ Timings are in `python -m bench` (section cli_speed), not here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def test_schedule_and_list_go_through_the_running_service(tmp_path: Path, runtim
         # an agent token limits the relayed call as it limits the in-process one
         operator = Core(make_settings(db))
         try:
-            token = agent_tokens.mint(operator, AGENT)["token"]
+            token = asyncio.run(agent_tokens.mint(operator, AGENT))["token"]
         finally:
             operator.close()
         as_agent = {**env, "PROMPTYOSELF_AGENT_TOKEN": token}

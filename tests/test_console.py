@@ -70,7 +70,7 @@ def test_every_action_needs_the_token(guarded: tuple[Core, TestClient], action: 
     path = "/console/logout" if action == "logout" else f"/console/schedules/1/{action}"
     r = client.post(path, data={"csrf": "0" * 40, "confirm": "yes"})
     assert r.status_code == 401
-    assert core.operator.console_schedule(1)["schedule"]["state"] == "active"
+    assert asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "active"
 
 
 @pytest.mark.parametrize("action", ACTIONS)
@@ -84,7 +84,7 @@ def test_every_action_needs_the_csrf_token(guarded: tuple[Core, TestClient], act
                     headers={"origin": "https://evil.example"})
     # refused before the console sees it (the service's RequestGuard), else by the console's own check
     assert r.status_code == 403 and ("forbidden_origin" in r.text or "Cross-site" in r.text)
-    assert core.operator.console_schedule(1)["schedule"]["state"] == "active"
+    assert asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "active"
 
 
 def test_sign_in_sets_a_strict_httponly_cookie_and_never_the_token(guarded: tuple[Core, TestClient]) -> None:
@@ -120,7 +120,7 @@ def test_bearer_token_works_for_scripts(guarded: tuple[Core, TestClient]) -> Non
     auth = {"authorization": f"Bearer {TOKEN}"}
     assert client.get("/console/agents", headers=auth).status_code == 200
     r = client.post("/console/schedules/1/pause", headers=auth, data={})
-    assert r.status_code == 303 and core.operator.console_schedule(1)["schedule"]["state"] == "paused"
+    assert r.status_code == 303 and asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "paused"
     assert client.get("/", headers={"authorization": "Bearer nope"}).status_code == 303
 
 
@@ -145,17 +145,17 @@ def test_actions_change_the_schedule_through_the_core(guarded: tuple[Core, TestC
     assert "Paused schedule 1." in page.text and 'data-state="paused"' in page.text
     assert "Paused schedule 1." not in client.get("/?state=all").text, "a notice shows once"
     post("resume")
-    assert core.operator.console_schedule(1)["schedule"]["state"] == "active"
+    assert asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "active"
     post("run")
-    row = core.operator.console_schedule(1)
+    row = asyncio.run(core.operator.console_schedule(1))
     assert row["schedule"]["state"] == "active"
     # cancel asks first: without confirm=yes it leads to the confirmation page
     assert post("cancel").startswith("/console/schedules/1/cancel?back=")
     confirm = client.get("/console/schedules/1/cancel?back=/")
     assert confirm.status_code == 200 and "Yes, cancel schedule #1" in confirm.text
-    assert core.operator.console_schedule(1)["schedule"]["state"] == "active"
+    assert asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "active"
     post("cancel", confirm="yes")
-    assert core.operator.console_schedule(1)["schedule"]["state"] == "cancelled"
+    assert asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "cancelled"
     # an action the schedule's state does not allow is reported, not a crash
     post("approve")
     assert "only schedules in state pending_approval" in client.get("/").text
@@ -204,7 +204,7 @@ def test_open_console_without_a_token_still_checks_csrf(db_path: Path) -> None:
         assert client.get("/console/login").status_code == 303, "nothing to sign in to"
         assert client.post("/console/schedules/1/pause", data={"csrf": "0" * 40}).status_code == 403
         r = client.post("/console/schedules/1/pause", data={"csrf": csrf_of(first.text)})
-        assert r.status_code == 303 and core.operator.console_schedule(1)["schedule"]["state"] == "paused"
+        assert r.status_code == 303 and asyncio.run(core.operator.console_schedule(1))["schedule"]["state"] == "paused"
         r = client.post("/console/schedules/1/resume", data={"csrf": csrf_of(first.text)}, headers={"origin": "null"})
         assert r.status_code == 403
         # DNS rebinding: a page of another site whose name points at 127.0.0.1 reads nothing

@@ -87,7 +87,7 @@ def test_signed_out_cookie_and_its_csrf_stay_dead_after_a_restart(two: tuple[Ins
             assert client.get("/").status_code == 303, "signed out is signed out after a restart"
             r = client.post("/console/schedules/1/pause", data={"csrf": csrf})
             assert r.status_code == 401
-        assert restarted.core.operator.console_schedule(1)["schedule"]["state"] == "active"
+        assert asyncio.run(restarted.core.operator.console_schedule(1))["schedule"]["state"] == "active"
         fresh, _ = sign_in(restarted.client)  # signing in again works
         assert fresh != cookie
     finally:
@@ -240,7 +240,7 @@ def test_created_last_hour_is_the_count_even_past_the_limit(db_path: Path) -> No
     try:
         for i in range(5):
             asyncio.run(core.scheduling.schedule_every(f"p{i}", "30m", agent_id=AGENT, skip_validation=True))
-        core.operator.policy_set({"max_schedules_per_agent_per_hour": 2})
+        asyncio.run(core.operator.policy_set({"max_schedules_per_agent_per_hour": 2}))
         usage = asyncio.run(core.operator.agent_usage(AGENT))
         assert usage["created_last_hour"] == 5 and usage["hourly_limit"] == 2
     finally:

@@ -95,14 +95,14 @@ def test_the_cost_budgets_are_set_from_the_cli(db_path: Path, capsys: pytest.Cap
         bad = json.loads(capsys.readouterr().out)
         assert code != 0 and bad["code"] == "invalid_argument" and "US dollars" in json.dumps(bad)
         assert asyncio.run(core.operator.policy()).max_cost_usd_per_agent_per_day == 2.5  # nothing changed
-        assert core.spend_caps(core.now()) == (250000, 2.5)
+        assert asyncio.run(core.spend_caps(core.now())) == (250000, 2.5)
     finally:
         core.close()
 
 
 def test_the_cost_budgets_are_set_over_rest_by_the_operator_only(db_path: Path) -> None:
     core = make_core(db_path, http_token="operator-token-123456")
-    token = agent_tokens.mint(core, "agent-a")["token"]
+    token = asyncio.run(agent_tokens.mint(core, "agent-a"))["token"]
     try:
         with TestClient(build_rest_app(core)) as http:
             auth = {"Authorization": "Bearer operator-token-123456"}
@@ -180,7 +180,7 @@ def token_day(db: str, fake: FakeLetta) -> None:
     core = make_core(db, fake, clock=clock)
     agent, other = fake.agent_ids[0], fake.agent_ids[1]
     try:
-        core.operator.policy_set({"max_tokens_per_agent_per_day": 150})
+        asyncio.run(core.operator.policy_set({"max_tokens_per_agent_per_day": 150}))
         due = T0 - timedelta(minutes=5)
         first = add_schedule(core.store, agent, "first", due)
         assert drain(core) == ["delivered"]
@@ -258,7 +258,7 @@ async def receipt_completed_later(db: str) -> None:
         assert (day.delivered_today, day.tokens_today, day.cost_usd_today) == (1, 1234, 0.0125)
         assert spend_by_agent(core.store, since, T0) == {"agent-p": (1234, 0.0125)}
         # the claim counts it in its own transaction, when a cost budget is set
-        core.operator.policy_set({"max_cost_usd_per_agent_per_day": "0.01"})
+        await core.operator.policy_set({"max_cost_usd_per_agent_per_day": "0.01"})
         add_schedule(core.store, "agent-p", "next", T0 - timedelta(seconds=1))
         claimed = await core.deliveries.claim("owner-1", T0, T0 + timedelta(minutes=1), limit=5)
         [mine] = [c for c in claimed if c.prompt_text == "next"]
@@ -275,7 +275,8 @@ async def receipt_completed_later(db: str) -> None:
 async def test_an_agent_reads_its_own_budgets_through_the_tool(db_path: Path) -> None:
     clock = Clock(T0)
     operator = make_core(db_path, clock=clock, max_deliveries_per_agent_per_day=10)
-    operator.operator.policy_set({"max_tokens_per_agent_per_day": 1000, "max_cost_usd_per_agent_per_day": "0.5"})
+    await operator.operator.policy_set({"max_tokens_per_agent_per_day": 1000,
+                                        "max_cost_usd_per_agent_per_day": "0.5"})
     sid = add_schedule(operator.store, "agent-a", "p", T0 - timedelta(minutes=2))
     with operator.store.session() as s:
         from promptyoself.store.db import Delivery
@@ -283,7 +284,7 @@ async def test_an_agent_reads_its_own_budgets_through_the_tool(db_path: Path) ->
         s.add(Delivery(schedule_id=sid, agent_id="agent-a", scheduled_for=T0 - timedelta(minutes=2),
                        attempted_at=T0 - timedelta(minutes=1), outcome="delivered", attempt=1,
                        receipt_state="complete", tokens=400, cost_usd=0.5))
-    token = agent_tokens.mint(operator, "agent-a")["token"]
+    token = (await agent_tokens.mint(operator, "agent-a"))["token"]
     agent = Core(make_settings(db_path, agent_token=SecretStr(token)), clock=clock)
     try:
         async with Client(build_server(agent)) as c:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from promptyoself.store import claims
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome
 from promptyoself.store.db import Schedule, Store
 from promptyoself.store.delivery_store import DeliveryStore, SqlDeliveryStore
@@ -38,9 +39,9 @@ class Budget:
     def __init__(self) -> None:
         self.cap = 0
         self.threads: list[str] = []
-        """The threads it was asked on (the claim's transaction's)."""
+        """The threads it was asked on (the event loop's: it is async, asked before the claim's transaction)."""
 
-    def __call__(self, now: datetime) -> DayAsk:
+    async def __call__(self, now: datetime) -> DayAsk:
         self.threads.append(threading.current_thread().name)
         return DayAsk(DAY, self.cap)
 
@@ -182,17 +183,29 @@ async def test_pending_receipts_are_listed_oldest_first_and_completed_once(env: 
 
 async def test_the_sql_stores_work_runs_in_its_own_threads_and_the_memory_stores_on_the_loop(env: Env) -> None:
     """The interface is async: a verb is awaited on the event loop. The SQL store's blocking work (the
-    claim's transaction, its budget day's read within it) runs in the store's own pool, never on the
-    loop's thread; the memory store's runs on the loop (no thread: it is memory)."""
+    claim's transaction) runs in the store's own pool, never on the loop's thread; the memory store's
+    runs on the loop (no thread: it is memory). The budget day is asked on the loop before the claim
+    (``Deps.budget_day`` reads the policy through the store's ``policy`` verb, in the pool)."""
     sid = env.add("agent-a", T0 - timedelta(seconds=1))
-    [row] = await env.ds.claim("A", T0, T0 + LEASE, limit=5)
+    seen: list[str] = []
+    if isinstance(env.ds, SqlDeliveryStore):
+        real = claims.claim_due
+
+        def claim_due(*args: Any, **kwargs: Any) -> Any:
+            seen.append(threading.current_thread().name)
+            return real(*args, **kwargs)
+
+        claims.claim_due = claim_due  # type: ignore[assignment]
+    try:
+        [row] = await env.ds.claim("A", T0, T0 + LEASE, limit=5)
+    finally:
+        if isinstance(env.ds, SqlDeliveryStore):
+            claims.claim_due = real  # type: ignore[assignment]
     assert row.id == sid and (await env.ds.record([outcome(env, sid, "A")])).written == {sid}
     loop_thread = threading.current_thread().name
-    assert env.budget.threads
-    if env.store is None:
-        assert set(env.budget.threads) == {loop_thread}
-    else:
-        assert all(t.startswith("promptyoself-store") for t in env.budget.threads)
+    assert env.budget.threads and set(env.budget.threads) == {loop_thread}
+    if env.store is not None:
+        assert seen and all(t.startswith("promptyoself-store") for t in seen)
 
 
 async def test_a_lapsed_claim_is_taken_over_and_its_first_holder_loses_it(env: Env) -> None:

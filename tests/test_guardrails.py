@@ -126,7 +126,8 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         hist = asyncio.run(core.scheduling.history(agent_id=agent))
         assert hist["guardrails"]["usage"]["delivered_today"] == 2
         assert hist["guardrails"]["usage"]["budget_left"] == 0 and hist["guardrails"]["usage"]["held_back"] == 1
-        assert core.operator.today()["over_budget"] == 1 and core.operator.today()["delivered"] == 2
+        today = asyncio.run(core.operator.today())
+        assert today["over_budget"] == 1 and today["delivered"] == 2
         assert core.health()["guardrails"]["over_budget_today"] == 1
         text = render(registry_for(core)).decode()
         assert 'promptyoself_deliveries_total{outcome="over_budget"} 1.0' in text
@@ -174,7 +175,7 @@ def test_run_now_delivers_the_next_occurrence_at_once(db_path: Path, clock: Cloc
         result = asyncio.run(core.operator.run_now(made["id"]))
         assert result["state"] == "active"
         assert drain(core) == ["delivered"]
-        row = core.operator.console_schedule(made["id"])
+        row = asyncio.run(core.operator.console_schedule(made["id"]))
         assert row["schedule"]["next_run"] is not None and row["schedule"]["next_run"] > first
         assert row["deliveries"][0]["outcome"] == "delivered"
         assert len(row["upcoming"]) == 5 and row["rule"] == "Every 2h"

@@ -258,14 +258,14 @@ def test_install_and_uninstall_the_skill_and_mcp_entry(plain_core: Any, tmp_path
     assert [s["name"] for s in servers] == ["promptyoself"] and servers[0]["transport"] == "stdio"
     assert servers[0]["env"]["LETTA_CODE_URL"] == core.settings.letta_code_url
     token = servers[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"]  # the agent's own token, not the operator's
-    assert agent_tokens.resolve(core, token) == agent
+    assert asyncio.run(agent_tokens.resolve(core, token)) == agent
     assert "mcpServers" not in data["agents"][1]
     skill = (home / "skills" / "promptyoself" / "SKILL.md").read_text()
     assert skill.startswith("---\nname: promptyoself\n") and "--cron" in skill and "cancel" in skill
     gone = letta_code.uninstall(core, agent, str(home))
     assert gone["mcp_entries_removed"] == 1 and gone["skill_removed"] is True
     assert json.loads((home / "settings.json").read_text())["agents"][0]["mcpServers"] == []
-    assert agent_tokens.resolve(core, token) is None  # uninstalled: its token is revoked
+    assert asyncio.run(agent_tokens.resolve(core, token)) is None  # uninstalled: its token is revoked
     with pytest.raises(Exception, match="no entry"):
         letta_code.install(core, "agent-local-nobody", str(home))
 

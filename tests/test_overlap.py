@@ -321,10 +321,11 @@ def test_the_policy_is_stored_defaulted_listed_and_compared(db_url: str, target:
         listed = {s["id"]: s for s in asyncio.run(core.scheduling.list_schedules(agent_id="agent-a"))["schedules"]}
         assert [listed[i]["overlap"] for i in (made["id"], hook["id"], first["id"])] == ["skip", "queue", "allow"]
         assert "cannot tell" not in listed[made["id"]]["description"]
-        page = core.operator.console_schedules(agent_id="agent-a")
+        page = asyncio.run(core.operator.console_schedules(agent_id="agent-a"))
         rules = {v["schedule"]["id"]: v["rule"] for v in page["schedules"]}
         assert rules[made["id"]].endswith("; overlap skip") and "overlap" not in rules[first["id"]]  # allow
-        assert "overlap skip" in core.operator.console_schedule(made["id"])["rule"]  # the console's schedule page
+        shown = asyncio.run(core.operator.console_schedule(made["id"]))  # the console's schedule page
+        assert "overlap skip" in shown["rule"]
         assert rules[hook["id"]].count("overlap") == 1  # its description says it already
         with pytest.raises(InvalidArgument, match="overlap"):
             ScheduleOptions.of({"overlap": "sometimes"})

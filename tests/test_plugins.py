@@ -147,12 +147,12 @@ async def test_an_outside_target_through_mcp_rest_and_delivery(outside: Path, tm
             assert bad.status_code == 400 and "target_options.colour" in bad.json()["error"]
             assert [t["name"] for t in rest.get("/api/targets").json()["targets"]] == list(registry.names())
         assert schedules.count_live(core.store, AGENT) == 2  # the refused ones stored nothing
-        assert core.health()["targets"]["jsonl"] == {"active": 2, "due": 0}
+        assert (await asyncio.to_thread(core.health))["targets"]["jsonl"] == {"active": 2, "due": 0}
         clock.now = FIXED_NOW + timedelta(minutes=10)
         drain_once(core)
         drain_once(core)  # nothing left: each occurrence once
         assert sorted((x["tag"], x["agent"]) for x in lines(outside)) == [("ops", AGENT), ("rest", AGENT)]
-        readiness = core.health()["readiness"]
+        readiness = (await asyncio.to_thread(core.health))["readiness"]
         assert readiness.get("jsonl", "").startswith("JSON lines at") or "jsonl" not in readiness
     finally:
         core.close()

@@ -213,26 +213,27 @@ def test_the_year_9999_interval_stores_no_row(db_path: Path) -> None:
 def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
     first = Core(make_settings(db_path, approval_below="10m"), clock=fixed())
     try:
-        shown = {e["name"]: e for e in first.operator.policy_show()["policy_entries"]}
+        shown = {e["name"]: e for e in asyncio.run(first.operator.policy_show())["policy_entries"]}
         assert shown["approval_below"]["value"] == "10m" and shown["approval_below"]["source"] == "environment seed"
         assert "PROMPTYOSELF_APPROVAL_BELOW" in shown["approval_below"]["origin"]
         assert shown["max_active_per_agent"]["source"] == "default"
-        result = first.operator.policy_set({"max-active-per-agent": "3", "max_schedules_per_agent_per_hour": 4})
+        result = asyncio.run(first.operator.policy_set({"max-active-per-agent": "3",
+                                                        "max_schedules_per_agent_per_hour": 4}))
         assert result["policy"]["max_active_per_agent"] == 3
         assert result["policy"]["max_schedules_per_agent_per_hour"] == 4
         with pytest.raises(PromptYoSelfError) as bad:
-            first.operator.policy_set({"approval_below": "soon"})
+            asyncio.run(first.operator.policy_set({"approval_below": "soon"}))
         assert bad.value.code == "invalid_argument"
         with pytest.raises(PromptYoSelfError):
-            first.operator.policy_set({"nonsense": "1"})
+            asyncio.run(first.operator.policy_set({"nonsense": "1"}))
         with pytest.raises(PromptYoSelfError):
-            first.operator.policy_set({"max_active_per_agent": "0"})
+            asyncio.run(first.operator.policy_set({"max_active_per_agent": "0"}))
     finally:
         first.close()
     # a later process with another environment: the stored values stand, and show says so
     later = Core(make_settings(db_path, approval_below="1h", max_active_per_agent=50), clock=fixed())
     try:
-        shown = {e["name"]: e for e in later.operator.policy_show()["policy_entries"]}
+        shown = {e["name"]: e for e in asyncio.run(later.operator.policy_show())["policy_entries"]}
         assert shown["approval_below"]["value"] == "10m", "the environment only seeds"
         assert shown["max_active_per_agent"]["value"] == 3 and shown["max_active_per_agent"]["source"] == "database"
         note = shown["max_active_per_agent"]["note"]
@@ -244,7 +245,7 @@ def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
     third = Core(make_settings(db_path, max_deliveries_per_agent_per_day=7), clock=fixed())
     try:
         assert asyncio.run(third.operator.policy()).max_deliveries_per_agent_per_day == 7
-        assert third.operator.policy_show()["policy_entries"][0]["source"] == "environment seed"
+        assert asyncio.run(third.operator.policy_show())["policy_entries"][0]["source"] == "environment seed"
     finally:
         third.close()
     fourth = Core(make_settings(db_path, max_deliveries_per_agent_per_day=9), clock=fixed())
@@ -258,7 +259,7 @@ def test_policy_show_says_where_each_value_came_from(db_path: Path) -> None:
 def policy_db(db_path: Path) -> Path:
     """A database whose policy an operator set once: approval below 10m, at most 3 live schedules."""
     setter = Core(make_settings(db_path), clock=fixed())
-    setter.operator.policy_set({"approval_below": "10m", "max_active_per_agent": "3"})
+    asyncio.run(setter.operator.policy_set({"approval_below": "10m", "max_active_per_agent": "3"}))
     setter.close()
     return db_path
 
@@ -369,7 +370,7 @@ def test_rest_policy_routes(db_path: Path) -> None:
             assert http.put("/api/policy", headers=auth, json={"budget": 1}).status_code == 422
             from promptyoself.core import agent_tokens
 
-            agent = {"Authorization": "Bearer " + agent_tokens.mint(core, "agent-own")["token"]}
+            agent = {"Authorization": "Bearer " + asyncio.run(agent_tokens.mint(core, "agent-own"))["token"]}
             for refused in (http.get("/api/policy", headers=agent),
                             http.put("/api/policy", headers=agent, json={"max_active_per_agent": 1000})):
                 assert refused.status_code == 403 and refused.json()["code"] == "forbidden"
@@ -411,19 +412,19 @@ async def test_delivery_budget_reads_the_stored_policy(db_path: Path) -> None:
 
     core = Core(make_settings(db_path, max_deliveries_per_agent_per_day=500), clock=fixed())
     try:
-        core.operator.policy_set({"max_deliveries_per_agent_per_day": 0})
+        await core.operator.policy_set({"max_deliveries_per_agent_per_day": 0})
         sid = add_schedule(core.store, "agent-b", "p", FIXED_NOW)
         from promptyoself.store.schedules import get
 
         row = get(core.store, sid)
         assert row is not None
-        assert (await budget.verdict(core, row, FIXED_NOW, asyncio.to_thread)).over is None
-        core.operator.policy_set({"max_deliveries_per_agent_per_day": 1})
+        assert (await budget.verdict(core, row, FIXED_NOW)).over is None
+        await core.operator.policy_set({"max_deliveries_per_agent_per_day": 1})
         from promptyoself.store.passthrough import record_send
 
         record_send(core.store, "agent-b", "/v1/agents/agent-b/messages", FIXED_NOW, budget=1,
                     since=FIXED_NOW - timedelta(hours=1))
-        verdict = await budget.verdict(core, row, FIXED_NOW, asyncio.to_thread)
+        verdict = await budget.verdict(core, row, FIXED_NOW)
         assert verdict.over is not None and "max_deliveries_per_agent_per_day=1" in verdict.over
     finally:
         core.close()
@@ -436,8 +437,8 @@ def test_metrics_show_the_stored_policy_not_this_processs_environment(db_path: P
 
     writer = Core(make_settings(db_path), clock=fixed())
     try:
-        writer.operator.policy_set({"max_deliveries_per_agent_per_day": 7, "approval_below": "10m",
-                           "max_active_per_agent": 3})
+        asyncio.run(writer.operator.policy_set({"max_deliveries_per_agent_per_day": 7, "approval_below": "10m",
+                           "max_active_per_agent": 3}))
     finally:
         writer.close()
     scraper = Core(make_settings(db_path, max_deliveries_per_agent_per_day=500, approval_below="1h"), clock=fixed())
@@ -592,11 +593,11 @@ def test_pass_through_sends_count_against_the_daily_budget(db_path: Path) -> Non
 def test_quota_error_names_the_stored_limit(db_path: Path) -> None:
     core = Core(make_settings(db_path), clock=fixed())
     try:
-        core.operator.policy_set({"max_active_per_agent": 1, "max_schedules_per_agent_per_hour": 0})
+        asyncio.run(core.operator.policy_set({"max_active_per_agent": 1, "max_schedules_per_agent_per_hour": 0}))
         asyncio.run(core.scheduling.schedule_every("a", "1h", agent_id="agent-q", skip_validation=True))
         with pytest.raises(QuotaExceeded, match="limit is 1"):
             asyncio.run(core.scheduling.schedule_every("b", "1h", agent_id="agent-q", skip_validation=True))
-        core.operator.policy_set({"max_active_per_agent": 5, "max_schedules_per_agent_per_hour": 1})
+        asyncio.run(core.operator.policy_set({"max_active_per_agent": 5, "max_schedules_per_agent_per_hour": 1}))
         with pytest.raises(RateLimited):
             asyncio.run(core.scheduling.schedule_every("c", "1h", agent_id="agent-q", skip_validation=True))
     finally:

@@ -402,7 +402,7 @@ def test_an_agent_token_cannot_pass_a_callback_url(twelve: tuple[Core, Any]) -> 
     from promptyoself.store import schedules
 
     core, c = twelve
-    token = agent_tokens.mint(core, "agent-ids")["token"]
+    token = asyncio.run(agent_tokens.mint(core, "agent-ids"))["token"]
     mine = {"authorization": f"Bearer {token}", "content-type": "application/json"}
     before = len(schedules.letta_page(core.store, "agent-ids", None, 100))
     for url in ("http://169.254.169.254/latest/meta-data/", "https://example.org/hook"):
@@ -424,7 +424,7 @@ def test_image_data_counts_against_the_stored_payload_limit(twelve: tuple[Core, 
     from promptyoself.store import schedules
 
     core, c = twelve
-    token = agent_tokens.mint(core, "agent-ids")["token"]
+    token = asyncio.run(agent_tokens.mint(core, "agent-ids"))["token"]
     mine = {"authorization": f"Bearer {token}", "content-type": "application/json"}
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "A" * 300_000}}
     body = _letta_body()

@@ -344,12 +344,13 @@ async def test_error_codes(client: Client[Any], fake: FakeLetta, tcore: Core) ->
     conflict = await expect("promptyoself_schedule_time", {**keyed, "prompt": "other"}, "idempotency_conflict")
     assert "prompt" in conflict["error"] and conflict["schedule_id"] == json.loads(first.content[0].text)["id"]
 
-    tcore.operator.policy_set({"max_schedules_per_agent_per_hour": 1})  # the agent made one schedule this hour already
+    # the agent made one schedule this hour already
+    await tcore.operator.policy_set({"max_schedules_per_agent_per_hour": 1})
     await ok(client, "promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": fake.agent_ids[1]})
     limited = await expect("promptyoself_schedule_time",
                            {"prompt": "p", "time": "in 6m", "agent_id": fake.agent_ids[1]}, "rate_limited")
     assert limited["retry_after_s"] == 3600 and "max_schedules_per_agent_per_hour=1" in limited["error"]
-    tcore.operator.policy_set({"max_schedules_per_agent_per_hour": 60})
+    await tcore.operator.policy_set({"max_schedules_per_agent_per_hour": 60})
     # a target other than Letta's REST API that cannot be asked: Letta Code with no LETTA_CODE_URL
     lc = await expect("promptyoself_schedule_time", {"prompt": "p", "time": "in 5m", "agent_id": "agent-local-1"},
                       "target_unavailable")

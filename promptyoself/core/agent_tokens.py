@@ -27,15 +27,15 @@ from promptyoself.core.agents import normalize_agent_id
 from promptyoself.errors import Forbidden, InvalidArgument, NotFound
 
 if TYPE_CHECKING:  # the store loads on first use: an MCP server's start-up imports no SQLAlchemy
-    from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
 
 
 class Core(Protocol):
     """What these functions need of ``promptyoself.core.operations.Core`` (named here without
-    importing it: target installers mint tokens)."""
+    importing it: target installers mint tokens): the store's async verbs and the clock."""
 
     @property
-    def store(self) -> Store: ...
+    def deliveries(self) -> DeliveryStore: ...
 
     def now(self) -> datetime: ...
 
@@ -57,13 +57,11 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
 
-def resolve(core: Core, token: str) -> str | None:
+async def resolve(core: Core, token: str) -> str | None:
     """The agent a live agent token belongs to, or ``None`` (unknown, revoked, not an agent token)."""
-    from promptyoself.store import agent_tokens
-
     if not looks_like(token):
         return None
-    return agent_tokens.live_agent(core.store, hash_token(token))
+    return await core.deliveries.token_agent(hash_token(token))
 
 
 def _agent(agent_id: object) -> str:
@@ -73,15 +71,13 @@ def _agent(agent_id: object) -> str:
     return agent
 
 
-def mint(core: Core, agent_id: object, *, rotate: bool = False) -> dict[str, Any]:
+async def mint(core: Core, agent_id: object, *, rotate: bool = False) -> dict[str, Any]:
     """A new token for the agent, shown once (only its hash is kept). With ``rotate`` the agent's
     live tokens are revoked in the same transaction."""
-    from promptyoself.store import agent_tokens
-
     agent = _agent(agent_id)
     token = PREFIX + secrets.token_urlsafe(32)
-    row = agent_tokens.insert(core.store, agent, hash_token(token), token[:HINT_CHARS], core.now(),
-                              revoke_others=rotate)
+    row = await core.deliveries.add_agent_token(agent, hash_token(token), token[:HINT_CHARS], core.now(),
+                                                revoke_others=rotate)
     verb = "Rotated" if rotate else "Minted"
     return {"status": "success", "id": row.id, "agent_id": agent, "token": token, "hint": row.hint,
             "message": f"{verb} an agent token for {agent}: it acts for {agent} only (its own schedules; no "
@@ -89,20 +85,16 @@ def mint(core: Core, agent_id: object, *, rotate: bool = False) -> dict[str, Any
                        + (" The agent's earlier tokens are revoked." if rotate else "")}
 
 
-def listing(core: Core, agent_id: object = None, *, include_revoked: bool = False) -> dict[str, Any]:
-    from promptyoself.store import agent_tokens
-
+async def listing(core: Core, agent_id: object = None, *, include_revoked: bool = False) -> dict[str, Any]:
     agent = normalize_agent_id(agent_id)
-    rows = agent_tokens.listing(core.store, agent, include_revoked=include_revoked)
+    rows = await core.deliveries.agent_tokens(agent, include_revoked=include_revoked)
     return {"status": "success", "count": len(rows), "tokens": [
         {"id": r.id, "agent_id": r.agent_id, "hint": r.hint + "...", "created_at": r.created_at.isoformat(),
          "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None} for r in rows]}
 
 
-def revoke(core: Core, *, agent_id: object = None, token_id: object = None) -> dict[str, Any]:
+async def revoke(core: Core, *, agent_id: object = None, token_id: object = None) -> dict[str, Any]:
     """Revoke every live token of an agent, or one token by its id (``token list`` shows ids)."""
-    from promptyoself.store import agent_tokens
-
     agent = normalize_agent_id(agent_id)
     tid: int | None = None
     if token_id is not None:
@@ -111,7 +103,7 @@ def revoke(core: Core, *, agent_id: object = None, token_id: object = None) -> d
         tid = int(str(token_id).strip())
     if agent is None and tid is None:
         raise InvalidArgument("Name the agent (--agent-id ID) or the token (--id N).")
-    count = agent_tokens.revoke(core.store, core.now(), agent_id=agent, token_id=tid)
+    count = await core.deliveries.revoke_agent_tokens(core.now(), agent_id=agent, token_id=tid)
     if count == 0:
         raise NotFound("No live agent token matches: `promptyoself token list` shows them.")
     return {"status": "success", "revoked": count, "agent_id": agent,
@@ -135,16 +127,15 @@ def own_agent(caller: str | None, named: object) -> object:
     return caller
 
 
-def own_schedule(core: Core, caller: str | None, schedule_id: object) -> None:
+async def own_schedule(core: Core, caller: str | None, schedule_id: object) -> None:
     """An agent may touch its own schedules only: another agent's id is ``NotFound`` (as if it did not
     exist). The operator may touch any."""
     if caller is None:
         return
     from promptyoself.core.checks import parse_schedule_id
-    from promptyoself.store import schedules
 
     sid = parse_schedule_id(schedule_id)
-    row = schedules.get(core.store, sid)
+    row = await core.deliveries.schedule(sid)
     if row is None or row.agent_id != caller:
         raise NotFound(f"No schedule {sid} of agent {caller}.")
 

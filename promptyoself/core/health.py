@@ -61,6 +61,7 @@ from promptyoself.targets.base import Watch
 
 if TYPE_CHECKING:
     from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,9 @@ class Checked(Protocol):
 
     @property
     def store(self) -> Store: ...
+
+    @property
+    def deliveries(self) -> DeliveryStore: ...
 
     def now(self) -> datetime: ...
 
@@ -325,9 +329,11 @@ def assess(core: Checked) -> HealthResult:
         targets = queries.by_target(store, now)
         waiting_slot = queries.unclaimed(store, now)
         waiting_agent = queries.queued(store, now)
+        import asyncio
+
         from promptyoself.core.operator import guardrail_summary
 
-        guard = guardrail_summary(settings, store, now)
+        guard = asyncio.run(guardrail_summary(settings, core.deliveries, now))  # health-async: `await` it
     except Exception as exc:
         log.debug("health: the database cannot be used", exc_info=True)
         code = getattr(exc, "code", None)

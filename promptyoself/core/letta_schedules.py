@@ -258,9 +258,7 @@ class LettaSchedules:
 
     # ---- read ---------------------------------------------------------------------------------
 
-    def list(self, agent_id: str, *, after: object = None, limit: object = None) -> LettaSchedulePage:
-        from promptyoself.store import schedules
-
+    async def list(self, agent_id: str, *, after: object = None, limit: object = None) -> LettaSchedulePage:
         lim = DEFAULT_LIMIT
         if limit is not None and limit != "":
             try:
@@ -270,7 +268,7 @@ class LettaSchedules:
             if not 1 <= lim <= MAX_LIMIT:
                 raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT}.")
         start = self._id(after, found=False) if after is not None and after != "" else None
-        rows = schedules.letta_page(self.core.store, agent_id, start, lim + 1)
+        rows = await self.core.deliveries.letta_page(agent_id, start, lim + 1)
         out = [self._record(r) for r in rows[:lim]]
         return {"has_next_page": len(rows) > lim, "scheduled_messages": out}
 

@@ -11,6 +11,7 @@ rules).
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from promptyoself.core.results import CancelResult, NativeToolsInstalled, NativeToolsRemoved, TokenResult
@@ -222,7 +223,8 @@ def install(
     for agent in agents:
         env = tools_api.tool_env(core.letta, agent)
         env[URL_VAR] = service_url.rstrip("/")
-        env[TOKEN_VAR] = agent_tokens.mint(core, agent, rotate=True)["token"]  # its own; the earlier ones revoked
+        # its own; the earlier ones revoked (a CLI command's sync code: the store's verb run to its end)
+        env[TOKEN_VAR] = asyncio.run(agent_tokens.mint(core, agent, rotate=True))["token"]
         tools_api.set_tool_env(core.letta, agent, env)
         for tool in tools.values():
             tools_api.attach_tool(core.letta, agent, str(tool["id"]))
@@ -373,7 +375,7 @@ def rotate_agent_tokens(core: Core, agent_ids: list[str], service_url: str | Non
         return {"status": "success", "rotated": True, "agents": installed["agents"],
                 "message": f"Rotated the agent token of {len(installed['agents'])} agent(s) and gave it to their "
                            "native tools on Letta; the earlier tokens are refused from now on."}
-    minted = [agent_tokens.mint(core, agent, rotate=True) for agent in dict.fromkeys(agent_ids)]
+    minted = [asyncio.run(agent_tokens.mint(core, agent, rotate=True)) for agent in dict.fromkeys(agent_ids)]
     return {"status": "success", "rotated": True, "tokens": [
         {"agent_id": m["agent_id"], "id": m["id"], "token": m["token"]} for m in minted],
         "message": f"Rotated the agent token of {len(minted)} agent(s); the earlier tokens are refused from now "

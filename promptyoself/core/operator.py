@@ -10,7 +10,6 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -29,7 +28,7 @@ from promptyoself.errors import InvalidArgument, NotFound, PromptYoSelfError, Ra
 from promptyoself.store import LIVE_STATES, PENDING_APPROVAL
 
 if TYPE_CHECKING:
-    from promptyoself.store.db import Store
+    from promptyoself.store.delivery_store import DeliveryStore
     from promptyoself.store.policy import Policy
     from promptyoself.store.records import DeliveryRow, ListedSchedule, ScheduleRow
 
@@ -218,13 +217,10 @@ def runs_per_day(schedule_type: str, value: str, tz: ZoneInfo, first: datetime |
     return float(runs) if span <= timedelta(0) else (runs - 1) * (DAY / span)
 
 
-def guardrail_summary(settings: Settings, store: Store, now: datetime) -> dict[str, object]:
+async def guardrail_summary(settings: Settings, store: DeliveryStore, now: datetime) -> dict[str, object]:
     """The limits, the schedules waiting for approval and today's prompts held back by a budget: what
-    ``health`` and the console's banner show."""
-    from promptyoself.store.operator import count_state, outcomes_since
-    from promptyoself.store.policy import load
-
-    policy = load(store, settings, now)
+    ``health`` and the console's banner show (over the store's async verbs: ``Deps.deliveries``)."""
+    policy = await store.policy(settings, now)
     since = timing.day_start(now, settings.timezone)
     return {
         "max_deliveries_per_agent_per_day": policy.max_deliveries_per_agent_per_day,
@@ -234,24 +230,24 @@ def guardrail_summary(settings: Settings, store: Store, now: datetime) -> dict[s
         "max_tokens_per_agent_per_day": policy.max_tokens_per_agent_per_day,
         "max_cost_usd_per_agent_per_day": policy.max_cost_usd_per_agent_per_day,
         "budget_timezone": settings.timezone.key,
-        "pending_approval": count_state(store, PENDING_APPROVAL),
-        "over_budget_today": outcomes_since(store, since).get("over_budget", 0),
-        "held_by_cost": held_by_cost(settings, store, policy, now),
+        "pending_approval": await store.count_state(PENDING_APPROVAL),
+        "over_budget_today": (await store.outcomes_since(since)).get("over_budget", 0),
+        "held_by_cost": await held_by_cost(settings, store, policy, now),
     }
 
 
-def held_by_cost(settings: Settings, store: Store, policy: Policy, now: datetime) -> list[CostHeld]:
+async def held_by_cost(settings: Settings, store: DeliveryStore, policy: Policy, now: datetime) -> list[CostHeld]:
     """The agents whose receipts of today reached a cost budget (``max_tokens_per_agent_per_day``,
     ``max_cost_usd_per_agent_per_day``): their next prompts are held ``over_budget`` until midnight in
     ``PROMPTYOSELF_TIMEZONE``. Empty (and nothing read) when no cost budget is set."""
-    from promptyoself.store.operator import spend_by_agent
     from promptyoself.store.records import DayCount, cost_hold
 
     tokens, usd = policy.max_tokens_per_agent_per_day, policy.max_cost_usd_per_agent_per_day
     if not tokens and not usd:
         return []
     out: list[CostHeld] = []
-    for agent, (used, cost) in sorted(spend_by_agent(store, timing.day_start(now, settings.timezone), now).items()):
+    spent = await store.spend_by_agent(timing.day_start(now, settings.timezone), now)
+    for agent, (used, cost) in sorted(spent.items()):
         why = cost_hold(agent, DayCount(0, 0, 0, 0, used, cost, tokens, usd), settings.timezone)
         if why is not None:
             out.append({"agent_id": agent, "tokens_today": used, "cost_usd_today": round(cost, 6), "reason": why})
@@ -420,12 +416,12 @@ class Operator:
 
     # ---- the policy (operator only: CLI, console, PUT /api/policy) ------------------------------
 
-    def policy_show(self, message: str = "The operator's policy, as every writer enforces it.") -> PolicyResult:
+    async def policy_show(self, message: str = "The operator's policy, as every writer enforces it.") -> PolicyResult:
         """The stored policy: each value, where it came from (database / environment seed / default)
         and whether this process's environment asks for another value (ignored)."""
         from promptyoself.store import policy as stored
 
-        p = stored.load(self.deps.store, self.deps.settings, self.deps.now())  # the database's (sync, operator only)
+        p = await self.policy()  # the store's (a database's rows; a memory store's own)
         mine = stored.seeds(self.deps.settings)
         values: dict[str, int | float | str | None] = {}
         entries: list[PolicyEntryView] = []
@@ -452,7 +448,7 @@ class Operator:
         return {"status": "success", "policy": values, "policy_entries": entries,
                 "message": " ".join([message, *notes])}
 
-    def policy_set(self, changes: Mapping[str, object]) -> PolicyResult:
+    async def policy_set(self, changes: Mapping[str, object]) -> PolicyResult:
         """Set some of the policy's values (``{name: value}``; text or numbers as ``policy set`` takes
         them): all are checked first, then written in one transaction; every writer enforces them from
         its next write (delivery within a second)."""
@@ -471,10 +467,10 @@ class Operator:
                 typed[name] = stored.parse(name, raw)
             except ValueError as exc:
                 raise InvalidArgument(str(exc)) from None
-        stored.save(self.deps.store, self.deps.settings, typed, self.deps.now())
+        await self.deps.deliveries.save_policy(self.deps.settings, typed, self.deps.now())
         self.deps.changed()
         said = ", ".join(f"{n}={stored.text_of(n, v)}" for n, v in typed.items())
-        return self.policy_show(f"Policy set: {said}.")
+        return await self.policy_show(f"Policy set: {said}.")
 
     # ---- operator actions -------------------------------------------------------------------
 
@@ -528,26 +524,20 @@ class Operator:
 
     # ---- the console's read model -----------------------------------------------------------
 
-    def today(self, agent_id: str | None = None) -> TodayCounts:
-        from promptyoself.store.operator import outcomes_since
-
+    async def today(self, agent_id: str | None = None) -> TodayCounts:
         since = timing.day_start(self.deps.now(), self.deps.settings.timezone)
-        got = outcomes_since(self.deps.store, since, agent_id)
+        got = await self.deps.deliveries.outcomes_since(since, agent_id)
         return {"day_started": iso(since), "delivered": got.get("delivered", 0), "failed": got.get("failed", 0),
                 "missed": got.get("missed", 0), "over_budget": got.get("over_budget", 0),
                 "retry": got.get("retry", 0)}
 
-    def pending_approval_count(self) -> int:
-        from promptyoself.store.operator import count_state
+    async def pending_approval_count(self) -> int:
+        return await self.deps.deliveries.count_state(PENDING_APPROVAL)
 
-        return count_state(self.deps.store, PENDING_APPROVAL)
-
-    def console_schedules(self, *, agent_id: object = None, state: object = None, limit: object = 50,
-                          offset: object = 0) -> ConsolePage:
+    async def console_schedules(self, *, agent_id: object = None, state: object = None, limit: object = 50,
+                                offset: object = 0) -> ConsolePage:
         """Schedules newest first, of one agent or all, in one state, ``live`` (the default) or ``all``;
         each with its rule in words, its next runs and its newest deliveries."""
-        from promptyoself.store.operator import last_deliveries, schedules_page
-
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
         off = check_limit("offset", offset, 0, 10**9)
         agent = check_text("agent_id", agent_id, 100)
@@ -560,39 +550,33 @@ class Operator:
             states = (wanted,)
         else:
             raise InvalidArgument(f"state must be live, all or one of {', '.join(STATES)}.")
-        rows, total = schedules_page(self.deps.store, agent_id=agent, states=states, limit=lim, offset=off)
-        history = last_deliveries(self.deps.store, [r.id for r in rows], UPCOMING)
+        store = self.deps.deliveries
+        rows, total = await store.schedules_page(agent_id=agent, states=states, limit=lim, offset=off)
+        history = await store.last_deliveries([r.id for r in rows], UPCOMING)
         views: list[ScheduleView] = []
         for r in rows:
             views.append(_view(r, history.get(r.id, [])))
         return {"status": "success", "schedules": views, "count": len(views), "total": total}
 
-    def console_agent_ids(self) -> list[str]:
+    async def console_agent_ids(self) -> list[str]:
         """The agents that have schedules (the console's agent filter offers them)."""
-        from promptyoself.store.operator import agents_by_state
-
-        return sorted(agents_by_state(self.deps.store))
+        return sorted(await self.deps.deliveries.agents_by_state())
 
     async def console_agents(self, limit: int = 100, offset: int = 0) -> tuple[list[AgentSummary], int]:
         """A page of the agents with schedules (by id): each one's schedules by state and its budgets'
         use today; and how many agents there are."""
-        from promptyoself.store.operator import agents_by_state
-
-        every = sorted((await asyncio.to_thread(agents_by_state, self.deps.store)).items())
+        every = sorted((await self.deps.deliveries.agents_by_state()).items())
         page = every[offset:offset + limit]
         return [{"agent_id": agent, "states": states, "usage": await self.agent_usage(agent)}
                 for agent, states in page], len(every)
 
-    def console_schedule(self, schedule_id: object) -> ScheduleView:
+    async def console_schedule(self, schedule_id: object) -> ScheduleView:
         """One schedule as the console shows it (NotFound when there is none)."""
-        from promptyoself.store.operator import last_deliveries
-        from promptyoself.store.schedules import get
-
         sid = parse_schedule_id(schedule_id)
-        row = get(self.deps.store, sid)
+        row = await self.deps.deliveries.schedule(sid)
         if row is None:
             raise NotFound(f"No schedule with id {sid}.")
-        return _view(row, last_deliveries(self.deps.store, [sid], UPCOMING)[sid])
+        return _view(row, (await self.deps.deliveries.last_deliveries([sid], UPCOMING))[sid])
 
 
 def _view(row: ListedSchedule, deliveries: Iterable[DeliveryRow]) -> ScheduleView:

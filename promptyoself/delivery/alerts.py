@@ -108,11 +108,11 @@ def target_rows(seen: Iterable[tuple[str, str, str | None, bool]], now: datetime
     return rows, up
 
 
-def alert_rules(core: Any, now: datetime) -> AlertRules | None:
+async def alert_rules(core: Any, now: datetime) -> AlertRules | None:
     """The rules a batch is recorded with (the policy read at most once a second); None when the policy
     cannot be read (the batch is still recorded, without a pause or an alert)."""
     try:
-        pause_after = int(core.pause_after_failures(now))
+        pause_after = int((await core.delivery_policy(now)).pause_after_failures)
         day = timing.day_start(now, core.settings.timezone).astimezone(core.settings.timezone).date().isoformat()
     except Exception:
         log.exception("reading the alert rules failed; recording without them")

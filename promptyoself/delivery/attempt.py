@@ -20,11 +20,10 @@ it is there, also past the misfire grace. A claim taken over is never given back
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -46,9 +45,6 @@ SENT_ON_LOST_CLAIM = "sent_lost_claim"
 
 
 _rng = random.Random()
-IO = Callable[..., Awaitable[Any]]
-"""How an attempt runs blocking work that is not the store's (the operator's policy read of a budget
-check, ``delivery.budget``): ``await io(fn, *args)``."""
 __all__ = ["IN_DOUBT_PREFIX", "SENT_ON_LOST_CLAIM", "Attempt", "Claim", "Result", "attempt",
            "envelope", "give_back", "occurrence_of", "otid_for", "policy"]
 
@@ -148,25 +144,23 @@ def occurrence_of(claim: Claim, text: str, number: int) -> Occurrence:
 
 async def attempt(
     core: Services, claim: Claim, owner: str, *, stopping: Any = None, may_send: Callable[[], bool] | None = None,
-    targets: Targets | None = None, io: IO | None = None,
+    targets: Targets | None = None,
 ) -> Attempt | Result:
     """Decide and send: the ``Attempt`` to record, or the ``Result`` when there is nothing to record
     (stopping, or the fence ``may_send`` says the claim is lost or about to run out: it is released,
     nothing is sent). Never raises for a target's errors. ``targets``: the executor's; without, the
-    attempt opens its own and closes them after. ``io`` runs the blocking work that is not the store's
-    off the event loop (the executor's pool; ``asyncio.to_thread`` without)."""
-    run = io or asyncio.to_thread
+    attempt opens its own and closes them after."""
     if targets is not None:
-        return await _attempt(core, claim, owner, stopping, may_send, targets, run)
+        return await _attempt(core, claim, owner, stopping, may_send, targets)
     own = Targets(core.settings)
     try:
-        return await _attempt(core, claim, owner, stopping, may_send, own, run)
+        return await _attempt(core, claim, owner, stopping, may_send, own)
     finally:
         await own.aclose()
 
 
 async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_send: Callable[[], bool] | None,
-                   targets: Targets, io: IO) -> Attempt | Result:
+                   targets: Targets) -> Attempt | Result:
     settings = core.settings
     now = core.now()
     number = claim.attempt + 1
@@ -201,7 +195,7 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
                 return Attempt(claim, owner, "missed", now, number,
                                error=f"{missed} (occurrence {otid} not at {where}: no earlier attempt arrived)",
                                skip_to=plan.deliver, also_missed=plan.missed[1:])
-        verdict = await _held(core, claim, owner, occ, target, now, number, plan, io)
+        verdict = await _held(core, claim, owner, occ, target, now, number, plan)
         if isinstance(verdict, Attempt):  # the previous turn still runs, or over the daily budgets: not sent
             return verdict
         occ = replace(occ, text=budget.announce(occ.text, verdict))
@@ -218,7 +212,7 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
 
 
 async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, target: Any, now: datetime,
-                number: int, plan: catchup.CatchUp, io: IO) -> Attempt | budget.Verdict:
+                number: int, plan: catchup.CatchUp) -> Attempt | budget.Verdict:
     """Why the occurrence is not sent now, or the budgets' verdict to send it with: the schedule's
     previous turn still runs (``delivery.overlap``: skipped, or queued and due again after
     ``PROMPTYOSELF_OVERLAP_POLL``), or the daily budgets are spent (``over_budget``)."""
@@ -229,7 +223,7 @@ async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, targe
     if turn.action == "skip":
         return Attempt(claim, owner, overlap.SKIPPED, now, number, error=turn.text, also_missed=plan.missed,
                        also_skipped=overlap.due_meanwhile(claim, now))
-    verdict = await budget.verdict(core, claim, now, io)
+    verdict = await budget.verdict(core, claim, now)
     if verdict.over is not None:
         return Attempt(claim, owner, budget.OVER_BUDGET, now, number, error=verdict.over)
     return verdict

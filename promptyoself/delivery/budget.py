@@ -22,10 +22,9 @@ line saying how many prompts its budget held back, so the agent knows why it hea
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from promptyoself import timing
@@ -33,8 +32,6 @@ from promptyoself.deps import Services
 from promptyoself.store.records import DayCount, cost_hold
 
 OVER_BUDGET = "over_budget"
-IO = Callable[..., Awaitable[Any]]
-"""``await io(fn, *args)``: blocking ``fn(*args)`` off the event loop."""
 
 
 class Budgeted(Protocol):
@@ -79,29 +76,28 @@ def decide(claim: Budgeted, day: DayCount, tz: ZoneInfo) -> Verdict:
     return Verdict(None, day.unannounced)
 
 
-async def verdict(core: Services, claim: Budgeted, now: datetime, io: IO) -> Verdict:
+async def verdict(core: Services, claim: Budgeted, now: datetime) -> Verdict:
     """``decide`` on the day ``claim``'s claim counted (``claim.day``, set by every claim of the
     engine's store: ``Deps.deliveries``), on the spot. A claim made without counting (a test's or a
     tool's own ``claims.claim_due``) has its day read here (``read_day``)."""
     day = claim.day
     if day is None:
-        day = await read_day(core, claim, now, io)
+        day = await read_day(core, claim, now)
     return decide(claim, day, core.settings.timezone)
 
 
-def caps(core: Services, now: datetime) -> tuple[int, int, float]:
-    """The operator's caps per agent per day: deliveries, tokens, USD (blocking: the policy is read
-    at most once a second, ``Deps.POLICY_MAX_AGE``)."""
-    tokens, usd = core.spend_caps(now)
-    return core.daily_budget(now), tokens, usd
+async def caps(core: Services, now: datetime) -> tuple[int, int, float]:
+    """The operator's caps per agent per day: deliveries, tokens, USD (the policy is read at most once a
+    second, ``Deps.POLICY_MAX_AGE``, off the loop by the store's ``policy`` verb)."""
+    p = await core.delivery_policy(now)
+    return p.max_deliveries_per_agent_per_day, p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day
 
 
-async def read_day(core: Services, claim: Budgeted, now: datetime, io: IO) -> DayCount:
+async def read_day(core: Services, claim: Budgeted, now: datetime) -> DayCount:
     """What a claim would have counted (``store.day_counts.with_days``), read on its own: one indexed
     read of the agent's newest history rows (and one of the schedule's when it has ``max_per_day``);
-    none when no budget is set. ``io`` runs the policy read off the loop (``asyncio.to_thread``, or the
-    engine's pool)."""
-    agent_cap, tokens, usd_cap = await io(caps, core, now)
+    none when no budget is set (the policy: ``caps``)."""
+    agent_cap, tokens, usd_cap = await caps(core, now)
     own_cap = claim.max_per_day
     if not agent_cap and not own_cap and not tokens and not usd_cap:
         return DayCount(0, 0, 0, 0)

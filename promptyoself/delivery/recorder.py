@@ -16,7 +16,7 @@ from typing import Any
 
 from promptyoself.delivery.alerts import AlertRules, alert_rules, target_alerts
 from promptyoself.delivery.attempt import Attempt, Claim, Result, attempt
-from promptyoself.delivery.claim import IO, Claims
+from promptyoself.delivery.claim import Claims
 from promptyoself.delivery.outcomes import Basis, outcome_of, result_of
 from promptyoself.delivery.watch import LoopState, Outcomes, Wakeup
 from promptyoself.deps import Services
@@ -33,16 +33,13 @@ STALE_TRIES = 5
 Todo = dict[int, tuple[Attempt, Outcome]]
 
 
-async def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = None,
-                       io: IO | None = None) -> Recorded | None:
+async def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | None = None) -> Recorded | None:
     """Record ``batch``; every attempt gets its ``result`` or its ``failure``. One transaction, more
     only when the database stays busy (SQLite's lock beyond its timeout: tried again, the claims are
     still ours) or an operator changed a claimed schedule meanwhile (its next state is decided again
     on the columns the store returned). With ``claim``, the first transaction also claims the next
     occurrences: what it did is returned once committed, None if the batch was recorded without it.
-    The store's verb is awaited; ``io`` runs the operator's policy read (the alert rules) off the loop
-    (the engine's pool; ``asyncio.to_thread`` without)."""
-    run = io or asyncio.to_thread
+    The store's verbs are awaited (the alert rules' policy read, too: ``alerts.alert_rules``)."""
     now = core.now()
     redact = Redactor(core.settings)
     for a in batch:  # history is served by `history`: no secret in it, ever (as in the logs)
@@ -50,7 +47,7 @@ async def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | N
             a.error = redact(a.error)
         if a.receipt is not None:  # what the agent or the receiver answered, too (issue 43)
             a.receipt = a.receipt.redacted(redact)
-    rules: AlertRules | None = await run(alert_rules, core, now)
+    rules: AlertRules | None = await alert_rules(core, now)
     todo: Todo = {a.claim.id: (a, outcome_of(a, Basis.of_row(a.claim), now, rules)) for a in batch}
     claimed: Recorded | None = None
     busy = stale = 0
@@ -70,7 +67,7 @@ async def record_batch(core: Services, batch: list[Attempt], claim: ClaimAsk | N
                 log.exception("claiming while recording failed; recording the attempts alone")
                 claim = None
                 continue
-            await _one_at_a_time(core, todo, exc, run)
+            await _one_at_a_time(core, todo, exc)
             break
         if claim is not None:
             claimed, claim = done, None
@@ -86,11 +83,11 @@ def _fail(todo: Todo, exc: BaseException) -> None:
     todo.clear()
 
 
-async def _one_at_a_time(core: Services, todo: Todo, exc: BaseException, io: IO) -> None:
+async def _one_at_a_time(core: Services, todo: Todo, exc: BaseException) -> None:
     """A transaction failed: one bad attempt must not cost the others theirs (each alone)."""
     if len(todo) > 1:
         for a, _ in list(todo.values()):
-            await record_batch(core, [a], io=io)
+            await record_batch(core, [a])
         todo.clear()
     else:
         _fail(todo, exc)
@@ -177,7 +174,7 @@ class Recorder:
         ask = claims.ask(want, [a.claim.id for a in batch]) if want else None
         recorded = None
         try:
-            recorded = await record_batch(claims.core, batch, ask, claims.io)
+            recorded = await record_batch(claims.core, batch, ask)
         except Exception as exc:
             for a in batch:
                 a.failure = a.failure or exc

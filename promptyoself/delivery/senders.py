@@ -29,7 +29,7 @@ async def run_sender(claims: Claims, targets: Targets, recorder: Recorder, stopp
         began = time.monotonic()
         try:
             sent = await attempt(claims.core, claim, claims.owner, stopping=stopping, targets=targets,
-                                 may_send=functools.partial(keeper.may_send, claim.id), io=claims.io)
+                                 may_send=functools.partial(keeper.may_send, claim.id))
         except Exception:
             log.exception("delivery of schedule %s failed", claim.id)
         holdings.sent(claim, sent if isinstance(sent, Attempt) else None, time.monotonic() - began)

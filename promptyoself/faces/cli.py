@@ -482,10 +482,10 @@ def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("--service-url goes with --agent-id (it hands the new agent token to the agent's tools)")
         return dict(native_tools.rotate_token(core))
     if command == "mint":
-        return agent_tokens.mint(core, a.agent_id)
+        return awaited(agent_tokens.mint(core, a.agent_id))
     if command == "list":
-        return agent_tokens.listing(core, a.agent_id, include_revoked=a.include_revoked)
-    return agent_tokens.revoke(core, agent_id=a.agent_id, token_id=a.id)
+        return awaited(agent_tokens.listing(core, a.agent_id, include_revoked=a.include_revoked))
+    return awaited(agent_tokens.revoke(core, agent_id=a.agent_id, token_id=a.id))
 
 
 def _purge(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -496,14 +496,14 @@ def _purge(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 def _policy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     if a.policy_command == "show":
-        return dict(core.operator.policy_show())
+        return dict(awaited(core.operator.policy_show()))
     changes: dict[str, str] = {}
     for item in a.values:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"write each value as NAME=VALUE, e.g. approval_below=30m (got {item[:60]!r})")
         changes[name.strip()] = value
-    return dict(core.operator.policy_set(changes))
+    return dict(awaited(core.operator.policy_set(changes)))
 
 
 def _import_legacy(core: Core, a: argparse.Namespace) -> dict[str, Any]:
@@ -606,7 +606,7 @@ def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
     from promptyoself.core import agent_tokens
     from promptyoself.errors import Unauthorized
 
-    agent = agent_tokens.resolve(core, token)
+    agent = awaited(agent_tokens.resolve(core, token))
     if agent is None:
         raise Unauthorized("PROMPTYOSELF_AGENT_TOKEN is not a live agent token (revoked or unknown): ask the "
                            "operator for a new one (`promptyoself token rotate --agent-id ID`).")
@@ -615,9 +615,9 @@ def scope_to_agent(core: Core, args: argparse.Namespace) -> None:
     if hasattr(args, "agent_id"):
         args.agent_id = agent_tokens.own_agent(agent, args.agent_id)
     if args.command in ("cancel", "pause", "resume", "overlap"):
-        agent_tokens.own_schedule(core, agent, args.id)
+        awaited(agent_tokens.own_schedule(core, agent, args.id))
     if args.command == "history" and args.schedule_id:
-        agent_tokens.own_schedule(core, agent, args.schedule_id)
+        awaited(agent_tokens.own_schedule(core, agent, args.schedule_id))
 
 
 def _target_command(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, Run] | None:

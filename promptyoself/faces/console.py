@@ -329,7 +329,7 @@ class Console:
         core = self.core
         health = await run_in_threadpool(core.health)
         try:
-            today = await run_in_threadpool(core.operator.today)
+            today = await core.operator.today()
         except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait
             today = {"day_started": None, "delivered": 0, "failed": 0, "missed": 0, "over_budget": 0, "retry": 0}
         try:
@@ -350,11 +350,11 @@ class Console:
             offset = 0
         context = await self._overview()
         try:
-            listed = await run_in_threadpool(self.core.operator.console_schedules, agent_id=agent, state=state,
-                                             limit=PAGE, offset=offset)
+            listed = await self.core.operator.console_schedules(agent_id=agent, state=state, limit=PAGE,
+                                                                offset=offset)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
-        known = await run_in_threadpool(self.core.operator.console_agent_ids)
+        known = await self.core.operator.console_agent_ids()
         context.update(listed=listed, agent=agent or "", state=state, known_agents=known,
                        states=("live", *STATES, "all"), offset=offset, page=PAGE)
         return self.page(request, "index.html", context)
@@ -373,10 +373,9 @@ class Console:
         agent = request.path_params["agent_id"]
         context = await self._overview()
         try:
-            listed = await run_in_threadpool(self.core.operator.console_schedules, agent_id=agent, state="all",
-                                             limit=PAGE)
+            listed = await self.core.operator.console_schedules(agent_id=agent, state="all", limit=PAGE)
             usage = await self.core.operator.agent_usage(agent)
-            today = await run_in_threadpool(self.core.operator.today, agent)
+            today = await self.core.operator.today(agent)
             hist = await self.core.scheduling.history(agent_id=agent, limit=20)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=400)
@@ -403,7 +402,7 @@ class Console:
     async def schedule(self, request: Request) -> Response:
         context = await self._overview()
         try:
-            view = await run_in_threadpool(self.core.operator.console_schedule, request.path_params["sid"])
+            view = await self.core.operator.console_schedule(request.path_params["sid"])
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
         context["view"] = view
@@ -412,7 +411,7 @@ class Console:
     async def confirm_cancel(self, request: Request) -> Response:
         context = await self._overview()
         try:
-            view = await run_in_threadpool(self.core.operator.console_schedule, request.path_params["sid"])
+            view = await self.core.operator.console_schedule(request.path_params["sid"])
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=404)
         context.update(view=view, back=local_path(request.query_params.get("back")))
@@ -450,7 +449,7 @@ class Console:
         """Agent tokens: mint, rotate, revoke (``promptyoself.core.agent_tokens``; the CLI's `token`)."""
         from promptyoself.core import agent_tokens
 
-        listed = await run_in_threadpool(agent_tokens.listing, self.core, None, include_revoked=True)
+        listed = await agent_tokens.listing(self.core, None, include_revoked=True)
         return self.page(request, "tokens.html", {"tokens": listed["tokens"], "minted": minted})
 
     async def token_action(self, request: Request) -> Response:
@@ -460,12 +459,11 @@ class Console:
         form = await self._form(request) or {}
         try:
             if action in ("mint", "rotate"):
-                made = await run_in_threadpool(lambda: agent_tokens.mint(self.core, form.get("agent_id"),
-                                                                         rotate=action == "rotate"))
+                made = await agent_tokens.mint(self.core, form.get("agent_id"), rotate=action == "rotate")
                 log.info("console: %s an agent token for %s", action, made["agent_id"])
                 return await self.tokens(request, minted=made)  # shown once, on this page: never in a redirect
             if action == "revoke":
-                done = await run_in_threadpool(lambda: agent_tokens.revoke(self.core, token_id=form.get("id")))
+                done = await agent_tokens.revoke(self.core, token_id=form.get("id"))
                 log.info("console: revoked agent token %s", form.get("id"))
                 return self._redirect(request, "/console/tokens", done["message"])
         except PromptYoSelfError as exc:
@@ -474,20 +472,20 @@ class Console:
 
     async def policy(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         context = await self._overview()
-        shown = await run_in_threadpool(self.core.operator.policy_show)
+        shown = await self.core.operator.policy_show()
         context.update(policy=shown, error=error)
         return self.page(request, "policy.html", context, status=status)
 
     async def set_policy(self, request: Request) -> Response:
         """The policy form (its CSRF token checked by ``_guard``): only the values that changed are set."""
         form = await self._form(request) or {}
-        current = await run_in_threadpool(self.core.operator.policy_show)
+        current = await self.core.operator.policy_show()
         changes = {e["name"]: form[e["name"]].strip() for e in current["policy_entries"]
                    if e["name"] in form and form[e["name"]].strip() != str(e["value"])}
         if not changes:
             return self._redirect(request, "/console/policy", "Nothing changed.")
         try:
-            result = await run_in_threadpool(self.core.operator.policy_set, changes)
+            result = await self.core.operator.policy_set(changes)
         except PromptYoSelfError as exc:
             return await self.policy(request, error=exc.message, status=400)
         log.info("console: policy set %s", ", ".join(sorted(changes)))

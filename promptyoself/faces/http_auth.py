@@ -6,12 +6,11 @@ A pure ASGI middleware, so it wraps FastMCP's Starlette app the same way for str
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from promptyoself.config import Settings
@@ -36,6 +35,8 @@ PUBLIC_PATHS = frozenset({"/", "/docs", "/docs/", "/redoc", "/openapi.json"})
 under ``/docs/assets/``). They hold no data; every route they describe still needs the token."""
 
 
+AgentLookup = Callable[[str], Awaitable[str | None]]
+"""The agent a presented agent token belongs to, or None (``agent_resolver``: the store's async verb)."""
 GUESSES_PER_SECOND = 5.0
 """Failed credential checks a client (one IP address) may make per second, across every face of the
 service and however many requests it sends at once (issue 29 item 13)."""
@@ -164,7 +165,7 @@ class BearerAuth:
     """
 
     def __init__(self, app: Any, token: str | None, limiter: GuessLimiter | None = None,
-                 agent_token: Callable[[str], str | None] | None = None) -> None:
+                 agent_token: AgentLookup | None = None) -> None:
         self.app = app
         self.expected = token.encode() if token else None
         self.limiter = limiter or GuessLimiter()
@@ -195,7 +196,7 @@ class BearerAuth:
         if agent_form:  # never compared with the operator token, never taken as it
             agent = None
             if self.agent_token is not None and len(given) <= 200:
-                agent = await asyncio.to_thread(self.agent_token, given.decode("ascii", "replace"))
+                agent = await self.agent_token(given.decode("ascii", "replace"))
             if agent is not None:
                 self.limiter.give_back(client)
                 scope[AGENT_KEY] = agent
@@ -233,14 +234,15 @@ def http_token(settings: Settings) -> str | None:
     return token or None
 
 
-def agent_resolver(core: Any) -> Callable[[str], str | None]:
-    """``BearerAuth``'s look-up of an agent token in ``core``'s database (``core.agent_tokens.resolve``)."""
+def agent_resolver(core: Any) -> AgentLookup:
+    """``BearerAuth``'s look-up of an agent token in ``core``'s store (``core.agent_tokens.resolve``,
+    awaited: the store's async verb)."""
     from promptyoself.core.agent_tokens import resolve
 
     return lambda token: resolve(core, token)
 
 
-def bearer_middleware(settings: Settings, agent_token: Callable[[str], str | None] | None = None) -> list[Any]:
+def bearer_middleware(settings: Settings, agent_token: AgentLookup | None = None) -> list[Any]:
     """Starlette middleware list enforcing the token (and resolving agent tokens with ``agent_token``),
     or ``[]`` when there is neither an operator token nor a way to resolve agent tokens."""
     token = http_token(settings)
@@ -252,7 +254,7 @@ def bearer_middleware(settings: Settings, agent_token: Callable[[str], str | Non
 
 
 def transport_middleware(settings: Settings, host: str | None = None,
-                         agent_token: Callable[[str], str | None] | None = None) -> list[Any]:
+                         agent_token: AgentLookup | None = None) -> list[Any]:
     """Starlette middleware for the ``--transport http|sse`` apps: the service's request guard (Host,
     Origin, JSON writes, body size: ``promptyoself.faces.http_guard``), then the token when set (and
     agent tokens, resolved with ``agent_token``)."""

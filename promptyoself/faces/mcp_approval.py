@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import anyio.to_thread
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp import types
@@ -99,7 +98,7 @@ class AskApproval(Middleware):
         from promptyoself.faces.mcp_scope import caller
 
         try:
-            return await anyio.to_thread.run_sync(caller, core) is None
+            return await caller(core) is None
         except Exception:
             return False
 

@@ -27,7 +27,7 @@ BY_ID = frozenset({"promptyoself_cancel", "promptyoself_pause", "promptyoself_re
 HARMLESS = frozenset({"promptyoself_get_scoped_default_agent", "promptyoself_inference_diagnostics"})
 
 
-def caller(core: Core) -> str | None:
+async def caller(core: Core) -> str | None:
     """The agent this call acts for, or ``None`` for the operator. Raises ``Unauthorized`` when the
     session's ``PROMPTYOSELF_AGENT_TOKEN`` is unknown or revoked."""
     try:
@@ -39,24 +39,24 @@ def caller(core: Core) -> str | None:
     token = core.settings.agent_token
     if token is None or not token.get_secret_value().strip():
         return None
-    agent = agent_tokens.resolve(core, token.get_secret_value().strip())
+    agent = await agent_tokens.resolve(core, token.get_secret_value().strip())
     if agent is None:
         raise Unauthorized("PROMPTYOSELF_AGENT_TOKEN is not a live agent token (revoked or unknown): ask the "
                            "operator for a new one (`promptyoself token rotate --agent-id ID`).")
     return agent
 
 
-def scoped_arguments(core: Core, agent: str | None, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+async def scoped_arguments(core: Core, agent: str | None, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     """The arguments the tool runs with for ``agent`` (unchanged for the operator); raises
     ``Forbidden``/``NotFound`` when the call is not the agent's to make."""
     if agent is None:
         return args
     if tool in SCHEDULING:
         if tool == "promptyoself_history" and args.get("schedule_id") not in (None, ""):
-            agent_tokens.own_schedule(core, agent, args["schedule_id"])
+            await agent_tokens.own_schedule(core, agent, args["schedule_id"])
         return {**args, "agent_id": agent_tokens.own_agent(agent, args.get("agent_id"))}
     if tool in BY_ID:
-        agent_tokens.own_schedule(core, agent, args.get("schedule_id"))
+        await agent_tokens.own_schedule(core, agent, args.get("schedule_id"))
         return args
     if tool in HARMLESS:
         return args
@@ -82,8 +82,8 @@ class AgentScope(Middleware):
         core = core_of(server)
         args = dict(context.message.arguments or {})
         try:
-            agent = caller(core)
-            scoped = scoped_arguments(core, agent, name, args)
+            agent = await caller(core)
+            scoped = await scoped_arguments(core, agent, name, args)
         except PromptYoSelfError as exc:
             raise user_error(name, exc) from None
         if scoped != args:

@@ -29,6 +29,7 @@ Operator routes: ``GET``/``PUT /api/policy`` (the guardrails every writer enforc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -339,19 +340,13 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
     async def call(fn: Any, *args: Any, check: Any = None, **kw: Any) -> JSONResponse:
         """``fn(*args, **kw)`` (awaited when it is a coroutine function, else in the thread pool),
         after ``check()`` (what an agent token may do: it raises Forbidden/NotFound before anything is
-        stored)."""
-
-        def run() -> Any:
-            if check is not None:
-                check()
-            return fn(*args, **kw)
-
+        stored; awaited when it reads the store)."""
         try:
-            if inspect.iscoroutinefunction(fn):  # the core's async operations: awaited after the check
-                if check is not None:
-                    await run_in_threadpool(check)
+            if check is not None and inspect.isawaitable(checked := check()):
+                await checked
+            if inspect.iscoroutinefunction(fn):  # the core's async operations
                 return JSONResponse(await fn(*args, **kw))
-            return JSONResponse(await run_in_threadpool(run))
+            return JSONResponse(await run_in_threadpool(functools.partial(fn, *args, **kw)))
         except PromptYoSelfError as exc:
             return error_response(exc)
         except Exception:  # a bug: the details in the log only
@@ -457,10 +452,10 @@ def build_rest_app(core: Core, *, letta_proxy: bool | None = None) -> FastAPI:
         agent, named = as_caller(request, agent_id, x_agent_id)
         by_id = own(request, schedule_id) if schedule_id is not None else None
 
-        def check() -> None:
+        async def check() -> None:
             named()
             if by_id is not None:
-                by_id()
+                await by_id()
 
         return await call(core.scheduling.history, schedule_id=schedule_id, agent_id=agent, limit=limit,
                           ctx=_context(x_agent_id, request), check=check)

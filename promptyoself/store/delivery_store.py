@@ -9,8 +9,8 @@ SQLite, PostgreSQL and memory):
   blocks), as APScheduler 4's SQLAlchemy data store does;
 - ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests (no thread).
 
-Synchronous code outside an event loop (the faces, health, the CLI) does not call these verbs: it
-calls the ``store.*`` module functions they wrap, as it always could.
+The core and the faces await these verbs too (the CLI: one ``asyncio.run`` per command); code still
+synchronous (health, retention, the timeline) calls the ``store.*`` module functions they wrap.
 
 The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
 claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
@@ -36,13 +36,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
 
 from promptyoself.config import Settings
-from promptyoself.store import alerts, claims, health, history, operator, policy, queries, receipts, schedules
+from promptyoself.store import (
+    agent_tokens,
+    alerts,
+    claims,
+    health,
+    history,
+    operator,
+    policy,
+    queries,
+    receipts,
+    schedules,
+)
+from promptyoself.store.agent_tokens import AgentTokenRow
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
 from promptyoself.store.health import Backlog
@@ -63,8 +75,10 @@ T = TypeVar("T")
 THREADS = 8
 """Store calls at once of a ``SqlDeliveryStore`` built without ``threads`` (``Deps`` sets its own)."""
 
-DayAsker = Callable[[datetime], DayAsk]
-"""For a claim's ``now``: the budget day's start and the agent's daily cap to count claims against."""
+DayAsker = Callable[[datetime], Awaitable[DayAsk]]
+"""For a claim's ``now``: the budget day's start and the agent's daily cap to count claims against,
+asked on the event loop before the claim (``Deps.budget_day`` reads the policy through the store's own
+``policy`` verb: off the loop, at most once a second)."""
 
 
 class ClaimOptions(TypedDict, total=False):
@@ -166,8 +180,11 @@ class DeliveryStore(Protocol):
     # (``core/scheduling.py``, ``core/operator.py``): async, so that one object serves the engine and the
     # core; the SQL store runs each blocking call in a thread, the memory store keeps the same rows.
 
-    async def policy(self, settings: Settings, now: datetime) -> Policy:
-        """The operator's policy (``store.policy.load``; a store without a database: ``settings``'s)."""
+    async def policy(self, settings: Settings, now: datetime, *, max_age: float = 0.0) -> Policy:
+        """The operator's policy (``store.policy.load``; a store without a database: ``settings``'s
+        seeds and what ``save_policy`` wrote). ``max_age`` > 0: a value read that many seconds ago in this
+        process will do (delivery's budgets and alert rules). The one place that decides where the
+        policy comes from."""
         ...
 
     async def schedule(self, schedule_id: int) -> ScheduleRow | None:
@@ -216,6 +233,63 @@ class DeliveryStore(Protocol):
 
     # ---- the operator's verbs: policy, console read model, agent tokens ------------------------------
 
+    async def save_policy(self, settings: Settings, changes: Mapping[str, int | float | timedelta | None],
+                          now: datetime) -> Policy:
+        """Write the operator's values (typed, checked) in one transaction, source ``operator``; the
+        policy as it now is (``store.policy.save``)."""
+        ...
+
+    async def outcomes_since(self, since: datetime, agent_id: str | None = None) -> dict[str, int]:
+        """History rows attempted since ``since`` by outcome, for one agent or all (today's counters)."""
+        ...
+
+    async def count_state(self, state: str) -> int:
+        """Schedules in ``state`` (all agents)."""
+        ...
+
+    async def spend_by_agent(self, since: datetime, until: datetime | None = None) -> dict[str, tuple[int, float]]:
+        """Per agent with a delivery since ``since`` (up to ``until``): its receipts' tokens and USD."""
+        ...
+
+    async def schedules_page(self, *, agent_id: str | None, states: tuple[str, ...], limit: int,
+                             offset: int) -> tuple[list[ListedSchedule], int]:
+        """The console's page: schedules of one agent (or all) in ``states`` (all when empty), newest
+        first, and how many there are."""
+        ...
+
+    async def last_deliveries(self, schedule_ids: list[int], per: int) -> dict[int, list[DeliveryRow]]:
+        """The newest ``per`` history rows of each schedule, newest first."""
+        ...
+
+    async def agents_by_state(self) -> dict[str, dict[str, int]]:
+        """Every agent with schedules, and how many it has in each state."""
+        ...
+
+    async def letta_page(self, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:
+        """Up to ``limit`` live schedules of the agent made through Letta's scheduling API (with a
+        ``letta_payload``), by id, after ``after`` when given."""
+        ...
+
+    async def add_agent_token(self, agent_id: str, token_hash: str, hint: str, now: datetime, *,
+                              revoke_others: bool = False) -> AgentTokenRow:
+        """Store a new agent token (its hash); with ``revoke_others`` the agent's live ones are revoked
+        in the same transaction."""
+        ...
+
+    async def token_agent(self, token_hash: str) -> str | None:
+        """The agent a live token with this hash belongs to, or None."""
+        ...
+
+    async def agent_tokens(self, agent_id: str | None = None, *, include_revoked: bool = False,
+                           limit: int = 500) -> list[AgentTokenRow]:
+        """Agent tokens, newest first (of one agent or all; live only unless ``include_revoked``)."""
+        ...
+
+    async def revoke_agent_tokens(self, now: datetime, *, agent_id: str | None = None,
+                                  token_id: int | None = None) -> int:
+        """Revoke the agent's live tokens, or the one with ``token_id``; how many."""
+        ...
+
     # ---- health's verbs ------------------------------------------------------------------------------
 
 
@@ -245,11 +319,9 @@ class SqlDeliveryStore:
 
     async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
                     **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
-        def claim_due() -> list[ScheduleRow]:  # the budget day's policy read, too, off the loop
-            return claims.claim_due(self.store, owner, now, until, limit=limit,
-                                    day=self.day(now) if self.day else None, **options)
-
-        return await self._run(claim_due)
+        day = await self.day(now) if self.day else None  # its policy read: the ``policy`` verb's thread
+        return await self._run(lambda: claims.claim_due(self.store, owner, now, until, limit=limit, day=day,
+                                                        **options))
 
     async def renew(self, owner: str, ids: Collection[int], until: datetime) -> set[int]:
         return await self._run(claims.renew_claims, self.store, owner, ids, until)
@@ -258,11 +330,8 @@ class SqlDeliveryStore:
         return await self._run(claims.release_claims, self.store, owner, ids)
 
     async def record(self, outcomes: Collection[Outcome], *, claim: ClaimAsk | None = None) -> Recorded:
-        def record_outcomes() -> Recorded:
-            day = self.day(claim.now) if self.day and claim is not None else None
-            return claims.record_outcomes(self.store, outcomes, claim=claim, day=day)
-
-        return await self._run(record_outcomes)
+        day = await self.day(claim.now) if self.day and claim is not None else None
+        return await self._run(claims.record_outcomes, self.store, outcomes, claim=claim, day=day)
 
     async def resume_waiting(self, now: datetime) -> int:
         return await self._run(claims.resume_waiting, self.store, now)
@@ -311,8 +380,11 @@ class SqlDeliveryStore:
         await self._run(alerts.send_failed, self.store, alert_id, error, retry_at)
 
 
-    async def policy(self, settings: Settings, now: datetime) -> Policy:
-        return await self._run(policy.load, self.store, settings, now)
+    async def policy(self, settings: Settings, now: datetime, *, max_age: float = 0.0) -> Policy:
+        hit = policy.cached(self.store, max_age)  # a fresh read of this process: no thread
+        if hit is not None:
+            return hit
+        return await self._run(policy.load, self.store, settings, now, max_age=max_age)
 
     async def schedule(self, schedule_id: int) -> ScheduleRow | None:
         return await self._run(schedules.get, self.store, schedule_id)
@@ -348,5 +420,49 @@ class SqlDeliveryStore:
                                                                   agent_id=agent_id, limit=limit))
 
     # ---- the operator's verbs -------------------------------------------------------------------------
+
+    async def save_policy(self, settings: Settings, changes: Mapping[str, int | float | timedelta | None],
+                          now: datetime) -> Policy:
+        return await self._run(policy.save, self.store, settings, changes, now)
+
+    async def outcomes_since(self, since: datetime, agent_id: str | None = None) -> dict[str, int]:
+        return await self._run(operator.outcomes_since, self.store, since, agent_id)
+
+    async def count_state(self, state: str) -> int:
+        return await self._run(operator.count_state, self.store, state)
+
+    async def spend_by_agent(self, since: datetime, until: datetime | None = None) -> dict[str, tuple[int, float]]:
+        return await self._run(operator.spend_by_agent, self.store, since, until)
+
+    async def schedules_page(self, *, agent_id: str | None, states: tuple[str, ...], limit: int,
+                             offset: int) -> tuple[list[ListedSchedule], int]:
+        return await self._run(lambda: operator.schedules_page(self.store, agent_id=agent_id, states=states,
+                                                               limit=limit, offset=offset))
+
+    async def last_deliveries(self, schedule_ids: list[int], per: int) -> dict[int, list[DeliveryRow]]:
+        return await self._run(operator.last_deliveries, self.store, schedule_ids, per)
+
+    async def agents_by_state(self) -> dict[str, dict[str, int]]:
+        return await self._run(operator.agents_by_state, self.store)
+
+    async def letta_page(self, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:
+        return await self._run(schedules.letta_page, self.store, agent_id, after, limit)
+
+    async def add_agent_token(self, agent_id: str, token_hash: str, hint: str, now: datetime, *,
+                              revoke_others: bool = False) -> AgentTokenRow:
+        return await self._run(agent_tokens.insert, self.store, agent_id, token_hash, hint, now,
+                               revoke_others=revoke_others)
+
+    async def token_agent(self, token_hash: str) -> str | None:
+        return await self._run(agent_tokens.live_agent, self.store, token_hash)
+
+    async def agent_tokens(self, agent_id: str | None = None, *, include_revoked: bool = False,
+                           limit: int = 500) -> list[AgentTokenRow]:
+        return await self._run(agent_tokens.listing, self.store, agent_id, include_revoked=include_revoked,
+                               limit=limit)
+
+    async def revoke_agent_tokens(self, now: datetime, *, agent_id: str | None = None,
+                                  token_id: int | None = None) -> int:
+        return await self._run(agent_tokens.revoke, self.store, now, agent_id=agent_id, token_id=token_id)
 
     # ---- health's verbs -------------------------------------------------------------------------------

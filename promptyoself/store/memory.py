@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Collection
-from datetime import datetime
+from collections import Counter
+from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 from promptyoself.config import Settings
 from promptyoself.store import LIVE_STATES
 from promptyoself.store import policy as stored_policy
+from promptyoself.store.agent_tokens import AgentTokenRow
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, fit_targets
 from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
@@ -26,6 +28,7 @@ from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import PENDING, LastTurn, PendingRow
 from promptyoself.store.records import (
     AlertRow,
+    DayAsk,
     DeliveryRow,
     ListedSchedule,
     ScheduleRow,
@@ -49,6 +52,10 @@ class MemoryDeliveryStore:
         self.history: list[dict[str, Any]] = []
         self.alerts: dict[str, dict[str, Any]] = {}
         """Alerts by id (``store.alerts``' columns as dicts)."""
+        self.policy_rows: dict[str, stored_policy.Entry] = {}
+        """The operator's policy values (``save_policy``); the others are the settings' seeds."""
+        self.tokens: list[dict[str, Any]] = []
+        """Agent tokens (``store.agent_tokens``' columns as dicts), by id."""
 
     # ---- seeding and reading (what the core would have written) ----------------------------------
 
@@ -104,10 +111,11 @@ class MemoryDeliveryStore:
 
     async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int,
                     **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
+        ask = await self.day(now) if self.day else None
         with self._lock:
-            return self._claim(owner, now, until, limit, **options)
+            return self._claim(owner, now, until, limit, ask, **options)
 
-    def _claim(self, owner: str, now: datetime, until: datetime, limit: int,
+    def _claim(self, owner: str, now: datetime, until: datetime, limit: int, ask: DayAsk | None,
                **options: Unpack[ClaimOptions]) -> list[ScheduleRow]:
         if limit <= 0:
             return []
@@ -120,7 +128,6 @@ class MemoryDeliveryStore:
         if report is not None:
             report.more_due = len(candidates) >= want
         out = []
-        ask = self.day(now) if self.day else None
         for row in fit_targets(candidates, targets, lambda r: r.target)[:limit]:
             if taken_over is not None and row.claimed_by is not None:
                 taken_over.add(row.id)
@@ -148,6 +155,7 @@ class MemoryDeliveryStore:
         written: set[int] = set()
         lost: set[int] = set()
         fresh: dict[int, ScheduleRow] = {}
+        ask = await self.day(claim.now) if self.day and claim is not None else None
         with self._lock:
             for o in outcomes:
                 row = self.rows.get(o.schedule_id)
@@ -166,7 +174,7 @@ class MemoryDeliveryStore:
             taken: set[int] = set()
             report = ClaimReport()
             if claim is not None:
-                claimed = self._claim(claim.owner, claim.now, claim.until, claim.limit,
+                claimed = self._claim(claim.owner, claim.now, claim.until, claim.limit, ask,
                                       exclude_agents=claim.exclude_agents, targets=claim.targets, taken_over=taken,
                                       report=report)
         return Recorded(frozenset(written), frozenset(lost), fresh, tuple(claimed), frozenset(taken), report.more_due)
@@ -306,8 +314,9 @@ class MemoryDeliveryStore:
 
     # ---- the core's verbs (``DeliveryStore``'s last section): the same rows the engine claims ----------
 
-    async def policy(self, settings: Settings, now: datetime) -> Policy:
-        return stored_policy.of_settings(settings, now)
+    async def policy(self, settings: Settings, now: datetime, *, max_age: float = 0.0) -> Policy:
+        with self._lock:
+            return stored_policy.of_settings(settings, now, self.policy_rows)
 
     async def schedule(self, schedule_id: int) -> ScheduleRow | None:
         with self._lock:
@@ -397,7 +406,96 @@ class MemoryDeliveryStore:
 
     # ---- the operator's verbs -------------------------------------------------------------------------
 
+    async def save_policy(self, settings: Settings, changes: Mapping[str, int | float | timedelta | None],
+                          now: datetime) -> Policy:
+        with self._lock:
+            for name, value in changes.items():
+                self.policy_rows[name] = stored_policy.Entry(stored_policy.text_of(name, value),
+                                                             stored_policy.OPERATOR, now)
+            return stored_policy.of_settings(settings, now, self.policy_rows)
+
+    async def outcomes_since(self, since: datetime, agent_id: str | None = None) -> dict[str, int]:
+        with self._lock:
+            rows = [h for h in self.history if h["attempted_at"] >= since
+                    and (agent_id is None or h["agent_id"] == agent_id)]
+        return dict(Counter(str(h["outcome"]) for h in rows))
+
+    async def count_state(self, state: str) -> int:
+        with self._lock:
+            return sum(1 for r in self.rows.values() if r.state == state)
+
+    async def spend_by_agent(self, since: datetime, until: datetime | None = None) -> dict[str, tuple[int, float]]:
+        with self._lock:
+            rows = [h for h in self.history if h["outcome"] == "delivered" and h["attempted_at"] >= since]
+        out: dict[str, tuple[int, float]] = {}
+        for agent in dict.fromkeys(h["agent_id"] for h in rows):
+            out[agent] = _spent([h for h in rows if h["agent_id"] == agent], until)
+        return out
+
+    async def schedules_page(self, *, agent_id: str | None, states: tuple[str, ...], limit: int,
+                             offset: int) -> tuple[list[ListedSchedule], int]:
+        with self._lock:
+            rows = [r for _, r in sorted(self.rows.items(), reverse=True)
+                    if (agent_id is None or r.agent_id == agent_id) and (not states or r.state in states)]
+        return list(rows[offset:offset + limit]), len(rows)
+
+    async def last_deliveries(self, schedule_ids: list[int], per: int) -> dict[int, list[DeliveryRow]]:
+        return {sid: await self.deliveries(schedule_id=sid, agent_id=None, limit=per) for sid in schedule_ids}
+
+    async def agents_by_state(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        with self._lock:
+            for r in self.rows.values():
+                states = out.setdefault(r.agent_id, {})
+                states[r.state] = states.get(r.state, 0) + 1
+        return out
+
+    async def letta_page(self, agent_id: str, after: int | None, limit: int) -> list[ScheduleRow]:
+        with self._lock:
+            rows = [r for sid, r in sorted(self.rows.items()) if r.agent_id == agent_id
+                    and r.letta_payload is not None and r.state in LIVE_STATES and (after is None or sid > after)]
+        return rows[:limit]
+
+    async def add_agent_token(self, agent_id: str, token_hash: str, hint: str, now: datetime, *,
+                              revoke_others: bool = False) -> AgentTokenRow:
+        with self._lock:  # the table's unique index on the hash, and the rotation's one transaction
+            if any(t["token_hash"] == token_hash for t in self.tokens):
+                raise ValueError("an agent token with this hash exists (the unique index)")
+            if revoke_others:
+                for t in self.tokens:
+                    if t["agent_id"] == agent_id and t["revoked_at"] is None:
+                        t["revoked_at"] = now
+            row = {"id": len(self.tokens) + 1, "agent_id": agent_id, "token_hash": token_hash, "hint": hint,
+                   "created_at": now, "revoked_at": None}
+            self.tokens.append(row)
+            return _token(row)
+
+    async def token_agent(self, token_hash: str) -> str | None:
+        with self._lock:
+            return next((str(t["agent_id"]) for t in self.tokens
+                         if t["token_hash"] == token_hash and t["revoked_at"] is None), None)
+
+    async def agent_tokens(self, agent_id: str | None = None, *, include_revoked: bool = False,
+                           limit: int = 500) -> list[AgentTokenRow]:
+        with self._lock:
+            rows = [t for t in reversed(self.tokens) if (agent_id is None or t["agent_id"] == agent_id)
+                    and (include_revoked or t["revoked_at"] is None)]
+        return [_token(t) for t in rows[:limit]]
+
+    async def revoke_agent_tokens(self, now: datetime, *, agent_id: str | None = None,
+                                  token_id: int | None = None) -> int:
+        with self._lock:
+            hit = [t for t in self.tokens if t["revoked_at"] is None and (agent_id is None or t["agent_id"] == agent_id)
+                   and (token_id is None or t["id"] == token_id)]
+            for t in hit:
+                t["revoked_at"] = now
+            return len(hit)
+
     # ---- health's verbs -------------------------------------------------------------------------------
+
+
+def _token(row: dict[str, Any]) -> AgentTokenRow:
+    return AgentTokenRow(row["id"], row["agent_id"], row["hint"], row["created_at"], row["revoked_at"])
 
 
 def _unannounced(history: list[dict[str, Any]]) -> int:

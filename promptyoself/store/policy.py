@@ -160,24 +160,33 @@ def seeds(settings: Settings) -> dict[str, tuple[str, str]]:
             for name in NAMES}
 
 
-def of_settings(settings: Settings, now: datetime) -> Policy:
-    """The policy a store without a database holds (``store.memory``): every value ``settings``'s seed."""
-    return _typed({}, seeds(settings), now)
+def of_settings(settings: Settings, now: datetime, rows: Mapping[str, Entry] | None = None) -> Policy:
+    """The policy a store without a database holds (``store.memory``): the operator's ``rows`` (what
+    ``policy set`` wrote there), every other value ``settings``'s seed."""
+    return _typed(rows or {}, seeds(settings), now)
 
 
 _cache: weakref.WeakKeyDictionary[Store, tuple[float, Policy]] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
+def cached(store: Store, max_age: float) -> Policy | None:
+    """The policy this process read from ``store`` less than ``max_age`` seconds ago, or None (no I/O:
+    the async store answers a hit on its event loop, a miss with ``load`` in its thread)."""
+    if max_age <= 0:
+        return None
+    with _cache_lock:
+        hit = _cache.get(store)
+    return hit[1] if hit is not None and time.monotonic() - hit[0] < max_age else None
+
+
 def load(store: Store, settings: Settings, now: datetime, *, max_age: float = 0.0) -> Policy:
     """The stored policy; missing rows are seeded from ``settings`` first (and ``default`` rows that
     this process's environment sets are replaced once). ``max_age`` > 0 lets a hot path (delivery's
     budget check) reuse a value read that many seconds ago in this process."""
-    if max_age > 0:
-        with _cache_lock:
-            hit = _cache.get(store)
-        if hit is not None and time.monotonic() - hit[0] < max_age:
-            return hit[1]
+    hit = cached(store, max_age)
+    if hit is not None:
+        return hit
     wanted = seeds(settings)
     rows = _read(store)
     stale = [n for n in NAMES if n not in rows

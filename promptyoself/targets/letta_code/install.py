@@ -4,6 +4,7 @@ the file on exit)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -340,7 +341,7 @@ def install(core: Any, agent_id: object, home_path: object = None) -> dict[str, 
     skill = home / "skills" / SKILL_NAME / "SKILL.md"
     skill.parent.mkdir(parents=True, exist_ok=True)
     skill.write_text(SKILL, encoding="utf-8")
-    token = agent_tokens.mint(core, agent, rotate=True)["token"]
+    token = asyncio.run(agent_tokens.mint(core, agent, rotate=True))["token"]  # a CLI command: the verb to its end
     op = {"op": "install", "agent_id": agent, "entry": mcp_entry(core.settings, token)}
     out: dict[str, Any] = {"status": "success", "agent_id": agent, "skill": str(skill), "settings": str(path),
                            "mcp_server": MCP_NAME}
@@ -374,7 +375,7 @@ def uninstall(core: Any, agent_id: object, home_path: object = None) -> dict[str
     shutil.rmtree(skill, ignore_errors=True)
     if agent is not None:
         with contextlib.suppress(NoToken):  # none was live
-            agent_tokens.revoke(core, agent_id=agent)
+            asyncio.run(agent_tokens.revoke(core, agent_id=agent))
     op = {"op": "uninstall", "agent_id": agent}
     out: dict[str, Any] = {"status": "success", "agent_id": agent, "skill_removed": had_skill}
     servers = running_servers(home)

@@ -85,12 +85,6 @@ class Services(Protocol):
 
     async def delivery_policy(self, now: datetime) -> Policy: ...
 
-    async def daily_budget(self, now: datetime) -> int: ...
-
-    async def spend_caps(self, now: datetime) -> tuple[int, float]: ...
-
-    async def pause_after_failures(self, now: datetime) -> int: ...
-
     def now(self) -> datetime: ...
 
     def close(self) -> None: ...
@@ -158,7 +152,7 @@ class Deps:
     async def budget_day(self, now: datetime) -> DayAsk:
         """What a claim counts its budget day against (``store.day_counts``): the day's start in
         ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``, with its cost
-        budgets (``spend_caps``)."""
+        budgets (``delivery_policy``)."""
         from promptyoself.store.records import DayAsk
 
         p = await self.delivery_policy(now)
@@ -173,21 +167,6 @@ class Deps:
         same for every process whatever its environment; a memory store's own), read at most once a
         second. The store alone decides where it comes from."""
         return await self.deliveries.policy(self.settings, now, max_age=self.POLICY_MAX_AGE)
-
-    async def daily_budget(self, now: datetime) -> int:
-        """The operator's policy ``max_deliveries_per_agent_per_day`` (``delivery_policy``)."""
-        return (await self.delivery_policy(now)).max_deliveries_per_agent_per_day
-
-    async def spend_caps(self, now: datetime) -> tuple[int, float]:
-        """The operator's cost budgets per agent per day: ``max_tokens_per_agent_per_day`` and
-        ``max_cost_usd_per_agent_per_day`` (0 = none), read as ``daily_budget`` is."""
-        p = await self.delivery_policy(now)
-        return p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day
-
-    async def pause_after_failures(self, now: datetime) -> int:
-        """The operator's policy ``pause_after_failures`` (failed occurrences in a row before delivery
-        pauses a schedule; 0 = never), read as ``daily_budget`` is."""
-        return (await self.delivery_policy(now)).pause_after_failures
 
     @property
     def letta(self) -> LettaClient:

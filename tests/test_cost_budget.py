@@ -95,7 +95,8 @@ def test_the_cost_budgets_are_set_from_the_cli(db_path: Path, capsys: pytest.Cap
         bad = json.loads(capsys.readouterr().out)
         assert code != 0 and bad["code"] == "invalid_argument" and "US dollars" in json.dumps(bad)
         assert asyncio.run(core.operator.policy()).max_cost_usd_per_agent_per_day == 2.5  # nothing changed
-        assert asyncio.run(core.spend_caps(core.now())) == (250000, 2.5)
+        p = asyncio.run(core.delivery_policy(core.now()))
+        assert (p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day) == (250000, 2.5)
     finally:
         core.close()
 

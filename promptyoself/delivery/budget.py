@@ -5,7 +5,7 @@ Each delivered prompt costs the agent an LLM turn, so an agent that schedules it
 its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` (the budget day):
 
 * per agent, the operator's policy ``max_deliveries_per_agent_per_day`` (0 = none), read from the
-  database (``Deps.daily_budget``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
+  database (``Deps.delivery_policy``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
   counting the agent's pass-through sends (``PROMPTYOSELF_LETTA_PROXY``) too;
 * per schedule, its optional ``max_per_day``;
 * per agent, the cost budgets (issue 43 point 2): the operator's policies

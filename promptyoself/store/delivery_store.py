@@ -9,8 +9,9 @@ SQLite, PostgreSQL and memory):
   blocks), as APScheduler 4's SQLAlchemy data store does;
 - ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests (no thread).
 
-Synchronous code outside an event loop (the faces, health, the CLI) does not call these verbs: it
-calls the ``store.*`` module functions they wrap, as it always could.
+Synchronous code outside an event loop does not call these verbs: it calls the ``store.*`` module
+functions they wrap, as it always could. Health is async and reads through its own verbs (the last
+section: ``health_snapshot``, ``write_probe``).
 
 The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
 claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
@@ -45,7 +46,7 @@ from promptyoself.config import Settings
 from promptyoself.store import alerts, claims, health, history, operator, policy, queries, receipts, schedules
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
-from promptyoself.store.health import Backlog
+from promptyoself.store.health import Backlog, HealthSnapshot
 from promptyoself.store.operator import Recent
 from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import LastTurn, PendingRow
@@ -217,6 +218,23 @@ class DeliveryStore(Protocol):
     # ---- the operator's verbs: policy, console read model, agent tokens ------------------------------
 
     # ---- health's verbs ------------------------------------------------------------------------------
+    # (``core/health.py``): what ``assess`` reads in one go, and the write probe of ``assess`` and ``/readyz``.
+
+    async def describe(self) -> str:
+        """The store as health shows it (``db``): the database URL, any password hidden (no I/O)."""
+        ...
+
+    async def health_snapshot(self, now: datetime, recent: int) -> HealthSnapshot:
+        """What health reads of the store at ``now`` (``store.health.snapshot``): the backlog, the worker
+        lease, the active schedules by target, the due prompts waiting for a send slot and behind their
+        agent's previous prompt, those waiting for a retry, the newest ``recent`` attempts."""
+        ...
+
+    async def write_probe(self) -> None:
+        """Raise when the store cannot take a write now (``store.health.write_check``): ``ReadOnly``
+        (``DatabaseReadOnly``) when it is read-only, ``DatabaseUnavailable`` when its file was deleted or
+        replaced, another error when it is locked, full or gone. Nothing is changed."""
+        ...
 
 
 class SqlDeliveryStore:
@@ -350,3 +368,12 @@ class SqlDeliveryStore:
     # ---- the operator's verbs -------------------------------------------------------------------------
 
     # ---- health's verbs -------------------------------------------------------------------------------
+
+    async def describe(self) -> str:
+        return self.store.describe()
+
+    async def health_snapshot(self, now: datetime, recent: int) -> HealthSnapshot:
+        return await self._run(health.snapshot, self.store, now, recent)
+
+    async def write_probe(self) -> None:
+        await self._run(health.write_check, self.store)

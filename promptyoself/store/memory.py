@@ -410,19 +410,10 @@ class MemoryDeliveryStore:
             newest = list(reversed(self.history[-recent:])) if recent > 0 else []
         active = [r for r in rows if r.state == "active"]
         due = [r for r in active if r.due_at is not None and r.due_at <= now]
-        slots = [s for r in due if (s := r.next_run or r.due_at) is not None]
-        backlog = Backlog(len(active), len(due), min(slots, default=None),
-                          min((r.due_at for r in active if r.due_at is not None), default=None))
-        targets: dict[str, tuple[int, int]] = {}
-        for r in active:
-            n, d = targets.get(r.target, (0, 0))
-            targets[r.target] = (n + 1, d + (r.due_at is not None and r.due_at <= now))
-        retry = [r for r in active if r.due_at is not None and now < r.due_at <= now + WAIT_HORIZON and r.attempt > 0]
         return HealthSnapshot(
-            backlog=backlog, lease=None, targets=targets,
+            backlog=await self.due_summary(now), lease=None, targets=_by_target(active, now),
             unclaimed=_due_unheld(due, rows, now, agent_busy=False),
-            queued=_due_unheld(due, rows, now, agent_busy=True),
-            waiting=Waiting(len(retry), min((r.next_run for r in retry if r.next_run is not None), default=None)),
+            queued=_due_unheld(due, rows, now, agent_busy=True), waiting=_waiting(active, now),
             recent=[(str(h["outcome"]), h["attempted_at"], h.get("error")) for h in newest])
 
     async def write_probe(self) -> None:
@@ -443,6 +434,21 @@ def _spent(delivered: list[dict[str, Any]], until: datetime | None) -> tuple[int
     """The tokens and USD the receipts of ``delivered`` reported, up to ``until``."""
     rows = [h for h in delivered if until is None or h["attempted_at"] <= until]
     return sum(h.get("tokens") or 0 for h in rows), sum(h.get("cost_usd") or 0.0 for h in rows)
+
+
+def _by_target(active: list[ScheduleRow], now: datetime) -> dict[str, tuple[int, int]]:
+    """``store.health.by_target`` over the active rows: ``{target: (active, due)}``."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in active:
+        n, d = out.get(r.target, (0, 0))
+        out[r.target] = (n + 1, d + (r.due_at is not None and r.due_at <= now))
+    return out
+
+
+def _waiting(active: list[ScheduleRow], now: datetime) -> Waiting:
+    """``store.health.waiting`` over the active rows: those waiting out a retry's backoff."""
+    retry = [r for r in active if r.due_at is not None and now < r.due_at <= now + WAIT_HORIZON and r.attempt > 0]
+    return Waiting(len(retry), min((r.next_run for r in retry if r.next_run is not None), default=None))
 
 
 def _due_unheld(due: list[ScheduleRow], rows: list[ScheduleRow], now: datetime, *, agent_busy: bool) -> Unclaimed:

@@ -173,7 +173,7 @@ def in_process(db_url: str, letta: dict[str, Any], count: int, span: float, lead
 
 def other_process(db_url: str, letta: dict[str, Any], count: int, span: float, lead: float) -> tuple[list[float], int]:
     core = _core(db_url, letta["url"])
-    core.health()  # creates and migrates the database before the worker opens it
+    asyncio.run(core.health())  # creates and migrates the database before the worker opens it
     env = clean_env(PROMPTYOSELF_DB=db_url, LETTA_BASE_URL=letta["url"], PROMPTYOSELF_MESSAGE_FORMAT="plain",
                     PROMPTYOSELF_WORKER_IDLE_EXIT="0", PYTHONPATH=str(ROOT), FASTMCP_CHECK_FOR_UPDATES="off",
                     PROMPTYOSELF_ENV_FILE=str(Path(tempfile.gettempdir()) / "none.env"))

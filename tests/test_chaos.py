@@ -27,6 +27,7 @@ a role and a schema of its own there.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -170,7 +171,7 @@ class Run:
     def health(self) -> dict[str, Any]:
         core = make_core(self.url, letta_base_url=self.fake.url, health_letta_cache=0)
         try:
-            return dict(core.health())
+            return dict(asyncio.run(core.health()))
         finally:
             core.close()
 

@@ -203,7 +203,7 @@ def token_day(db: str, fake: FakeLetta) -> None:
         assert not any("third" in t for t in fake.received_texts())
 
         # the operator sees it: health, /metrics, an alert, the agent's usage
-        guard = core.health()["guardrails"]
+        guard = asyncio.run(core.health())["guardrails"]
         assert guard["max_tokens_per_agent_per_day"] == 150
         assert [h["agent_id"] for h in guard["held_by_cost"]] == [agent]
         assert guard["held_by_cost"][0]["tokens_today"] == 210 and guard["over_budget_today"] == 1
@@ -219,7 +219,7 @@ def token_day(db: str, fake: FakeLetta) -> None:
         add_schedule(core.store, agent, "the next day", clock.now - timedelta(seconds=1))
         assert drain(core) == ["delivered"]
         assert asyncio.run(core.operator.agent_usage(agent))["tokens_today"] == 105
-        assert core.health()["guardrails"]["held_by_cost"] == []
+        assert asyncio.run(core.health())["guardrails"]["held_by_cost"] == []
     finally:
         core.close()
 

@@ -68,7 +68,7 @@ def test_every_unreachable_database_is_database_unavailable_in_core_and_mcp(tmp_
         assert err.value.code == "database_unavailable", name
         assert "\n" not in err.value.message and "PROMPTYOSELF_DB" in err.value.message, name
         assert "Traceback" not in err.value.message
-        health = core.health()
+        health = asyncio.run(core.health())
         assert health["status"] == "down", (name, health)
         assert any(r["code"] == "database_unavailable" for r in health["reasons"]), (name, health)
 

@@ -342,7 +342,7 @@ def test_auth_error_backs_off_and_shows_in_status_and_health(tmp_path: Path, clo
         status = status_tool(core)
         assert status["auth_error"] and status["auth_error"].startswith("letta_auth:")
         assert "s3cret" not in str(status)
-        assert core.health()["letta_auth_error"].startswith("letta_auth:")
+        assert asyncio.run(core.health())["letta_auth_error"].startswith("letta_auth:")
         # the executor reports the refusal (its loop pauses claiming while the auth backoff runs; a
         # drain stops at it)
         ex = Engine(core, until="nothing_due")

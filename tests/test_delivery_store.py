@@ -406,3 +406,29 @@ async def test_an_agent_claimed_in_another_schema_of_the_database_is_not_held_he
                 assert [r.id for r in await env.ds.claim("A", T0, T0 + LEASE, limit=5)] == [sid]
         finally:
             other.close()
+
+
+async def test_the_health_snapshot_reads_what_health_needs_in_one_go(env: Env) -> None:
+    """``health_snapshot`` (``core/health.py``'s reads): the same answer from every store."""
+    empty = await env.ds.health_snapshot(T0, 50)
+    assert (empty.backlog, empty.lease, empty.targets, empty.recent) == (Backlog(0, 0, None, None), None, {}, [])
+    assert (empty.unclaimed.count, empty.queued.count, empty.waiting.count) == (0, 0, 0)
+    held = env.add("agent-a", T0 - timedelta(minutes=10), claimed_by="w", claim_until=T0 + LEASE)
+    env.add("agent-a", T0 - timedelta(minutes=5))  # behind agent-a's live claim: queued
+    env.add("agent-b", T0 - timedelta(minutes=3))  # its agent is free: waits for a send slot
+    env.add("agent-c", T0 + timedelta(minutes=10), attempt=1, next_run=T0 - timedelta(minutes=2))  # a retry
+    env.add("agent-d", T0 + timedelta(hours=2), target="other")
+    env.add("agent-e", T0 - timedelta(hours=1), state="paused")
+    snap = await env.ds.health_snapshot(T0, 50)
+    assert snap.backlog == Backlog(5, 3, T0 - timedelta(minutes=10), T0 - timedelta(minutes=10))
+    assert snap.targets == {"letta": (4, 3), "other": (1, 0)}
+    assert (snap.unclaimed.count, snap.unclaimed.oldest_due, snap.unclaimed.target) == (
+        1, T0 - timedelta(minutes=3), "letta")
+    assert (snap.queued.count, snap.queued.oldest_due, snap.queued.target) == (1, T0 - timedelta(minutes=5), "letta")
+    assert (snap.waiting.count, snap.waiting.oldest) == (1, T0 - timedelta(minutes=2))
+    assert snap.lease is None and snap.recent == []
+    await env.ds.record([outcome(env, held, "w", "failed", at=T0, state="failed", due_at=None)])
+    recent = (await env.ds.health_snapshot(T0, 50)).recent
+    assert [(o, at) for o, at, _ in recent] == [("failed", T0)]
+    await env.ds.write_probe()  # a store that takes writes says nothing
+    assert (await env.ds.describe()).startswith("memory" if env.store is None else env.store.url.split(":")[0])

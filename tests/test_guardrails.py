@@ -81,7 +81,7 @@ def test_approval_policy_parks_frequent_rules_until_approved(db_path: Path, cloc
             asyncio.run(core.scheduling.resume(often["id"]))
         with pytest.raises(InvalidArgument):
             asyncio.run(core.operator.run_now(often["id"]))
-        assert core.health()["guardrails"]["pending_approval"] == 2
+        assert asyncio.run(core.health())["guardrails"]["pending_approval"] == 2
 
         clock.advance(minutes=11)  # past the pending schedule's first slot
         assert often["id"] not in {e["id"] for e in run_once_result(core).get("executed") or []}
@@ -128,7 +128,7 @@ def budget_day(db: str, clock: Clock, fake: FakeLetta) -> None:
         assert hist["guardrails"]["usage"]["budget_left"] == 0 and hist["guardrails"]["usage"]["held_back"] == 1
         today = asyncio.run(core.operator.today())
         assert today["over_budget"] == 1 and today["delivered"] == 2
-        assert core.health()["guardrails"]["over_budget_today"] == 1
+        assert asyncio.run(core.health())["guardrails"]["over_budget_today"] == 1
         text = render(registry_for(core)).decode()
         assert 'promptyoself_deliveries_total{outcome="over_budget"} 1.0' in text
         assert 'promptyoself_guardrail_limit{guardrail="max_deliveries_per_agent_per_day"} 2.0' in text

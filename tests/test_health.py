@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -42,7 +43,7 @@ def hold_lease(core: Core, pid: int, until_s: float = 60) -> None:
 
 def test_ok_when_nothing_is_due_and_letta_answers(db_path: Path, fake: FakeLetta) -> None:
     core = make_core(db_path, fake.url)
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "ok" and h["reasons"] == [] and h["due_now"] == 0 and h["oldest_overdue_s"] is None
     core.close()
 
@@ -51,17 +52,17 @@ def test_due_without_delivery_is_degraded_and_names_the_fix(db_path: Path, fake:
     core = make_core(db_path, fake.url)
     # due 3 s ago: within a live loop's budget (more would be delivery_behind, issue 42)
     add_schedule(core.store, fake.agent_ids[0], "due", FIXED_NOW - timedelta(seconds=3))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "degraded" and codes(h) == ["no_delivery"]
     assert h["due_now"] == 1 and h["oldest_overdue_s"] == 3.0 and h["delivery_live"] is False
     assert "promptyoself worker" in h["reasons"][0]["fix"] and "service install" in h["reasons"][0]["fix"]
     # A live worker lease (this test's own pid stands in for the worker) answers it.
     hold_lease(core, os.getpid())
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "ok" and h["delivery_live"] is True
     # A lease whose process is gone is not live.
     hold_lease(core, 2**22 + 12345)
-    assert codes(core.health()) == ["no_delivery"]
+    assert codes(asyncio.run(core.health())) == ["no_delivery"]
     core.close()
 
 
@@ -69,7 +70,7 @@ def test_late_beyond_the_threshold(db_path: Path, fake: FakeLetta) -> None:
     core = make_core(db_path, fake.url, health_max_lateness="2m")
     add_schedule(core.store, fake.agent_ids[0], "late", FIXED_NOW - timedelta(minutes=3))
     hold_lease(core, os.getpid())
-    h = core.health()
+    h = asyncio.run(core.health())
     # unclaimed with its agent free under a live lease: it also waits for a send slot (issue 42)
     assert codes(h) == ["delivery_late", "delivery_behind"] and h["status"] == "degraded"
     assert "180s late" in h["reasons"][0]["message"] and "worker --status" in h["reasons"][0]["fix"]
@@ -78,14 +79,14 @@ def test_late_beyond_the_threshold(db_path: Path, fake: FakeLetta) -> None:
 
 def test_letta_unreachable_and_the_probe_is_cached(db_path: Path, fake: FakeLetta) -> None:
     core = make_core(db_path, fake.url)
-    assert core.health()["status"] == "ok"
+    assert asyncio.run(core.health())["status"] == "ok"
     before = len(fake.requests)
     for _ in range(5):
-        core.health()
+        asyncio.run(core.health())
     assert len(fake.requests) == before, "health probed Letta on every call"
     fake.stop()
     core.settings.health_letta_cache = 0.0  # the cached answer expired
-    h = core.health()
+    h = asyncio.run(core.health())
     assert codes(h) == ["letta_unreachable"] and "promptyoself test" in h["reasons"][0]["fix"]
     core.close()
 
@@ -93,7 +94,7 @@ def test_letta_unreachable_and_the_probe_is_cached(db_path: Path, fake: FakeLett
 def test_letta_refusing_the_credentials(db_path: Path) -> None:
     with FakeLetta(agents=1, password="right") as fake:
         core = make_core(db_path, fake.url, letta_api_key="wrong")
-        h = core.health()
+        h = asyncio.run(core.health())
         assert codes(h) == ["letta_auth"] and "LETTA_API_KEY" in h["reasons"][0]["fix"]
         core.close()
 
@@ -102,7 +103,7 @@ def test_database_unreachable_is_down(tmp_path: Path, fake: FakeLetta) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     core = make_core(blocker / "promptyoself.db", fake.url)
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "down" and codes(h) == ["database_unavailable"]
     assert "PROMPTYOSELF_DB" in h["reasons"][0]["fix"] and h["schedules_active"] is None
     core.close()
@@ -125,7 +126,7 @@ def test_cli_exit_code_follows_the_verdict(db_path: Path, fake: FakeLetta, capsy
 def test_postgres_unreachable_is_down(tmp_path: Path, fake: FakeLetta) -> None:
     core = Core(make_settings(tmp_path / "x.db", db="postgresql+psycopg://nobody@127.0.0.1:1/none",
                               letta_base_url=fake.url))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "down" and codes(h) == ["database_unavailable"]
     core.close()
 
@@ -145,7 +146,7 @@ def test_verdict_and_metrics_on_both_backends(backend: str, db_path: Path, fake:
                                          (None, "retry", "letta_auth: Letta refused the credentials")):
             s.add(Delivery(schedule_id=sid, agent_id=fake.agent_ids[0], scheduled_for=FIXED_NOW,
                            attempted_at=FIXED_NOW, outcome=outcome, attempt=1, lateness_s=lateness, error=error))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "degraded" and codes(h) == ["no_delivery"] and h["oldest_overdue_s"] == 30.0
     text = render(registry_for(core)).decode()
     assert 'promptyoself_deliveries_total{outcome="delivered"} 2.0' in text
@@ -175,10 +176,10 @@ def test_prompts_waiting_for_a_send_slot_are_behind(db_path: Path, fake: FakeLet
     add_schedule(core.store, busy, "after it", FIXED_NOW - timedelta(seconds=59))
     assert len(claim_due(core.store, "worker:x", FIXED_NOW, FIXED_NOW + timedelta(seconds=60), limit=1)) == 1
     add_schedule(core.store, "agent-free-soon", "just due", FIXED_NOW - timedelta(seconds=BEHIND_FACTOR - 1))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "ok", h["reasons"]  # one waits for its agent; the other is within the budget
     add_schedule(core.store, "agent-free", "waits for a slot", FIXED_NOW - timedelta(seconds=BEHIND_FACTOR + 20))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "degraded" and codes(h) == ["delivery_behind"]
     [reason] = h["reasons"]
     assert reason["message"].startswith("2 due prompt(s) whose agents are free wait for a send slot")
@@ -202,10 +203,10 @@ def test_prompts_queued_behind_their_agent_past_a_minute_are_degraded(db_path: P
     for i in range(3):
         add_schedule(core.store, agent, f"queued {i}", FIXED_NOW - timedelta(seconds=QUEUED_S - 1 - i))
     assert len(claim_due(core.store, "worker:x", FIXED_NOW, FIXED_NOW + timedelta(seconds=60), limit=5)) == 1
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "ok", h["reasons"]  # queued, but less than a minute
     add_schedule(core.store, agent, "queued long", FIXED_NOW - timedelta(seconds=QUEUED_S + 38))
-    h = core.health()
+    h = asyncio.run(core.health())
     assert h["status"] == "degraded" and codes(h) == ["delivery_queued"], h["reasons"]
     [reason] = h["reasons"]
     assert reason["message"].startswith("4 due prompt(s) wait behind their agent's previous prompt")

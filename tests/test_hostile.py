@@ -577,7 +577,7 @@ def quota_world(tmp_path: Path, letta: Any) -> Iterator[World]:
     w = World.__new__(World)
     w.db, w.letta, w.agents = tmp_path / "quota.db", letta, list(letta.agent_ids)
     w.core = Core(base_settings(w.db, max_active_per_agent=2, min_interval="1m", max_prompt_chars=100))
-    w.core.health()  # creates the database
+    asyncio.run(w.core.health())  # creates the database
     w.mcp = ClientThread(build_server(w.core))
     yield w
     w.close()

@@ -304,7 +304,7 @@ def test_database_without_the_table_is_an_error(core, tmp_path, capsys):
 
 
 def test_our_own_database_is_not_a_legacy_one(core, db_path, capsys):
-    core.health()  # creates and migrates the new database
+    asyncio.run(core.health())  # creates and migrates the new database
     code, result = run_cli(["import-legacy", str(db_path)], core, capsys)
     assert code == 1 and "unified_reminders" in result["error"]
 

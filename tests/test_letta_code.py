@@ -213,13 +213,13 @@ def test_a_busy_conversation_holds_a_queued_prompt_until_its_turn_ends(core: Any
 @pytest.mark.slow
 def test_health_covers_the_letta_code_target(core: Any, lc: FakeLettaCode) -> None:
     code_schedule(core, lc.agent_ids[0], "later", due=datetime.now(UTC) + timedelta(hours=1))
-    h = assess(core)
+    h = asyncio.run(assess(core))
     codes = [r["code"] for r in h["reasons"]]  # LETTA_BASE_URL is not probed: nothing goes there
     assert "letta_unreachable" not in codes and "letta_code_unreachable" not in codes, h["reasons"]
     assert h["targets"] == {"letta-code": {"active": 1, "due": 0}}
     lc.stop()
     core.settings.health_letta_cache = 0.0
-    h = assess(core)
+    h = asyncio.run(assess(core))
     assert "letta_code_unreachable" in [r["code"] for r in h["reasons"]]
 
 

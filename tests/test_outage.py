@@ -77,7 +77,7 @@ def test_an_outage_longer_than_ten_attempts_loses_nothing(tmp_path: Path, loops:
         loops.append(Running(core))
         wait_until(lambda: len(history(core.store, sid)) >= 25, timeout=60)
         assert get(core.store, sid).state == "active"
-        health = core.health()
+        health = asyncio.run(core.health())
         assert "send_failing" in _codes(health), health  # sends fail while Letta's reads work
         assert health["retry_waiting"] in (0, 1)
         fake.configure(fail_rate=0.0)
@@ -106,15 +106,15 @@ def test_waiting_prompts_resume_when_letta_answers_again(tmp_path: Path, loops: 
         row = get(core.store, sid)
         backoff_until = row.due_at  # the first try failed: the next one is 15-30 s after it
         assert backoff_until is not None and backoff_until >= before + timedelta(seconds=10)
-        wait_until(lambda: "delivery_waiting" in _codes(core.health()), timeout=30)
-        health = core.health()
+        wait_until(lambda: "delivery_waiting" in _codes(asyncio.run(core.health())), timeout=30)
+        health = asyncio.run(core.health())
         assert health["retry_waiting"] == 1 and health["status"] == "degraded"
         fake = FakeLetta(agents=[AGENT], port=port).start()
         wait_until(lambda: get(core.store, sid).state == "completed", timeout=90)
         last = history(core.store, sid)[-1]
         assert last.outcome == "delivered"
         assert last.attempted_at < backoff_until, "it waited for its backoff instead of going when Letta came back"
-        assert core.health()["retry_waiting"] == 0
+        assert asyncio.run(core.health())["retry_waiting"] == 0
     finally:
         fake.stop()
         core.close()
@@ -126,16 +126,16 @@ def test_waiting_prompts_resume_when_letta_answers_again(tmp_path: Path, loops: 
 def test_a_locked_database_makes_health_down(tmp_path: Path) -> None:
     core = make_core(tmp_path / "l.db")
     try:
-        assert "database_write_failed" not in _codes(core.health())
+        assert "database_write_failed" not in _codes(asyncio.run(core.health()))
         other = sqlite3.connect(tmp_path / "l.db", timeout=0.1)
         other.execute("BEGIN IMMEDIATE")  # another process holds SQLite's write lock past our wait
         try:
-            health = core.health()  # an answer (it gave up on the lock), not a wait for the lock
+            health = asyncio.run(core.health())  # an answer (it gave up on the lock), not a wait for the lock
             assert health["status"] == "down" and "database_write_failed" in _codes(health), health
         finally:
             other.rollback()
             other.close()
-        assert "database_write_failed" not in _codes(core.health())
+        assert "database_write_failed" not in _codes(asyncio.run(core.health()))
     finally:
         core.close()
 
@@ -153,7 +153,7 @@ def test_a_deleted_or_replaced_database_file_stops_writes(tmp_path: Path, how: s
             os.replace(tmp_path / "copy.db", db)
         with pytest.raises(DatabaseUnavailable, match=how):
             asyncio.run(core.scheduling.schedule_time("would be lost", "in 1h", agent_id=AGENT, skip_validation=True))
-        health = core.health()
+        health = asyncio.run(core.health())
         assert health["status"] == "down" and "database_unavailable" in _codes(health)
         assert how in health["reasons"][0]["message"]
         assert db.exists() == (how == "replaced")  # no empty database made at the path meanwhile
@@ -179,8 +179,8 @@ def test_a_clock_jump_ahead_is_flagged_in_health_and_nothing_is_re_armed(tmp_pat
         try:
             wait_until(lambda: svc.executor is not None and svc.executor.last_tick is not None, timeout=20)
             clock.set(start + timedelta(days=1))
-            wait_until(lambda: "clock_jump" in _codes(core.health()), timeout=20)
-            [reason] = [r for r in core.health()["reasons"] if r["code"] == "clock_jump"]
+            wait_until(lambda: "clock_jump" in _codes(asyncio.run(core.health())), timeout=20)
+            [reason] = [r for r in asyncio.run(core.health())["reasons"] if r["code"] == "clock_jump"]
             assert "jumped ahead" in reason["message"], reason
             assert get(core.store, sid).anchor == start  # the interval keeps its phase (nothing re-armed back)
         finally:
@@ -205,7 +205,7 @@ def test_a_clock_jump_back_re_arms_recurring_schedules(tmp_path: Path, loops: li
             clock.set(start - timedelta(hours=2))
             wait_until(lambda: get(core.store, sid).next_run <= start - timedelta(hours=1, minutes=30), timeout=20)
             assert get(core.store, sid).next_run == start - timedelta(hours=1, minutes=30)
-            health = core.health()
+            health = asyncio.run(core.health())
             assert "clock_jump" in _codes(health), health
         finally:
             svc.stop()

@@ -332,7 +332,7 @@ def test_the_policy_is_stored_defaulted_listed_and_compared(db_url: str, target:
         with pytest.raises(InvalidArgument, match="overlap must be"):
             asyncio.run(core.scheduling.schedule_every("p", "1h", agent_id="agent-a", target="busy",
                                                        skip_validation=True, overlap="never"))
-        targets = {t["name"]: t for t in core.targets()["targets"]}
+        targets = {t["name"]: t for t in asyncio.run(core.targets())["targets"]}
         assert (targets["busy"]["overlap"], targets["busy"]["busy_check"]) == ("skip", "the test says so")
         assert (targets["webhook"]["overlap"], targets["webhook"]["busy_check"]) == ("allow", None)
         assert targets["claude-code"]["overlap"] == "queue" and targets["claude-code"]["busy_check"]

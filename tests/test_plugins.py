@@ -147,12 +147,12 @@ async def test_an_outside_target_through_mcp_rest_and_delivery(outside: Path, tm
             assert bad.status_code == 400 and "target_options.colour" in bad.json()["error"]
             assert [t["name"] for t in rest.get("/api/targets").json()["targets"]] == list(registry.names())
         assert schedules.count_live(core.store, AGENT) == 2  # the refused ones stored nothing
-        assert (await asyncio.to_thread(core.health))["targets"]["jsonl"] == {"active": 2, "due": 0}
+        assert (await core.health())["targets"]["jsonl"] == {"active": 2, "due": 0}
         clock.now = FIXED_NOW + timedelta(minutes=10)
         drain_once(core)
         drain_once(core)  # nothing left: each occurrence once
         assert sorted((x["tag"], x["agent"]) for x in lines(outside)) == [("ops", AGENT), ("rest", AGENT)]
-        readiness = (await asyncio.to_thread(core.health))["readiness"]
+        readiness = (await core.health())["readiness"]
         assert readiness.get("jsonl", "").startswith("JSON lines at") or "jsonl" not in readiness
     finally:
         core.close()
@@ -169,10 +169,10 @@ def test_a_plugin_that_does_not_load_is_reported_and_refused(tmp_path: Path,
         assert "broken" in registry.names()
         with pytest.raises(InvalidArgument, match="failed to load: RuntimeError: this plug-in needs"):
             asyncio.run(core.scheduling.schedule_time("x", "in 5m", agent_id=AGENT, target="broken"))
-        report = core.targets()
+        report = asyncio.run(core.targets())
         broken = next(t for t in report["targets"] if t["name"] == "broken")
         assert not broken["ready"] and "RuntimeError" in (broken["error"] or "")
-        assert [r for r in core.health()["reasons"] if r["code"] == "target_plugin_broken"]
+        assert [r for r in asyncio.run(core.health())["reasons"] if r["code"] == "target_plugin_broken"]
         assert asyncio.run(core.scheduling.schedule_time("still works", "in 5m", agent_id=AGENT,
                                                          skip_validation=True))["status"] == "success"
     finally:

@@ -123,7 +123,7 @@ async def test_tool_calls_never_leak(secret_env: Path, fake_letta_refusing: Any,
         monkeypatch.setattr(core.scheduling, "list_schedules", explode)
         async with Client(build_server(core)) as client:
             broken = await client.call_tool("promptyoself_list", {}, raise_on_error=False)
-        health = core.health()
+        health = (await core.health())
     finally:
         core.close()
 

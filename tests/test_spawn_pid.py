@@ -9,6 +9,7 @@ written, no worker exists yet), right after it, and once the worker holds the le
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,8 +41,8 @@ def test_health_right_after_a_spawn_never_shows_the_servers_pid(
 
     def spawn_and_look(settings: Any, token: str | None = None) -> int:
         # the reservation is written and no worker exists yet: what everyone sees now
-        during["health"] = server.health()["worker"]
-        during["service_health"] = other.health()["worker"]
+        during["health"] = asyncio.run(server.health())["worker"]
+        during["service_health"] = asyncio.run(other.health())["worker"]
         during["status"] = worker.status_result(server)
         assert during["status"]["worker"]["pid"] is None  # (else --stop below would signal this process)
         during["stop"] = worker.stop_worker(server)
@@ -58,13 +59,13 @@ def test_health_right_after_a_spawn_never_shows_the_servers_pid(
     assert during["stop"]["stopped"] is False and "being started" in during["stop"]["message"]
 
     # right after the spawn: the spawned worker's pid, whether or not it has taken the lease over yet
-    assert server.health()["worker"]["pid"] == started["pid"]
-    assert other.health()["worker"]["pid"] == started["pid"]
+    assert asyncio.run(server.health())["worker"]["pid"] == started["pid"]
+    assert asyncio.run(other.health())["worker"]["pid"] == started["pid"]
 
     # once the worker holds the lease itself
     wait_until(lambda: (row := worker.read_lease(server.store)) is not None and row.owner.startswith("worker:"),
                timeout=60)
-    for health in (server.health(), other.health()):
+    for health in (asyncio.run(server.health()), asyncio.run(other.health())):
         assert health["worker"]["pid"] == started["pid"] and health["worker"]["starting"] is False
         assert health["worker"]["alive"] is True
     status = worker.status_result(server)
@@ -84,6 +85,6 @@ def test_a_second_server_does_not_report_the_first_servers_pid(db: Path, fake: F
     add_schedule(b.store, fake.agent_ids[0], "later", datetime.now(UTC) + timedelta(hours=1))
     seen = starter.Starter(b).ensure()
     assert seen.by == "starting" and seen.pid is None
-    assert b.health()["worker"]["pid"] is None and b.health()["worker"]["starting"] is True
+    assert asyncio.run(b.health())["worker"]["pid"] is None and asyncio.run(b.health())["worker"]["starting"] is True
     a.close()
     b.close()

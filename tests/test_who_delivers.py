@@ -39,9 +39,9 @@ def cli(db: Path, fake: FakeLetta, *args: str) -> subprocess.CompletedProcess[st
 
 def test_health_says_no_delivery_as_soon_as_a_schedule_is_active(db: Path, fake: FakeLetta) -> None:
     core = make_core(db, fake, executor_mode="worker", executor_autostart=True)
-    assert core.health()["status"] == "ok"  # nothing active: nothing to deliver
+    assert asyncio.run(core.health())["status"] == "ok"  # nothing active: nothing to deliver
     add_schedule(core.store, fake.agent_ids[0], "tomorrow", datetime.now(UTC) + timedelta(days=1))
-    health = core.health()  # nothing is due, and yet nothing would send it when it is
+    health = asyncio.run(core.health())  # nothing is due, and yet nothing would send it when it is
     assert health["status"] == "degraded"
     (reason,) = [r for r in health["reasons"] if r["code"] == "no_delivery"]
     assert "1 schedule(s) are active" in reason["message"] and "`promptyoself worker --start`" in reason["fix"]

@@ -20,7 +20,8 @@ repairs it. The checks:
   has its one line. A failed probe is the reason its plug-in's ``watch`` names (``letta_unreachable``,
   or the target's own auth code such as ``letta_auth``; each built-in target's code is in its docs),
   ``target_unreachable`` for a plug-in that names none. Each answer is cached for
-  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll.
+  ``PROMPTYOSELF_HEALTH_LETTA_CACHE`` seconds per process, so health is cheap to poll. The probes run at
+  once on the caller's event loop, each given ``PROBE_WAIT`` seconds.
 * ``target_plugin_broken``: an installed target's plug-in does not load (``promptyoself targets``
   shows its error); schedules for it wait, nothing else is affected.
 * ``database_read_only`` (down): the database cannot be written because it is read-only: a SQLite
@@ -41,13 +42,21 @@ repairs it. The checks:
 * ``clock_jump``: the wall clock went back (the delivery loop saw it); recurring schedules were
   re-armed from the current time. Or it jumped ahead (more than 30 s beyond the machine's own
   clock between two looks): deliveries are dated in the future meanwhile.
+
+Health is async, on the caller's event loop: the store is read through its async interface
+(``Deps.deliveries``: ``health_snapshot`` reads what ``assess`` needs in one go, ``write_probe`` tries a
+write), the targets are probed with ``asyncio.gather``. A memory store (``store.memory``) has no
+database: health shows it as ``memory (no database)``, with no worker lease and nothing that could
+refuse a write, and leaves out ``guardrails`` (read from a database).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
+import weakref
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,8 +69,8 @@ from promptyoself.errors import PromptYoSelfError, TargetAuth
 from promptyoself.targets.base import Watch
 
 if TYPE_CHECKING:
-    from promptyoself.store.db import Store
     from promptyoself.store.delivery_store import DeliveryStore
+    from promptyoself.store.health import HealthSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +132,24 @@ WRITE_CODES = ("database_read_only", "database_write_failed")
 FIX_TARGET = "Check the target's receiver and its settings, then run `promptyoself health` again."
 PROBE_WAIT = 30.0
 """Seconds health waits for a target's probe."""
+CLOSE_WAIT = 5.0
+"""Seconds more ``probe_targets`` waits for all of them, made and closed, before it answers without."""
 
-_probe_lock = threading.Lock()
+_probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+_probe_locks_made = threading.Lock()  # held only to find or make a loop's lock, never across an await
+
+
+def _probe_lock() -> asyncio.Lock:
+    """The running event loop's lock over the probe cache, made on first use: an ``asyncio.Lock``
+    belongs to one loop, and the CLI runs a new loop per command. Two health calls on one loop probe a
+    target once (the second finds the first's answer cached); calls on different loops probe each
+    on their own and write the same per-process cache (one dict item at a time)."""
+    loop = asyncio.get_running_loop()
+    with _probe_locks_made:
+        lock = _probe_locks.get(loop)
+        if lock is None:
+            lock = _probe_locks[loop] = asyncio.Lock()
+        return lock
 
 
 def watch(name: str, settings: Settings) -> Watch:
@@ -154,9 +179,6 @@ class Checked(Protocol):
     delivery: DeliveryView | None
 
     @property
-    def store(self) -> Store: ...
-
-    @property
     def deliveries(self) -> DeliveryStore: ...
 
     def now(self) -> datetime: ...
@@ -167,12 +189,13 @@ def _first_line(exc: BaseException) -> str:
     return redact_url(text[0])[:300] if text else type(exc).__name__
 
 
-def probe_targets(names: list[str], settings: Settings) -> dict[str, tuple[str, BaseException | None]]:
+async def probe_targets(names: list[str], settings: Settings) -> dict[str, tuple[str, BaseException | None]]:
     """``{name: (readiness line, what the probe raised or None)}``: each target made by its plug-in
-    (``targets.registry``) and probed through the ``DeliveryTarget`` protocol, all at once on an
-    event loop of their own in a thread (health may be asked from inside an event loop)."""
-    import asyncio
-
+    (``targets.registry``) and probed through the ``DeliveryTarget`` protocol, all at once on the
+    caller's event loop, each probe given ``PROBE_WAIT`` seconds and every target closed after. A probe
+    never breaks health: one that raises is its answer; one not done after ``PROBE_WAIT`` +
+    ``CLOSE_WAIT`` (its plug-in hangs while making or closing it) is cancelled and answers that it did
+    not finish."""
     from promptyoself.targets import registry
 
     box: dict[str, tuple[str, BaseException | None]] = {}
@@ -195,15 +218,10 @@ def probe_targets(names: list[str], settings: Settings) -> dict[str, tuple[str, 
             if isinstance(failed, BaseException) and name not in box:
                 box[name] = (f"{name}: probe failed", failed)
 
-    def run() -> None:
-        try:
-            asyncio.run(all_of())
-        except Exception:  # a probe must never break health
-            log.debug("health: the target probes failed", exc_info=True)
-
-    worker = threading.Thread(target=run, name="promptyoself-probe-targets", daemon=True)
-    worker.start()
-    worker.join(PROBE_WAIT + 5)
+    try:
+        await asyncio.wait_for(all_of(), PROBE_WAIT + CLOSE_WAIT)
+    except Exception:  # a probe must never break health (TimeoutError: the ones not done are cancelled)
+        log.debug("health: the target probes failed", exc_info=True)
     return {n: box.get(n, (f"{n}: probe did not finish in {PROBE_WAIT:g}s", TimeoutError(
         f"the {n} probe did not finish in {PROBE_WAIT:g}s"))) for n in names}
 
@@ -217,8 +235,8 @@ def _reason(name: str, problem: BaseException, settings: Settings) -> Reason:
     return Reason(code=seen.reason, message=f"{name} probe failed: {_first_line(problem)}", fix=seen.fix)
 
 
-def target_readiness(core: Checked, targets: dict[str, tuple[int, int]], *,
-                     names: list[str] | None = None) -> tuple[dict[str, str], list[Reason]]:
+async def target_readiness(core: Checked, targets: dict[str, tuple[int, int]], *,
+                           names: list[str] | None = None) -> tuple[dict[str, str], list[Reason]]:
     """Readiness of every target that is configured here or has active schedules: one line each, and a
     reason for each one whose probe fails (the code its plug-in's ``watch`` names, or the target's own auth
     code; ``target_unreachable`` by default). ``names`` probes those instead. Each answer is kept for
@@ -227,10 +245,10 @@ def target_readiness(core: Checked, targets: dict[str, tuple[int, int]], *,
     in_use = {n for n, (active, _) in targets.items() if active > 0}
     wanted = sorted(names if names is not None else {n for n, w in watched(settings).items() if w.configured} | in_use)
     cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_target_probes", None) or {}
-    with _probe_lock:
+    async with _probe_lock():
         stale = [n for n in wanted
                  if n not in cache or time.monotonic() - cache[n][0] >= float(settings.health_letta_cache)]
-        for name, (line, problem) in probe_targets(stale, settings).items() if stale else ():
+        for name, (line, problem) in (await probe_targets(stale, settings)).items() if stale else ():
             cache[name] = (time.monotonic(), line, None if problem is None else _reason(name, problem, settings))
         core._target_probes = cache  # type: ignore[attr-defined]
     lines = {n: cache[n][1] for n in wanted}
@@ -238,7 +256,7 @@ def target_readiness(core: Checked, targets: dict[str, tuple[int, int]], *,
     return lines, reasons
 
 
-def targets_report(core: Checked) -> TargetsResult:
+async def targets_report(core: Checked) -> TargetsResult:
     """Every installed target with its options and readiness (``promptyoself targets``, the
     ``promptyoself_targets`` tool, ``GET /api/targets``): each plug-in that loads is probed as health
     probes the targets in use (cached the same way); one that does not load shows its error."""
@@ -246,7 +264,7 @@ def targets_report(core: Checked) -> TargetsResult:
 
     problems = registry.problems()
     loaded = [n for n in registry.names() if n not in problems]
-    lines, _ = target_readiness(core, {}, names=loaded)
+    lines, _ = await target_readiness(core, {}, names=loaded)
     cache: dict[str, tuple[float, str, Reason | None]] = getattr(core, "_target_probes", None) or {}
     out: list[TargetInfo] = []
     for name in registry.names():
@@ -294,7 +312,7 @@ def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None
     return bool(ex and ex.get("running"))
 
 
-def assess(core: Checked) -> HealthResult:
+async def assess(core: Checked) -> HealthResult:
     settings = core.settings
     reasons: list[Reason] = []
     out: HealthResult = {
@@ -318,22 +336,17 @@ def assess(core: Checked) -> HealthResult:
     down = False
     targets: dict[str, tuple[int, int]] = {}
     try:
+        from promptyoself.core.operator import guardrail_summary
         from promptyoself.store import health as queries
 
-        store = core.store
-        out["db"] = store.describe()
+        deliveries = core.deliveries
         now: datetime = core.now()
-        bl = queries.backlog(store, now)
-        lease = queries.lease(store, now)
+        out["db"] = await deliveries.describe()
+        snap = await deliveries.health_snapshot(now, RECENT_ATTEMPTS)
+        bl, lease, targets = snap.backlog, snap.lease, snap.targets
+        waiting_slot, waiting_agent = snap.unclaimed, snap.queued
         delivery = core.delivery.health_info() if core.delivery is not None else None
-        targets = queries.by_target(store, now)
-        waiting_slot = queries.unclaimed(store, now)
-        waiting_agent = queries.queued(store, now)
-        import asyncio
-
-        from promptyoself.core.operator import guardrail_summary
-
-        guard = asyncio.run(guardrail_summary(settings, core.deliveries, now))  # health-async: `await` it
+        guard = await guardrail_summary(settings, deliveries, now)
     except Exception as exc:
         log.debug("health: the database cannot be used", exc_info=True)
         code = getattr(exc, "code", None)
@@ -350,7 +363,7 @@ def assess(core: Checked) -> HealthResult:
             ))
         down = True
     else:
-        _write_path(core, now, out, reasons)
+        await _write_path(core, snap, now, out, reasons)
         out["schedules_active"] = bl.active
         out["targets"] = {t: {"active": a, "due": d} for t, (a, d) in sorted(targets.items())}
         out["guardrails"] = guard
@@ -403,7 +416,7 @@ def assess(core: Checked) -> HealthResult:
                 f"({waiting_agent.target}) has waited {wait:.1f}s (more than {QUEUED_S:g}s).",
                 fix=FIX_QUEUED,
             ))
-    readiness, unready = target_readiness(core, targets)
+    readiness, unready = await target_readiness(core, targets)
     unready += broken_plugins()
     out["readiness"] = readiness
     reasons.extend(unready)
@@ -430,14 +443,15 @@ def _stopped(fix: str, counts: str = "") -> Reason:
     )
 
 
-def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[Reason]) -> None:
-    """Can we write, and do sends succeed? (``database_write_failed``, ``send_failing``,
-    ``delivery_waiting``; ``retry_waiting`` counts the prompts waiting out a backoff.)"""
+async def _write_path(core: Checked, snap: HealthSnapshot, now: datetime, out: HealthResult,
+                      reasons: list[Reason]) -> None:
+    """Can we write (the store's ``write_probe``), and do sends succeed (what ``snap`` read)?
+    (``database_write_failed``, ``send_failing``, ``delivery_waiting``; ``retry_waiting`` counts the
+    prompts waiting out a backoff.)"""
     from promptyoself.store import health as queries
 
-    store = core.store
     try:
-        queries.write_probe(store)
+        await core.deliveries.write_probe()
     except queries.ReadOnly as exc:
         log.debug("health: the database is read-only", exc_info=True)
         reasons.append(Reason(code="database_read_only",
@@ -447,7 +461,7 @@ def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[R
         reasons.append(Reason(code="database_write_failed",
                               message=f"The database cannot be written: {_first_line(exc)}", fix=FIX_WRITE))
     threshold = core.settings.health_max_lateness
-    waiting = queries.waiting(store, now)
+    waiting = snap.waiting
     out["retry_waiting"] = waiting.count
     if waiting.oldest is not None and now - waiting.oldest > threshold:
         reasons.append(Reason(
@@ -455,8 +469,7 @@ def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[R
             message=f"{waiting.count} prompt(s) wait for a retry after failed sends; the oldest was due "
             f"{(now - waiting.oldest).total_seconds():.0f}s ago.", fix=FIX_SEND))
     window = max(threshold, timedelta(minutes=10))
-    recent = [(o, e) for o, at, e in queries.recent_attempts(store, RECENT_ATTEMPTS) if now - at <= window
-              and o in ("delivered", "retry", "failed")]
+    recent = [(o, e) for o, at, e in snap.recent if now - at <= window and o in ("delivered", "retry", "failed")]
     failed = [e for o, e in recent if o != "delivered"]
     if len(failed) >= 3 and 2 * len(failed) >= len(recent):
         latest = (failed[0] or "").split(" (gave up", 1)[0][:200]
@@ -466,18 +479,17 @@ def _write_path(core: Checked, now: datetime, out: HealthResult, reasons: list[R
             fix=FIX_SEND))
 
 
-def readiness(core: Checked) -> ReadyResult:
+async def readiness(core: Checked) -> ReadyResult:
     """``/readyz``: can this service store schedules now? The database opens and takes a real write
-    (``write_probe``). Letta is not asked: while it is down schedules are still kept, and delivered
-    when it is back, so an orchestrator must not take the service out for that (``/healthz`` keeps
-    the full verdict). ``ready`` true or false, with the reasons ``assess`` would give."""
+    (the store's ``write_probe``; a memory store always can). Letta is not asked: while it is down
+    schedules are still kept, and delivered when it is back, so an orchestrator must not take the
+    service out for that (``/healthz`` keeps the full verdict). ``ready`` true or false, with the
+    reasons ``assess`` would give."""
     from promptyoself.store import health as queries
 
     reasons: list[Reason] = []
     try:
-        store = core.store
-        store.check_file()
-        queries.write_probe(store)
+        await core.deliveries.write_probe()
     except Exception as exc:
         code = getattr(exc, "code", None)
         if isinstance(exc, queries.ReadOnly):

@@ -40,15 +40,15 @@ class Core(Deps):
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
 
-    def targets(self) -> TargetsResult:
+    async def targets(self) -> TargetsResult:
         """The installed targets with their options and readiness (``core.health.targets_report``)."""
         from promptyoself.core.health import targets_report
 
-        return targets_report(self)
+        return await targets_report(self)
 
-    def health(self) -> HealthResult:
+    async def health(self) -> HealthResult:
         """The health fields of docs/design.md §3 plus a verdict: ``status`` ok|degraded|down and ``reasons``
         ``[{code, message, fix}]`` (see ``promptyoself.core.health``)."""
         from promptyoself.core.health import assess
 
-        return assess(self)
+        return await assess(self)

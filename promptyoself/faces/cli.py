@@ -395,7 +395,7 @@ def _schedule_only(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 
 def _health(core: Core) -> dict[str, Any]:
     """Health without what describes only this short-lived process (its uptime, its MCP tool calls)."""
-    result = dict(core.health())
+    result = dict(awaited(core.health()))
     for key in ("uptime_s", "tool_calls"):
         result.pop(key, None)
     return result
@@ -531,7 +531,7 @@ COMMANDS: dict[str, Run] = {
     "test": lambda c, a: dict(c.agents.test_connection()),
     "agents": lambda c, a: dict(c.agents.list_agents()),
     "health": lambda c, a: _health(c),
-    "targets": lambda c, a: dict(c.targets()),
+    "targets": lambda c, a: dict(awaited(c.targets())),
     "upload": _upload,
     "import-legacy": _import_legacy,
     "service": _service,

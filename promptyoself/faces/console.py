@@ -327,7 +327,7 @@ class Console:
     async def _overview(self) -> dict[str, Any]:
         """The banner of every page: health, today's counters and the guardrails."""
         core = self.core
-        health = await run_in_threadpool(core.health)
+        health = await core.health()
         try:
             today = await core.operator.today()
         except PromptYoSelfError:  # the database is down: the banner says so (health), the counters wait

@@ -195,11 +195,11 @@ class ServiceApp:
     async def _readyz(self, send: Any) -> None:
         from promptyoself.core.health import readiness
 
-        result = await asyncio.to_thread(readiness, self.core)
+        result = await readiness(self.core)
         await _send_bytes(send, 200 if result["ready"] else 503, json.dumps(result).encode(), "application/json")
 
     async def _healthz(self, send: Any) -> None:
-        result = await asyncio.to_thread(self.core.health)
+        result = await self.core.health()
         body = json.dumps(result, default=str).encode()
         await _send_bytes(send, 200 if result.get("status") == "ok" else 503, body, "application/json")
 

@@ -692,16 +692,16 @@ def promptyoself_get_scoped_default_agent(*, core: TheCore, call: TheCall) -> De
 
 
 @tool(read_only=True, open_world=True)
-def promptyoself_targets(*, core: TheCore) -> TargetsResult:
+async def promptyoself_targets(*, core: TheCore) -> TargetsResult:
     """List where prompts can be delivered: each installed target, its target_options and whether it is
     ready here. Pass one as `target` (with its options as `target_options`) to a schedule tool."""
-    return core.targets()
+    return await core.targets()
 
 
 @tool(read_only=True)
-def health(*, core: TheCore) -> HealthResult:
+async def health(*, core: TheCore) -> HealthResult:
     """Server health: version, Letta URL, database, executor, uptime, active schedules."""
-    return core.health()
+    return await core.health()
 
 
 _list_targets()  # the module's own app (``fastmcp inspect``, ``fastmcp run``) lists them too

@@ -9,8 +9,9 @@ SQLite, PostgreSQL and memory):
   blocks), as APScheduler 4's SQLAlchemy data store does;
 - ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests (no thread).
 
-The core and the faces await these verbs too (the CLI: one ``asyncio.run`` per command); code still
-synchronous (health, retention, the timeline) calls the ``store.*`` module functions they wrap.
+The core and the faces await these verbs (the CLI: one ``asyncio.run`` per command), health included
+(its own section: ``health_snapshot``, ``write_probe``); code still synchronous (retention, the
+timeline, the installers) calls the ``store.*`` module functions they wrap.
 
 The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
 claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
@@ -57,7 +58,7 @@ from promptyoself.store import (
 from promptyoself.store.agent_tokens import AgentTokenRow
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
 from promptyoself.store.db import Store
-from promptyoself.store.health import Backlog
+from promptyoself.store.health import Backlog, HealthSnapshot
 from promptyoself.store.operator import Recent
 from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import LastTurn, PendingRow
@@ -291,6 +292,23 @@ class DeliveryStore(Protocol):
         ...
 
     # ---- health's verbs ------------------------------------------------------------------------------
+    # (``core/health.py``): what ``assess`` reads in one go, and the write probe of ``assess`` and ``/readyz``.
+
+    async def describe(self) -> str:
+        """The store as health shows it (``db``): the database URL, any password hidden (no I/O)."""
+        ...
+
+    async def health_snapshot(self, now: datetime, recent: int) -> HealthSnapshot:
+        """What health reads of the store at ``now`` (``store.health.snapshot``): the backlog, the worker
+        lease, the active schedules by target, the due prompts waiting for a send slot and behind their
+        agent's previous prompt, those waiting for a retry, the newest ``recent`` attempts."""
+        ...
+
+    async def write_probe(self) -> None:
+        """Raise when the store cannot take a write now (``store.health.write_check``): ``ReadOnly``
+        (``DatabaseReadOnly``) when it is read-only, ``DatabaseUnavailable`` when its file was deleted or
+        replaced, another error when it is locked, full or gone. Nothing is changed."""
+        ...
 
 
 class SqlDeliveryStore:
@@ -466,3 +484,12 @@ class SqlDeliveryStore:
         return await self._run(agent_tokens.revoke, self.store, now, agent_id=agent_id, token_id=token_id)
 
     # ---- health's verbs -------------------------------------------------------------------------------
+
+    async def describe(self) -> str:
+        return self.store.describe()
+
+    async def health_snapshot(self, now: datetime, recent: int) -> HealthSnapshot:
+        return await self._run(health.snapshot, self.store, now, recent)
+
+    async def write_probe(self) -> None:
+        await self._run(health.write_check, self.store)

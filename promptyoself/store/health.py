@@ -184,7 +184,11 @@ class Waiting:
     """The intended time of the oldest of them."""
 
 
-def waiting(store: Store, now: datetime, horizon: timedelta = timedelta(hours=1)) -> Waiting:
+WAIT_HORIZON = timedelta(hours=1)
+"""How far ahead ``waiting`` looks for retries (a backoff is at most PROMPTYOSELF_RETRY_MAX)."""
+
+
+def waiting(store: Store, now: datetime, horizon: timedelta = WAIT_HORIZON) -> Waiting:
     """Occurrences waiting for a retry after a failed send. Read through the (state, due_at) index over
     the next ``horizon`` only (a backoff is at most PROMPTYOSELF_RETRY_MAX), never a full scan."""
     with store.session() as s:
@@ -252,3 +256,46 @@ def _raise_read_only(exc: Exception) -> None:
     text_ = str(exc).lower()
     if any(word in text_ for word in _READ_ONLY_WORDS):
         raise ReadOnly(str(exc).strip().splitlines()[0] if str(exc).strip() else "read-only") from exc
+
+
+# ---- health in one go (``DeliveryStore.health_snapshot`` and ``write_probe``) -------------------------
+
+
+@dataclass(frozen=True)
+class HealthSnapshot:
+    """What ``core.health.assess`` reads of the store, read in one go (one thread hop of the async store)."""
+
+    backlog: Backlog
+    lease: dict[str, Any] | None
+    """The worker lease (``lease``), or None when there is none."""
+    targets: dict[str, tuple[int, int]]
+    """``{target: (active, due)}`` (``by_target``)."""
+    unclaimed: Unclaimed
+    """Due prompts whose agent is free waiting for a send slot (``unclaimed``)."""
+    queued: Unclaimed
+    """Due prompts waiting behind their agent's previous prompt (``queued``)."""
+    waiting: Waiting
+    """Prompts waiting out a retry's backoff (``waiting``)."""
+    recent: list[tuple[str, datetime, str | None]]
+    """The newest history rows, newest first (``recent_attempts``)."""
+
+
+def snapshot(store: Store, now: datetime, recent: int) -> HealthSnapshot:
+    """Every read of ``HealthSnapshot``, one after another (each its own short transaction, as each
+    query always was); ``recent`` is how many history rows ``recent_attempts`` reads."""
+    return HealthSnapshot(
+        backlog=backlog(store, now),
+        lease=lease(store, now),
+        targets=by_target(store, now),
+        unclaimed=unclaimed(store, now),
+        queued=queued(store, now),
+        waiting=waiting(store, now),
+        recent=recent_attempts(store, recent),
+    )
+
+
+def write_check(store: Store) -> None:
+    """Can this store take a write now: its SQLite file still the one it opened (``Store.check_file``:
+    ``DatabaseUnavailable``, ``DatabaseReadOnly``), then ``write_probe``."""
+    store.check_file()
+    write_probe(store)

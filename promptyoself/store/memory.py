@@ -22,7 +22,7 @@ from promptyoself.store.agent_tokens import AgentTokenRow
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, fit_targets
 from promptyoself.store.day_counts import count_in_memory
 from promptyoself.store.delivery_store import ClaimOptions, DayAsker, Rearm, RecurringRow
-from promptyoself.store.health import Backlog
+from promptyoself.store.health import WAIT_HORIZON, Backlog, HealthSnapshot, Unclaimed, Waiting
 from promptyoself.store.operator import NOTICE_WINDOW, Recent
 from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import PENDING, LastTurn, PendingRow
@@ -492,6 +492,26 @@ class MemoryDeliveryStore:
             return len(hit)
 
     # ---- health's verbs -------------------------------------------------------------------------------
+    # A memory store has no database: no file, no worker lease (the engine of its own process delivers its
+    # rows: ``Deps.delivery`` says whether it runs), nothing that could refuse a write.
+
+    async def describe(self) -> str:
+        return "memory (no database)"
+
+    async def health_snapshot(self, now: datetime, recent: int) -> HealthSnapshot:
+        with self._lock:
+            rows = list(self.rows.values())
+            newest = list(reversed(self.history[-recent:])) if recent > 0 else []
+        active = [r for r in rows if r.state == "active"]
+        due = [r for r in active if r.due_at is not None and r.due_at <= now]
+        return HealthSnapshot(
+            backlog=await self.due_summary(now), lease=None, targets=_by_target(active, now),
+            unclaimed=_due_unheld(due, rows, now, agent_busy=False),
+            queued=_due_unheld(due, rows, now, agent_busy=True), waiting=_waiting(active, now),
+            recent=[(str(h["outcome"]), h["attempted_at"], h.get("error")) for h in newest])
+
+    async def write_probe(self) -> None:
+        return None  # memory takes every write: nothing to probe
 
 
 def _token(row: dict[str, Any]) -> AgentTokenRow:
@@ -512,3 +532,29 @@ def _spent(delivered: list[dict[str, Any]], until: datetime | None) -> tuple[int
     """The tokens and USD the receipts of ``delivered`` reported, up to ``until``."""
     rows = [h for h in delivered if until is None or h["attempted_at"] <= until]
     return sum(h.get("tokens") or 0 for h in rows), sum(h.get("cost_usd") or 0.0 for h in rows)
+
+
+def _by_target(active: list[ScheduleRow], now: datetime) -> dict[str, tuple[int, int]]:
+    """``store.health.by_target`` over the active rows: ``{target: (active, due)}``."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in active:
+        n, d = out.get(r.target, (0, 0))
+        out[r.target] = (n + 1, d + (r.due_at is not None and r.due_at <= now))
+    return out
+
+
+def _waiting(active: list[ScheduleRow], now: datetime) -> Waiting:
+    """``store.health.waiting`` over the active rows: those waiting out a retry's backoff."""
+    retry = [r for r in active if r.due_at is not None and now < r.due_at <= now + WAIT_HORIZON and r.attempt > 0]
+    return Waiting(len(retry), min((r.next_run for r in retry if r.next_run is not None), default=None))
+
+
+def _due_unheld(due: list[ScheduleRow], rows: list[ScheduleRow], now: datetime, *, agent_busy: bool) -> Unclaimed:
+    """``store.health.unclaimed`` / ``queued`` over the rows: due rows no live claim holds, of agents that
+    hold a live claim on another of their schedules (``agent_busy``) or not; the oldest by ``due_at``."""
+    busy = {r.agent_id for r in rows if r.claimed_by is not None and r.claim_until is not None and r.claim_until >= now}
+    free = sorted((r for r in due if (r.claimed_by is None or (r.claim_until is not None and r.claim_until < now))
+                   and (r.agent_id in busy) == agent_busy), key=lambda r: (r.due_at, r.id))
+    if not free:
+        return Unclaimed(0, None, None)
+    return Unclaimed(len(free), free[0].due_at, free[0].target)

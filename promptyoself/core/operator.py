@@ -10,6 +10,7 @@ module refuses what is created (``rate_limited``), parks what must be approved (
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -288,9 +289,13 @@ class Operator:
             "budget_day_started": iso(timing.day_start(now, self.deps.settings.timezone)),
         }
 
+    SHOWN_POLICY_AGE = 1.0
+    """Seconds a policy read of this process may be reused where it is only shown (``list`` and
+    ``history``'s guardrails, as delivery's budgets reuse it); what a writer enforces is read fresh."""
+
     async def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
         """The limits, and (for one agent) how much of them it used: what ``list`` and ``history`` show."""
-        p = await self.policy()  # read once for both
+        p = await self.deps.deliveries.policy(self.deps.settings, self.deps.now(), max_age=self.SHOWN_POLICY_AGE)
         out: dict[str, object] = dict(await self.guardrail_settings(p))
         if agent_id:
             out["usage"] = await self.agent_usage(agent_id, p)
@@ -306,9 +311,10 @@ class Operator:
         tz = self.deps.settings.timezone
         budget = p.max_deliveries_per_agent_per_day or None
         since = timing.day_start(now, tz)
-        day = await self.deps.deliveries.agent_day(agent_id, since, budget or 1, now)
+        day, made = await asyncio.gather(  # two reads of their own, side by side
+            self.deps.deliveries.agent_day(agent_id, since, budget or 1, now),
+            self.deps.deliveries.created_since(agent_id, now - HOUR, CREATED_COUNTED))
         hourly = p.max_schedules_per_agent_per_hour or None
-        made = await self.deps.deliveries.created_since(agent_id, now - HOUR, CREATED_COUNTED)  # the count
         tokens, usd = p.max_tokens_per_agent_per_day or None, p.max_cost_usd_per_agent_per_day or None
         cost = round(day.cost_usd_today, 6)
         held: str | None = None

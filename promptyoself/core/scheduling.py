@@ -393,14 +393,16 @@ class Scheduling:
         lim = check_limit("limit", limit, 1, MAX_LIMIT)
         off = check_limit("offset", offset, 0, 10**9)
         found = infer_agent(agent_id, ctx, self.deps.settings, self.defaults, None)
-        rows, total = await self.deps.deliveries.list_page(found.agent_id, bool(include_cancelled), lim, off)
+        (rows, total), guardrails = await asyncio.gather(  # the page and the guardrails, side by side
+            self.deps.deliveries.list_page(found.agent_id, bool(include_cancelled), lim, off),
+            self.operator.guardrails_for(found.agent_id))
         return {
             "status": "success",
             "schedules": [schedule_record(r) for r in rows],
             "count": len(rows),
             "total": int(total),
             "agent_id": found.agent_id,
-            "guardrails": await self.operator.guardrails_for(found.agent_id),
+            "guardrails": guardrails,
         }
 
     async def history(

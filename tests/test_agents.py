@@ -3,6 +3,7 @@ diagnostics, and validation with one GET /v1/agents/{id} against the fake Letta.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ from fastmcp import Client
 from promptyoself.config import Settings
 from promptyoself.core.agents import CallContext, Defaults, infer_agent, normalize_agent_id
 from promptyoself.core.operations import Core
-from promptyoself.errors import InvalidArgument
+from promptyoself.errors import AgentNotFound, InvalidArgument
 from promptyoself.faces.mcp import build_server
+from promptyoself.targets.base import Destination
 from testkit.fake_letta import FakeLetta
 from tests.conftest import make_settings
 
@@ -130,4 +132,56 @@ async def test_single_agent_fallback_against_letta(db_path: Path) -> None:
         fake.add_agent()
         diag = core.agents.inference_diagnostics(None)
         assert diag["inferred_agent_id"] is None
+        core.close()
+
+
+@pytest.mark.slow
+async def test_letta_validation_is_awaited_without_the_blocking_client(db_path: Path) -> None:
+    """The Letta plug-in's check of a new schedule's agent runs on the core's event loop (the async
+    client, no thread and no watchdog timer per request): the blocking Letta client is never made."""
+    with FakeLetta(agents=1) as fake:
+        core = Core(make_settings(db_path, letta_base_url=fake.url))
+        try:
+            made = await core.scheduling.schedule_time("p", "in 5m", agent_id=fake.agent_ids[0])
+            assert made["status"] == "success"
+            with pytest.raises(AgentNotFound):
+                await core.scheduling.schedule_time("q", "in 5m", agent_id="agent-00000000-0000-0000-0000-000000000000")
+            assert (await core.scheduling.list_schedules(agent_id=None))["total"] == 1  # none stored when refused
+            assert core._letta is None, "validation made the blocking Letta client"
+        finally:
+            core.close()
+
+
+async def test_an_outside_plugins_blocking_validate_runs_in_a_thread(db_path: Path) -> None:
+    """A plug-in written with a plain ``def validate`` (docs/plugins.md allows it) still checks each new
+    schedule's agent, off the event loop."""
+    from dataclasses import dataclass
+
+    from promptyoself.targets import registry
+    from promptyoself.targets.registry import FactoryPlugin
+
+    seen: list[tuple[str, bool]] = []
+
+    @dataclass
+    class Blocking(FactoryPlugin):
+        def validate(self, core: Any, agent_id: str) -> None:  # type: ignore[override]
+            seen.append((agent_id, threading.current_thread() is threading.main_thread()))
+            if agent_id == "nobody":
+                raise AgentNotFound("no agent 'nobody' here")
+
+    class Checked(Blocking):
+        def destination(self, call: Any) -> Destination:
+            return Destination(call.agent(), validate=True)
+
+    registry.register("blocking", Checked("blocking", lambda _s: None))  # type: ignore[arg-type,return-value]
+    core = Core(make_settings(db_path))
+    try:
+        made = await core.scheduling.schedule_time("p", "in 5m", agent_id="someone", target="blocking")
+        assert made["status"] == "success"
+        with pytest.raises(AgentNotFound):
+            await core.scheduling.schedule_time("q", "in 5m", agent_id="nobody", target="blocking")
+        assert seen == [("someone", False), ("nobody", False)]
+        assert (await core.scheduling.list_schedules(agent_id=None))["total"] == 1
+    finally:
+        registry.unregister("blocking")
         core.close()

@@ -278,7 +278,7 @@ class Scheduling:
             if (live := await store.count_live(agent)) >= max_live:  # before asking Letta
                 raise self._quota_error(agent, live, max_live)
             if dest.validate:
-                await asyncio.to_thread(registry.plugin(target).validate, self.deps, agent)
+                await registry.validate(target, self.deps, agent)
         for _ in range(CHANGE_TRIES):
             # the guardrails (core/operator.py): parked when it (or the agent's rules together) fire too often
             judged = await self.operator.approval_needed(policy, agent, plan.schedule_type, plan.value, plan.tz,

@@ -773,6 +773,10 @@ class AsyncLettaClient:
     async def list_agents(self, *, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
         return await self._adrive(_list_agents_plan(limit, after))
 
+    async def get_agent(self, agent_id: str) -> dict[str, Any]:
+        """``LettaClient.get_agent``, awaited (a new schedule's agent check)."""
+        return await self._adrive(_get_agent_plan(agent_id))
+
     async def send_message(self, agent_id: str, text: str, *, otid: str | None = None,
                            payload: dict[str, Any] | None = None,
                            guard: Callable[[], bool] | None = None) -> dict[str, Any]:

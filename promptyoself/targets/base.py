@@ -34,7 +34,7 @@ Contract (every target keeps it; the engine relies on nothing else):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -385,11 +385,12 @@ class TargetPlugin(Protocol):
         """The destination of ``call``, or ``InvalidArgument`` (naming the option) saying what to pass."""
         ...
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    def validate(self, core: Any, agent_id: str) -> Awaitable[None] | None:
         """Check that the agent exists where the prompts go (``AgentNotFound``; ``TargetUnavailable``
-        when it cannot be asked). Blocking; called only for destinations with ``validate=True`` and
-        unless the caller said ``skip_validation``. ``core`` gives ``settings`` and ``letta`` (the
-        core's Letta REST client)."""
+        when it cannot be asked), called only for destinations with ``validate=True`` and unless the
+        caller said ``skip_validation``: an ``async def`` is awaited on the core's event loop (the
+        built-in targets'), a plain ``def`` may block and runs in a thread (``registry.validate``).
+        ``core`` gives ``settings`` and ``letta`` (the core's blocking Letta REST client)."""
         ...
 
     def create(self, settings: Any) -> DeliveryTarget:

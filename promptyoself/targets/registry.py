@@ -18,7 +18,9 @@ takes ``Settings`` and returns a ``DeliveryTarget`` (wrapped as a plug-in with n
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -81,7 +83,7 @@ class FactoryPlugin:
     def destination(self, call: Call) -> Destination:
         return Destination(call.agent())
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    async def validate(self, core: Any, agent_id: str) -> None:
         return None
 
     def create(self, settings: Any) -> DeliveryTarget:
@@ -215,6 +217,16 @@ def problems() -> dict[str, str]:
         except Exception:
             out[name] = entry.error or "failed to load"
     return out
+
+
+async def validate(name: str | None, core: Any, agent_id: str) -> None:
+    """The plug-in's ``validate``: awaited on this loop when it is a coroutine function (the built-in
+    ones), else run in a thread (a blocking one, as an outside plug-in may have written it)."""
+    check = plugin(name).validate
+    if inspect.iscoroutinefunction(check):
+        await check(core, agent_id)
+    else:
+        await asyncio.to_thread(check, core, agent_id)
 
 
 def factory(name: str | None) -> Factory:

@@ -48,7 +48,7 @@ class ClaudeCodePlugin:
         agent = call.agent() if session.given(call.agent_id) else session.agent_id_for(found.session_id)
         return Destination(agent, {"session_id": found.session_id, "cwd": found.cwd})
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    async def validate(self, core: Any, agent_id: str) -> None:
         return None
 
     def create(self, settings: Any) -> DeliveryTarget:

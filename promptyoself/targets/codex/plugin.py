@@ -43,7 +43,7 @@ class CodexPlugin:
         agent = call.agent() if session.given(call.agent_id) else session.agent_id_for(found.thread_id)
         return Destination(agent, {"session_id": found.thread_id, "cwd": found.cwd, "codex_home": found.home})
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    async def validate(self, core: Any, agent_id: str) -> None:
         return None
 
     def create(self, settings: Any) -> DeliveryTarget:

@@ -39,8 +39,15 @@ class LettaPlugin:
                 "REST API. Use target 'letta-code' and set LETTA_CODE_URL.")
         return Destination(agent, validate=True)
 
-    def validate(self, core: Any, agent_id: str) -> None:
-        core.letta.get_agent(agent_id)
+    async def validate(self, core: Any, agent_id: str) -> None:
+        from promptyoself.letta.client import AsyncLettaClient
+
+        s = core.settings
+        client = AsyncLettaClient(s.letta_base_url, s.letta_token, timeout=s.letta_timeout, connections=1)
+        try:
+            await client.get_agent(agent_id)
+        finally:
+            await client.aclose()
 
     def create(self, settings: Any) -> DeliveryTarget:
         from promptyoself.targets.letta.target import LettaRestTarget

@@ -4,6 +4,7 @@ protocol is ``promptyoself.targets.base.TargetPlugin``). Imported only when the 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -50,7 +51,7 @@ class LettaCodePlugin:
         conversation = (call.options.conversation_id or "").strip() or None
         return Destination(call.agent(), conversation_id=conversation, validate=True)
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    async def validate(self, core: Any, agent_id: str) -> None:
         url = core.settings.letta_code_url
         if not url:
             raise TargetUnavailable(
@@ -60,7 +61,7 @@ class LettaCodePlugin:
         client = LettaCodeClient(url, timeout=core.settings.letta_timeout,
                                  turn_timeout=core.settings.letta_code_turn_timeout)
         try:
-            client.get_agent(agent_id)
+            await asyncio.to_thread(client.get_agent, agent_id)  # its WebSocket client blocks
         finally:
             client.close()
 

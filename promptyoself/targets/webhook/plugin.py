@@ -38,7 +38,7 @@ class WebhookPlugin:
         agent = call.agent() if given else f"webhook-{name}"
         return Destination(agent, {"endpoint": name})
 
-    def validate(self, core: Any, agent_id: str) -> None:
+    async def validate(self, core: Any, agent_id: str) -> None:
         return None
 
     def create(self, settings: Any) -> DeliveryTarget:

@@ -329,3 +329,19 @@ def test_no_secret_reaches_a_receipt(tmp_path: Path, target: ReceiptTarget) -> N
         h.update(receipt_state="pending", receipt=target_later.to_json())
     pass_once(deps)
     assert all(h["receipt_state"] == "complete" and key not in h["receipt"] for h in rows(mem))
+
+
+def test_a_stored_receipt_leaves_out_what_was_not_reported_and_reads_back_the_same() -> None:
+    """The stored form: bounded, fields a target did not report left out, ``ref`` kept for a pending
+    one; read back and stored again it is the same text; a receipt is bounded once however often asked."""
+    pending = Receipt(state="pending", ref={"run": "run-1", "kind": "run"})
+    assert pending.to_json() == '{"state":"pending","ref":{"run":"run-1","kind":"run"}}'
+    big = Receipt(reply="é" * 3000, tools=tuple(f"t{i}" for i in range(30)), tool_calls=3, input_tokens=-5,
+                  cost_usd=0.1234567891, ref={"k" * 50: 1, "list": [1], "s": "x" * 600})
+    stored = json.loads(big.to_json())
+    assert stored["tool_calls"] == 30 and len(stored["tools"]) == 20 and stored["input_tokens"] == 0
+    assert stored["cost_usd"] == 0.123457 and len(stored["reply"].encode()) <= EXCERPT_BYTES
+    assert stored["ref"] == {"k" * 40: 1, "s": "x" * 512}
+    assert Receipt.from_json(big.to_json()).to_json() == big.to_json()  # type: ignore[union-attr]
+    assert big.bounded() is big.bounded() and big.bounded().bounded() is big.bounded()
+    assert big.redacted(lambda text: text) is big

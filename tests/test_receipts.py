@@ -345,3 +345,36 @@ def test_a_stored_receipt_leaves_out_what_was_not_reported_and_reads_back_the_sa
     assert Receipt.from_json(big.to_json()).to_json() == big.to_json()  # type: ignore[union-attr]
     assert big.bounded() is big.bounded() and big.bounded().bounded() is big.bounded()
     assert big.redacted(lambda text: text) is big
+
+
+def test_a_pending_receipt_is_followed_up_by_the_process_that_sent_it(tmp_path: Path,
+                                                                      target: ReceiptTarget) -> None:
+    """Every delivering process asked every pending receipt on every pass (four workers: four times the
+    reads at the target). The pending receipt names the process that sent it; the others leave it to that
+    one until ``ORPHAN_AFTER``, then any of them asks (the sender is gone, or stalls). The target never
+    sees that name."""
+    clock = Clock()
+    deps, mem = memory_deps(tmp_path, clock)
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    [row] = rows(mem)
+    sender = stored(row)["ref"][receipts.FOLLOWED_BY]
+    assert sender.count(":") == 3 and target.asked[-1].receipt.ref == {"kind": "run"}  # role:host:pid:random
+
+    async def one_pass(owner: str | None) -> None:
+        targets = Targets(deps.settings)
+        try:
+            await receipts.follow_up(deps, targets, owner=owner)
+        finally:
+            await targets.aclose()
+
+    asked = len(target.asked)
+    asyncio.run(one_pass("worker:another:1:x"))  # another process: left to the sender
+    assert len(target.asked) == asked
+    asyncio.run(one_pass(sender))  # the sender asks
+    assert len(target.asked) == asked + 1
+    clock.now = T0 + receipts.ORPHAN_AFTER + timedelta(seconds=1)
+    target.later = Receipt(reply="finished")
+    asyncio.run(one_pass("worker:another:1:x"))  # past ORPHAN_AFTER: anyone asks, and records it
+    assert len(target.asked) == asked + 2 and rows(mem)[0]["receipt_state"] == "complete"

@@ -32,6 +32,7 @@ from promptyoself import catchup, timing
 from promptyoself.delivery import budget, overlap
 from promptyoself.delivery.bridge import Targets, open_fence
 from promptyoself.delivery.envelope import envelope
+from promptyoself.delivery.receipts import FOLLOWED_BY
 from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, RetryPolicy
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
@@ -208,7 +209,7 @@ async def _attempt(core: Services, claim: Claim, owner: str, stopping: Any, may_
         return await _after_failure(core, claim, owner, now, number, exc)
     return Attempt(claim, owner, "delivered", now, number, run_id=sent.run_id, route=sent.route,
                    also_missed=plan.missed, also_skipped=overlap.due_meanwhile(claim, now),
-                   receipt=receipt_of(sent, target.name))
+                   receipt=receipt_of(sent, target.name, owner))
 
 
 async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, target: Any, now: datetime,
@@ -229,9 +230,15 @@ async def _held(core: Services, claim: Claim, owner: str, occ: Occurrence, targe
     return verdict
 
 
-def receipt_of(sent: Sent, target: str) -> Receipt:
-    """A send's receipt (issue 43): what the target reported, or ``none`` saying it gives none."""
-    return sent.receipt if sent.receipt is not None else Receipt.none(f"the {target} target gives no receipt")
+def receipt_of(sent: Sent, target: str, owner: str) -> Receipt:
+    """A send's receipt (issue 43): what the target reported, or ``none`` saying it gives none. A pending
+    one is stored with the process that follows it up (``delivery.receipts.FOLLOWED_BY``: the sender's
+    claim owner), so that the other delivering processes leave it to that one."""
+    if sent.receipt is None:
+        return Receipt.none(f"the {target} target gives no receipt")
+    if sent.receipt.state == "pending":
+        return replace(sent.receipt, ref={**sent.receipt.ref, FOLLOWED_BY: owner})
+    return sent.receipt
 
 
 def catch_up_plan(claim: Claim, now: datetime, grace: timedelta) -> catchup.CatchUp:

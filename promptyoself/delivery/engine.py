@@ -244,7 +244,7 @@ class Engine:
                 side: dict[str, Coroutine[Any, Any, None]] = {
                     "outage probe": probe_outage(core, outcomes, targets, self.wakeup),
                     "clock watch": watch_clock(core, self._clock, io, self.wakeup, min(self.interval, 5.0)),
-                    "receipts": run_receipts(core, targets),
+                    "receipts": run_receipts(core, targets, self.owner),
                     "alert sender": run_alert_sender(core),
                 }
                 side.update({name: task() for name, task in self.side_tasks.items()})
@@ -253,7 +253,7 @@ class Engine:
                 await run.alarm.run()
                 await self._shutdown(run, senders, recorder)
                 if claims.drain is not None:  # execute: what finished by now gets its receipt (issue 43)
-                    await last_pass(core, targets)
+                    await last_pass(core, targets, self.owner)
                 for task in watchers:
                     task.cancel()
                 await keeper

@@ -37,6 +37,14 @@ ASK_TIMEOUT = 30.0
 """Seconds one target's ``receipt`` may take before the pass moves on (asked again next pass)."""
 LAST_PASS = 10.0
 """Seconds the last pass of a drain may take at most."""
+FOLLOWED_BY = "followed_by"
+"""The key of a pending receipt's ``ref`` naming the delivering process that follows it up (the claim
+owner that sent it: ``delivery.attempt.receipt_of``). The target never sees it (``ask``)."""
+ORPHAN_AFTER = timedelta(minutes=2)
+"""How long the other delivering processes leave a pending receipt to the one that follows it up; past
+that (the process is gone, or stalls) any of them asks. Before this, every process asked every pending
+receipt on every pass: with four workers, four times the reads at the target (three GETs each for a Letta
+run) for nothing."""
 
 def timed_out(pending: Receipt, waited: timedelta) -> Receipt:
     what = "the run" if pending.ref.get("run") or pending.ref.get("kind") == "run" else "the turn"
@@ -49,6 +57,8 @@ async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | No
     """The receipt of ``row`` now: the target's answer, ``timed_out`` past ``WAIT``, or None (still
     pending, or the target could not be asked: the next pass asks again)."""
     pending = Receipt.from_json(row.receipt) or Receipt(state="pending")
+    if FOLLOWED_BY in pending.ref:  # ours, not the target's
+        pending = replace(pending, ref={k: v for k, v in pending.ref.items() if k != FOLLOWED_BY})
     waited = core.now() - row.attempted_at
     if waited > WAIT:
         return timed_out(pending, waited)
@@ -71,12 +81,25 @@ async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | No
     return None if got.state == "pending" else got
 
 
-async def follow_up(core: Services, targets: Targets, after_id: int = 0) -> int:
+def left_to_another(core: Services, row: PendingRow, owner: str | None) -> bool:
+    """Whether another delivering process follows ``row``'s receipt up (``FOLLOWED_BY``) and may still."""
+    if owner is None or core.now() - row.attempted_at > ORPHAN_AFTER:
+        return False
+    pending = Receipt.from_json(row.receipt)
+    follower = pending.ref.get(FOLLOWED_BY) if pending is not None else None
+    return follower is not None and follower != owner
+
+
+async def follow_up(core: Services, targets: Targets, after_id: int = 0, owner: str | None = None) -> int:
     """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
-    that came (or timed out). Returns the cursor for the next pass (0: start again from the oldest)."""
+    that came (or timed out); ``owner``: this process's claim owner, which leaves to another process the
+    receipts that one follows up (``ORPHAN_AFTER``). Returns the cursor for the next pass (0: start again
+    from the oldest)."""
     rows: list[PendingRow] = await core.deliveries.pending_receipts(BATCH, after_id)
     redact = Redactor(core.settings) if rows else None
     for row in rows:
+        if left_to_another(core, row, owner):
+            continue
         got = await ask(core, targets, row)
         if got is not None and redact is not None:
             bounded = got.redacted(redact).bounded()
@@ -86,24 +109,24 @@ async def follow_up(core: Services, targets: Targets, after_id: int = 0) -> int:
     return rows[-1].delivery_id if len(rows) == BATCH else 0
 
 
-async def run_receipts(core: Services, targets: Targets) -> None:
-    """The engine's receipt task: a pass every ``EVERY`` seconds until the run cancels it. A pass
-    that fails is logged; the next one tries again."""
+async def run_receipts(core: Services, targets: Targets, owner: str) -> None:
+    """The engine's receipt task (``owner``: its claim owner): a pass every ``EVERY`` seconds until the
+    run cancels it. A pass that fails is logged; the next one tries again."""
     cursor = 0
     while True:
         try:
-            cursor = await follow_up(core, targets, cursor)
+            cursor = await follow_up(core, targets, cursor, owner)
         except Exception as exc:  # the database is away, say: the next pass tries again
             log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
             cursor = 0
         await asyncio.sleep(EVERY)
 
 
-async def last_pass(core: Services, targets: Targets) -> None:
+async def last_pass(core: Services, targets: Targets, owner: str | None = None) -> None:
     """A drain's last look at the pending receipts (at most ``LAST_PASS`` seconds): what finished by
     now is recorded; the rest stays pending for the next executor."""
     try:
         async with asyncio.timeout(LAST_PASS):
-            await follow_up(core, targets)
+            await follow_up(core, targets, owner=owner)
     except Exception:  # TimeoutError included: the receipts stay pending
         log.debug("the last pass over pending receipts did not finish", exc_info=True)

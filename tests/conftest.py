@@ -352,3 +352,5 @@ def letta_env() -> Iterator[tuple[Any, str]]:
 
 # ---- PostgreSQL (tests/pg.py): fixtures pg_url / pg_module_url, fresh schema each, skip with reason ----
 from tests.pg import pg_module_url, pg_url  # noqa: E402, F401
+
+pytest_plugins = ("tests.engine_kit",)  # a core on each store: clock, kind, make (tests/engine_kit.py)

@@ -4,11 +4,13 @@ the parts of a fake target every one of them has the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from promptyoself.config import Settings
 from promptyoself.core.operations import Core
@@ -92,3 +94,39 @@ def registered(name: str, target: T) -> Iterator[T]:
         yield target
     finally:
         registry.unregister(name)
+
+
+# ---- a core on each store (test_scheduling_memory, test_operator_memory): fixtures every test module ----
+# may ask for (tests/conftest.py's pytest_plugins); a module's own fixture of the same name wins.
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+
+@pytest.fixture
+async def make(kind: str, tmp_path: Path, clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """``make(**settings)``: a core on the memory store, a SQLite file or a PostgreSQL schema (each
+    test makes one), with the fixed clock."""
+    made: list[Core] = []
+    db = str(request.getfixturevalue("pg_url")) if kind == "postgresql" else str(tmp_path / "s.db")
+
+    def build(**settings: Any) -> Core:
+        if kind == "memory":
+            core, _ = memory_core(tmp_path, clock, **settings)
+        else:
+            core = Core(kit_settings(tmp_path, db=db, **settings), clock=clock)
+        made.append(core)
+        return core
+
+    yield build
+    for core in made:
+        if kind == "memory":
+            assert core._store is None, "the memory store's core opened the database"
+        core.close()

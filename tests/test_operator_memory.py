@@ -5,49 +5,16 @@ the guardrails' summary, agent tokens. On memory nothing opens the database."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from promptyoself.core import agent_tokens
-from promptyoself.core.operations import Core
 from promptyoself.core.operator import guardrail_summary
 from promptyoself.errors import InvalidArgument, NotFound, QuotaExceeded
-from tests.engine_kit import T0, Clock, kit_settings, memory_core
+from tests.engine_kit import T0
 
 AGENT = "agent-a"
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-async def make(kind: str, tmp_path: Path, clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    made: list[Core] = []
-    db = str(request.getfixturevalue("pg_url")) if kind == "postgresql" else str(tmp_path / "s.db")
-
-    def build(**settings: Any) -> Core:
-        if kind == "memory":
-            core, _ = memory_core(tmp_path, clock, **settings)
-        else:
-            core = Core(kit_settings(tmp_path, db=db, **settings), clock=clock)
-        made.append(core)
-        return core
-
-    yield build
-    for core in made:
-        if kind == "memory":
-            assert core._store is None, "the memory store's core opened the database"
-        core.close()
 
 
 def opts(agent: str = AGENT, **extra: Any) -> dict[str, Any]:

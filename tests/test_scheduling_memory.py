@@ -7,9 +7,8 @@ schedule the core makes is claimed and delivered by the engine on that same stor
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from promptyoself.core.operations import Core
 from promptyoself.errors import IdempotencyConflict, InvalidArgument, NotFound, QuotaExceeded, RateLimited
 from promptyoself.targets.base import Fence, Occurrence, Sent
-from tests.engine_kit import T0, Clock, Recording, drain, kit_settings, memory_core, registered
+from tests.engine_kit import T0, Clock, Recording, drain, registered
 
 AGENT = "agent-a"
 
@@ -41,39 +40,6 @@ class FakeTarget(Recording):
 def target() -> Iterator[FakeTarget]:
     with registered("fake", FakeTarget()) as fake:
         yield fake
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-
-@pytest.fixture
-async def make(kind: str, tmp_path: Path, clock: Clock, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """``make(**settings)``: a core on the memory store, a SQLite file or a PostgreSQL schema (each
-    test makes one), with the fixed clock."""
-    made: list[Core] = []
-    db = str(request.getfixturevalue("pg_url")) if kind == "postgresql" else str(tmp_path / "s.db")
-
-    def build(**settings: Any) -> Core:
-        if kind == "memory":
-            core, _ = memory_core(tmp_path, clock, **settings)
-        else:
-            core = Core(kit_settings(tmp_path, db=db, **settings), clock=clock)
-        made.append(core)
-        return core
-
-    yield build
-    for core in made:
-        if kind == "memory":
-            assert core._store is None, "the memory store's core opened the database"
-        core.close()
 
 
 def opts(**extra: Any) -> dict[str, Any]:

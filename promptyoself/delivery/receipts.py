@@ -53,13 +53,17 @@ def timed_out(pending: Receipt, waited: timedelta) -> Receipt:
                         + (f" ({pending.note})" if pending.note else ""))
 
 
-async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | None:
+async def ask(core: Services, targets: Targets, row: PendingRow, owner: str | None = None) -> Receipt | None:
     """The receipt of ``row`` now: the target's answer, ``timed_out`` past ``WAIT``, or None (still
-    pending, or the target could not be asked: the next pass asks again)."""
+    pending, or the target could not be asked: the next pass asks again; or another delivering process
+    than ``owner`` follows it up, for ``ORPHAN_AFTER``)."""
     pending = Receipt.from_json(row.receipt) or Receipt(state="pending")
-    if FOLLOWED_BY in pending.ref:  # ours, not the target's
-        pending = replace(pending, ref={k: v for k, v in pending.ref.items() if k != FOLLOWED_BY})
     waited = core.now() - row.attempted_at
+    follower = pending.ref.get(FOLLOWED_BY)
+    if follower is not None:  # ours, not the target's
+        if owner is not None and follower != owner and waited <= ORPHAN_AFTER:
+            return None
+        pending = replace(pending, ref={k: v for k, v in pending.ref.items() if k != FOLLOWED_BY})
     if waited > WAIT:
         return timed_out(pending, waited)
     try:
@@ -81,15 +85,6 @@ async def ask(core: Services, targets: Targets, row: PendingRow) -> Receipt | No
     return None if got.state == "pending" else got
 
 
-def left_to_another(core: Services, row: PendingRow, owner: str | None) -> bool:
-    """Whether another delivering process follows ``row``'s receipt up (``FOLLOWED_BY``) and may still."""
-    if owner is None or core.now() - row.attempted_at > ORPHAN_AFTER:
-        return False
-    pending = Receipt.from_json(row.receipt)
-    follower = pending.ref.get(FOLLOWED_BY) if pending is not None else None
-    return follower is not None and follower != owner
-
-
 async def follow_up(core: Services, targets: Targets, after_id: int = 0, owner: str | None = None) -> int:
     """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
     that came (or timed out); ``owner``: this process's claim owner, which leaves to another process the
@@ -98,9 +93,7 @@ async def follow_up(core: Services, targets: Targets, after_id: int = 0, owner: 
     rows: list[PendingRow] = await core.deliveries.pending_receipts(BATCH, after_id)
     redact = Redactor(core.settings) if rows else None
     for row in rows:
-        if left_to_another(core, row, owner):
-            continue
-        got = await ask(core, targets, row)
+        got = await ask(core, targets, row, owner)
         if got is not None and redact is not None:
             bounded = got.redacted(redact).bounded()
             tokens, cost = bounded.spend()  # counted by the cost budgets from now on (delivery.budget)

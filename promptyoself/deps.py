@@ -83,7 +83,7 @@ class Services(Protocol):
     @property
     def letta(self) -> LettaClient: ...
 
-    async def delivery_policy(self, now: datetime) -> Policy: ...
+    async def recent_policy(self, now: datetime) -> Policy: ...
 
     def now(self) -> datetime: ...
 
@@ -152,20 +152,21 @@ class Deps:
     async def budget_day(self, now: datetime) -> DayAsk:
         """What a claim counts its budget day against (``store.day_counts``): the day's start in
         ``PROMPTYOSELF_TIMEZONE`` and the operator's ``max_deliveries_per_agent_per_day``, with its cost
-        budgets (``delivery_policy``)."""
+        budgets (``recent_policy``)."""
         from promptyoself.store.records import DayAsk
 
-        p = await self.delivery_policy(now)
+        p = await self.recent_policy(now)
         return DayAsk(self.settings.budget_day_start(now), p.max_deliveries_per_agent_per_day,
                       p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day)
 
     POLICY_MAX_AGE = 1.0
-    """Seconds delivery reuses a policy read (an operator's change shows within that)."""
+    """Seconds a policy read is reused by ``recent_policy`` (an operator's change shows within that)."""
 
-    async def delivery_policy(self, now: datetime) -> Policy:
-        """The operator's policy as delivery reads it: the store's ``policy`` verb (the database's, the
-        same for every process whatever its environment; a memory store's own), read at most once a
-        second. The store alone decides where it comes from."""
+    async def recent_policy(self, now: datetime) -> Policy:
+        """The operator's policy, read at most once a second: what delivery's budgets and alert rules
+        and the guardrails ``list`` and ``history`` show use (what a writer enforces is read fresh,
+        ``Operator.policy``). The store's ``policy`` verb (the database's, the same for every process
+        whatever its environment; a memory store's own): the store alone decides where it comes from."""
         return await self.deliveries.policy(self.settings, now, max_age=self.POLICY_MAX_AGE)
 
     @property

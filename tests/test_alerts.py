@@ -329,7 +329,7 @@ def test_policy_and_metrics_show_the_alerts(tmp_path: Path) -> None:
         assert asyncio.run(core.operator.policy_show())["policy"]["pause_after_failures"] == 5
         set_ = asyncio.run(core.operator.policy_set({"pause_after_failures": "3"}))
         assert set_["policy"]["pause_after_failures"] == 3
-        assert asyncio.run(core.delivery_policy(T0)).pause_after_failures == 3
+        assert asyncio.run(core.recent_policy(T0)).pause_after_failures == 3
         with core.store.engine.begin() as conn:
             stored_alerts.add(conn, [delivery_alerts.row("k", "schedule_paused", "m", T0, schedule_id=1)])
         text = render(registry_for(core)).decode()

@@ -95,7 +95,7 @@ def test_the_cost_budgets_are_set_from_the_cli(db_path: Path, capsys: pytest.Cap
         bad = json.loads(capsys.readouterr().out)
         assert code != 0 and bad["code"] == "invalid_argument" and "US dollars" in json.dumps(bad)
         assert asyncio.run(core.operator.policy()).max_cost_usd_per_agent_per_day == 2.5  # nothing changed
-        p = asyncio.run(core.delivery_policy(core.now()))
+        p = asyncio.run(core.recent_policy(core.now()))
         assert (p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day) == (250000, 2.5)
     finally:
         core.close()

@@ -72,8 +72,8 @@ async def test_policy_show_and_set_on_each_store(make: Any) -> None:
     with pytest.raises(QuotaExceeded):
         await core.scheduling.schedule_time("d", "in 8m", **opts())
     await core.operator.policy_set({"max_deliveries_per_agent_per_day": 4, "pause_after_failures": 2})
-    assert (await core.delivery_policy(T0)).max_deliveries_per_agent_per_day == 4
-    assert (await core.delivery_policy(T0)).pause_after_failures == 2
+    assert (await core.recent_policy(T0)).max_deliveries_per_agent_per_day == 4
+    assert (await core.recent_policy(T0)).pause_after_failures == 2
     assert (await core.budget_day(T0)).agent_cap == 4  # what the engine's claims count against
 
 

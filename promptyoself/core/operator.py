@@ -289,13 +289,9 @@ class Operator:
             "budget_day_started": iso(timing.day_start(now, self.deps.settings.timezone)),
         }
 
-    SHOWN_POLICY_AGE = 1.0
-    """Seconds a policy read of this process may be reused where it is only shown (``list`` and
-    ``history``'s guardrails, as delivery's budgets reuse it); what a writer enforces is read fresh."""
-
     async def guardrails_for(self, agent_id: str | None) -> dict[str, object]:
         """The limits, and (for one agent) how much of them it used: what ``list`` and ``history`` show."""
-        p = await self.deps.deliveries.policy(self.deps.settings, self.deps.now(), max_age=self.SHOWN_POLICY_AGE)
+        p = await self.deps.recent_policy(self.deps.now())  # shown only: a second-old read will do
         out: dict[str, object] = dict(await self.guardrail_settings(p))
         if agent_id:
             out["usage"] = await self.agent_usage(agent_id, p)

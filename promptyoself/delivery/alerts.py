@@ -112,7 +112,7 @@ async def alert_rules(core: Any, now: datetime) -> AlertRules | None:
     """The rules a batch is recorded with (the policy read at most once a second); None when the policy
     cannot be read (the batch is still recorded, without a pause or an alert)."""
     try:
-        pause_after = int((await core.delivery_policy(now)).pause_after_failures)
+        pause_after = int((await core.recent_policy(now)).pause_after_failures)
         day = timing.day_start(now, core.settings.timezone).astimezone(core.settings.timezone).date().isoformat()
     except Exception:
         log.exception("reading the alert rules failed; recording without them")

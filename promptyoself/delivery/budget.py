@@ -5,7 +5,7 @@ Each delivered prompt costs the agent an LLM turn, so an agent that schedules it
 its budget. Two budgets, both counted over the day in ``PROMPTYOSELF_TIMEZONE`` (the budget day):
 
 * per agent, the operator's policy ``max_deliveries_per_agent_per_day`` (0 = none), read from the
-  database (``Deps.delivery_policy``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
+  database (``Deps.recent_policy``; seeded from ``PROMPTYOSELF_MAX_DELIVERIES_PER_AGENT_PER_DAY``),
   counting the agent's pass-through sends (``PROMPTYOSELF_LETTA_PROXY``) too;
 * per schedule, its optional ``max_per_day``;
 * per agent, the cost budgets (issue 43 point 2): the operator's policies
@@ -89,7 +89,7 @@ async def verdict(core: Services, claim: Budgeted, now: datetime) -> Verdict:
 async def caps(core: Services, now: datetime) -> tuple[int, int, float]:
     """The operator's caps per agent per day: deliveries, tokens, USD (the policy is read at most once a
     second, ``Deps.POLICY_MAX_AGE``, off the loop by the store's ``policy`` verb)."""
-    p = await core.delivery_policy(now)
+    p = await core.recent_policy(now)
     return p.max_deliveries_per_agent_per_day, p.max_tokens_per_agent_per_day, p.max_cost_usd_per_agent_per_day
 
 

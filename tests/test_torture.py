@@ -239,6 +239,25 @@ class Stalled:
     stop_s: list[float]
 
 
+def stop_cleanly(procs: list[Proc], doomed: Proc, *told: Proc) -> None:
+    """SIGTERM to ``told`` (the workers stop by themselves once idle); every process but the killed one
+    must then end cleanly."""
+    for p in told:
+        p.popen.send_signal(signal.SIGTERM)
+    for p in procs:
+        if p is not doomed:
+            p.popen.wait(timeout=30)
+            assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+
+
+def kill_left(procs: list[Proc]) -> None:
+    """SIGKILL whatever still runs (a run that failed midway)."""
+    for p in procs:
+        if p.popen.poll() is None:
+            p.popen.kill()
+            p.popen.wait(timeout=10)
+
+
 def kill_and_stall(db: Any, env: dict[str, str], rng: random.Random, *, began_at: float,
                    kill_after: tuple[float, float] = (0.5, 1.5), stop_after: tuple[float, float] = (0.2, 1.0),
                    logs: str = "") -> Stalled:
@@ -270,17 +289,9 @@ def kill_and_stall(db: Any, env: dict[str, str], rng: random.Random, *, began_at
         os.kill(frozen.popen.pid, signal.SIGCONT)
         cont_at = time.time() - began_at
         wait_until(lambda: active_count(db) == 0, timeout=BUDGET_S, interval=0.5)
-        for p in (looper, served):
-            p.popen.send_signal(signal.SIGTERM)
-        for p in procs:
-            if p is not doomed:
-                p.popen.wait(timeout=30)
-                assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+        stop_cleanly(procs, doomed, looper, served)
     finally:
-        for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait(timeout=10)
+        kill_left(procs)
         if logs:
             keep_logs(procs, logs)
     return Stalled(killed_holding, stopped_holding, " ".join(frozen.popen.args[3:4]),
@@ -448,16 +459,9 @@ def test_torture_letta_code_exactly_once_under_kills_and_restarts(any_db: Any, s
                 time.sleep(LC_RESTART_EVERY_S * rng.uniform(0.5, 1.5))
                 fake.restart()
             assert active_count(db) == 0, "not everything delivered in time"
-            looper.popen.send_signal(signal.SIGTERM)
-            for p in procs:
-                if p is not doomed:
-                    p.popen.wait(timeout=30)
-                    assert p.popen.returncode in (0, -signal.SIGTERM), "".join(p.lines[-30:])
+            stop_cleanly(procs, doomed, looper)
         finally:
-            for p in procs:
-                if p.popen.poll() is None:
-                    p.popen.kill()
-                    p.popen.wait(timeout=10)
+            kill_left(procs)
         received = fake.received()
         restarts = fake.restarts
         replays_removed = fake.removed()

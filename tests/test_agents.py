@@ -155,25 +155,40 @@ async def test_letta_validation_is_awaited_without_the_blocking_client(db_path: 
 async def test_an_outside_plugins_blocking_validate_runs_in_a_thread(db_path: Path) -> None:
     """A plug-in written with a plain ``def validate`` (docs/plugins.md allows it) still checks each new
     schedule's agent, off the event loop."""
-    from dataclasses import dataclass
+    from pydantic import BaseModel, ConfigDict
 
     from promptyoself.targets import registry
-    from promptyoself.targets.registry import FactoryPlugin
+    from promptyoself.targets.base import Call, DeliveryTarget, Watch
 
     seen: list[tuple[str, bool]] = []
 
-    @dataclass
-    class Blocking(FactoryPlugin):
-        def validate(self, core: Any, agent_id: str) -> None:  # type: ignore[override]
+    class NoOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    class Blocking:  # the plug-in protocol (targets.base.TargetPlugin), validate a plain def
+        name = "blocking"
+        summary = "a plug-in whose agent check blocks"
+        options = NoOptions
+        aliases: tuple[str, ...] = ()
+
+        def claims(self, call: Call) -> bool:
+            return False
+
+        def destination(self, call: Call) -> Destination:
+            return Destination(call.agent(), validate=True)
+
+        def validate(self, core: Any, agent_id: str) -> None:
             seen.append((agent_id, threading.current_thread() is threading.main_thread()))
             if agent_id == "nobody":
                 raise AgentNotFound("no agent 'nobody' here")
 
-    class Checked(Blocking):
-        def destination(self, call: Any) -> Destination:
-            return Destination(call.agent(), validate=True)
+        def create(self, settings: Any) -> DeliveryTarget:
+            raise AssertionError("nothing is delivered here")
 
-    registry.register("blocking", Checked("blocking", lambda _s: None))  # type: ignore[arg-type,return-value]
+        def watch(self, settings: Any) -> Watch:
+            return Watch("blocking_unreachable", "none")
+
+    registry.register("blocking", Blocking())
     core = Core(make_settings(db_path))
     try:
         made = await core.scheduling.schedule_time("p", "in 5m", agent_id="someone", target="blocking")

@@ -181,7 +181,8 @@ async def test_pending_receipts_are_listed_oldest_first_and_completed_once(env: 
     assert [p.schedule_id for p in await env.ds.pending_receipts(10)] == [c]
 
 
-async def test_the_sql_stores_work_runs_in_its_own_threads_and_the_memory_stores_on_the_loop(env: Env) -> None:
+async def test_the_sql_stores_work_runs_in_its_own_threads_and_the_memory_stores_on_the_loop(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
     """The interface is async: a verb is awaited on the event loop. The SQL store's blocking work (the
     claim's transaction) runs in the store's own pool, never on the loop's thread; the memory store's
     runs on the loop (no thread: it is memory). The budget day is asked on the loop before the claim
@@ -195,12 +196,8 @@ async def test_the_sql_stores_work_runs_in_its_own_threads_and_the_memory_stores
             seen.append(threading.current_thread().name)
             return real(*args, **kwargs)
 
-        claims.claim_due = claim_due  # type: ignore[assignment]
-    try:
-        [row] = await env.ds.claim("A", T0, T0 + LEASE, limit=5)
-    finally:
-        if isinstance(env.ds, SqlDeliveryStore):
-            claims.claim_due = real  # type: ignore[assignment]
+        monkeypatch.setattr(claims, "claim_due", claim_due)
+    [row] = await env.ds.claim("A", T0, T0 + LEASE, limit=5)
     assert row.id == sid and (await env.ds.record([outcome(env, sid, "A")])).written == {sid}
     loop_thread = threading.current_thread().name
     assert env.budget.threads and set(env.budget.threads) == {loop_thread}

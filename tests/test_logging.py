@@ -262,15 +262,20 @@ def test_http_client_logs_stay_quiet(tmp_path: Path) -> None:
     assert "ours" in stream.getvalue()
 
 
-def test_warnings_are_logged_not_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def logged_warning(tmp_path: Path, text: str) -> str:
+    """What logging set up on a stream of its own writes when ``text`` is warned."""
     import warnings
 
     stream = io.StringIO()
     setup_logging(_settings(tmp_path), stream=stream)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.warn("careful now", UserWarning, stacklevel=1)
-    assert "careful now" in stream.getvalue()
+        warnings.warn(text, UserWarning, stacklevel=1)
+    return stream.getvalue()
+
+
+def test_warnings_are_logged_not_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "careful now" in logged_warning(tmp_path, "careful now")
     assert capsys.readouterr().out == ""
 
 
@@ -281,9 +286,4 @@ def test_warnings_are_logged_after_showwarning_was_put_back(tmp_path: Path) -> N
 
     with warnings.catch_warnings():
         setup_logging(_settings(tmp_path), stream=io.StringIO())
-    stream = io.StringIO()
-    setup_logging(_settings(tmp_path), stream=stream)
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        warnings.warn("careful again", UserWarning, stacklevel=1)
-    assert "careful again" in stream.getvalue()
+    assert "careful again" in logged_warning(tmp_path, "careful again")

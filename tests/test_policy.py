@@ -74,7 +74,11 @@ def race(cores: list[Core], n: int, make: Callable[[Core, int], object]) -> tupl
     return made, codes
 
 
-def cores_on(db: str | Path, k: int = 4, **overrides: Any) -> list[Core]:
+def cores_on(db: str | Path, **overrides: Any) -> list[Core]:
+    """Four cores on one SQLite file; two on PostgreSQL. Each core's engine may hold up to 15 server
+    connections (SQLAlchemy's pool: 5 + 10 overflow), and four of them beside the other PostgreSQL tests
+    of a parallel run went past the server's ``max_connections`` (100). Two pools still race each other."""
+    k = 2 if str(db).startswith("postgresql") else 4
     cores = [Core(make_settings(cast(Path, db), **overrides), clock=fixed()) for _ in range(k)]
     for c in cores:
         asyncio.run(c.operator.policy())  # opened (and migrated) one after the other, before any race

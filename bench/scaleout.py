@@ -63,6 +63,19 @@ def load(url: str, agents: list[str], count: int, due: Any) -> None:
     ))
 
 
+def receipt_states(url: str) -> dict[str, int]:
+    """How many history rows have each receipt state (``pending``: to be read from the fake's runs)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {str(state): int(n) for state, n in
+                    conn.execute(text("SELECT receipt_state, count(*) FROM deliveries GROUP BY receipt_state"))}
+    finally:
+        engine.dispose()
+
+
 def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: int, workers: int,
             lead: float) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
@@ -106,6 +119,7 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                                                f"{logs[i].read_text(errors='replace')[-2000:]}")
                     received = int(_get(fake["url"] + "/_fake/count")["received"])
                 by_sender = _get(fake["url"] + "/_fake/count")["by_sender"]
+                receipts_then = receipt_states(url)
                 worker_cpu = sum((cpu_seconds(p.pid) or 0.0) - c for p, c in zip(procs, cpu0, strict=True))
                 fake_cpu = (cpu_seconds(fake["proc"].pid) or 0.0) - fake_cpu0
                 steal1 = steal_seconds()
@@ -133,12 +147,18 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
         "max_concurrent_per_agent": stats.get("max_concurrent_per_agent"),
         "started_before_due": started_before_due,
         "load": load_at_due,
+        "receipts_at_last_message": receipts_then,
         "worker_cpu_s": worker_cpu,
         "fake_cpu_s": fake_cpu,
         # the share of the machine's cores taken by other guests from the due instant to the end
         "steal": (steal1 - steal0) / (elapsed * (os.cpu_count() or 1))
         if steal0 is not None and steal1 is not None and elapsed > 0 else None,
     }
+
+
+def receipts_read(states: dict[str, int]) -> str:
+    done = sum(n for state, n in states.items() if state != "pending")
+    return f"{done} of {sum(states.values())}"
 
 
 def run(args: Any) -> list[Row]:
@@ -178,14 +198,16 @@ def run(args: Any) -> list[Row]:
     steal = "n/a" if res["steal"] is None else f"{res['steal']:.1%}"
     say(f"[scaleout]   {secs and round(secs, 2)} s, fraction {fraction or 0:.3f}, shares "
         f"{', '.join(f'{s:.1%}' for s in shares)}, exactly once {res['exactly_once']}, load {res['load']:.2f}, "
-        f"steal {steal}")
+        f"steal {steal}, receipts read by the last message {receipts_read(res['receipts_at_last_message'])}")
     note = (f"{secs:.2f} s from the due instant to the last message" if secs else "not all delivered") + (
         f"; ideal {count} × {latency * 1000:g} ms / ({workers} × {in_flight}) = {ideal:.2f} s; first message "
         f"{(res['first_s'] or 0) * 1000:.0f} ms after the due instant; exactly once: "
         f"{'yes' if res['exactly_once'] else 'NO'}; max concurrent per agent {res['max_concurrent_per_agent']}; "
         f"every worker's loop started before the due instant: {'yes' if res['started_before_due'] else 'NO'}; "
         f"load average (1 min) at the due instant {res['load']:.2f}; CPU time taken by other guests of the "
-        f"host during the run (steal): {steal} of the machine's cores")
+        f"host during the run (steal): {steal} of the machine's cores; receipts read by the last message: "
+        f"{receipts_read(res['receipts_at_last_message'])} (the rest after the burst: "
+        f"promptyoself.delivery.receipts.BACKLOG_WAIT)")
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: fraction of ideal", fraction, "",
                     f">= {TARGET_FRACTION}", None if fraction is None else fraction >= TARGET_FRACTION and
                     res["exactly_once"], command, note, {"run": res}))

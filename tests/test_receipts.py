@@ -379,3 +379,44 @@ def test_a_pending_receipt_is_followed_up_by_the_process_that_sent_it(tmp_path: 
     target.later = Receipt(reply="finished")
     asyncio.run(one_pass("worker:another:1:x"))  # past ORPHAN_AFTER: anyone asks, and records it
     assert len(target.asked) == asked + 2 and rows(mem)[0]["receipt_state"] == "complete"
+
+
+def test_receipts_wait_while_deliveries_are_backlogged_and_not_longer_than_backlog_wait(
+        tmp_path: Path, target: ReceiptTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a backlog (more due than the senders carry) the receipt pass leaves the send slots, the
+    target and the database to the deliveries; once it is over the pass asks; and a backlog that lasts
+    gets its receipts read every ``BACKLOG_WAIT`` all the same (``receipts.yields``, pure)."""
+    deps, mem = memory_deps(tmp_path, Clock())
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)  # its last pass asks once
+    asked = len(target.asked)
+    target.later = Receipt(reply="finished")
+    monkeypatch.setattr(receipts, "EVERY", 0.001)
+    owner = json.loads(rows(mem)[0]["receipt"])["ref"][receipts.FOLLOWED_BY]
+    looks: list[bool] = []
+    backlog = True
+
+    def backlogged() -> bool:
+        looks.append(backlog)
+        return backlog
+
+    async def run() -> None:
+        nonlocal backlog
+        targets = Targets(deps.settings)
+        task = asyncio.create_task(receipts.run_receipts(deps, targets, owner, backlogged))
+        try:
+            while len(looks) < 20:
+                await asyncio.sleep(0.001)
+            assert len(target.asked) == asked and rows(mem)[0]["receipt_state"] == "pending"
+            backlog = False
+            while rows(mem)[0]["receipt_state"] == "pending":
+                await asyncio.sleep(0.001)
+        finally:
+            task.cancel()
+            await targets.aclose()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+    assert len(target.asked) == asked + 1 and stored(rows(mem)[0])["reply"] == "finished"
+    assert receipts.yields(True, 0.0) and receipts.yields(True, receipts.BACKLOG_WAIT - 0.001)
+    assert not receipts.yields(True, receipts.BACKLOG_WAIT) and not receipts.yields(False, 0.0)

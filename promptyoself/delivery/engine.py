@@ -244,7 +244,7 @@ class Engine:
                 side: dict[str, Coroutine[Any, Any, None]] = {
                     "outage probe": probe_outage(core, outcomes, targets, self.wakeup),
                     "clock watch": watch_clock(core, self._clock, io, self.wakeup, min(self.interval, 5.0)),
-                    "receipts": run_receipts(core, targets, self.owner),
+                    "receipts": run_receipts(core, targets, self.owner, claims.holdings.backlog),
                     "alert sender": run_alert_sender(core),
                 }
                 side.update({name: task() for name, task in self.side_tasks.items()})

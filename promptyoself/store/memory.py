@@ -56,13 +56,16 @@ class MemoryDeliveryStore:
         """The operator's policy values (``save_policy``); the others are the settings' seeds."""
         self.tokens: list[dict[str, Any]] = []
         """Agent tokens (``store.agent_tokens``' columns as dicts), by id."""
+        self._last_ids = {"schedule": 0, "history": 0}
+        """The highest id handed out of each: as the database's, an id is never given again, even after
+        its row was deleted (a receipt's ``after_id``, an alert's schedule id stay unambiguous)."""
 
     # ---- seeding and reading (what the core would have written) ----------------------------------
 
     def add(self, agent_id: str, prompt_text: str, due: datetime, **columns: Any) -> int:
         """A schedule due at ``due`` (``next_run`` and ``due_at``); other columns as given."""
         with self._lock:
-            sid = max(self.rows, default=0) + 1
+            sid = self._new_id("schedule")
             values: dict[str, Any] = {"schedule_type": "once", "schedule_value": "", "timezone": "UTC",
                                       "next_run": due, "due_at": due, "created_at": due, "updated_at": due}
             self.rows[sid] = ScheduleRow(**{**values, **columns, "id": sid, "agent_id": agent_id,
@@ -181,7 +184,11 @@ class MemoryDeliveryStore:
 
     def _add_history(self, rows: Collection[dict[str, Any]]) -> None:
         for row in rows:
-            self.history.append({"id": len(self.history) + 1, **row})
+            self.history.append({"id": self._new_id("history"), **row})
+
+    def _new_id(self, table: str) -> int:
+        self._last_ids[table] += 1
+        return self._last_ids[table]
 
     async def resume_waiting(self, now: datetime) -> int:
         with self._lock:
@@ -359,7 +366,7 @@ class MemoryDeliveryStore:
                 raise QuotaReached(live)
             if new.idempotency_key is not None and self._by_key(new.agent_id, new.idempotency_key) is not None:
                 raise DuplicateKey(f"agent {new.agent_id} already has idempotency_key {new.idempotency_key!r}")
-            sid = max(self.rows, default=0) + 1
+            sid = self._new_id("schedule")
             row = dataclasses.replace(new, id=sid, claimed_by=None, claim_until=None, last_error=None,
                                       failures_in_row=0)  # what only delivery writes (INSERTED_BY_DELIVERY)
             self.rows[sid] = row

@@ -10,8 +10,9 @@ SQLite, PostgreSQL and memory):
 - ``store.memory.MemoryDeliveryStore``: the same in memory, for the engine's fast tests (no thread).
 
 The core and the faces await these verbs (the CLI: one ``asyncio.run`` per command), health included
-(its own section: ``health_snapshot``, ``write_probe``); code still synchronous (retention, the
-timeline, the installers) calls the ``store.*`` module functions they wrap.
+(its own section: ``health_snapshot``, ``write_probe``), and so do retention and the console's timeline
+(their section: ``purge``, ``active_due_before``, ``attempts_since``). Code still synchronous (the
+installers, the worker's lease) calls the ``store.*`` module functions.
 
 The contract: a claim is a compare-and-set on ``(id, next_run)`` of an active, due row that no live
 claim holds, at most one live claim per agent; a claim whose ``claim_until`` has passed is free again
@@ -53,7 +54,9 @@ from promptyoself.store import (
     policy,
     queries,
     receipts,
+    retention,
     schedules,
+    timeline,
 )
 from promptyoself.store.agent_tokens import AgentTokenRow
 from promptyoself.store.claims import ClaimAsk, ClaimReport, Outcome, Recorded, TargetRoom
@@ -63,7 +66,9 @@ from promptyoself.store.operator import Recent
 from promptyoself.store.policy import Policy
 from promptyoself.store.receipts import LastTurn, PendingRow
 from promptyoself.store.records import AlertRow, DayAsk, DeliveryRow, ListedSchedule, ScheduleRow
+from promptyoself.store.retention import Purged
 from promptyoself.store.schedules import CreationLimits
+from promptyoself.store.timeline import Attempts
 
 RecurringRow = tuple[Any, ...]
 """``(id, schedule_type, schedule_value, timezone, anchor, next_run)`` (``recurring_ahead``)."""
@@ -310,6 +315,27 @@ class DeliveryStore(Protocol):
         replaced, another error when it is locked, full or gone. Nothing is changed."""
         ...
 
+    # ---- retention's and the timeline's verbs ----------------------------------------------------------
+    # (``core/retention.py``: ``promptyoself purge`` and the service's hourly purge; ``core/timeline.py``:
+    # the console's timeline page, its two reads bounded however large the store).
+
+    async def purge(self, ended_before: datetime | None, history_before: datetime | None) -> Purged:
+        """Delete ended schedules (not ``LIVE_STATES``) last changed before ``ended_before``, with their
+        history, then the history rows (and the counted pass-through sends) attempted before
+        ``history_before`` (``store.retention.purge``); ``None`` leaves that kind alone. What it deleted."""
+        ...
+
+    async def active_due_before(self, until: datetime, limit: int,
+                                agent_id: str | None = None) -> list[ListedSchedule]:
+        """Active schedules (of ``agent_id``, or all) whose next run is due before ``until``, soonest
+        ``due_at`` first (then id), at most ``limit``."""
+        ...
+
+    async def attempts_since(self, since: datetime, limit: int, agent_id: str | None = None) -> Attempts:
+        """``(attempted_at, outcome)`` of the history rows (of ``agent_id``, or all) attempted at or after
+        ``since``, oldest first (by id), at most ``limit``; and whether there were more."""
+        ...
+
 
 class SqlDeliveryStore:
     """The SQLite / PostgreSQL ``DeliveryStore`` over an open ``Store``: each verb is one blocking
@@ -493,3 +519,15 @@ class SqlDeliveryStore:
 
     async def write_probe(self) -> None:
         await self._run(health.write_check, self.store)
+
+    # ---- retention's and the timeline's verbs ---------------------------------------------------------
+
+    async def purge(self, ended_before: datetime | None, history_before: datetime | None) -> Purged:
+        return await self._run(retention.purge, self.store, ended_before=ended_before, history_before=history_before)
+
+    async def active_due_before(self, until: datetime, limit: int,
+                                agent_id: str | None = None) -> list[ListedSchedule]:
+        return await self._run(timeline.active_due_before, self.store, until, limit, agent_id)
+
+    async def attempts_since(self, since: datetime, limit: int, agent_id: str | None = None) -> Attempts:
+        return await self._run(timeline.attempts_since, self.store, since, limit, agent_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Unpack
 
@@ -34,6 +34,7 @@ from promptyoself.store.records import (
     ScheduleRow,
     column_names,
 )
+from promptyoself.store.retention import Purged
 from promptyoself.store.schedules import (
     RULE_STATES,
     CreationLimits,
@@ -42,6 +43,7 @@ from promptyoself.store.schedules import (
     QuotaReached,
     RulesChanged,
 )
+from promptyoself.store.timeline import Attempts
 
 
 class MemoryDeliveryStore:
@@ -519,6 +521,43 @@ class MemoryDeliveryStore:
 
     async def write_probe(self) -> None:
         return None  # memory takes every write: nothing to probe
+
+    # ---- retention's and the timeline's verbs (``store.retention``, ``store.timeline``) --------------
+    # Memory holds no pass-through sends (the database stores only count them): ``purge`` deletes none.
+
+    async def purge(self, ended_before: datetime | None, history_before: datetime | None) -> Purged:
+        schedules = history = 0
+        with self._lock:
+            if ended_before is not None:
+                ended = {sid for sid, r in self.rows.items()
+                         if r.state not in LIVE_STATES and r.updated_at < ended_before}
+                for sid in ended:
+                    del self.rows[sid]
+                schedules = len(ended)
+                history += self._drop_history(lambda h: h["schedule_id"] in ended)
+            if history_before is not None:
+                history += self._drop_history(lambda h: h["attempted_at"] < history_before)
+        return Purged(schedules, history, 0)
+
+    def _drop_history(self, gone: Callable[[dict[str, Any]], bool]) -> int:
+        kept = [h for h in self.history if not gone(h)]
+        dropped = len(self.history) - len(kept)
+        self.history[:] = kept
+        return dropped
+
+    async def active_due_before(self, until: datetime, limit: int,
+                                agent_id: str | None = None) -> list[ListedSchedule]:
+        with self._lock:
+            rows = [r for r in self.rows.values() if r.state == "active" and r.next_run is not None
+                    and r.due_at is not None and r.due_at < until and (agent_id is None or r.agent_id == agent_id)]
+        rows.sort(key=lambda r: (r.due_at, r.id))
+        return list(rows[:limit])
+
+    async def attempts_since(self, since: datetime, limit: int, agent_id: str | None = None) -> Attempts:
+        with self._lock:  # the history list is in id order, as the SQL read's ORDER BY id
+            rows = [(h["attempted_at"], str(h["outcome"])) for h in self.history
+                    if h["attempted_at"] >= since and (agent_id is None or h["agent_id"] == agent_id)]
+        return rows[:limit], len(rows) > limit
 
 
 def _token(row: dict[str, Any]) -> AgentTokenRow:

@@ -15,6 +15,9 @@ from promptyoself.store.db import Delivery, Schedule, Store
 from promptyoself.store.operator import _first_id_since
 from promptyoself.store.records import ListedSchedule, column_names, record_of
 
+Attempts = tuple[list[tuple[datetime, str]], bool]
+"""``attempts_since``'s answer: ``(attempted_at, outcome)`` of each row, oldest first; whether there were more."""
+
 _D = Delivery.__table__.c
 _S = Schedule.__table__.c
 _LISTED = [_S[name] for name in column_names(ListedSchedule)]
@@ -31,8 +34,7 @@ def active_due_before(store: Store, until: datetime, limit: int, agent_id: str |
         return [record_of(ListedSchedule, r) for r in conn.execute(q).all()]
 
 
-def attempts_since(store: Store, since: datetime, limit: int,
-                   agent_id: str | None = None) -> tuple[list[tuple[datetime, str]], bool]:
+def attempts_since(store: Store, since: datetime, limit: int, agent_id: str | None = None) -> Attempts:
     """``(attempted_at, outcome)`` of the history rows attempted at or after ``since``, oldest first,
     at most ``limit``; and whether there were more."""
     with store.engine.begin() as conn:

@@ -466,9 +466,9 @@ def test_retention_purges_ended_schedules_and_old_history(db_path: Path) -> None
         kept = asyncio.run(core.scheduling.schedule_every("still here", "1h", agent_id="agent-fill",
                                                           skip_validation=True))["id"]
         now = core.now()
-        assert purge(core, now=now)["schedules"] == 0, "nothing ended 7 days ago yet"
+        assert asyncio.run(purge(core, now=now))["schedules"] == 0, "nothing ended 7 days ago yet"
         later = now + timedelta(days=8)  # PROMPTYOSELF_KEEP_ENDED (7d) has passed for the cancelled ones
-        done = purge(core, now=later)
+        done = asyncio.run(purge(core, now=later))
         assert done["schedules"] == 3 and done["history"] == 3, done
         assert all(schedules.get(core.store, sid) is None for sid in gone)
         assert schedules.get(core.store, kept) is not None
@@ -485,7 +485,7 @@ def test_retention_off_keeps_everything(db_path: Path) -> None:
     core = Core(make_settings(db_path, keep_ended="off", keep_history="off"))
     try:
         _cancelled_with_history(core, 2)
-        assert purge(core, now=core.now() + timedelta(days=400))["schedules"] == 0
+        assert asyncio.run(purge(core, now=core.now() + timedelta(days=400)))["schedules"] == 0
     finally:
         core.close()
 

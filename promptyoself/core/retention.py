@@ -1,7 +1,9 @@
 """Retention (issue 42 item 6): ended schedules (cancelled, completed, failed) are deleted, with their
 history, ``PROMPTYOSELF_KEEP_ENDED`` after their last change; history rows ``PROMPTYOSELF_KEEP_HISTORY``
 after their attempt. ``promptyoself purge`` runs it (``--before`` for one cut-off of its own), and the
-service runs it once an hour (promptyoself.faces.http)."""
+service runs it once an hour (promptyoself.faces.http). The cut-offs are decided here (pure); the
+deleting is the store interface's ``purge`` verb, awaited (``core.deliveries``: the database's or
+memory's)."""
 
 from __future__ import annotations
 
@@ -44,12 +46,10 @@ def cut_off(value: object, now: datetime) -> datetime:
     return when
 
 
-def purge(core: Services, *, before: object = None, now: datetime | None = None) -> dict[str, Any]:
+async def purge(core: Services, *, before: object = None, now: datetime | None = None) -> dict[str, Any]:
     """Delete what retention lets go: with ``before``, ended schedules and history older than it;
     without, by ``PROMPTYOSELF_KEEP_ENDED`` and ``PROMPTYOSELF_KEEP_HISTORY`` (``off``: kept). History
     within ``HISTORY_FLOOR`` (or the misfire grace) of now is always kept."""
-    from promptyoself.store.retention import purge as purge_rows
-
     now = now or core.now()
     settings = core.settings
     ended: datetime | None
@@ -62,7 +62,7 @@ def purge(core: Services, *, before: object = None, now: datetime | None = None)
     floor = now - max(HISTORY_FLOOR, settings.misfire_grace)
     if history is not None:
         history = min(history, floor)
-    done = purge_rows(core.store, ended_before=ended, history_before=history)
+    done = await core.deliveries.purge(ended, history)
     if done.schedules or done.history or done.passthrough:
         log.info("purged %d ended schedule(s) and %d history row(s) (retention)", done.schedules, done.history)
     return {"status": "success", "schedules": done.schedules, "history": done.history,

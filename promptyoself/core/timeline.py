@@ -1,6 +1,10 @@
 """The console's timeline (issue 32 point 6): when each agent will be prompted over the next days,
-and what went out hour by hour over the last day, by outcome. Pure arithmetic over two bounded
-reads (promptyoself/store/timeline.py); the console draws it (faces/console.py, an SVG).
+and what went out hour by hour over the last day, by outcome. Two bounded reads, verbs of the one
+async store interface (``DeliveryStore.active_due_before`` and ``attempts_since``, awaited on
+``deps.deliveries``: the database's or memory's), and pure arithmetic over what they answer
+(``arrange_runs``, ``count_by_hour``), run in a thread: a week of 500 busy schedules is up to half a
+second of it, which the service's event loop (delivery's too) must not wait on. The console draws it
+(faces/console.py, an SVG).
 
 Bounded however large the database: at most ``MAX_SCHEDULES`` schedules read, ``MAX_AGENTS`` agents
 and ``MAX_RUNS`` runs per agent drawn, ``MAX_ATTEMPTS`` history rows counted; what is left out is
@@ -9,13 +13,19 @@ counted in ``hidden_*`` so the page can say so.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from typing_extensions import TypedDict
 
 from promptyoself import recurrence, timing
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError
+
+if TYPE_CHECKING:
+    from promptyoself.store.records import ListedSchedule
 
 DAYS = 7
 HOURS = 24
@@ -71,12 +81,16 @@ class Recent(TypedDict):
     truncated: bool
 
 
-def upcoming_runs(deps: Services, now: datetime, agent_id: str | None = None, days: int = DAYS) -> Upcoming:
+async def upcoming_runs(deps: Services, now: datetime, agent_id: str | None = None, days: int = DAYS) -> Upcoming:
     """The runs of the active schedules from ``now`` to ``now + days``, grouped by agent (sorted by id)."""
-    from promptyoself.store.timeline import active_due_before
-
     end = now + timedelta(days=days)
-    rows = active_due_before(deps.store, end, MAX_SCHEDULES + 1, agent_id)
+    rows = await deps.deliveries.active_due_before(end, MAX_SCHEDULES + 1, agent_id)
+    return await asyncio.to_thread(arrange_runs, rows, now, end)
+
+
+def arrange_runs(rows: Sequence[ListedSchedule], now: datetime, end: datetime) -> Upcoming:
+    """Pure: the runs in ``[now, end)`` of ``rows`` (the soonest due first; more than ``MAX_SCHEDULES``
+    of them: ``truncated``), by agent, each bounded as the module says."""
     truncated = len(rows) > MAX_SCHEDULES
     by_agent: dict[str, AgentRuns] = {}
     for s in rows[:MAX_SCHEDULES]:
@@ -107,20 +121,26 @@ def upcoming_runs(deps: Services, now: datetime, agent_id: str | None = None, da
             "truncated": truncated}
 
 
-def recent_deliveries(deps: Services, now: datetime, agent_id: str | None = None, hours: int = HOURS) -> Recent:
+async def recent_deliveries(deps: Services, now: datetime, agent_id: str | None = None,
+                            hours: int = HOURS) -> Recent:
     """History rows of the last ``hours`` whole hours (the current one included), counted per hour and
     outcome."""
-    from promptyoself.store.timeline import attempts_since
-
     top = now.replace(minute=0, second=0, microsecond=0)
     start = top - timedelta(hours=hours - 1)
+    rows, truncated = await deps.deliveries.attempts_since(start, MAX_ATTEMPTS, agent_id)
+    return await asyncio.to_thread(count_by_hour, rows, truncated, start, hours)
+
+
+def count_by_hour(rows: Sequence[tuple[datetime, str]], truncated: bool, start: datetime, hours: int) -> Recent:
+    """Pure: ``(attempted_at, outcome)`` rows counted per hour from ``start`` (``hours`` of them) and
+    outcome; rows outside them are not counted."""
     buckets: list[HourCounts] = [{"start": start + timedelta(hours=i), "counts": {}} for i in range(hours)]
     total: dict[str, int] = {}
-    rows, truncated = attempts_since(deps.store, start, MAX_ATTEMPTS, agent_id)
     for at, outcome in rows:
         index = int((at - start).total_seconds() // 3600)
         if 0 <= index < hours:
             counts = buckets[index]["counts"]
             counts[outcome] = counts.get(outcome, 0) + 1
             total[outcome] = total.get(outcome, 0) + 1
-    return {"start": start, "end": top + timedelta(hours=1), "hours": buckets, "total": total, "truncated": truncated}
+    return {"start": start, "end": start + timedelta(hours=hours), "hours": buckets, "total": total,
+            "truncated": truncated}

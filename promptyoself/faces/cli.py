@@ -491,7 +491,7 @@ def _token(core: Core, a: argparse.Namespace) -> dict[str, Any]:
 def _purge(core: Core, a: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.core.retention import purge
 
-    return purge(core, before=a.before)
+    return awaited(purge(core, before=a.before))
 
 
 def _policy(core: Core, a: argparse.Namespace) -> dict[str, Any]:

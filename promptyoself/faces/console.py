@@ -389,8 +389,8 @@ class Console:
         context = await self._overview()
         now = self.core.now()
         try:
-            upcoming = await run_in_threadpool(upcoming_runs, self.core, now, agent)
-            recent = await run_in_threadpool(recent_deliveries, self.core, now, agent)
+            upcoming = await upcoming_runs(self.core, now, agent)
+            recent = await recent_deliveries(self.core, now, agent)
         except PromptYoSelfError as exc:
             return self.page(request, "error.html", {**context, "message": exc.message}, status=503)
         tz = self.core.settings.timezone

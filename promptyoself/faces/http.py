@@ -230,7 +230,7 @@ class ServiceApp:
         async def run() -> None:
             while True:
                 try:
-                    await asyncio.to_thread(purge, self.core)
+                    await purge(self.core)  # the store's verb: its thread pool, never this loop
                 except Exception as exc:  # the database may be down: try again at the next round
                     log.warning("retention: the purge failed (%s); trying again in an hour", type(exc).__name__)
                 await asyncio.sleep(EVERY)

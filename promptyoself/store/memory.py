@@ -74,6 +74,12 @@ class MemoryDeliveryStore:
                                             "prompt_text": prompt_text})
             return sid
 
+    def add_history(self, **columns: Any) -> int:
+        """A history row (``deliveries``' columns) as delivery would have recorded it; its id."""
+        with self._lock:
+            self._add_history([columns])
+            return int(self.history[-1]["id"])
+
     def get(self, sid: int) -> ScheduleRow:
         with self._lock:
             return self.rows[sid]

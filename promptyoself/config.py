@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
-from dataclasses import field as dc_field
+import threading
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BeforeValidator, Field, PlainValidator, SecretStr, ValidationError, field_validator
@@ -33,6 +31,8 @@ DB_SCHEMES = ("sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg", "
 MAX_AGENT_ID_CHARS = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _AGENT_ID = re.compile(r"[\x21-\x7e]+")
+_WHSEC = re.compile(r"whsec_[A-Za-z0-9+/]+={0,2}")
+"""A Standard Webhooks signing secret: ``whsec_`` and base64 (the alert secret's form)."""
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # What each kind of setting accepts, word for word as docs/configuration.md states it (a test checks).
@@ -45,7 +45,7 @@ ACCEPTS_COUNT_OR_0 = "a whole number >= 0 (0 = no limit)"
 ACCEPTS_INTERVAL_OR_OFF = ACCEPTS_INTERVAL + ", or off (empty = off)"
 ACCEPTS_SECRET = "any text without control characters (empty = unset)"
 ACCEPTS_TARGET_SLOTS = ("target=count pairs separated by commas, each count a whole number >= 1, such as "
-                        "claude-code=2,webhook=4 (empty = PROMPTYOSELF_MAX_IN_FLIGHT for every target)")
+                        "NAME=2,OTHER=4 (empty = PROMPTYOSELF_MAX_IN_FLIGHT for every target)")
 _TARGET_SLOT = re.compile(r"([a-z0-9][a-z0-9_.-]{0,15})=([1-9][0-9]{0,5})")
 ACCEPTS_AGENT_ID = (f"an agent id: up to {MAX_AGENT_ID_CHARS} printable characters without spaces, "
                     "e.g. agent-UUID (empty = unset)")
@@ -112,7 +112,7 @@ def redact_url(text: str) -> str:
 
 
 def redact_endpoint(url: str) -> str:
-    """A URL whose path and query may themselves be the credential (a webhook endpoint's: Slack's
+    """A URL whose path and query may themselves be the credential (an endpoint's: Slack's
     ``/services/T.../B.../<secret>``, a ``?token=`` of any name): ``scheme://host:port`` and, when
     there was more, ``/***``. The user and password go too. For every place such a URL is shown: error
     messages and history, health and readiness lines, logs (issue 42 item 7)."""
@@ -134,7 +134,7 @@ def redact_endpoint(url: str) -> str:
 
 
 def endpoint_secrets(url: str) -> list[str]:
-    """The part of a webhook endpoint's URL that ``redact_endpoint`` hides (its path and query), for the
+    """The part of an endpoint's URL that ``redact_endpoint`` hides (its path and query), for the
     log filter and the history's redaction, when it is long enough to be a credential rather than a
     word that other text holds too (``/in``, ``/hook``)."""
     from urllib.parse import unquote, urlsplit
@@ -146,22 +146,6 @@ def endpoint_secrets(url: str) -> list[str]:
     hidden = parts.path.strip("/") + (f"?{parts.query}" if parts.query else "")
     found = [hidden, parts.path.rstrip("/"), parts.query, unquote(hidden)]
     return [s for s in dict.fromkeys(found) if len(s) >= 12]
-
-
-def configured_endpoint_secrets() -> list[str]:
-    """What the log filter and the history's redaction hide of the configured webhook endpoints: their
-    ``whsec_`` secrets, the passwords and credential parameters of their URLs, and their paths and
-    queries (``endpoint_secrets``). None when the endpoints are misconfigured (reported elsewhere)."""
-    try:
-        endpoints = webhook_endpoints()
-    except ConfigError:
-        return []
-    found: list[str] = []
-    for endpoint in endpoints.values():
-        found.extend(endpoint.secrets)
-        found.extend(url_secrets(endpoint.url))
-        found.extend(endpoint_secrets(endpoint.url))
-    return found
 
 
 _HOST_NAME = re.compile(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.:-]{1,253}")
@@ -185,6 +169,18 @@ def default_db_path() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("promptyoself", appauthor=False)) / "promptyoself.db"
+
+
+# ---- a plug-in's own settings ------------------------------------------------------------------------
+
+
+class PluginSettings(BaseSettings):
+    """The base of a plug-in's own settings class (a delivery target's, docs/plugins.md): its fields are
+    declared with ``setting`` as ``Settings`` declares its own, and it is read by ``read_plugin_settings``
+    from the same environment and ``.env`` file, when the plug-in is first asked for (not at start)."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False,
+                                      env_ignore_empty=True)
 
 
 # ---- value parsers: each turns the raw text into its type or raises ValueError -------------------
@@ -265,6 +261,54 @@ def _field(default: Any, env: str, accepts: str, **constraints: Any) -> Any:
     return Field(default, validation_alias=env, description=accepts, **constraints)
 
 
+def setting(default: Any, env: str, accepts: str, **constraints: Any) -> Any:
+    """A setting of a plug-in's own settings class (``PluginSettings``), as ``Settings`` declares its
+    own: read from ``env``; ``accepts`` is what the error line and the docs say it takes."""
+    return _field(default, env, accepts, **constraints)
+
+
+def has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a value no setting accepts)."""
+    return _CONTROL.search(text) is not None
+
+
+def is_url(text: str, schemes: str) -> bool:
+    """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
+    return _is_url(text, schemes)
+
+
+def parse_command(value: object) -> object:
+    """A setting naming an executable (a path, or a command looked up in PATH): stripped, None for
+    empty; ``ValueError`` for control characters. For a plug-in's ``field_validator``."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if _CONTROL.search(text):
+        raise ValueError("not a path")
+    return text or None
+
+
+def parse_shell_args(value: object) -> object:
+    """A setting of extra command-line arguments as a shell would split them: stripped, None for empty;
+    ``ValueError`` for control characters or unbalanced quotes. For a plug-in's ``field_validator``."""
+    if not isinstance(value, str):
+        return value
+    import shlex
+
+    text = value.strip()
+    if _CONTROL.search(text):
+        raise ValueError("control characters")
+    shlex.split(text)  # unbalanced quotes: ValueError
+    return text or None
+
+
+def split_shell_args(text: str | None) -> list[str]:
+    """``parse_shell_args``'s text split as a shell would."""
+    import shlex
+
+    return shlex.split(text) if text else []
+
+
 def _is_url(text: str, schemes: str) -> bool:
     """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
     m = re.fullmatch(rf"(?i)({schemes})://([^/?#\s]+)(\S*)", text)
@@ -284,30 +328,6 @@ class Settings(BaseSettings):
     letta_api_key: SecretStr | None = _field(None, "LETTA_API_KEY", ACCEPTS_SECRET)
     letta_server_password: SecretStr | None = _field(None, "LETTA_SERVER_PASSWORD", ACCEPTS_SECRET)
     letta_timeout: Seconds = _field(10.0, "PROMPTYOSELF_LETTA_TIMEOUT", ACCEPTS_SECONDS, gt=0, allow_inf_nan=False)
-    letta_code_url: str | None = _field(
-        None, "LETTA_CODE_URL", "a ws:// or wss:// URL of a Letta Code App Server, e.g. ws://127.0.0.1:4500 "
-        "(empty = none; agent-local-... agents then cannot be reached)")
-    letta_code_turn_timeout: Seconds = _field(900.0, "PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT", ACCEPTS_SECONDS,
-                                              gt=0, allow_inf_nan=False)
-    # Claude Code sessions (target claude-code, docs/claude-code.md): the CLI run for each delivery.
-    claude_bin: str | None = _field(None, "PROMPTYOSELF_CLAUDE_BIN",
-                                    "a path to the claude executable, or a command name looked up in PATH "
-                                    "(empty = claude from PATH)")
-    claude_args: str | None = _field(None, "PROMPTYOSELF_CLAUDE_ARGS",
-                                     "extra claude arguments as a shell would split them, e.g. "
-                                     "--allowedTools Bash (empty = none: no tool is pre-approved)")
-    claude_timeout: Seconds = _field(600.0, "PROMPTYOSELF_CLAUDE_TIMEOUT", ACCEPTS_SECONDS, gt=0,
-                                     allow_inf_nan=False)
-    # Codex CLI sessions (target codex, docs/codex.md): the CLI run for each delivery.
-    codex_bin: str | None = _field(None, "PROMPTYOSELF_CODEX_BIN",
-                                   "a path to the codex executable, or a command name looked up in PATH "
-                                   "(empty = codex from PATH)")
-    codex_args: str | None = _field(None, "PROMPTYOSELF_CODEX_ARGS",
-                                    "extra codex exec arguments as a shell would split them, e.g. "
-                                    "--sandbox workspace-write (empty = none: Codex's own defaults)")
-    codex_timeout: Seconds = _field(600.0, "PROMPTYOSELF_CODEX_TIMEOUT", ACCEPTS_SECONDS, gt=0,
-                                    allow_inf_nan=False)
-
     # repr=False: a database URL may hold a password; keep it out of any repr of the settings.
     db: str | None = Field(
         None, validation_alias="PROMPTYOSELF_DB", repr=False,
@@ -433,16 +453,6 @@ class Settings(BaseSettings):
             return text
         return value
 
-    @field_validator("letta_code_url", mode="before")
-    @classmethod
-    def _letta_code_url(cls, value: object) -> object:
-        if isinstance(value, str):
-            text = value.strip()
-            if text and not _is_url(text, "wss?"):
-                raise ValueError("not a ws(s) URL")
-            return text or None
-        return value
-
     @field_validator("db", mode="before")
     @classmethod
     def _db(cls, value: object) -> object:
@@ -540,43 +550,6 @@ class Settings(BaseSettings):
                 out[name] = int(count)
         return out
 
-    @field_validator("claude_bin", "codex_bin", mode="before")
-    @classmethod
-    def _claude_bin(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        text = value.strip()
-        if _CONTROL.search(text):
-            raise ValueError("not a path")
-        return text or None
-
-    @field_validator("claude_args", "codex_args", mode="before")
-    @classmethod
-    def _claude_args(cls, value: object) -> object:
-        if not isinstance(value, str):
-            return value
-        import shlex
-
-        text = value.strip()
-        if _CONTROL.search(text):
-            raise ValueError("control characters")
-        shlex.split(text)  # unbalanced quotes: ValueError
-        return text or None
-
-    @property
-    def codex_extra_args(self) -> list[str]:
-        """``PROMPTYOSELF_CODEX_ARGS`` split as a shell would (the operator's sandbox and approval flags)."""
-        import shlex
-
-        return shlex.split(self.codex_args) if self.codex_args else []
-
-    @property
-    def claude_extra_args(self) -> list[str]:
-        """``PROMPTYOSELF_CLAUDE_ARGS`` split as a shell would (the operator's permission flags)."""
-        import shlex
-
-        return shlex.split(self.claude_args) if self.claude_args else []
-
     @field_validator("default_agent_id", "letta_agent_id", "letta_default_agent_id", mode="before")
     @classmethod
     def _agent_id(cls, value: object) -> object:
@@ -628,9 +601,10 @@ class Settings(BaseSettings):
     stdio_relay: Literal["auto", "off"] = _field("auto", "PROMPTYOSELF_STDIO_RELAY", "auto or off (any case)")
 
 
-def accepts(env: str) -> str:
-    """What the variable ``env`` accepts, as the error line and docs/configuration.md say it."""
-    for field in Settings.model_fields.values():
+def accepts(env: str, model: type[BaseSettings] | None = None) -> str:
+    """What the variable ``env`` accepts, as the error line and docs/configuration.md say it (a variable
+    of ``model``, a plug-in's own settings class, when given; else of ``Settings``)."""
+    for field in (model or Settings).model_fields.values():
         if str(field.validation_alias).upper() == env.upper():
             return str(field.description)
     raise KeyError(env)
@@ -644,6 +618,68 @@ def env_file() -> str | None:
     return ".env" if Path(".env").is_file() else None
 
 
+def _env_file_stamp() -> tuple[str | None, int, int]:
+    """The ``.env`` file in use, its modification time and size (a cache of what it says is still good
+    while these are the same)."""
+    path = env_file()
+    try:
+        stat = Path(path).stat() if path else None
+    except OSError:
+        stat = None
+    return path, (stat.st_mtime_ns if stat else -1), (stat.st_size if stat else -1)
+
+
+def environment() -> dict[str, str]:
+    """The environment over the ``.env`` file (``env_file``), names upper case: what a plug-in that reads
+    variables by pattern (not by a settings class) reads. Read again only when either changes."""
+    key = (_env_file_stamp(), frozenset(os.environ.items()))
+    with _plugin_lock:
+        found = _environments.get(key)
+    if found is not None:
+        return dict(found)
+    merged: dict[str, str] = {}
+    path = key[0][0]
+    if path and Path(path).is_file():
+        from dotenv import dotenv_values
+
+        merged.update({k.upper(): v for k, v in dotenv_values(path).items() if v is not None})
+    merged.update({k.upper(): v for k, v in os.environ.items()})
+    with _plugin_lock:
+        _environments.clear()  # one environment at a time is what a process has
+        _environments[key] = merged
+    return dict(merged)
+
+
+PS = TypeVar("PS", bound=BaseSettings)
+_plugin_lock = threading.Lock()
+_plugin_settings: dict[tuple[type[BaseSettings], tuple[str | None, int, int], frozenset[tuple[str, str]]],
+                       BaseSettings | ConfigError] = {}
+_environments: dict[tuple[tuple[str | None, int, int], frozenset[tuple[str, str]]], dict[str, str]] = {}
+
+
+def read_plugin_settings(model: type[PS]) -> PS:
+    """A plug-in's own settings (``model``, a ``PluginSettings``), read from the environment and the
+    ``.env`` file that ``Settings`` reads, every value parsed. Kept while neither changes, so a
+    plug-in may ask for it on every call. A bad value raises :class:`ConfigError` with the one line naming
+    the variable and what it accepts, never the value."""
+    stamp = _env_file_stamp()
+    key = (model, stamp, frozenset(os.environ.items()))
+    with _plugin_lock:
+        found = _plugin_settings.get(key)
+    if found is None:
+        try:
+            found = model(_env_file=stamp[0])
+        except ValidationError as exc:
+            found = ConfigError(describe_settings_error(exc, model))  # kept too: asked again, the same line
+        with _plugin_lock:
+            for old in [k for k in _plugin_settings if k[0] is model]:
+                del _plugin_settings[old]  # the environment changed: the old answer is no use
+            _plugin_settings[key] = found
+    if isinstance(found, ConfigError):
+        raise ConfigError(found.message)
+    return found  # type: ignore[return-value]
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from env and ``.env``; keyword overrides win (used by tests and CLI flags).
 
@@ -653,7 +689,6 @@ def load_settings(**overrides: object) -> Settings:
     try:
         values: dict[str, Any] = dict(overrides)  # each checked by its field's validator
         settings = Settings(_env_file=env_file(), **values)  # type: ignore[call-arg]
-        webhook_endpoints()  # a malformed endpoint stops every entry point as a bad setting does
         if (settings.alert_url is None) != (settings.alert_secret is None):
             have, lack = (("PROMPTYOSELF_ALERT_URL", "PROMPTYOSELF_ALERT_SECRET") if settings.alert_url
                           else ("PROMPTYOSELF_ALERT_SECRET", "PROMPTYOSELF_ALERT_URL"))
@@ -665,69 +700,6 @@ def load_settings(**overrides: object) -> Settings:
         return settings
     except ValidationError as exc:
         raise ConfigError(describe_settings_error(exc)) from exc
-
-
-# ---- webhook endpoints (target webhook, docs/webhooks.md) --------------------------------------------
-_WEBHOOK_VAR = re.compile(r"PROMPTYOSELF_WEBHOOK(?:_(?P<name>[A-Z0-9_]+?))?_(?P<kind>URL|SECRET)")
-_WHSEC = re.compile(r"whsec_[A-Za-z0-9+/]+={0,2}")
-MAX_WEBHOOK_ENDPOINTS = 100
-DEFAULT_ENDPOINT = "default"
-
-
-@dataclass(frozen=True)
-class WebhookEndpoint:
-    """An endpoint the operator configured: ``name`` (``default`` for ``PROMPTYOSELF_WEBHOOK_URL``),
-    its URL and one or two ``whsec_`` secrets (two while one is rotated: both sign every request)."""
-
-    name: str
-    url: str
-    secrets: tuple[str, ...] = dc_field(repr=False)
-
-    @property
-    def variables(self) -> tuple[str, str]:
-        """The environment variables that configure it (for messages)."""
-        infix = "" if self.name == DEFAULT_ENDPOINT else f"_{self.name.upper()}"
-        return f"PROMPTYOSELF_WEBHOOK{infix}_URL", f"PROMPTYOSELF_WEBHOOK{infix}_SECRET"
-
-
-def webhook_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, WebhookEndpoint]:
-    """The webhook endpoints configured in ``environ`` (default: the environment over the ``.env``
-    file). ``ConfigError`` naming the variable when a URL or a secret is malformed or one lacks the
-    other; never the value (a secret)."""
-    if environ is None:
-        merged: dict[str, str] = {}
-        path = env_file()
-        if path and Path(path).is_file():
-            from dotenv import dotenv_values
-
-            merged.update({k.upper(): v for k, v in dotenv_values(path).items() if v is not None})
-        merged.update({k.upper(): v for k, v in os.environ.items()})
-        environ = merged
-    found: dict[str, dict[str, tuple[str, str]]] = {}
-    for key, value in environ.items():
-        m = _WEBHOOK_VAR.fullmatch(key.upper())
-        if m is None or not value.strip():
-            continue
-        name = (m.group("name") or DEFAULT_ENDPOINT).lower()
-        found.setdefault(name, {})[m.group("kind")] = (key, value.strip())
-    if len(found) > MAX_WEBHOOK_ENDPOINTS:
-        raise ConfigError(f"invalid configuration: more than {MAX_WEBHOOK_ENDPOINTS} webhook endpoints")
-    out: dict[str, WebhookEndpoint] = {}
-    for name, parts in sorted(found.items()):
-        infix = "" if name == DEFAULT_ENDPOINT else f"_{name.upper()}"
-        url_var, secret_var = f"PROMPTYOSELF_WEBHOOK{infix}_URL", f"PROMPTYOSELF_WEBHOOK{infix}_SECRET"
-        if "URL" not in parts or "SECRET" not in parts:
-            have, lack = (url_var, secret_var) if "URL" in parts else (secret_var, url_var)
-            raise ConfigError(f"invalid configuration: {have} is set but {lack} is not (an endpoint needs both)")
-        url = parts["URL"][1]
-        if not _is_url(url, "https?") or len(url) > 2000:
-            raise ConfigError(f"invalid configuration: {url_var}: expected an http:// or https:// URL with a host")
-        secrets = tuple(parts["SECRET"][1].split())
-        if not 1 <= len(secrets) <= 2 or not all(_WHSEC.fullmatch(x) and len(x) <= 200 for x in secrets):
-            raise ConfigError(f"invalid configuration: {secret_var}: expected whsec_ followed by base64, "
-                              "or two such secrets separated by a space while one is rotated")
-        out[name] = WebhookEndpoint(name, url, secrets)
-    return out
 
 
 def token_file(db_url: str) -> Path:
@@ -755,11 +727,13 @@ def read_token_file(path: Path) -> str | None:
     return text if text and not _CONTROL.search(text) else None
 
 
-def describe_settings_error(exc: ValidationError) -> str:
-    """One line naming each bad variable and what it accepts, never the value (it may be a secret)."""
-    aliases = {name: str(field.validation_alias or name).upper() for name, field in Settings.model_fields.items()}
+def describe_settings_error(exc: ValidationError, model: type[BaseSettings] | None = None) -> str:
+    """One line naming each bad variable of ``model`` (default ``Settings``) and what it accepts, never
+    the value (it may be a secret)."""
+    fields = (model or Settings).model_fields
+    aliases = {name: str(field.validation_alias or name).upper() for name, field in fields.items()}
     described = {str(field.validation_alias or name).upper(): str(field.description)
-                 for name, field in Settings.model_fields.items()}
+                 for name, field in fields.items()}
     parts: list[str] = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = err.get("loc") or ("?",)

@@ -15,11 +15,12 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from promptyoself.config import REDACTED, Settings, configured_endpoint_secrets, redact_credentials, url_secrets
+from promptyoself.config import REDACTED, Settings, redact_credentials, url_secrets
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers that install their own handlers; we route them through ours instead.
@@ -82,13 +83,29 @@ def redact(text: str, secrets: list[str]) -> str:
 class RedactSecrets(logging.Filter):
     """Replace any configured secret that slips into a log line or a traceback."""
 
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, secrets: list[str], later: Callable[[], Iterable[str]] | None = None) -> None:
+        """``later`` adds more secrets, asked on the first record filtered (or ``secrets`` read): the
+        targets' own, whose plug-ins a process that never logs need not load at start."""
         super().__init__()
+        self._given = list(secrets)
+        self._later = later
+        self._secrets: list[str] | None = None if later is not None else self._variants(self._given)
+
+    @staticmethod
+    def _variants(secrets: Iterable[str]) -> list[str]:
         found: set[str] = set()
         for s in secrets:
             if len(s) >= 4:
                 found.update(v for v in secret_variants(s) if len(v) >= 4)
-        self.secrets = sorted(found, key=len, reverse=True)
+        return sorted(found, key=len, reverse=True)
+
+    @property
+    def secrets(self) -> list[str]:
+        """Every form of every secret hidden, the longest first."""
+        if self._secrets is None:
+            more = list(self._later()) if self._later is not None else []
+            self._secrets = self._variants([*self._given, *more])
+        return self._secrets
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.secrets:
@@ -111,8 +128,9 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def settings_secrets(settings: Settings) -> list[str]:
-    """Every secret the settings hold: keys, passwords, the HTTP token, passwords inside URLs."""
+def settings_secrets(settings: Settings, *, sources: bool = True) -> list[str]:
+    """Every secret the settings hold: keys, passwords, the HTTP token, passwords inside URLs; and,
+    unless ``sources`` is False, those of the registered secret sources (the targets' own settings)."""
     found = [
         s.get_secret_value()
         for s in (settings.letta_api_key, settings.letta_server_password, settings.http_token, settings.agent_token)
@@ -122,8 +140,33 @@ def settings_secrets(settings: Settings) -> list[str]:
     found.extend(s for s in stripped if s)
     for url in (settings.db_url, settings.letta_base_url):
         found.extend(url_secrets(url))
-    found.extend(configured_endpoint_secrets())  # an endpoint URL's path may be its credential (issue 42 item 7)
+    if sources:
+        found.extend(source_secrets())  # the targets' own: an endpoint URL's path may be its credential
     return found
+
+
+def source_secrets() -> list[str]:
+    """What the registered secret sources (``add_secret_source``) return now."""
+    found: list[str] = []
+    for source in list(_sources):
+        try:
+            found.extend(s for s in source() if s)
+        except Exception:  # a source that fails hides nothing more; it never stops logging
+            logging.getLogger(__name__).debug("a secret source failed", exc_info=True)
+    return found
+
+
+_sources: list[Callable[[], Iterable[str]]] = []
+
+
+def add_secret_source(source: Callable[[], Iterable[str]]) -> None:
+    """Have ``settings_secrets`` (the log filter, the history's ``Redactor``) also hide what ``source()``
+    returns, asked each time they are made: the delivery targets' own secrets (``registry.secrets``,
+    each plug-in's optional ``secrets()``), registered by the rooms that may read the registry (the
+    faces before ``setup_logging``, ``delivery.bridge`` when it is imported), since this shared leaf
+    imports no room. Adding the same source twice adds it once."""
+    if source not in _sources:
+        _sources.append(source)
 
 
 def redact_text(text: str, secrets: list[str]) -> str:
@@ -184,7 +227,8 @@ def setup_logging(settings: Settings, *, stream: Any = None) -> None:
             handler.close()
     level = getattr(logging, settings.log_level)  # validated and upper-cased when the settings loaded
     fmt: logging.Formatter = JsonFormatter() if settings.log_json else logging.Formatter(TEXT_FORMAT)
-    redactor = RedactSecrets(settings_secrets(settings))
+    # the targets' secrets are read with the first record: from the first line on, at no cost to a start
+    redactor = RedactSecrets(settings_secrets(settings, sources=False), later=source_secrets)
     handlers: list[logging.Handler] = [logging.StreamHandler(stream) if stream is not None else StderrHandler()]
     if settings.log_file:
         path = settings.log_file  # a Path, ~ expanded when the settings loaded

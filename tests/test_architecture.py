@@ -183,9 +183,6 @@ TARGET_WORDS = re.compile(r"letta-code|claude-code|webhook|\bcodex\b|Letta(?:Una
 """What only a target's own package may name: the built-in targets other than Letta (the
 Letta-compatible faces may name Letta), and the Letta client's error names."""
 WORDS_ALLOWED = {
-    # the settings of every target are one Settings object, read at start (a malformed webhook endpoint
-    # stops every entry point as a bad setting does); the plug-ins read theirs from it
-    "promptyoself.config",
     # the Letta client's own errors
     "promptyoself.letta.errors",
     "promptyoself.letta.client",

@@ -38,6 +38,7 @@ from promptyoself.targets.base import Occurrence
 from promptyoself.targets.claude_code import channel
 from promptyoself.targets.claude_code import target as cc
 from promptyoself.targets.claude_code.channel_server import ChannelListener
+from promptyoself.targets.claude_code.settings import ClaudeCodeSettings
 from tests.conftest import make_settings
 
 OPERATOR = "operator-token-0123456789"
@@ -250,14 +251,15 @@ def test_delivery_refuses_a_stored_cwd_that_is_not_the_session_s(home: Path, tmp
     fake = tmp_path / "claude-bin"
     fake.write_text(f"#!/bin/sh\ntouch {ran}\n")
     fake.chmod(0o755)
-    target = cc.ClaudeCodeTarget(make_settings(tmp_path / "d.db", claude_bin=str(fake)))
+    target = cc.ClaudeCodeTarget(make_settings(tmp_path / "d.db"), config=ClaudeCodeSettings(claude_bin=str(fake)))
     for cwd in ("/etc", str(tmp_path / "mine")):
         with pytest.raises(TargetGone, match="not the directory"):
             asyncio.run(target.send(_occ(VICTIM, cwd), lambda: True))
     assert not ran.exists()
 
 
-def test_a_stored_row_with_a_foreign_cwd_is_paused_with_the_reason(home: Path, tmp_path: Path) -> None:
+def test_a_stored_row_with_a_foreign_cwd_is_paused_with_the_reason(home: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's side: a schedule stored before the fix with ``cwd`` ``/etc`` is paused at its
     first due run with the reason in its last error and history; claude never runs."""
     from promptyoself.faces.delivery import run_once_result
@@ -268,7 +270,8 @@ def test_a_stored_row_with_a_foreign_cwd_is_paused_with_the_reason(home: Path, t
     fake.write_text(f"#!/bin/sh\ntouch {ran}\n")
     fake.chmod(0o755)
     clock = Clock()
-    core = make_core(tmp_path / "e.db", clock=clock, claude_bin=str(fake))
+    monkeypatch.setenv("PROMPTYOSELF_CLAUDE_BIN", str(fake))  # the target's own setting (its settings.py)
+    core = make_core(tmp_path / "e.db", clock=clock)
     try:
         sid = asyncio.run(core.scheduling.schedule_time("check the CI", "in 5m", target="claude-code",
                                                         session_id=MINE))["id"]

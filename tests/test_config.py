@@ -9,23 +9,31 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import SecretStr, ValidationError
+from pydantic_settings import BaseSettings
 
 from promptyoself import config
 from promptyoself.config import ConfigError, Settings, default_db_path, describe_settings_error, load_settings
+from promptyoself.targets.claude_code.settings import ClaudeCodeSettings
+from promptyoself.targets.codex.settings import CodexSettings
+from promptyoself.targets.letta_code.settings import LettaCodeSettings
 from tests.procs import REPO
 
 ENV_EXAMPLE = REPO / ".env.example"
 CONFIG_DOC = REPO / "docs" / "configuration.md"
 EXTRA_DOCUMENTED = ("PROMPTYOSELF_ENV_FILE", "PROMPTYOSELF_TEST_PG_URL")
+MODELS: tuple[type[BaseSettings], ...] = (Settings, LettaCodeSettings, ClaudeCodeSettings, CodexSettings)
+"""The core's settings and the built-in targets' own (each read by its plug-in, from the same env file)."""
 
 
 def setting_names() -> list[str]:
-    """Every environment variable Settings reads: the field aliases."""
+    """Every environment variable Settings and the built-in targets' settings read: the field aliases."""
     names = []
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        assert isinstance(alias, str), f"Settings.{name} has no single env var alias"
-        names.append(alias)
+    for model in MODELS:
+        for name, field in model.model_fields.items():
+            alias = field.validation_alias
+            assert isinstance(alias, str), f"{model.__name__}.{name} has no single env var alias"
+            names.append(alias)
+    assert len(names) == len(set(names)), "two settings classes read the same variable"
     return names
 
 
@@ -59,7 +67,7 @@ def test_every_setting_is_in_env_example() -> None:
     missing = [n for n in setting_names() if n not in listed]
     assert not missing, f".env.example lacks {missing}; add each with its default and a comment"
     unknown = [n for n in listed if n not in setting_names()]
-    assert not unknown, f".env.example lists {unknown}, which Settings does not read"
+    assert not unknown, f".env.example lists {unknown}, which no settings class reads"
     text = ENV_EXAMPLE.read_text(encoding="utf-8")
     for extra in EXTRA_DOCUMENTED:
         assert re.search(rf"^# {extra}=", text, re.M), f"{extra} should be mentioned (commented) in .env.example"
@@ -71,20 +79,39 @@ def test_every_example_line_has_a_comment() -> None:
             assert re.search(r"\s#\s\S", line), f"no comment on: {line}"
 
 
-def test_env_example_defaults_are_the_real_defaults(no_env_file: Path) -> None:
-    """Loading .env.example as the env file gives exactly the built-in defaults."""
-    defaults = Settings()
-    from_example = Settings(_env_file=str(ENV_EXAMPLE))  # type: ignore[call-arg]
-    for name in Settings.model_fields:
+@pytest.mark.parametrize("model", MODELS, ids=[m.__name__ for m in MODELS])
+def test_env_example_defaults_are_the_real_defaults(no_env_file: Path, model: type[BaseSettings]) -> None:
+    """Loading .env.example as the env file gives exactly the built-in defaults (the core's settings,
+    and each built-in target's own, read by ``read_plugin_settings`` from the same file)."""
+    defaults = model()
+    from_example = model(_env_file=str(ENV_EXAMPLE))  # type: ignore[call-arg]
+    for name in model.model_fields:
         got, want = getattr(from_example, name), getattr(defaults, name)
         if isinstance(got, SecretStr):
             got = got.get_secret_value() or None
         if got == "":
             got = None
-        alias = Settings.model_fields[name].validation_alias
+        alias = model.model_fields[name].validation_alias
         assert got == want, f"{alias}: .env.example gives {got!r}, the default is {want!r}"
-    assert from_example.db_url == defaults.db_url
-    assert from_example.letta_token is None
+    if isinstance(from_example, Settings) and isinstance(defaults, Settings):
+        assert from_example.db_url == defaults.db_url
+        assert from_example.letta_token is None
+
+
+def test_a_target_reads_its_settings_from_the_same_env_file(no_env_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    """The targets' own settings come from the environment over the ``.env`` file the core reads
+    (``config.env_file``), re-read when either changes."""
+    Path(".env").write_text("PROMPTYOSELF_CLAUDE_TIMEOUT=5m\nLETTA_CODE_URL=ws://127.0.0.1:4500\n", encoding="utf-8")
+    assert config.read_plugin_settings(ClaudeCodeSettings).claude_timeout == 300.0
+    assert config.read_plugin_settings(LettaCodeSettings).letta_code_url == "ws://127.0.0.1:4500"
+    monkeypatch.setenv("PROMPTYOSELF_CLAUDE_TIMEOUT", "90")  # the environment wins over the file
+    assert config.read_plugin_settings(ClaudeCodeSettings).claude_timeout == 90.0
+    other = tmp_path / "other.env"
+    other.write_text("PROMPTYOSELF_CODEX_ARGS=--sandbox workspace-write\n", encoding="utf-8")
+    monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(other))
+    assert config.read_plugin_settings(CodexSettings).codex_extra_args == ["--sandbox", "workspace-write"]
+    assert config.read_plugin_settings(LettaCodeSettings).letta_code_url is None
 
 
 def test_every_setting_is_documented() -> None:

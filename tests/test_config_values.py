@@ -21,7 +21,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import SecretStr
 
-from promptyoself.config import ConfigError, Interval, Settings, accepts, load_settings
+from promptyoself import config
+from promptyoself.config import ConfigError, Interval, Settings, load_settings, read_plugin_settings
+from promptyoself.targets.claude_code.settings import ClaudeCodeSettings
+from promptyoself.targets.codex.settings import CodexSettings
+from promptyoself.targets.letta_code.settings import LettaCodeSettings
 from tests.procs import PYTHON, REPO, SERVER_SCRIPT
 
 CONFIG_DOC = REPO / "docs" / "configuration.md"
@@ -106,7 +110,25 @@ PAIRED = {  # set together: one without the other stops every entry point (a tes
     "PROMPTYOSELF_ALERT_SECRET": ("PROMPTYOSELF_ALERT_URL", "https://alerts.example/hook"),
 }
 
-FIELDS = {str(f.validation_alias): name for name, f in Settings.model_fields.items()}
+TARGET_SETTINGS: dict[type[Any], str] = {LettaCodeSettings: "letta-code", ClaudeCodeSettings: "claude-code",
+                                          CodexSettings: "codex"}
+"""The built-in targets' own settings classes (each read by its plug-in, not at start) and their target."""
+MODELS: dict[str, type[Any]] = {str(f.validation_alias): model for model in (Settings, *TARGET_SETTINGS)
+                                for f in model.model_fields.values()}
+"""Every variable -> the settings class that reads it."""
+FIELDS = {str(f.validation_alias): name for model in (Settings, *TARGET_SETTINGS)
+          for name, f in model.model_fields.items()}
+TARGET_VARS = sorted(env for env, model in MODELS.items() if model is not Settings)
+
+
+def accepts(env: str) -> str:
+    return config.accepts(env, MODELS[env])
+
+
+def read(env: str) -> Any:
+    """What the variable loads as, read by the class that owns it."""
+    model = MODELS[env]
+    return getattr(load_settings() if model is Settings else read_plugin_settings(model), FIELDS[env])
 TYPES = {  # the type each kind of setting loads as
     timedelta: ("PROMPTYOSELF_MISFIRE_GRACE", "PROMPTYOSELF_MIN_INTERVAL", "PROMPTYOSELF_HEALTH_MAX_LATENESS"),
     float: ("PROMPTYOSELF_LETTA_TIMEOUT", "PROMPTYOSELF_EXECUTOR_INTERVAL", "PROMPTYOSELF_WORKER_IDLE_EXIT",
@@ -144,7 +166,7 @@ def test_good_value_loads_as_its_type(env: str, home: Path, monkeypatch: pytest.
     monkeypatch.setenv(env, good)
     if env in PAIRED:
         monkeypatch.setenv(*PAIRED[env])
-    got = getattr(load_settings(), FIELDS[env])
+    got = read(env)
     if env == "PROMPTYOSELF_DB":
         got = load_settings().db_url
     if want == "HOME/logs/p.log":
@@ -158,7 +180,7 @@ def test_good_value_loads_as_its_type(env: str, home: Path, monkeypatch: pytest.
             assert isinstance(got, kind), (env, type(got))
 
 
-@pytest.mark.parametrize("env", sorted(CASES))
+@pytest.mark.parametrize("env", sorted(set(CASES) - set(TARGET_VARS)))
 def test_bad_value_stops_the_cli_with_exit_2_and_one_line(env: str, home: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     from promptyoself.faces.cli import main
@@ -174,6 +196,34 @@ def test_bad_value_stops_the_cli_with_exit_2_and_one_line(env: str, home: Path, 
     assert err.splitlines() == [the_line(env)], err
     if len(bad) > 2 and bad not in accepts(env):
         assert bad not in err  # never echoed: it may be a secret set in the wrong variable
+
+
+@pytest.mark.parametrize("env", TARGET_VARS)
+def test_a_bad_target_setting_stops_that_target_only(env: str, home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A target's own setting is read by its plug-in when the target is asked for: a bad one makes that
+    target refuse, with the one line naming the variable (never the value); every entry point starts
+    and the other commands work (issue 41 points 1 and 3)."""
+    from promptyoself.faces.cli import main
+    from promptyoself.targets import registry
+
+    bad = CASES[env][0]
+    monkeypatch.setenv(env, bad)
+    load_settings()  # the core's settings load: nothing of the target's is read at start
+    with pytest.raises(ConfigError) as info:
+        read_plugin_settings(MODELS[env])
+    assert info.value.message == the_line(env)[len("promptyoself: "):]
+    target = TARGET_SETTINGS[MODELS[env]]
+    assert registry.problems()[target] == f"its settings are invalid: {info.value.message}"
+    assert main(["list", "--agent-id", "agent-1"]) == 0
+    capsys.readouterr()
+    code = main(["schedule", "--agent-id", "agent-1", "--prompt", "hi", "--time", "in 5m", "--target", target,
+                 "--skip-validation"])
+    out, err = capsys.readouterr()
+    assert code != 0, (out, err)
+    assert f"{env}: expected {accepts(env)}" in out + err, (out, err)
+    if len(bad) > 2 and bad not in accepts(env):
+        assert bad not in out + err
 
 
 def test_several_bad_values_share_the_one_line(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,6 +254,8 @@ def test_empty_values_mean_the_default(home: Path, monkeypatch: pytest.MonkeyPat
     for env in CASES:
         monkeypatch.setenv(env, "")
     assert load_settings() == Settings()
+    for model in TARGET_SETTINGS:
+        assert read_plugin_settings(model) == model()
 
 
 # ---- docs and .env.example say exactly what the code accepts ------------------------------------

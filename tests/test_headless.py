@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,10 +103,11 @@ async def test_a_cancelled_turn_is_killed_and_the_cancellation_goes_on(tmp_path:
         raise AssertionError("the turn's process outlived its cancellation")
 
 
-@pytest.mark.parametrize(("target", "setting", "transient"), [("claude-code", "claude_bin", True),
-                                                              ("codex", "codex_bin", None)])
+@pytest.mark.parametrize(("target", "setting", "transient"), [("claude-code", "PROMPTYOSELF_CLAUDE_BIN", True),
+                                                              ("codex", "PROMPTYOSELF_CODEX_BIN", None)])
 async def test_both_cli_targets_say_the_same_about_their_binary(tmp_path: Path, target: str, setting: str,
-                                                               transient: bool | None) -> None:
+                                                               transient: bool | None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``headless.CliState``: a missing binary, a binary whose --version fails and one that answers, as
     ``probe`` raises and ``readiness`` shows them; a probe that goes through clears the earlier problem."""
     from promptyoself.config import Settings
@@ -116,20 +118,20 @@ async def test_both_cli_targets_say_the_same_about_their_binary(tmp_path: Path, 
     answers_.write_text("#!/bin/sh\necho 'cli 9.9.9'\n")
     for script in (fails, answers_):
         script.chmod(0o755)
-    settings = Settings(_env_file=None, db=str(tmp_path / "db.sqlite"),
-                        **{setting: str(tmp_path / "missing")})
-    made = registry.create(target, settings)
+    settings = Settings(_env_file=None, db=str(tmp_path / "db.sqlite"))
+    monkeypatch.setenv(setting, str(tmp_path / "missing"))  # the target's own setting (its settings.py)
+    made: Any = registry.create(target, settings)
     with pytest.raises(TargetUnavailable, match=r"CLI .*missing.* was not found") as missing:
         await made.probe()
     assert missing.value.details.get("transient") is transient
     assert "not ready: the" in made.readiness() and "was not found" in made.readiness()
 
-    setattr(settings, setting, str(fails))
+    made.config = type(made.config)(**{setting: str(fails)})  # the same target, its binary changed
     with pytest.raises(TargetUnavailable, match="--version exited with code 3"):
         await made.probe()
     assert made.readiness().endswith(f"not ready: {fails} --version exited with code 3")
 
-    setattr(settings, setting, str(answers_))
+    made.config = type(made.config)(**{setting: str(answers_)})
     await made.probe()
     assert "cli 9.9.9 at " + str(answers_) in made.readiness() and "not ready" not in made.readiness()
     await made.aclose()

@@ -42,9 +42,10 @@ def lc(tmp_path: Path) -> Iterator[FakeLettaCode]:
 
 
 @pytest.fixture
-def core(tmp_path: Path, lc: FakeLettaCode) -> Iterator[Any]:
-    c = make_core(tmp_path / "d.db", letta_base_url=NOWHERE, letta_code_url=lc.url, letta_timeout=5.0,
-                  letta_code_turn_timeout=10.0, message_format="plain")
+def core(tmp_path: Path, lc: FakeLettaCode, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("LETTA_CODE_URL", lc.url)  # the target's own settings (its settings.py)
+    monkeypatch.setenv("PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT", "10")
+    c = make_core(tmp_path / "d.db", letta_base_url=NOWHERE, letta_timeout=5.0, message_format="plain")
     yield c
     c.close()
 
@@ -224,12 +225,13 @@ def test_health_covers_the_letta_code_target(core: Any, lc: FakeLettaCode) -> No
 
 
 @pytest.fixture
-def plain_core(tmp_path: Path) -> Iterator[Any]:
+def plain_core(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A core on its own database, without the fake App Server (install touches only files)."""
     from promptyoself.core.operations import Core
     from tests.conftest import make_settings
 
-    c = Core(make_settings(tmp_path / "plain.db", letta_code_url="ws://127.0.0.1:9"))
+    monkeypatch.setenv("LETTA_CODE_URL", "ws://127.0.0.1:9")
+    c = Core(make_settings(tmp_path / "plain.db"))
     yield c
     c.close()
 
@@ -256,7 +258,7 @@ def test_install_and_uninstall_the_skill_and_mcp_entry(plain_core: Any, tmp_path
     data = json.loads((home / "settings.json").read_text())
     servers = data["agents"][0]["mcpServers"]
     assert [s["name"] for s in servers] == ["promptyoself"] and servers[0]["transport"] == "stdio"
-    assert servers[0]["env"]["LETTA_CODE_URL"] == core.settings.letta_code_url
+    assert servers[0]["env"]["LETTA_CODE_URL"] == "ws://127.0.0.1:9"
     token = servers[0]["env"]["PROMPTYOSELF_AGENT_TOKEN"]  # the agent's own token, not the operator's
     assert asyncio.run(agent_tokens.resolve(core, token)) == agent
     assert "mcpServers" not in data["agents"][1]

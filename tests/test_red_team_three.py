@@ -116,8 +116,9 @@ class _Endless:
 async def test_a_huge_webhook_answer_is_not_read_whole(status: int) -> None:
     import base64
 
-    from promptyoself.config import Settings, WebhookEndpoint
+    from promptyoself.config import Settings
     from promptyoself.errors import PromptYoSelfError
+    from promptyoself.targets.webhook.settings import WebhookEndpoint
     from promptyoself.targets.webhook.target import WebhookTarget
     from tests.test_webhook_target import occ, yes
 

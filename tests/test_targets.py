@@ -66,9 +66,11 @@ def rest(tmp_path: Path, letta: Letta) -> LettaRestTarget:
     return LettaRestTarget(settings(tmp_path), client=client)
 
 
-def test_the_registry_names_the_built_in_targets_and_builds_them(tmp_path: Path) -> None:
+def test_the_registry_names_the_built_in_targets_and_builds_them(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"letta", "letta-code"} <= set(registry.names())
-    s = settings(tmp_path, letta_code_url="ws://127.0.0.1:4500")
+    monkeypatch.setenv("LETTA_CODE_URL", "ws://127.0.0.1:4500")
+    s = settings(tmp_path)
     for name, kind in (("letta", LettaRestTarget), ("letta-code", LettaCodeTarget), (None, LettaRestTarget)):
         target = registry.create(name, s)
         assert isinstance(target, kind) and isinstance(target, DeliveryTarget)

@@ -13,9 +13,10 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from promptyoself.config import ConfigError, Settings, WebhookEndpoint, webhook_endpoints
+from promptyoself.config import ConfigError, Settings
 from promptyoself.errors import InvalidArgument, NotSent, TargetGone, TargetRejected, TargetUnavailable
 from promptyoself.targets.base import DeliveryTarget, Occurrence
+from promptyoself.targets.webhook.settings import WebhookEndpoint, webhook_endpoints
 from promptyoself.targets.webhook.target import EVENT_TYPE, WebhookTarget, choose_endpoint
 from testkit.webhook_receiver import WebhookReceiver
 

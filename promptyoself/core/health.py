@@ -58,7 +58,7 @@ import threading
 import time
 import weakref
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from promptyoself import __version__
 from promptyoself.config import Settings, redact_url
@@ -312,6 +312,17 @@ def _live_delivery(lease: dict[str, Any] | None, delivery: DeliveryHealth | None
     return bool(ex and ex.get("running"))
 
 
+def _shown(out: HealthResult, settings: Settings) -> None:
+    """The fields of ``out`` that targets' own settings give (the plug-ins' optional ``shown``): only
+    keys health's answer declares, and only where it has none."""
+    from promptyoself.targets import registry
+
+    fields: dict[str, Any] = cast(dict[str, Any], out)
+    for key, value in registry.shown(settings).items():
+        if key in fields and fields[key] is None:
+            fields[key] = value
+
+
 async def assess(core: Checked) -> HealthResult:
     settings = core.settings
     reasons: list[Reason] = []
@@ -330,9 +341,10 @@ async def assess(core: Checked) -> HealthResult:
         "schedules_active": None,
         "due_now": None,
         "oldest_overdue_s": None,
-        "letta_code_url": redact_url(settings.letta_code_url) if settings.letta_code_url else None,
+        "letta_code_url": None,  # a target's own setting: its plug-in's shown() fills it in (below)
         "targets": None,
     }
+    _shown(out, settings)
     down = False
     targets: dict[str, tuple[int, int]] = {}
     try:

@@ -13,10 +13,12 @@ import logging
 import threading
 
 from promptyoself.config import Settings
+from promptyoself.logs import add_secret_source
 from promptyoself.targets import registry
 from promptyoself.targets.base import DeliveryTarget
 
 log = logging.getLogger(__name__)
+add_secret_source(registry.secrets)  # the history and the logs hide the targets' own secrets
 
 
 def open_fence() -> bool:

@@ -687,9 +687,11 @@ def main(argv: list[str] | None = None, *, core: Core | None = None) -> int:
         if own_core:
             from promptyoself.config import load_settings
             from promptyoself.core.operations import Core
-            from promptyoself.logs import setup_logging
+            from promptyoself.logs import add_secret_source, setup_logging
+            from promptyoself.targets import registry
 
             settings = load_settings()
+            add_secret_source(registry.secrets)  # the targets' own secrets, hidden from the first line on
             setup_logging(settings)
             quiet_stderr(settings, args.command)
             core = Core(settings)

@@ -107,7 +107,8 @@ def _serve(args: argparse.Namespace) -> int:
     from promptyoself.config import ConfigError, load_settings
     from promptyoself.core.operations import Core
     from promptyoself.faces.mcp import build_server  # before setup_logging: it routes FastMCP's loggers
-    from promptyoself.logs import setup_logging
+    from promptyoself.logs import add_secret_source, setup_logging
+    from promptyoself.targets import registry
 
     try:
         settings = load_settings()
@@ -115,6 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
         return exc.report()
     if getattr(args, "no_executor", False):
         settings.executor_autostart = False
+    add_secret_source(registry.secrets)  # the targets' own secrets, hidden from the first line on
     setup_logging(settings)
     transport = args.transport or "service"
     if transport != "stdio" and settings.agent_token is not None and settings.agent_token.get_secret_value().strip():

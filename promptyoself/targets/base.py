@@ -384,6 +384,14 @@ class TargetPlugin(Protocol):
     ``busy_check``, one line saying what "still running" means for this target (e.g. "the Letta run
     the previous delivery started has not finished"), given when its ``DeliveryTarget`` has ``running``
     (``BusyCheck``); absent or None: the target cannot tell, and its schedules behave as ``allow``.
+
+    Optional (issue 41 point 3, a target owns its settings): ``config()`` returns the target's own
+    settings (a ``promptyoself.config.PluginSettings`` read by ``read_plugin_settings`` from the
+    environment and the ``.env`` file, cached), raising ``ConfigError`` naming the variable when one is
+    malformed: the registry then refuses this target with that line (health and ``promptyoself
+    targets`` show it) and every other target works as before. ``secrets()`` returns the secrets those
+    settings hold (``list[str]``), hidden by the log filter and the history's redaction from the start
+    of the process. ``shown(settings)`` returns fields this target adds to health's answer.
     """
 
     name: str

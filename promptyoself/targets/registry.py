@@ -201,21 +201,89 @@ def plugin(name: str | None) -> TargetPlugin:
         raise InvalidArgument(f"Unknown target {key[:40]!r}; the targets are: {', '.join(names())}.",
                               reason="unknown_target")
     try:
-        return _load(key, entry)
+        found = _load(key, entry)
     except Exception:
         raise InvalidArgument(f"Target {key!r} is installed but its plug-in failed to load: {entry.error}. "
                               "See `promptyoself targets`.", reason="target_broken") from None
+    wrong = settings_error(found)
+    if wrong is not None:
+        raise InvalidArgument(f"Target {key!r} is installed but its settings are invalid: {wrong}. "
+                              "See `promptyoself targets`.", reason="target_broken")
+    return found
+
+
+def loaded(name: str) -> TargetPlugin | None:
+    """The plug-in of ``name`` when its module loads, whether or not its settings are valid (which
+    target a call is for is asked of every plug-in; ``plugin`` then refuses a misconfigured one, saying
+    why, rather than the call going elsewhere); None when it does not load."""
+    entry = _table().get(name)
+    if entry is None:
+        return None
+    try:
+        return _load(name, entry)
+    except Exception:
+        return None
+
+
+def settings_error(found: TargetPlugin) -> str | None:
+    """What is wrong with the plug-in's own settings (its optional ``config()``, read from the environment
+    and the ``.env`` file, raises naming the variable), or None. Asked on each use: the settings are
+    cached by their reader until the environment or the file changes."""
+    read = getattr(found, "config", None)
+    if not callable(read):
+        return None
+    try:
+        read()
+    except Exception as exc:
+        text = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        return str(text)[:600]
+    return None
 
 
 def problems() -> dict[str, str]:
-    """``{name: load error}`` of every declared plug-in that does not load (each is tried: cheap, the
-    plug-in modules import no heavy client)."""
+    """``{name: error}`` of every declared plug-in that does not load, or whose own settings are invalid
+    (each is tried: cheap, the plug-in modules import no heavy client)."""
     out: dict[str, str] = {}
     for name, entry in _table().items():
         try:
-            _load(name, entry)
+            found = _load(name, entry)
         except Exception:
             out[name] = entry.error or "failed to load"
+            continue
+        wrong = settings_error(found)
+        if wrong is not None:
+            out[name] = f"its settings are invalid: {wrong}"
+    return out
+
+
+def secrets() -> list[str]:
+    """Every secret the plug-ins' own settings hold (their optional ``secrets()``: a webhook endpoint's
+    signing secrets and URL credentials), for the log filter and the history's redaction. Each declared
+    plug-in is loaded for it (cheap: a plug-in module imports no heavy client); one that does not load,
+    or whose ``secrets`` fails, adds nothing."""
+    found: list[str] = []
+    for name, entry in _table().items():
+        try:
+            hook = getattr(_load(name, entry), "secrets", None)
+            if callable(hook):
+                found.extend(str(s) for s in hook() if s)
+        except Exception:
+            log.debug("the target %r gave no secrets", name, exc_info=True)
+    return found
+
+
+def shown(settings: Any) -> dict[str, Any]:
+    """What the plug-ins add to health's answer (their optional ``shown(settings)``: the Letta Code
+    target's URL, redacted), merged; a plug-in that does not load or fails adds nothing."""
+    out: dict[str, Any] = {}
+    for name in names():
+        found = loaded(name)
+        hook = getattr(found, "shown", None)
+        if callable(hook):
+            try:
+                out.update(hook(settings))
+            except Exception:
+                log.debug("the target %r showed nothing", name, exc_info=True)
     return out
 
 

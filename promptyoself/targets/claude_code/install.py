@@ -104,9 +104,12 @@ def plugin_files(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _claude(settings: Settings, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which(settings.claude_bin or "claude")
+    from promptyoself.targets.claude_code.settings import read
+
+    named = read().claude_bin or "claude"
+    binary = shutil.which(named)
     if binary is None:
-        raise InvalidArgument(f"the Claude Code CLI {settings.claude_bin or 'claude'!r} was not found: set "
+        raise InvalidArgument(f"the Claude Code CLI {named!r} was not found: set "
                               "PROMPTYOSELF_CLAUDE_BIN, or run the printed commands yourself.")
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDECODE", "CLAUDE_CODE_SESSION_ID")}
     return subprocess.run([binary, *args], cwd=cwd, env=env, capture_output=True, text=True,

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from promptyoself.targets.base import Call, DeliveryTarget, Destination, Watch
+from promptyoself.targets.claude_code.settings import ClaudeCodeSettings, read
 
 FIX = ("Install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set PROMPTYOSELF_CLAUDE_BIN to the "
        "claude executable the delivery worker can run; see docs/claude-code.md.")
@@ -57,7 +58,11 @@ class ClaudeCodePlugin:
         return ClaudeCodeTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        return Watch("claude_code_unready", FIX, configured=bool(settings.claude_bin))
+        return Watch("claude_code_unready", FIX, configured=bool(self.config().claude_bin))
+
+    def config(self) -> ClaudeCodeSettings:
+        """``PROMPTYOSELF_CLAUDE_BIN``, ``_ARGS`` and ``_TIMEOUT`` (``settings.py``)."""
+        return read()
 
     def cli(self, parser: argparse.ArgumentParser) -> Callable[[Any, argparse.Namespace], dict[str, Any]]:
         parser.description = "Claude Code: install this server as a plugin (live delivery)"

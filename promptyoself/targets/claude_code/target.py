@@ -45,6 +45,7 @@ from promptyoself.processes import pid_alive
 from promptyoself.targets import headless
 from promptyoself.targets.base import Fence, Found, Occurrence, PendingReceipt, PreviousTurn, Receipt, Sent
 from promptyoself.targets.claude_code import receipt as claude_receipt
+from promptyoself.targets.claude_code.settings import ClaudeCodeSettings, read
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +205,11 @@ class ClaudeCodeTarget:
 
     name = NAME
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, config: ClaudeCodeSettings | None = None) -> None:
         self.settings = settings
-        self.timeout = settings.claude_timeout
-        self.extra_args = settings.claude_extra_args
+        self.config = config or read()  # this target's own settings (settings.py): PROMPTYOSELF_CLAUDE_*
+        self.timeout = self.config.claude_timeout
+        self.extra_args = self.config.claude_extra_args
         self._locks: dict[str, asyncio.Lock] = {}
         self.cli = headless.CliState("Claude Code", "claude", "PROMPTYOSELF_CLAUDE_BIN", transient=True)
         self._pushed: dict[str, float] = {}  # occurrence id -> monotonic time of its push
@@ -215,7 +217,7 @@ class ClaudeCodeTarget:
     # ---- the binary --------------------------------------------------------------------------------
 
     def binary(self) -> str:
-        return self.cli.find(self.settings.claude_bin)
+        return self.cli.find(self.config.claude_bin)
 
     def _env(self) -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -384,7 +386,7 @@ class ClaudeCodeTarget:
         await self.cli.probe(self.binary(), self._env())
 
     def readiness(self) -> str:
-        return self.cli.line(self.settings.claude_bin,
+        return self.cli.line(self.config.claude_bin,
                              "claude {version} at {at}; " + claude_channel.readiness(claude_home()))
 
     async def aclose(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from promptyoself.targets.base import Call, DeliveryTarget, Destination, Watch
+from promptyoself.targets.codex.settings import CodexSettings, read
 
 FIX = ("Install the Codex CLI (`npm install -g @openai/codex`) or set PROMPTYOSELF_CODEX_BIN to the codex "
        "executable the delivery worker can run; see docs/codex.md.")
@@ -52,7 +53,11 @@ class CodexPlugin:
         return CodexTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        return Watch("codex_unready", FIX, configured=bool(settings.codex_bin))
+        return Watch("codex_unready", FIX, configured=bool(self.config().codex_bin))
+
+    def config(self) -> CodexSettings:
+        """``PROMPTYOSELF_CODEX_BIN``, ``_ARGS`` and ``_TIMEOUT`` (``settings.py``)."""
+        return read()
 
     def cli(self, parser: argparse.ArgumentParser) -> Callable[[Any, argparse.Namespace], dict[str, Any]]:
         parser.description = "Codex CLI: put this server in Codex's config.toml"

@@ -29,6 +29,7 @@ from promptyoself.errors import TargetGone, TargetUnavailable
 from promptyoself.targets import headless
 from promptyoself.targets.base import Fence, Found, Occurrence, Receipt, Sent
 from promptyoself.targets.codex.session import codex_home, open_rollouts, read_meta, rollouts
+from promptyoself.targets.codex.settings import CodexSettings, read
 
 MARKER = "[PromptYoSelf occurrence {}]"
 MAX_ROLLOUT_SCAN = 64 * 1024 * 1024
@@ -152,15 +153,16 @@ class CodexTarget:
 
     name = "codex"
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, *, config: CodexSettings | None = None) -> None:
         self.settings = settings
-        self.timeout = float(settings.codex_timeout)
-        self.extra_args = settings.codex_extra_args
+        self.config = config or read()  # this target's own settings (settings.py): PROMPTYOSELF_CODEX_*
+        self.timeout = float(self.config.codex_timeout)
+        self.extra_args = self.config.codex_extra_args
         self._locks: dict[str, asyncio.Lock] = {}
         self.cli = headless.CliState("Codex", "codex", "PROMPTYOSELF_CODEX_BIN")
 
     def binary(self) -> str:
-        return self.cli.find(self.settings.codex_bin)
+        return self.cli.find(self.config.codex_bin)
 
     def _env(self, home: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -256,7 +258,7 @@ class CodexTarget:
         await self.cli.probe(self.binary())
 
     def readiness(self) -> str:
-        return self.cli.line(self.settings.codex_bin, f"{{version}} at {{at}}; sessions under {codex_home()}")
+        return self.cli.line(self.config.codex_bin, f"{{version}} at {{at}}; sessions under {codex_home()}")
 
     async def aclose(self) -> None:
         self._locks.clear()

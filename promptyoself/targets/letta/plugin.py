@@ -56,7 +56,14 @@ class LettaPlugin:
 
     def watch(self, settings: Any) -> Watch:
         # the default target, unless LETTA_CODE_URL says this deployment's agents live in Letta Code
-        return Watch("letta_unreachable", FIX, configured=not settings.letta_code_url)
+        from promptyoself.config import ConfigError
+        from promptyoself.targets.letta_code.settings import read
+
+        try:
+            elsewhere = bool(read().letta_code_url)
+        except ConfigError:  # the Letta Code target refuses, saying why; this one is still the default
+            elsewhere = False
+        return Watch("letta_unreachable", FIX, configured=not elsewhere)
 
 
 plugin = LettaPlugin()

@@ -114,8 +114,11 @@ def mcp_entry(settings: Settings, agent_token: str | None = None) -> dict[str, A
     command, args = (str(script), []) if script.exists() else (sys.executable, ["-m", "promptyoself", "serve",
                                                                                  "--transport", "stdio"])
     env = {"PROMPTYOSELF_DB": settings.db_url}
-    if settings.letta_code_url:
-        env["LETTA_CODE_URL"] = settings.letta_code_url
+    from promptyoself.targets.letta_code.settings import read
+
+    url = read().letta_code_url
+    if url:
+        env["LETTA_CODE_URL"] = url
     if agent_token:
         env["PROMPTYOSELF_AGENT_TOKEN"] = agent_token
     return {"name": MCP_NAME, "transport": "stdio", "command": command, "args": args, "env": env}

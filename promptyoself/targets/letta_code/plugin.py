@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from promptyoself.errors import PromptYoSelfError, TargetUnavailable
 from promptyoself.targets.base import Call, DeliveryTarget, Destination, Watch
+from promptyoself.targets.letta_code.settings import LettaCodeSettings, read
 
 LOCAL_AGENT_PREFIX = "agent-local-"
 MAX_CONVERSATION_CHARS = 200
@@ -52,14 +53,15 @@ class LettaCodePlugin:
         return Destination(call.agent(), conversation_id=conversation, validate=True)
 
     async def validate(self, core: Any, agent_id: str) -> None:
-        url = core.settings.letta_code_url
+        own = self.config()
+        url = own.letta_code_url
         if not url:
             raise TargetUnavailable(
                 "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500).")
         from promptyoself.targets.letta_code.client import LettaCodeClient
 
         client = LettaCodeClient(url, timeout=core.settings.letta_timeout,
-                                 turn_timeout=core.settings.letta_code_turn_timeout)
+                                 turn_timeout=own.letta_code_turn_timeout)
         try:
             await asyncio.to_thread(client.get_agent, agent_id)  # its WebSocket client blocks
         finally:
@@ -71,7 +73,18 @@ class LettaCodePlugin:
         return LettaCodeTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        return Watch("letta_code_unreachable", FIX, configured=bool(settings.letta_code_url))
+        return Watch("letta_code_unreachable", FIX, configured=bool(self.config().letta_code_url))
+
+    def config(self) -> LettaCodeSettings:
+        """``LETTA_CODE_URL`` and ``PROMPTYOSELF_LETTA_CODE_TURN_TIMEOUT`` (``settings.py``)."""
+        return read()
+
+    def shown(self, settings: Any) -> dict[str, Any]:
+        """Health's ``letta_code_url``: the App Server's URL, its password hidden (None when unset)."""
+        from promptyoself.config import redact_url
+
+        url = self.config().letta_code_url
+        return {"letta_code_url": redact_url(url) if url else None}
 
     def cli(self, parser: argparse.ArgumentParser) -> Callable[[Any, argparse.Namespace], dict[str, Any]]:
         parser.description = "Letta Code agents: install / uninstall the skill and MCP entry"

@@ -16,6 +16,7 @@ from promptyoself.targets.base import Fence, Found, Occurrence, PreviousTurn, Se
 from promptyoself.targets.letta_code import receipt as letta_code_receipt
 from promptyoself.targets.letta_code.blocking import BlockingCalls
 from promptyoself.targets.letta_code.client import LettaCodeClient
+from promptyoself.targets.letta_code.settings import LettaCodeSettings, read
 
 NOT_CONFIGURED = "No Letta Code App Server is configured: set LETTA_CODE_URL (e.g. ws://127.0.0.1:4500)."
 
@@ -23,10 +24,12 @@ NOT_CONFIGURED = "No Letta Code App Server is configured: set LETTA_CODE_URL (e.
 class LettaCodeTarget:
     name = "letta-code"
 
-    def __init__(self, settings: Settings, *, client: LettaCodeClient | None = None) -> None:
-        url = settings.letta_code_url
+    def __init__(self, settings: Settings, *, client: LettaCodeClient | None = None,
+                 config: LettaCodeSettings | None = None) -> None:
+        own = config or read()  # this target's own settings (settings.py): LETTA_CODE_URL and its turn timeout
+        url = own.letta_code_url
         self.client = client or (LettaCodeClient(url, timeout=settings.letta_timeout,
-                                                 turn_timeout=settings.letta_code_turn_timeout) if url else None)
+                                                 turn_timeout=own.letta_code_turn_timeout) if url else None)
         self._calls = BlockingCalls(settings.max_in_flight + 2, "promptyoself-letta-code")
 
     def _client(self) -> LettaCodeClient:

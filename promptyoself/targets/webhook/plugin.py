@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from promptyoself.targets.base import Call, DeliveryTarget, Destination, Watch
+from promptyoself.targets.webhook.settings import WebhookEndpoint, configured_endpoint_secrets, webhook_endpoints
 
 FIX = "Check that the endpoint is up and PROMPTYOSELF_WEBHOOK[_<NAME>]_URL points at it; see docs/webhooks.md."
 
@@ -30,7 +31,6 @@ class WebhookPlugin:
         return False
 
     def destination(self, call: Call) -> Destination:
-        from promptyoself.config import webhook_endpoints
         from promptyoself.targets.webhook.target import choose_endpoint
 
         name = choose_endpoint(call.options.endpoint, webhook_endpoints())
@@ -47,13 +47,19 @@ class WebhookPlugin:
         return WebhookTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        from promptyoself.config import webhook_endpoints
-
         try:
             configured = bool(webhook_endpoints())
         except Exception:
             configured = False
         return Watch("webhook_unreachable", FIX, configured=configured)
+
+    def config(self) -> dict[str, WebhookEndpoint]:
+        """The endpoints (``settings.py``): ``ConfigError`` naming the variable when one is malformed."""
+        return webhook_endpoints()
+
+    def secrets(self) -> list[str]:
+        """The endpoints' signing secrets and what their URLs hide, for the log filter and the history."""
+        return configured_endpoint_secrets()
 
 
 plugin = WebhookPlugin()

@@ -25,7 +25,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from promptyoself import __version__, timing
-from promptyoself.config import DEFAULT_ENDPOINT, Settings, WebhookEndpoint, redact_endpoint, webhook_endpoints
+from promptyoself.config import Settings, redact_endpoint
 from promptyoself.errors import (
     WRITTEN_AFTER,
     InvalidArgument,
@@ -37,6 +37,7 @@ from promptyoself.errors import (
 from promptyoself.letta.client import retry_after
 from promptyoself.targets.base import Fence, Found, Occurrence, Sent
 from promptyoself.targets.webhook import receipt as webhook_receipt
+from promptyoself.targets.webhook.settings import DEFAULT_ENDPOINT, WebhookEndpoint, webhook_endpoints
 
 NAME = "webhook"
 EVENT_TYPE = "promptyoself.prompt.due"

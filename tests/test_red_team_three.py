@@ -36,10 +36,15 @@ def _served_app(monkeypatch: pytest.MonkeyPatch, db_path: Path, **overrides: Any
     taking its config."""
     import uvicorn
 
+    from promptyoself.faces import http
     from promptyoself.faces.http import run_service
+    from promptyoself.faces.http_auth import GuessLimiter
 
     taken: list[Any] = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: taken.append(self.config))
+    # the wrong-token throttle on a clock that stands still: what it allows does not depend on how fast
+    # this machine answers the guesses (at 5 a second, a slow run refilled the bucket: no 429)
+    monkeypatch.setattr(http, "GuessLimiter", lambda: GuessLimiter(clock=lambda: 1000.0))
     settings = make_settings(db_path, letta_base_url="http://127.0.0.1:9", http_token=TOKEN,
                              executor_autostart=False, **overrides)
     core = Core(settings)

@@ -1,8 +1,9 @@
 """Start-up stays light: what the MCP handshake does not need is not imported before it (issue 4).
 
 SQLAlchemy, Alembic, httpx, croniter, dateutil, cron_descriptor and the delivery modules load on first
-use (a tool call, or the delivery side after the handshake: promptyoself/faces/deferred.py). The cold-start
-figure in docs/performance.md depends on it; bench/startup.py measures it.
+use (a tool call, or the delivery side after the handshake: promptyoself/faces/deferred.py); so do the
+schedule operations with the rule parsers they bring (``Core.scheduling``). The cold-start figure in
+docs/performance.md depends on it; bench/startup.py measures it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
          "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.faces.delivery",
          "promptyoself.delivery.worker", "promptyoself.delivery.attempt", "promptyoself.delivery.engine",
-         "promptyoself.letta.client")
+         "promptyoself.letta.client", "promptyoself.core.scheduling", "promptyoself.recurrence",
+         "promptyoself.phrases")
 
 PROBE = """
 import json, sys

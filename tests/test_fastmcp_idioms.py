@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from fastmcp.tools import Tool
+from fastmcp.utilities.json_schema import dereference_refs
 
 from promptyoself.core.operations import Core
 from promptyoself.faces import mcp as mcp_face
-from promptyoself.faces.mcp import PASS_THROUGH, build_server
+from promptyoself.faces.mcp import PASS_THROUGH, build_server, inline_defs
 from tests.conftest import make_settings
 from tests.test_tools import CONTRACT
 
@@ -128,3 +130,35 @@ async def test_building_an_app_reuses_the_tools(core: Core) -> None:
     served = await build_server(core).list_tools(run_middleware=False)
     assert [t.name for t in served] == [t.name for t in mcp_face.TOOLS]
     assert all(a is b for a, b in zip(served, mcp_face.TOOLS, strict=True))
+
+
+async def test_the_tools_output_schemas_are_built_as_fastmcp_sends_them(core: Core) -> None:
+    """``faces.mcp.inline_defs``: each tool's output schema is FastMCP's ``dereference_refs`` of the one
+    FastMCP builds from the function (what its DereferenceRefsMiddleware made of it on every
+    ``tools/list``), so that middleware finds no ``$ref`` and the wire carries the same schema."""
+    inlined = 0
+    for made in mcp_face.TOOLS:
+        built = Tool.from_function(made.fn).output_schema
+        assert built is not None, made.name
+        if "$defs" in built:
+            inlined += 1
+            assert made.output_schema == dereference_refs(built), made.name
+            assert "$ref" not in json.dumps(made.output_schema), made.name
+        else:
+            assert made.output_schema == built, made.name
+    assert inlined >= 5  # list, history, budget, agents, targets, health, execute nest typed dicts
+    on_the_wire = {t["name"]: t["outputSchema"] for t in await live_tools(core)}
+    assert on_the_wire == {t.name: t.output_schema for t in mcp_face.TOOLS}
+
+
+def test_inline_defs_leaves_what_it_does_not_cover_to_fastmcp() -> None:
+    cycle = {"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+             "type": "object", "properties": {"head": {"$ref": "#/$defs/Node"}}}
+    elsewhere = {"$defs": {}, "type": "object", "properties": {"x": {"$ref": "#/properties/y"}, "y": {}}}
+    tagged = {"$defs": {"A": {"type": "object"}}, "type": "object",
+              "properties": {"v": {"anyOf": [{"$ref": "#/$defs/A"}], "discriminator": {"propertyName": "k"}}}}
+    for schema in (cycle, elsewhere, tagged):
+        assert inline_defs(schema) is schema
+    nested = {"$defs": {"Inner": {"type": "object", "properties": {"n": {"type": "integer"}}}}, "type": "object",
+              "properties": {"i": {"$ref": "#/$defs/Inner", "description": "kept over the definition's"}}}
+    assert inline_defs(nested) == dereference_refs(nested)

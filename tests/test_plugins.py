@@ -84,11 +84,21 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 
 def test_our_entry_points_are_the_registrys_built_ins() -> None:
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][registry.GROUP]
+    groups = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    declared = groups[registry.GROUP]
     assert declared == registry.BUILT_IN
     for name in declared:
         plugin = registry.plugin(name)
         assert isinstance(plugin, TargetPlugin) and plugin.name == name
+    assert groups[registry.STDIO_GROUP] == registry.BUILT_IN_STDIO
+    assert set(registry.BUILT_IN_STDIO) <= set(registry.BUILT_IN)  # each one an agent CLI's target
+    assert len(registry.stdio_hooks()) == len(registry.BUILT_IN_STDIO)
+
+
+def test_a_stdio_hook_that_does_not_apply_leaves_the_plain_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLAUDE_PLUGIN_ROOT", raising=False)  # not started as a Claude Code plugin
+    for hook in registry.stdio_hooks():
+        assert hook(object()) is False  # decided without touching the server
 
 
 def test_the_example_is_a_working_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

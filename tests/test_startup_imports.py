@@ -1,8 +1,11 @@
 """Start-up stays light: what the MCP handshake does not need is not imported before it (issue 4).
 
 SQLAlchemy, Alembic, httpx, croniter, dateutil, cron_descriptor and the delivery modules load on first
-use (a tool call, or the delivery side after the handshake: promptyoself/faces/deferred.py). The cold-start
-figure in docs/performance.md depends on it; bench/startup.py measures it.
+use (a tool call, or the delivery side after the handshake: promptyoself/faces/deferred.py); so do the
+schedule operations with the rule parsers they bring (``Core.scheduling``), and the targets' plug-ins
+with ``targets.base`` (the start reads only the registry's entry points: the tools' target list and
+the stdio hooks). The cold-start figure in docs/performance.md depends on it; bench/startup.py
+measures it.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from promptyoself.targets import registry
+
 pytestmark = pytest.mark.slow  # real servers or processes (tests/conftest.py: tiers)
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("sqlalchemy", "alembic", "httpx", "httptools", "croniter", "dateutil", "cron_descriptor", "psycopg",
          "promptyoself.store.db", "promptyoself.delivery.service", "promptyoself.faces.delivery",
          "promptyoself.delivery.worker", "promptyoself.delivery.attempt", "promptyoself.delivery.engine",
-         "promptyoself.letta.client")
+         "promptyoself.letta.client", "promptyoself.core.scheduling", "promptyoself.recurrence",
+         "promptyoself.phrases", "promptyoself.targets.base",
+         *sorted({value.partition(":")[0] for value in registry.BUILT_IN.values()}))
 
 PROBE = """
 import json, sys

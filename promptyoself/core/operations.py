@@ -16,15 +16,18 @@ a core (``core/agent_tokens.py``, ``core/native_tools.py``, ``core/letta_schedul
 from __future__ import annotations
 
 import time
-from typing import Unpack
+from functools import cached_property
+from typing import TYPE_CHECKING, Unpack
 
 from promptyoself.config import Settings
 from promptyoself.core.admin import Agents
 from promptyoself.core.agents import Defaults
 from promptyoself.core.operator import Operator
 from promptyoself.core.results import HealthResult, TargetsResult
-from promptyoself.core.scheduling import Scheduling
 from promptyoself.deps import Deps, Wiring
+
+if TYPE_CHECKING:
+    from promptyoself.core.scheduling import Scheduling
 
 
 class Core(Deps):
@@ -36,9 +39,17 @@ class Core(Deps):
         self.defaults = Defaults()
         self.agents = Agents(self, self.defaults)
         self.operator = Operator(self)
-        self.scheduling = Scheduling(self, self.defaults, self.agents, self.operator)
         self.started_monotonic = time.monotonic()
         self.tool_calls = 0
+
+    @cached_property
+    def scheduling(self) -> Scheduling:
+        """The schedule operations, made on first use: ``core/scheduling.py`` brings the rule parsers
+        (``recurrence``, ``phrases``), which starting the MCP server does not need (the cold start:
+        docs/performance.md). A ``Scheduling`` holds nothing but the parts it is given."""
+        from promptyoself.core.scheduling import Scheduling
+
+        return Scheduling(self, self.defaults, self.agents, self.operator)
 
     async def targets(self) -> TargetsResult:
         """The installed targets with their options and readiness (``core.health.targets_report``)."""

@@ -1,4 +1,9 @@
-"""Typed shapes of tool results. FastMCP turns these into each tool's output schema."""
+"""Typed shapes of tool results. FastMCP turns these into each tool's output schema.
+
+The MCP server imports this module to build its tools' output schemas before the handshake, so what
+only the builders below use (the rule parsers of ``recurrence``, the target registry, a receipt's
+stored form) is imported in the builder that uses it (the cold start: docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,7 @@ from typing import TYPE_CHECKING, Any, NotRequired
 
 from typing_extensions import TypedDict
 
-from promptyoself import recurrence
 from promptyoself.errors import PromptYoSelfError
-from promptyoself.targets import registry
-from promptyoself.targets.base import Receipt
 from promptyoself.timing import resolve_zone, to_local_iso, to_utc_iso
 
 if TYPE_CHECKING:
@@ -324,6 +326,9 @@ def iso(dt: datetime | None) -> str | None:
 def rule_views(s: ListedSchedule) -> RuleViews:
     """``upcoming`` (the next 5 runs of a live schedule, ISO 8601 with the offset of its timezone;
     fewer when the rule or max_repetitions ends; none while paused or ended) and ``description``."""
+    from promptyoself import recurrence
+    from promptyoself.targets import registry
+
     try:
         tz = resolve_zone(s.timezone, "UTC")
     except PromptYoSelfError:  # a zone this machine lacks: show UTC
@@ -378,6 +383,8 @@ def schedule_record(s: ListedSchedule) -> ScheduleRecord:
 
 def overlap_of(s: ListedSchedule) -> str:
     """A schedule's overlap policy: the one stored, else its target's default (a row before 0014)."""
+    from promptyoself.targets import registry
+
     return registry.overlap_policy(s.overlap, s.target)
 
 
@@ -409,6 +416,8 @@ def delivery_record(d: DeliveryRow) -> DeliveryRecord:
 def receipt_record(raw: str | None) -> ReceiptRecord | None:
     """A history row's stored receipt, every field present (None: not reported); None on a row that
     has none (not a delivery, or recorded before receipts)."""
+    from promptyoself.targets.base import Receipt
+
     r = Receipt.from_json(raw)
     if r is None:
         return None

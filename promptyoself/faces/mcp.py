@@ -392,12 +392,56 @@ def tool(
         description = inspect.getdoc(fn)
         fn.__doc__ = None
         try:
-            TOOLS.append(mcp.add_tool(Tool.from_function(fn, description=description, annotations=hints)))
+            made = Tool.from_function(fn, description=description, annotations=hints)
         finally:
             fn.__doc__ = description
+        made.output_schema = inline_defs(made.output_schema)
+        TOOLS.append(mcp.add_tool(made))
         return fn
 
     return register
+
+
+_DEFS = "#/$defs/"
+
+
+class _LeftToFastMCP(Exception):
+    """A schema ``inline_defs`` does not cover: FastMCP dereferences it as it always did."""
+
+
+def inline_defs(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``schema`` with each ``{"$ref": "#/$defs/Name", ...}`` replaced by that definition (the ref's own
+    keys kept over the definition's) and ``$defs`` dropped: what FastMCP's ``DereferenceRefsMiddleware``
+    sends for our output schemas, made once as each tool is built. FastMCP makes it on every
+    ``tools/list``, through jsonref, ~10 ms of each start for the seven schemas with definitions (the
+    cold start: docs/performance.md); a schema with no ``$ref`` it sends as it is. A schema this does
+    not cover (a reference outside its ``$defs``, a cycle, an OpenAPI discriminator) is returned
+    unchanged, for FastMCP. tests/test_fastmcp_idioms.py checks that every tool's schema is FastMCP's
+    ``dereference_refs`` of the one FastMCP built."""
+    if not schema or "$defs" not in schema:
+        return schema
+    defs = schema["$defs"]
+
+    def inline(node: Any, within: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [inline(item, within) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "discriminator" in node and ("anyOf" in node or "oneOf" in node):
+            raise _LeftToFastMCP
+        own = {key: inline(value, within) for key, value in node.items() if key != "$ref"}
+        if "$ref" not in node:
+            return own
+        ref = node["$ref"]
+        name = ref.removeprefix(_DEFS) if isinstance(ref, str) and ref.startswith(_DEFS) else None
+        if name is None or name not in defs or name in within:
+            raise _LeftToFastMCP
+        return {**inline(defs[name], within | {name}), **own}
+
+    try:
+        return inline({key: value for key, value in schema.items() if key != "$defs"}, frozenset())
+    except _LeftToFastMCP:
+        return schema
 
 
 def build_server(core: Core, *, lifespan: Any = None) -> FastMCP[Any]:

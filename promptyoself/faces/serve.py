@@ -77,16 +77,13 @@ def _readme() -> str:
 
 
 def run_stdio(mcp: Any) -> None:
-    """FastMCP's stdio server, unless a target's plug-in runs it itself (``serve_stdio``: an agent
-    CLI's plug-in adds its live channel when this server runs as that CLI's plugin)."""
+    """FastMCP's stdio server, unless a ``promptyoself.stdio`` hook runs it itself (an agent CLI's
+    plug-in adds its live channel when this server runs as that CLI's plugin). The hooks are declared
+    entry points (``registry.stdio_hooks``): no target's plug-in is loaded to decide."""
     from promptyoself.targets import registry
 
-    for name in registry.names():
-        try:
-            hook = getattr(registry.plugin(name), "serve_stdio", None)
-        except Exception:
-            continue  # health reports a plug-in that does not load
-        if hook is not None and hook(mcp):
+    for hook in registry.stdio_hooks():
+        if hook(mcp):
             return
     mcp.run("stdio", show_banner=False)
 

@@ -14,6 +14,11 @@ it is refused with that error; nothing else is affected.
 
 ``register`` adds one at run time (tests, an embedding program): a plug-in object, or a factory that
 takes ``Settings`` and returns a ``DeliveryTarget`` (wrapped as a plug-in with no options).
+
+An agent CLI's plug-in may run the stdio MCP server itself (Claude Code's adds its live channel when
+this server is a Claude Code plugin): it declares that hook in the group ``promptyoself.stdio``
+(``stdio_hooks``), read in the same pass as the targets, so that deciding how to serve stdio loads no
+plug-in.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promptyoself.errors import InvalidArgument
-from promptyoself.targets.base import Call, DeliveryTarget, Destination, TargetPlugin, Watch
+
+if TYPE_CHECKING:  # targets.base is imported where a plug-in is loaded or made: names() does not need it
+    from promptyoself.targets.base import Call, DeliveryTarget, Destination, TargetPlugin, Watch
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,7 @@ unless ``PROMPTYOSELF_TARGET_IN_FLIGHT`` names the target, whatever ``PROMPTYOSE
 """A schedule with no target (rows older than the column, a call that names none and that no plug-in
 claims) goes to the Letta REST API."""
 
-Factory = Callable[[Any], DeliveryTarget]
+Factory = Callable[[Any], "DeliveryTarget"]
 
 BUILT_IN: dict[str, str] = {
     "letta": "promptyoself.targets.letta.plugin:plugin",
@@ -53,6 +60,15 @@ BUILT_IN: dict[str, str] = {
 }
 """Our own entry points (pyproject.toml declares the same; ``tests/test_plugins.py`` checks): used as
 they are when this package runs from a source tree that was never installed (no metadata to read)."""
+
+STDIO_GROUP = "promptyoself.stdio"
+BUILT_IN_STDIO: dict[str, str] = {
+    "claude-code": "promptyoself.targets.claude_code.channel_server:serve_stdio",
+}
+"""Our own ``promptyoself.stdio`` entry points, as ``BUILT_IN`` is for the targets: ``name =
+"module:function"``, where ``function(mcp)`` runs the stdio MCP server and returns True when it applies
+to this process, else returns False at once. Every stdio server start asks each, before its handshake:
+importing the module and deciding must be cheap."""
 
 
 def _no_options() -> type[Any]:
@@ -81,6 +97,8 @@ class FactoryPlugin:
         return False
 
     def destination(self, call: Call) -> Destination:
+        from promptyoself.targets.base import Destination
+
         return Destination(call.agent())
 
     async def validate(self, core: Any, agent_id: str) -> None:
@@ -90,6 +108,8 @@ class FactoryPlugin:
         return self.factory(settings)
 
     def watch(self, settings: Any) -> Watch:
+        from promptyoself.targets.base import Watch
+
         return Watch("target_unreachable", "Check the target's receiver and its settings, then run "
                      "`promptyoself health` again.")
 
@@ -103,17 +123,19 @@ class _Entry:
 
 _lock = threading.Lock()
 _entries: dict[str, _Entry] | None = None
+_hooks: dict[str, str] | None = None  # the promptyoself.stdio entry points: name -> "module:function"
 _added: dict[str, _Entry] = {}
 _merged: dict[str, _Entry] | None = None  # the two above as one table (a list answer asks it per row)
 
 
-def _discover() -> dict[str, _Entry]:
+def _discover() -> tuple[dict[str, _Entry], dict[str, str]]:
     found: dict[str, _Entry] = {}
-    try:
-        points = list(metadata.entry_points(group=GROUP))
+    try:  # one pass over the installed distributions for both groups (it reads every one's entry points)
+        declared = metadata.entry_points()
+        points, hooks = list(declared.select(group=GROUP)), list(declared.select(group=STDIO_GROUP))
     except Exception:  # unreadable metadata: the built-ins still work
         log.warning("reading the %s entry points failed", GROUP, exc_info=True)
-        points = []
+        points, hooks = [], []
     for point in points:
         name = point.name
         if name != name.strip().lower() or not name or len(name) > 40:
@@ -124,29 +146,63 @@ def _discover() -> dict[str, _Entry]:
             found[name] = _Entry(point.value)
     for name, value in BUILT_IN.items():
         found.setdefault(name, _Entry(value))  # a source tree never installed has no metadata of ours
-    return found
+    stdio: dict[str, str] = {}
+    for point in hooks:
+        stdio.setdefault(point.name, point.value)
+    for name, value in BUILT_IN_STDIO.items():
+        stdio.setdefault(name, value)
+    return found, stdio
+
+
+def _read() -> tuple[dict[str, _Entry], dict[str, str]]:
+    """The declared targets and stdio hooks, read once (called under ``_lock``)."""
+    global _entries, _hooks
+    if _entries is None or _hooks is None:
+        _entries, _hooks = _discover()
+    return _entries, _hooks
 
 
 def _table() -> dict[str, _Entry]:
-    global _entries, _merged
+    global _merged
     with _lock:
         if _merged is None:
-            if _entries is None:
-                _entries = _discover()
-            _merged = {**_entries, **_added}
+            _merged = {**_read()[0], **_added}
         return _merged
 
 
 def reload() -> None:
     """Read the entry points again (a distribution installed while this process runs; tests)."""
-    global _entries, _merged
+    global _entries, _hooks, _merged
     with _lock:
-        _entries = _merged = None
+        _entries = _hooks = _merged = None
+
+
+def stdio_hooks() -> list[Callable[[Any], bool]]:
+    """The ``promptyoself.stdio`` hooks (``BUILT_IN_STDIO``), imported, in name order; one that does not
+    import is logged and left out (the plain stdio server then runs)."""
+    with _lock:
+        declared = sorted(_read()[1].items())
+    found: list[Callable[[Any], bool]] = []
+    for name, value in declared:
+        module, _, attribute = value.partition(":")
+        try:
+            hook: Any = importlib.import_module(module)
+            for part in attribute.split(".") if attribute else ():
+                hook = getattr(hook, part)
+            if not callable(hook):
+                raise TypeError(f"{value} is not callable")
+        except Exception as exc:
+            log.error("the stdio hook %r (%s) failed to load: %s: %s", name, value, type(exc).__name__, str(exc)[:300])
+            continue
+        found.append(hook)
+    return found
 
 
 def register(name: str, plugin: TargetPlugin | Factory | str) -> None:
     """Add (or replace) the target ``name``: a plug-in object, a ``Settings -> DeliveryTarget`` factory,
     or ``"module:attribute"`` naming either, imported on first use."""
+    from promptyoself.targets.base import TargetPlugin
+
     if not name or name != name.strip().lower():
         raise ValueError(f"a target name is lower case without spaces, not {name!r}")
     global _merged
@@ -171,6 +227,7 @@ def names() -> tuple[str, ...]:
 def _load(name: str, entry: _Entry) -> TargetPlugin:
     if not isinstance(entry.value, str):
         return entry.value
+    from promptyoself.targets.base import TargetPlugin
     module, _, attribute = entry.value.partition(":")
     try:
         found: Any = importlib.import_module(module)

@@ -6,5 +6,6 @@
 - ``target.ClaudeCodeTarget``: delivery, live into an open idle session through its channel
   (``channel``: the socket, the idle check and the client) or as a resumed headless turn;
 - ``channel_server``: the stdio MCP server's half of live delivery (the ``claude/channel``
-  capability and the private socket), run by ``serve_stdio`` when this server is a Claude Code plugin.
+  capability and the private socket), run by its ``serve_stdio`` (our ``promptyoself.stdio`` entry
+  point) when this server is a Claude Code plugin.
 """

@@ -57,15 +57,17 @@ def wanted(environ: Mapping[str, str] | None = None) -> bool:
     return claude_code.in_claude_code(env) and bool(env.get("CLAUDE_PLUGIN_ROOT"))
 
 
-def run_stdio(mcp: Any) -> None:
-    """``mcp.run("stdio")``, with the channel when this server is a Claude Code plugin."""
+def serve_stdio(mcp: Any) -> bool:
+    """Our ``promptyoself.stdio`` hook (pyproject.toml, ``registry.BUILT_IN_STDIO``): when this server is
+    a Claude Code plugin, run the stdio MCP server with the channel and return True once it has run;
+    elsewhere return False at once (the face runs FastMCP's plain stdio server)."""
     if not wanted():
-        mcp.run("stdio", show_banner=False)
-        return
+        return False
     import anyio
 
     mcp.experimental_capabilities[CAPABILITY] = {}
     anyio.run(_serve, mcp)
+    return True
 
 
 async def _serve(mcp: Any) -> None:

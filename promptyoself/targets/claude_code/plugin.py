@@ -77,16 +77,6 @@ class ClaudeCodePlugin:
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON even on a terminal")
         return _install
 
-    def serve_stdio(self, mcp: Any) -> bool:
-        """Run the stdio MCP server with the channel when this server is a Claude Code plugin (True once
-        it has run); False elsewhere (the face runs FastMCP's plain stdio server)."""
-        from promptyoself.targets.claude_code import channel_server
-
-        if not channel_server.wanted():
-            return False
-        channel_server.run_stdio(mcp)
-        return True
-
 
 def _install(core: Any, args: argparse.Namespace) -> dict[str, Any]:
     from promptyoself.targets.claude_code import session

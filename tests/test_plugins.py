@@ -93,6 +93,28 @@ def test_our_entry_points_are_the_registrys_built_ins() -> None:
     assert groups[registry.STDIO_GROUP] == registry.BUILT_IN_STDIO
     assert set(registry.BUILT_IN_STDIO) <= set(registry.BUILT_IN)  # each one an agent CLI's target
     assert len(registry.stdio_hooks()) == len(registry.BUILT_IN_STDIO)
+    assert groups[registry.SECRETS_GROUP] == registry.BUILT_IN_SECRETS
+    assert set(registry.BUILT_IN_SECRETS) <= set(registry.BUILT_IN)
+
+
+@pytest.mark.slow
+def test_the_targets_secrets_are_read_without_loading_a_plug_in(tmp_path: Path) -> None:
+    """The log filter asks ``registry.secrets`` with a process's first line: the webhook endpoints'
+    secrets come from its declared source (a settings module), and no plug-in is imported for it."""
+    code = (
+        "import sys\n"
+        "from promptyoself.targets import registry\n"
+        "found = registry.secrets()\n"
+        "plugins = sorted(m for m in sys.modules if m.startswith('promptyoself.targets.')\n"
+        "                 and m.rpartition('.')[2] in ('plugin', 'base'))\n"
+        "print('whsec_c2VjcmV0c2VjcmV0c2VjcmV0' in found, plugins)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PROMPTYOSELF_ENV_FILE": str(tmp_path / "none.env"),
+           "PROMPTYOSELF_WEBHOOK_URL": "https://hooks.example.com/in",
+           "PROMPTYOSELF_WEBHOOK_SECRET": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "True []", out.stderr[-2000:]
 
 
 def test_a_stdio_hook_that_does_not_apply_leaves_the_plain_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,9 @@ takes ``Settings`` and returns a ``DeliveryTarget`` (wrapped as a plug-in with n
 An agent CLI's plug-in may run the stdio MCP server itself (Claude Code's adds its live channel when
 this server is a Claude Code plugin): it declares that hook in the group ``promptyoself.stdio``
 (``stdio_hooks``), read in the same pass as the targets, so that deciding how to serve stdio loads no
-plug-in.
+plug-in. Likewise a plug-in whose settings hold secrets declares the function that lists them in the group
+``promptyoself.secrets`` (``secrets``): the log filter asks it with the process's first line, which
+loads no plug-in either.
 """
 
 from __future__ import annotations
@@ -69,6 +71,15 @@ BUILT_IN_STDIO: dict[str, str] = {
 "module:function"``, where ``function(mcp)`` runs the stdio MCP server and returns True when it applies
 to this process, else returns False at once. Every stdio server start asks each, before its handshake:
 importing the module and deciding must be cheap."""
+
+
+SECRETS_GROUP = "promptyoself.secrets"
+BUILT_IN_SECRETS: dict[str, str] = {
+    "webhook": "promptyoself.targets.webhook.settings:configured_endpoint_secrets",
+}
+"""Our own ``promptyoself.secrets`` entry points: ``name = "module:function"``, where ``function()``
+returns the secrets the target's settings hold (``list[str]``). Asked with the first log line of
+every process: importing the module must be cheap (a settings module, not the plug-in)."""
 
 
 def _no_options() -> type[Any]:
@@ -122,20 +133,24 @@ class _Entry:
 
 
 _lock = threading.Lock()
-_entries: dict[str, _Entry] | None = None
-_hooks: dict[str, str] | None = None  # the promptyoself.stdio entry points: name -> "module:function"
+_declared: Declared | None = None  # the entry points: targets, stdio hooks, secret sources
 _added: dict[str, _Entry] = {}
 _merged: dict[str, _Entry] | None = None  # the two above as one table (a list answer asks it per row)
 
 
-def _discover() -> tuple[dict[str, _Entry], dict[str, str]]:
+Declared = tuple[dict[str, "_Entry"], dict[str, str], dict[str, str]]
+"""The targets, the stdio hooks and the secret sources, as declared."""
+
+
+def _discover() -> Declared:
     found: dict[str, _Entry] = {}
     try:  # one pass over the installed distributions for both groups (it reads every one's entry points)
         declared = metadata.entry_points()
         points, hooks = list(declared.select(group=GROUP)), list(declared.select(group=STDIO_GROUP))
+        sources = list(declared.select(group=SECRETS_GROUP))
     except Exception:  # unreadable metadata: the built-ins still work
         log.warning("reading the %s entry points failed", GROUP, exc_info=True)
-        points, hooks = [], []
+        points, hooks, sources = [], [], []
     for point in points:
         name = point.name
         if name != name.strip().lower() or not name or len(name) > 40:
@@ -151,15 +166,20 @@ def _discover() -> tuple[dict[str, _Entry], dict[str, str]]:
         stdio.setdefault(point.name, point.value)
     for name, value in BUILT_IN_STDIO.items():
         stdio.setdefault(name, value)
-    return found, stdio
+    secret: dict[str, str] = {}
+    for point in sources:
+        secret.setdefault(point.name, point.value)
+    for name, value in BUILT_IN_SECRETS.items():
+        secret.setdefault(name, value)
+    return found, stdio, secret
 
 
-def _read() -> tuple[dict[str, _Entry], dict[str, str]]:
-    """The declared targets and stdio hooks, read once (called under ``_lock``)."""
-    global _entries, _hooks
-    if _entries is None or _hooks is None:
-        _entries, _hooks = _discover()
-    return _entries, _hooks
+def _read() -> Declared:
+    """The declared targets, stdio hooks and secret sources, read once (called under ``_lock``)."""
+    global _declared
+    if _declared is None:
+        _declared = _discover()
+    return _declared
 
 
 def _table() -> dict[str, _Entry]:
@@ -172,9 +192,9 @@ def _table() -> dict[str, _Entry]:
 
 def reload() -> None:
     """Read the entry points again (a distribution installed while this process runs; tests)."""
-    global _entries, _hooks, _merged
+    global _declared, _merged
     with _lock:
-        _entries = _hooks = _merged = None
+        _declared = _merged = None
 
 
 def stdio_hooks() -> list[Callable[[Any], bool]]:
@@ -184,11 +204,8 @@ def stdio_hooks() -> list[Callable[[Any], bool]]:
         declared = sorted(_read()[1].items())
     found: list[Callable[[Any], bool]] = []
     for name, value in declared:
-        module, _, attribute = value.partition(":")
         try:
-            hook: Any = importlib.import_module(module)
-            for part in attribute.split(".") if attribute else ():
-                hook = getattr(hook, part)
+            hook = _imported(value)
             if not callable(hook):
                 raise TypeError(f"{value} is not callable")
         except Exception as exc:
@@ -314,18 +331,34 @@ def problems() -> dict[str, str]:
 
 
 def secrets() -> list[str]:
-    """Every secret the plug-ins' own settings hold (their optional ``secrets()``: a webhook endpoint's
-    signing secrets and URL credentials), for the log filter and the history's redaction. Each declared
-    plug-in is loaded for it (cheap: a plug-in module imports no heavy client); one that does not load,
-    or whose ``secrets`` fails, adds nothing."""
+    """Every secret the targets' own settings hold, for the log filter and the history's redaction: what
+    each declared secret source returns (``promptyoself.secrets``: the webhook endpoints' signing secrets
+    and URL credentials), imported without loading any plug-in; and what each plug-in already loaded in
+    this process gives (its optional ``secrets()``). A source that fails adds nothing."""
+    with _lock:
+        sources = sorted(_read()[2].items())
     found: list[str] = []
-    for name, entry in _table().items():
+    for name, value in sources:
         try:
-            hook = getattr(_load(name, entry), "secrets", None)
-            if callable(hook):
-                found.extend(str(s) for s in hook() if s)
+            found.extend(str(s) for s in _imported(value)() if s)
         except Exception:
-            log.debug("the target %r gave no secrets", name, exc_info=True)
+            log.debug("the secret source %r (%s) gave no secrets", name, value, exc_info=True)
+    for name, entry in _table().items():
+        hook = getattr(entry.value, "secrets", None) if not isinstance(entry.value, str) else None
+        if callable(hook):
+            try:
+                found.extend(str(s) for s in hook() if s)
+            except Exception:
+                log.debug("the target %r gave no secrets", name, exc_info=True)
+    return list(dict.fromkeys(found))
+
+
+def _imported(value: str) -> Any:
+    """The object an entry point's ``"module:attribute"`` names, imported."""
+    module, _, attribute = value.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attribute.split(".") if attribute else ():
+        found = getattr(found, part)
     return found
 
 

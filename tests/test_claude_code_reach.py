@@ -251,7 +251,7 @@ def test_delivery_refuses_a_stored_cwd_that_is_not_the_session_s(home: Path, tmp
     fake = tmp_path / "claude-bin"
     fake.write_text(f"#!/bin/sh\ntouch {ran}\n")
     fake.chmod(0o755)
-    target = cc.ClaudeCodeTarget(make_settings(tmp_path / "d.db"), config=ClaudeCodeSettings(claude_bin=str(fake)))
+    target = cc.ClaudeCodeTarget(make_settings(tmp_path / "d.db"), config=ClaudeCodeSettings(bin=str(fake)))
     for cwd in ("/etc", str(tmp_path / "mine")):
         with pytest.raises(TargetGone, match="not the directory"):
             asyncio.run(target.send(_occ(VICTIM, cwd), lambda: True))

@@ -103,14 +103,14 @@ def test_a_target_reads_its_settings_from_the_same_env_file(no_env_file: Path, m
     """The targets' own settings come from the environment over the ``.env`` file the core reads
     (``config.env_file``), re-read when either changes."""
     Path(".env").write_text("PROMPTYOSELF_CLAUDE_TIMEOUT=5m\nLETTA_CODE_URL=ws://127.0.0.1:4500\n", encoding="utf-8")
-    assert config.read_plugin_settings(ClaudeCodeSettings).claude_timeout == 300.0
+    assert config.read_plugin_settings(ClaudeCodeSettings).timeout == 300.0
     assert config.read_plugin_settings(LettaCodeSettings).letta_code_url == "ws://127.0.0.1:4500"
     monkeypatch.setenv("PROMPTYOSELF_CLAUDE_TIMEOUT", "90")  # the environment wins over the file
-    assert config.read_plugin_settings(ClaudeCodeSettings).claude_timeout == 90.0
+    assert config.read_plugin_settings(ClaudeCodeSettings).timeout == 90.0
     other = tmp_path / "other.env"
     other.write_text("PROMPTYOSELF_CODEX_ARGS=--sandbox workspace-write\n", encoding="utf-8")
     monkeypatch.setenv("PROMPTYOSELF_ENV_FILE", str(other))
-    assert config.read_plugin_settings(CodexSettings).codex_extra_args == ["--sandbox", "workspace-write"]
+    assert config.read_plugin_settings(CodexSettings).extra_args == ["--sandbox", "workspace-write"]
     assert config.read_plugin_settings(LettaCodeSettings).letta_code_url is None
 
 

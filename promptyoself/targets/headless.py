@@ -20,6 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import field_validator
+
+from promptyoself.config import PluginSettings, Seconds, parse_command, parse_shell_args, split_shell_args
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.targets.base import Fence
 
@@ -27,6 +30,32 @@ MAX_OUTPUT = 4 * 1024 * 1024
 """Bytes of a line of the CLI's output read at most (its JSON events)."""
 PROBE_TIMEOUT = 20.0
 """Seconds ``<cli> --version`` may take."""
+
+
+class CliSettings(PluginSettings):
+    """The settings of a target that runs an agent CLI for each delivery: its executable (``bin``: a
+    path, or a command looked up in PATH), extra arguments as a shell would split them (``args``), and
+    how long one turn may take (``timeout``). Each target's subclass declares the three with its own
+    variables and help texts (``config.setting``); the parsing is this class's."""
+
+    bin: str | None = None
+    args: str | None = None
+    timeout: Seconds = 600.0
+
+    @field_validator("bin", mode="before")
+    @classmethod
+    def _bin(cls, value: object) -> object:
+        return parse_command(value)
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _args(cls, value: object) -> object:
+        return parse_shell_args(value)
+
+    @property
+    def extra_args(self) -> list[str]:
+        """``args`` split as a shell would (the operator's permission, sandbox or approval flags)."""
+        return split_shell_args(self.args)
 
 
 class NotStarted(Exception):

@@ -106,7 +106,7 @@ def plugin_files(entry: dict[str, Any]) -> dict[str, Any]:
 def _claude(settings: Settings, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     from promptyoself.targets.claude_code.settings import read
 
-    named = read().claude_bin or "claude"
+    named = read().bin or "claude"
     binary = shutil.which(named)
     if binary is None:
         raise InvalidArgument(f"the Claude Code CLI {named!r} was not found: set "

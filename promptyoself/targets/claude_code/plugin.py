@@ -58,7 +58,7 @@ class ClaudeCodePlugin:
         return ClaudeCodeTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        return Watch("claude_code_unready", FIX, configured=bool(self.config().claude_bin))
+        return Watch("claude_code_unready", FIX, configured=bool(self.config().bin))
 
     def config(self) -> ClaudeCodeSettings:
         """``PROMPTYOSELF_CLAUDE_BIN``, ``_ARGS`` and ``_TIMEOUT`` (``settings.py``)."""

@@ -4,46 +4,21 @@ makes this target refuse (naming the variable), the others keep working."""
 
 from __future__ import annotations
 
-from pydantic import field_validator
-
-from promptyoself.config import (
-    ACCEPTS_SECONDS,
-    PluginSettings,
-    Seconds,
-    parse_command,
-    parse_shell_args,
-    read_plugin_settings,
-    setting,
-    split_shell_args,
-)
+from promptyoself.config import ACCEPTS_SECONDS, Seconds, read_plugin_settings, setting
+from promptyoself.targets.headless import CliSettings
 
 
-class ClaudeCodeSettings(PluginSettings):
+class ClaudeCodeSettings(CliSettings):
     """``PROMPTYOSELF_CLAUDE_BIN``, ``PROMPTYOSELF_CLAUDE_ARGS`` and ``PROMPTYOSELF_CLAUDE_TIMEOUT``."""
 
-    claude_bin: str | None = setting(None, "PROMPTYOSELF_CLAUDE_BIN",
-                                     "a path to the claude executable, or a command name looked up in PATH "
-                                     "(empty = claude from PATH)")
-    claude_args: str | None = setting(None, "PROMPTYOSELF_CLAUDE_ARGS",
-                                      "extra claude arguments as a shell would split them, e.g. "
-                                      "--allowedTools Bash (empty = none: no tool is pre-approved)")
-    claude_timeout: Seconds = setting(600.0, "PROMPTYOSELF_CLAUDE_TIMEOUT", ACCEPTS_SECONDS, gt=0,
-                                      allow_inf_nan=False)
-
-    @field_validator("claude_bin", mode="before")
-    @classmethod
-    def _bin(cls, value: object) -> object:
-        return parse_command(value)
-
-    @field_validator("claude_args", mode="before")
-    @classmethod
-    def _args(cls, value: object) -> object:
-        return parse_shell_args(value)
-
-    @property
-    def claude_extra_args(self) -> list[str]:
-        """``PROMPTYOSELF_CLAUDE_ARGS`` split as a shell would (the operator's permission flags)."""
-        return split_shell_args(self.claude_args)
+    bin: str | None = setting(None, "PROMPTYOSELF_CLAUDE_BIN",
+                              "a path to the claude executable, or a command name looked up in PATH "
+                              "(empty = claude from PATH)")
+    args: str | None = setting(None, "PROMPTYOSELF_CLAUDE_ARGS",
+                               "extra claude arguments as a shell would split them, e.g. "
+                               "--allowedTools Bash (empty = none: no tool is pre-approved)")
+    timeout: Seconds = setting(600.0, "PROMPTYOSELF_CLAUDE_TIMEOUT", ACCEPTS_SECONDS, gt=0,
+                               allow_inf_nan=False)
 
 
 def read() -> ClaudeCodeSettings:

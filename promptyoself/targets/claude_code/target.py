@@ -208,8 +208,8 @@ class ClaudeCodeTarget:
     def __init__(self, settings: Settings, *, config: ClaudeCodeSettings | None = None) -> None:
         self.settings = settings
         self.config = config or read()  # this target's own settings (settings.py): PROMPTYOSELF_CLAUDE_*
-        self.timeout = self.config.claude_timeout
-        self.extra_args = self.config.claude_extra_args
+        self.timeout = self.config.timeout
+        self.extra_args = self.config.extra_args
         self._locks: dict[str, asyncio.Lock] = {}
         self.cli = headless.CliState("Claude Code", "claude", "PROMPTYOSELF_CLAUDE_BIN", transient=True)
         self._pushed: dict[str, float] = {}  # occurrence id -> monotonic time of its push
@@ -217,7 +217,7 @@ class ClaudeCodeTarget:
     # ---- the binary --------------------------------------------------------------------------------
 
     def binary(self) -> str:
-        return self.cli.find(self.config.claude_bin)
+        return self.cli.find(self.config.bin)
 
     def _env(self) -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -386,7 +386,7 @@ class ClaudeCodeTarget:
         await self.cli.probe(self.binary(), self._env())
 
     def readiness(self) -> str:
-        return self.cli.line(self.config.claude_bin,
+        return self.cli.line(self.config.bin,
                              "claude {version} at {at}; " + claude_channel.readiness(claude_home()))
 
     async def aclose(self) -> None:

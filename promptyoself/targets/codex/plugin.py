@@ -53,7 +53,7 @@ class CodexPlugin:
         return CodexTarget(settings)
 
     def watch(self, settings: Any) -> Watch:
-        return Watch("codex_unready", FIX, configured=bool(self.config().codex_bin))
+        return Watch("codex_unready", FIX, configured=bool(self.config().bin))
 
     def config(self) -> CodexSettings:
         """``PROMPTYOSELF_CODEX_BIN``, ``_ARGS`` and ``_TIMEOUT`` (``settings.py``)."""

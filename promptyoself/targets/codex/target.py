@@ -156,13 +156,13 @@ class CodexTarget:
     def __init__(self, settings: Any, *, config: CodexSettings | None = None) -> None:
         self.settings = settings
         self.config = config or read()  # this target's own settings (settings.py): PROMPTYOSELF_CODEX_*
-        self.timeout = float(self.config.codex_timeout)
-        self.extra_args = self.config.codex_extra_args
+        self.timeout = float(self.config.timeout)
+        self.extra_args = self.config.extra_args
         self._locks: dict[str, asyncio.Lock] = {}
         self.cli = headless.CliState("Codex", "codex", "PROMPTYOSELF_CODEX_BIN")
 
     def binary(self) -> str:
-        return self.cli.find(self.config.codex_bin)
+        return self.cli.find(self.config.bin)
 
     def _env(self, home: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _SESSION_ENV}
@@ -258,7 +258,7 @@ class CodexTarget:
         await self.cli.probe(self.binary())
 
     def readiness(self) -> str:
-        return self.cli.line(self.config.codex_bin, f"{{version}} at {{at}}; sessions under {codex_home()}")
+        return self.cli.line(self.config.bin, f"{{version}} at {{at}}; sessions under {codex_home()}")
 
     async def aclose(self) -> None:
         self._locks.clear()

@@ -267,16 +267,6 @@ def setting(default: Any, env: str, accepts: str, **constraints: Any) -> Any:
     return _field(default, env, accepts, **constraints)
 
 
-def has_control(text: str) -> bool:
-    """Whether ``text`` holds a control character (a value no setting accepts)."""
-    return _CONTROL.search(text) is not None
-
-
-def is_url(text: str, schemes: str) -> bool:
-    """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
-    return _is_url(text, schemes)
-
-
 def parse_command(value: object) -> object:
     """A setting naming an executable (a path, or a command looked up in PATH): stripped, None for
     empty; ``ValueError`` for control characters. For a plug-in's ``field_validator``."""
@@ -309,7 +299,7 @@ def split_shell_args(text: str | None) -> list[str]:
     return shlex.split(text) if text else []
 
 
-def _is_url(text: str, schemes: str) -> bool:
+def is_url(text: str, schemes: str) -> bool:
     """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
     m = re.fullmatch(rf"(?i)({schemes})://([^/?#\s]+)(\S*)", text)
     if m is None or _CONTROL.search(text):
@@ -448,7 +438,7 @@ class Settings(BaseSettings):
     def _letta_url(cls, value: object) -> object:
         if isinstance(value, str):
             text = value.strip()
-            if not _is_url(text, "https?"):
+            if not is_url(text, "https?"):
                 raise ValueError("not an http(s) URL")
             return text
         return value
@@ -506,7 +496,7 @@ class Settings(BaseSettings):
     def _alert_url(cls, value: object) -> object:
         if isinstance(value, str):
             text = value.strip()
-            if text and (not _is_url(text, "https?") or len(text) > 2000):
+            if text and (not is_url(text, "https?") or len(text) > 2000):
                 raise ValueError("not an http(s) URL")
             return text or None
         return value

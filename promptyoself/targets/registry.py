@@ -245,11 +245,8 @@ def _load(name: str, entry: _Entry) -> TargetPlugin:
     if not isinstance(entry.value, str):
         return entry.value
     from promptyoself.targets.base import TargetPlugin
-    module, _, attribute = entry.value.partition(":")
     try:
-        found: Any = importlib.import_module(module)
-        for part in attribute.split(".") if attribute else ():
-            found = getattr(found, part)
+        found: Any = _imported(entry.value)
         if not isinstance(found, TargetPlugin):
             if callable(found) and not isinstance(found, type):
                 found = FactoryPlugin(name, found)

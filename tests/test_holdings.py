@@ -54,3 +54,20 @@ def test_the_last_attempt_of_a_backlog_wakes_the_recorder() -> None:
 
     asyncio.run(scenario())
 
+
+
+def test_a_full_lane_is_left_out_of_the_alarms_read_only_outside_a_backlog() -> None:
+    """Leaving a target out of ``next_due`` walks every due row of it (the scale-out's backlog of
+    10,000 rows: a scan per read). During a backlog the recorder's claims serve every lane with room,
+    so the alarm's read leaves nothing out; outside one, a full lane is left out (its polling ends)."""
+    async def scenario() -> None:
+        h = holdings()
+        want = h.claim_wanted()
+        assert h.took([claim(i, f"agent-{i}") for i in range(want)], want) is True  # a full claim: a backlog
+        assert [await h.next_to_send() for _ in range(2)] != [None, None]  # both send slots taken
+        assert h.backlog() and h.full_targets() == []
+        want = h.claim_wanted()
+        h.took([], want)  # a claim that found nothing: the backlog is over
+        assert not h.backlog() and h.full_targets() == ["letta"]
+
+    asyncio.run(scenario())

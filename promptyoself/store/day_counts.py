@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Integer, bindparam, func, literal, select
+from sqlalchemy import ARRAY, Integer, any_, bindparam, func, literal, select  # generic ARRAY: see store.claims
 
 from promptyoself.store.db import DELIVERIES, SCHEDULES, PassthroughSend, Store, UTCDateTime
 from promptyoself.store.operator import NOTICE_WINDOW, day_floor
@@ -43,7 +43,7 @@ def _sum(column: Any, *where: Any) -> Any:
     return select(func.coalesce(func.sum(column), 0)).select_from(_D).where(*where).scalar_subquery()
 
 
-def _counts(spend: bool) -> Any:
+def _counts(spend: bool, pg: bool) -> Any:
     # Both look-ups sit two subqueries deep, where SQLAlchemy's automatic correlation (to the enclosing
     # SELECT only) does not reach: ``correlate(_S)`` ties them to the claimed row's agent. Without it
     # each added ``schedules`` to its own FROM, a cross join that counted every agent's history.
@@ -72,11 +72,13 @@ def _counts(spend: bool) -> Any:
         _count(_D.c.agent_id == _S.c.agent_id, _D.c.outcome == "over_budget", _D.c.id > delivered_last,
                _D.c.id >= window).label("unannounced"),
         *spent,
-    ).where(_S.c.id.in_(bindparam("ids", expanding=True)))
+    ).where(_S.c.id == any_(bindparam("ids", type_=ARRAY(Integer()))) if pg
+            else _S.c.id.in_(bindparam("ids", expanding=True)))
 
 
-_COUNTS = _counts(False)
-_COUNTS_SPEND = _counts(True)
+# PostgreSQL: the ids as one array parameter, so that every batch size is the same text, prepared once
+# per connection (an expanding IN was a new text, planned again, for each size of a claimed batch)
+_COUNTS = {(spend, pg): _counts(spend, pg) for spend in (False, True) for pg in (False, True)}
 
 
 def with_days(conn: Any, store: Store, rows: Sequence[ScheduleRow], ask: DayAsk | None,
@@ -90,7 +92,7 @@ def with_days(conn: Any, store: Store, rows: Sequence[ScheduleRow], ask: DayAsk 
     if not ask.agent_cap and not ask.spend and all(r.max_per_day is None for r in rows):
         return [dataclasses.replace(row, day=NO_BUDGET) for row in rows]
     floor = day_floor(conn, store, ask.since)
-    stmt = _COUNTS_SPEND if ask.spend else _COUNTS
+    stmt = _COUNTS[ask.spend, conn.dialect.name == "postgresql"]
     got = {r.id: r for r in conn.execute(stmt, {"ids": [r.id for r in rows], "since": ask.since, "until": now,
                                                 "floor": floor}).all()}
     return [dataclasses.replace(row, day=_day(ask, row, got[row.id])) for row in rows]

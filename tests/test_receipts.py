@@ -426,3 +426,80 @@ def test_receipts_wait_while_deliveries_are_backlogged_and_not_longer_than_backl
     assert len(target.asked) == asked + 1 and stored(rows(mem)[0])["reply"] == "finished"
     assert receipts.yields(True, 0.0) and receipts.yields(True, receipts.BACKLOG_WAIT - 0.001)
     assert not receipts.yields(True, receipts.BACKLOG_WAIT) and not receipts.yields(False, 0.0)
+
+
+def pending_rows(tmp_path: Path, target: ReceiptTarget, n: int) -> tuple[Deps, MemoryDeliveryStore, str]:
+    """``n`` delivered rows whose receipts are pending, and the process that follows them up."""
+    deps, mem = memory_deps(tmp_path, Clock())
+    target.give = Receipt(state="pending", ref={"kind": "run"})
+    for i in range(n):
+        mem.add(f"agent-{i}", "p", T0, target="receipts")
+    drain(deps)
+    assert [h["receipt_state"] for h in mem.history] == ["pending"] * n
+    return deps, mem, stored(rows(mem)[0])["ref"][receipts.FOLLOWED_BY]
+
+
+def test_a_pass_asks_a_few_receipts_at_once_and_records_each(tmp_path: Path, target: ReceiptTarget,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst's receipts were asked one at a time (a Letta run: three GETs each). A pass now asks
+    ``ASK_AT_ONCE`` at a time, never more (the target's spare connections), and records every answer."""
+    deps, mem, owner = pending_rows(tmp_path, target, 7)
+    now = at_most = 0
+    release = asyncio.Event()
+
+    async def receipt(pending: PendingReceipt) -> Receipt:
+        nonlocal now, at_most
+        now += 1
+        at_most = max(at_most, now)
+        await release.wait()
+        now -= 1
+        return Receipt(reply=f"finished {pending.delivery_id}")
+
+    monkeypatch.setattr(target, "receipt", receipt)
+
+    async def run() -> tuple[int, int]:
+        targets = Targets(deps.settings)
+        try:
+            task = asyncio.create_task(receipts.follow_up(deps, targets, owner=owner))
+            while now < receipts.ASK_AT_ONCE:
+                await asyncio.sleep(0)
+            for _ in range(20):  # the others wait for a free place, however long this one takes
+                await asyncio.sleep(0)
+            assert now == receipts.ASK_AT_ONCE
+            release.set()
+            return await task
+        finally:
+            await targets.aclose()
+
+    assert asyncio.run(asyncio.wait_for(run(), 30)) == (0, 7)  # not a full pass: the next starts again
+    assert at_most == receipts.ASK_AT_ONCE == 2
+    assert [stored(h)["reply"] for h in rows(mem)] == [f"finished {h['id']}" for h in rows(mem)]
+
+
+def test_the_next_pass_goes_on_at_once_while_receipts_come_and_waits_when_none_came(
+        tmp_path: Path, target: ReceiptTarget, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a full pass that recorded receipts the next pass starts at once (a burst's thousands are
+    read one pass after another, not one pass per ``EVERY``); after one that recorded none (the runs
+    go on, or the target is away) the task waits ``EVERY`` before it asks again."""
+    deps, mem, owner = pending_rows(tmp_path, target, 5)
+    monkeypatch.setattr(receipts, "BATCH", 2)
+    monkeypatch.setattr(receipts, "EVERY", 3600.0)  # a pass waited for would never come in this test
+    asked = len(target.asked)
+
+    async def run(until: Any) -> None:
+        targets = Targets(deps.settings)
+        task = asyncio.create_task(receipts.run_receipts(deps, targets, owner))
+        try:
+            while not until():
+                await asyncio.sleep(0)
+            for _ in range(50):
+                await asyncio.sleep(0)
+        finally:
+            task.cancel()
+            await targets.aclose()
+
+    asyncio.run(asyncio.wait_for(run(lambda: len(target.asked) >= asked + receipts.BATCH), 30))
+    assert len(target.asked) == asked + receipts.BATCH  # still pending: no pass after the first
+    target.later = Receipt(reply="finished")
+    asyncio.run(asyncio.wait_for(run(lambda: all(h["receipt_state"] == "complete" for h in mem.history)), 30))
+    assert [h["receipt_state"] for h in mem.history] == ["complete"] * 5  # three passes, one after another

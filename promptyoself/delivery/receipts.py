@@ -34,7 +34,13 @@ EVERY = 2.0
 WAIT = timedelta(minutes=30)
 """How long after its delivery a receipt may stay pending; then it is recorded ``timed_out``."""
 BATCH = 50
-"""Pending rows asked in one pass (the next pass goes on after the last one asked)."""
+"""Pending rows asked in one pass (the next pass goes on after the last one asked, at once when this
+one was full: a burst's thousands of receipts are read one pass after another, not one every ``EVERY``)."""
+ASK_AT_ONCE = 2
+"""Pending rows of one pass asked at the same time (a Letta run's receipt is three GETs one after the
+other: asked one at a time, the receipts of a 10,000-prompt burst took over ten minutes to read). Two:
+the Letta target keeps two connections beyond its send slots, so a receipt never waits for one a send
+needs, nor a send for one a receipt holds."""
 ASK_TIMEOUT = 30.0
 """Seconds one target's ``receipt`` may take before the pass moves on (asked again next pass)."""
 BACKLOG_WAIT = 30.0
@@ -92,38 +98,57 @@ async def ask(core: Services, targets: Targets, row: PendingRow, owner: str | No
     return None if got.state == "pending" else got
 
 
-async def follow_up(core: Services, targets: Targets, after_id: int = 0, owner: str | None = None) -> int:
-    """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` and record those
-    that came (or timed out); ``owner``: this process's claim owner, which leaves to another process the
-    receipts that one follows up (``ORPHAN_AFTER``). Returns the cursor for the next pass (0: start again
-    from the oldest)."""
+async def follow_up(core: Services, targets: Targets, after_id: int = 0,
+                    owner: str | None = None) -> tuple[int, int]:
+    """One pass: ask for up to ``BATCH`` pending receipts with ids above ``after_id`` (``ASK_AT_ONCE`` at
+    a time) and record those that came (or timed out); ``owner``: this process's claim owner, which leaves
+    to another process the receipts that one follows up (``ORPHAN_AFTER``). Returns the cursor for the
+    next pass (0: start again from the oldest) and how many receipts it recorded."""
     rows: list[PendingRow] = await core.deliveries.pending_receipts(BATCH, after_id)
-    redact = Redactor(core.settings) if rows else None
-    for row in rows:
-        got = await ask(core, targets, row, owner)
-        if got is not None and redact is not None:
-            bounded = got.redacted(redact).bounded()
-            tokens, cost = bounded.spend()  # counted by the cost budgets from now on (delivery.budget)
-            await core.deliveries.complete_receipt(row.delivery_id, bounded.state, bounded.to_json(), tokens=tokens,
-                                                   cost_usd=cost)
-    return rows[-1].delivery_id if len(rows) == BATCH else 0
+    if not rows:
+        return 0, 0
+    redact = Redactor(core.settings)
+    at_once = asyncio.Semaphore(ASK_AT_ONCE)
+
+    async def one(row: PendingRow) -> bool:
+        async with at_once:
+            got = await ask(core, targets, row, owner)
+        if got is None:
+            return False
+        bounded = got.redacted(redact).bounded()
+        tokens, cost = bounded.spend()  # counted by the cost budgets from now on (delivery.budget)
+        await core.deliveries.complete_receipt(row.delivery_id, bounded.state, bounded.to_json(), tokens=tokens,
+                                               cost_usd=cost)
+        return True
+
+    done = await asyncio.gather(*(one(row) for row in rows), return_exceptions=True)
+    failed = [r for r in done if isinstance(r, BaseException)]
+    if failed:  # each row is recorded or not on its own; the first failure says why (the pass logs it)
+        raise failed[0]
+    return (rows[-1].delivery_id if len(rows) == BATCH else 0), sum(1 for r in done if r is True)
 
 
 async def run_receipts(core: Services, targets: Targets, owner: str,
                        backlog: Callable[[], bool] = lambda: False) -> None:
     """The engine's receipt task (``owner``: its claim owner): a pass every ``EVERY`` seconds until the
     run cancels it, put off while ``backlog()`` says more is due than the senders carry, for at most
-    ``BACKLOG_WAIT`` (``yields``). A pass that fails is logged; the next one tries again."""
+    ``BACKLOG_WAIT`` (``yields``); the next pass at once after a full one that recorded receipts (more
+    are pending, and they come: a burst's), never so after one that recorded none (the target is away,
+    or the runs go on: the next look waits ``EVERY``). A pass that fails is logged; the next tries again."""
     cursor = 0
     last = time.monotonic()
     while True:
         if not yields(backlog(), time.monotonic() - last):
+            recorded = 0
             try:
-                cursor = await follow_up(core, targets, cursor, owner)
+                cursor, recorded = await follow_up(core, targets, cursor, owner)
             except Exception as exc:  # the database is away, say: the next pass tries again
                 log.warning("reading pending receipts failed (%s); the next pass tries again", exc)
                 cursor = 0
             last = time.monotonic()
+            if cursor and recorded:
+                await asyncio.sleep(0)  # a cancel still lands here
+                continue
         await asyncio.sleep(EVERY)
 
 

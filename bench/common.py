@@ -359,6 +359,34 @@ def steal_seconds() -> float | None:
     return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
+def postgres_cpu() -> dict[int, float]:
+    """utime + stime of every PostgreSQL server process on this machine (``postgres`` by name, Linux
+    /proc), by pid: two of these, before and after, give the server's CPU for a run (``cpu_between``).
+    Empty where the server runs elsewhere (or /proc is not there)."""
+    found: dict[int, float] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="ascii", errors="replace") as fh:
+                if fh.read().strip() != "postgres":
+                    continue
+        except OSError:
+            continue
+        got = cpu_seconds(pid)
+        if got is not None:
+            found[pid] = got
+    return found
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """The CPU the processes of ``after`` used since ``before`` (one started since counts whole; one
+    that ended in between is not seen)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
 def cpu_seconds(pid: int) -> float | None:
     """utime + stime of a live process, in seconds (Linux /proc)."""
     try:

@@ -34,7 +34,9 @@ from bench.common import (
     bench_command,
     bulk_insert_schedules,
     clean_env,
+    cpu_between,
     cpu_seconds,
+    postgres_cpu,
     say,
     steal_seconds,
 )
@@ -50,6 +52,9 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--scaleout-agents", type=int, default=None, help="scaleout: agents (1000; 80 quick)")
     parser.add_argument("--scaleout-lead", type=float, default=None,
                         help="scaleout: seconds from the load to the due instant (12; 6 quick)")
+    parser.add_argument("--scaleout-receipts", action="store_true",
+                        help="scaleout: after the last message, keep the workers until every receipt is read "
+                             "and print how long that took")
 
 
 def load(url: str, agents: list[str], count: int, due: Any) -> None:
@@ -76,8 +81,12 @@ def receipt_states(url: str) -> dict[str, int]:
         engine.dispose()
 
 
+RECEIPTS_DEADLINE = 1200.0
+"""Seconds ``--scaleout-receipts`` waits at most for the burst's receipts after its last message."""
+
+
 def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: int, workers: int,
-            lead: float) -> dict[str, Any]:
+            lead: float, receipts: bool = False) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
     with tempfile.TemporaryDirectory(prefix="pys-scaleout-") as tmp:
@@ -107,6 +116,7 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 load_at_due = os.getloadavg()[0]
                 cpu0 = [cpu_seconds(p.pid) or 0.0 for p in procs]
                 fake_cpu0 = cpu_seconds(fake["proc"].pid) or 0.0
+                pg_cpu0 = postgres_cpu()
                 steal0 = steal_seconds()
                 t0 = time.monotonic()
                 deadline = time.monotonic() + max(120.0, count * latency * 4)
@@ -122,8 +132,16 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 receipts_then = receipt_states(url)
                 worker_cpu = sum((cpu_seconds(p.pid) or 0.0) - c for p, c in zip(procs, cpu0, strict=True))
                 fake_cpu = (cpu_seconds(fake["proc"].pid) or 0.0) - fake_cpu0
+                pg_cpu = cpu_between(pg_cpu0, postgres_cpu())
                 steal1 = steal_seconds()
                 elapsed = time.monotonic() - t0
+                receipts_s = None
+                if receipts and received >= count:
+                    last = time.monotonic()
+                    while receipt_states(url).get("pending") and time.monotonic() - last < RECEIPTS_DEADLINE:
+                        time.sleep(0.5)
+                    if not receipt_states(url).get("pending"):
+                        receipts_s = time.monotonic() - last
             finally:
                 for p in procs:
                     stop_process(p)
@@ -150,6 +168,8 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
         "receipts_at_last_message": receipts_then,
         "worker_cpu_s": worker_cpu,
         "fake_cpu_s": fake_cpu,
+        "pg_cpu_s": pg_cpu,
+        "receipts_s": receipts_s,
         # the share of the machine's cores taken by other guests from the due instant to the end
         "steal": (steal1 - steal0) / (elapsed * (os.cpu_count() or 1))
         if steal0 is not None and steal1 is not None and elapsed > 0 else None,
@@ -177,6 +197,8 @@ def run(args: Any) -> list[Row]:
                                  ("--scaleout-lead", args.scaleout_lead, None)):
         if value is not None and value != default:
             extra += [flag, str(value)]
+    if getattr(args, "scaleout_receipts", False):
+        extra.append("--scaleout-receipts")
     from bench.latency import _shown_url
 
     command = f"PROMPTYOSELF_TEST_PG_URL={_shown_url(pg_url)} " + bench_command(args, "scaleout", extra)
@@ -191,7 +213,8 @@ def run(args: Any) -> list[Row]:
     say(f"[scaleout] {workers} workers x {in_flight} in flight, {count} prompts to {n_agents} agents, latency "
         f"{latency * 1000:g} ms (ideal {ideal:.2f} s) ...")
     lead = float(args.scaleout_lead if args.scaleout_lead is not None else (6.0 if quick else 12.0))
-    res = one_run(pg_url, count, n_agents, latency, in_flight, workers, lead)
+    res = one_run(pg_url, count, n_agents, latency, in_flight, workers, lead,
+                  receipts=bool(getattr(args, "scaleout_receipts", False)))
     secs = res["seconds"]
     fraction = ideal / secs if secs else None
     shares = res["shares"]
@@ -220,12 +243,23 @@ def run(args: Any) -> list[Row]:
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: largest share", max(shares) * 100, "%",
                     f"<= {hi:.0%}", max(shares) <= hi, command, "fair: " + ("yes" if fair else "NO")))
     cpu_ms = res["worker_cpu_s"] / count * 1000
-    need = (res["worker_cpu_s"] + res["fake_cpu_s"]) / ideal
+    need = (res["worker_cpu_s"] + res["fake_cpu_s"] + res["pg_cpu_s"]) / ideal
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: worker CPU per delivery", cpu_ms, "ms", "",
                     None, command, f"utime+stime of the {workers} workers from the due instant to the end, / "
-                    f"deliveries; with the fake Letta's own CPU ({res['fake_cpu_s']:.1f} s), delivering at the ideal "
-                    f"rate would take {need:.1f} cores (PostgreSQL's own work not counted); this machine has "
-                    f"{os.cpu_count()}"))
+                    f"deliveries; with the fake Letta's own CPU ({res['fake_cpu_s']:.1f} s) and PostgreSQL's "
+                    f"({res['pg_cpu_s']:.1f} s), delivering at the ideal rate would take {need:.1f} cores; this "
+                    f"machine has {os.cpu_count()}"))
+    rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: all CPU per delivery",
+                    (res["worker_cpu_s"] + res["fake_cpu_s"] + res["pg_cpu_s"]) / count * 1000, "ms", "", None, command,
+                    f"workers {res['worker_cpu_s']:.1f} s + fake Letta {res['fake_cpu_s']:.1f} s + PostgreSQL "
+                    f"{res['pg_cpu_s']:.1f} s, / deliveries; the ideal time on {os.cpu_count()} cores leaves "
+                    f"{ideal * (os.cpu_count() or 1) / count * 1000:.3f} ms"))
+    if res["receipts_s"] is not None:
+        say(f"[scaleout]   every receipt read {res['receipts_s']:.1f} s after the last message")
+        rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: receipts read after the last message",
+                        res["receipts_s"], "s", "", None, command,
+                        f"the {count} pending receipts (Letta's asynchronous route: three GETs each) read by the "
+                        "workers' receipt tasks once the burst is over (delivery.receipts)"))
     rows.append(Row("scaleout", f"PostgreSQL, {workers} shared workers: delivered exactly once",
                     1.0 if res["exactly_once"] else 0.0, "", "= 1 (yes)", res["exactly_once"], command,
                     f"missing {res['missing']}, duplicates {res['duplicates']}"))

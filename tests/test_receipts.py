@@ -503,3 +503,20 @@ def test_the_next_pass_goes_on_at_once_while_receipts_come_and_waits_when_none_c
     target.later = Receipt(reply="finished")
     asyncio.run(asyncio.wait_for(run(lambda: all(h["receipt_state"] == "complete" for h in mem.history)), 30))
     assert [h["receipt_state"] for h in mem.history] == ["complete"] * 5  # three passes, one after another
+
+
+def test_a_pending_receipt_with_a_full_ref_keeps_the_targets_entries_and_its_follower(
+        tmp_path: Path, target: ReceiptTarget) -> None:
+    """A target's ``ref`` keeps its first ``REF_ENTRIES`` entries; the process that follows the receipt up
+    is one more, never pushed out by them (before, a target's eighth entry dropped it, and every
+    delivering process asked that receipt on every pass)."""
+    from promptyoself.targets.base import REF_ENTRIES
+
+    deps, mem = memory_deps(tmp_path, Clock())
+    full = {f"k{i}": i for i in range(REF_ENTRIES + 3)}
+    target.give = Receipt(state="pending", ref=full)
+    mem.add("agent-a", "p", T0, target="receipts")
+    drain(deps)
+    ref = stored(rows(mem)[0])["ref"]
+    assert list(ref) == [f"k{i}" for i in range(REF_ENTRIES)] + [receipts.FOLLOWED_BY]
+    assert target.asked[-1].receipt.ref == {f"k{i}": i for i in range(REF_ENTRIES)}  # the target sees its own

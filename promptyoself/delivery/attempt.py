@@ -37,7 +37,7 @@ from promptyoself.delivery.retry import AUTH_PREFIXES, FENCED, IN_DOUBT_PREFIX, 
 from promptyoself.deps import Services
 from promptyoself.errors import PromptYoSelfError, StillPending
 from promptyoself.store.records import ScheduleRow, column_names
-from promptyoself.targets.base import Occurrence, Receipt, Sent
+from promptyoself.targets.base import REF_ENTRIES, Occurrence, Receipt, Sent
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,10 @@ def receipt_of(sent: Sent, target: str, owner: str) -> Receipt:
     claim owner), so that the other delivering processes leave it to that one."""
     if sent.receipt is None:
         return Receipt.none(f"the {target} target gives no receipt")
-    if sent.receipt.state == "pending":
-        return replace(sent.receipt, ref={**sent.receipt.ref, FOLLOWED_BY: owner})
+    if sent.receipt.state == "pending":  # the target's own entries bounded first: ours is the one more
+        pending = sent.receipt.bounded()
+        own = {k: v for k, v in list(pending.ref.items())[:REF_ENTRIES] if k != FOLLOWED_BY}
+        return replace(pending, ref={**own, FOLLOWED_BY: owner})
     return sent.receipt
 
 

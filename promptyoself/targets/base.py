@@ -74,6 +74,9 @@ EXCERPT_BYTES = 2048
 MAX_TOOLS = 20
 """Tool names kept in a receipt (``tool_calls`` still counts them all)."""
 NOTE_CHARS = 300
+REF_ENTRIES = 8
+"""A pending receipt's ``ref``: the target's first 8 entries, and one more that the engine adds (the
+process that follows it up), so that a target's eighth entry never pushes the engine's out."""
 
 
 def excerpt(text: object, limit: int = EXCERPT_BYTES) -> str | None:
@@ -132,7 +135,8 @@ class Receipt:
     note: str | None = None
     """Why there is none, what it waits for, why it timed out."""
     ref: Mapping[str, Any] = field(default_factory=dict)
-    """For a pending receipt: what the target's ``receipt`` needs to look again (small, not shown)."""
+    """For a pending receipt: what the target's ``receipt`` needs to look again (small, not shown: at
+    most ``REF_ENTRIES`` entries of the target's)."""
 
     def bounded(self) -> Receipt:
         """The same receipt with every field within its bound (made once per receipt: a delivery asks
@@ -152,7 +156,7 @@ class Receipt:
         calls = _count(self.tool_calls)
         cost = self.cost_usd if isinstance(self.cost_usd, int | float) and not isinstance(self.cost_usd, bool) \
             else None
-        ref = {str(k)[:40]: v for k, v in list(self.ref.items())[:8]
+        ref = {str(k)[:40]: v for k, v in list(self.ref.items())[:REF_ENTRIES + 1]
                if isinstance(v, str | int | float | bool) or v is None}
         values: dict[str, Any] = dict(
             reply=excerpt(self.reply), body=excerpt(self.body), tools=tools,

@@ -52,6 +52,9 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--scaleout-agents", type=int, default=None, help="scaleout: agents (1000; 80 quick)")
     parser.add_argument("--scaleout-lead", type=float, default=None,
                         help="scaleout: seconds from the load to the due instant (12; 6 quick)")
+    parser.add_argument("--scaleout-root", default=None,
+                        help="scaleout: a checkout whose promptyoself the workers run (this one), to compare "
+                             "two versions in one session")
     parser.add_argument("--scaleout-receipts", action="store_true",
                         help="scaleout: after the last message, keep the workers until every receipt is read "
                              "and print how long that took")
@@ -86,7 +89,7 @@ RECEIPTS_DEADLINE = 1200.0
 
 
 def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: int, workers: int,
-            lead: float, receipts: bool = False) -> dict[str, Any]:
+            lead: float, receipts: bool = False, root: Path = ROOT) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
     with tempfile.TemporaryDirectory(prefix="pys-scaleout-") as tmp:
@@ -101,12 +104,12 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                     env = clean_env(
                         PROMPTYOSELF_DB=url, LETTA_BASE_URL=fake["url"], LETTA_API_KEY=f"scaleout-worker-{i}",
                         PROMPTYOSELF_MAX_IN_FLIGHT=str(in_flight), PROMPTYOSELF_WORKER_IDLE_EXIT="0",
-                        PYTHONPATH=str(ROOT), FASTMCP_CHECK_FOR_UPDATES="off",
+                        PYTHONPATH=str(root), FASTMCP_CHECK_FOR_UPDATES="off",
                         PROMPTYOSELF_ENV_FILE=str(workdir / "none.env"),
                     )
                     with open(logs[i], "wb") as err:
                         procs.append(subprocess.Popen(
-                            [sys.executable, "-m", "promptyoself", "worker", "--shared"], env=env, cwd=str(ROOT),
+                            [sys.executable, "-m", "promptyoself", "worker", "--shared"], env=env, cwd=str(root),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
                 started_before_due = True
                 while datetime.now(UTC) < due:
@@ -199,6 +202,9 @@ def run(args: Any) -> list[Row]:
             extra += [flag, str(value)]
     if getattr(args, "scaleout_receipts", False):
         extra.append("--scaleout-receipts")
+    root = Path(args.scaleout_root).resolve() if getattr(args, "scaleout_root", None) else ROOT
+    if root != ROOT:
+        extra += ["--scaleout-root", str(root)]
     from bench.latency import _shown_url
 
     command = f"PROMPTYOSELF_TEST_PG_URL={_shown_url(pg_url)} " + bench_command(args, "scaleout", extra)
@@ -214,7 +220,7 @@ def run(args: Any) -> list[Row]:
         f"{latency * 1000:g} ms (ideal {ideal:.2f} s) ...")
     lead = float(args.scaleout_lead if args.scaleout_lead is not None else (6.0 if quick else 12.0))
     res = one_run(pg_url, count, n_agents, latency, in_flight, workers, lead,
-                  receipts=bool(getattr(args, "scaleout_receipts", False)))
+                  receipts=bool(getattr(args, "scaleout_receipts", False)), root=root)
     secs = res["seconds"]
     fraction = ideal / secs if secs else None
     shares = res["shares"]

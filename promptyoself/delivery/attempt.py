@@ -236,10 +236,9 @@ def receipt_of(sent: Sent, target: str, owner: str) -> Receipt:
     claim owner), so that the other delivering processes leave it to that one."""
     if sent.receipt is None:
         return Receipt.none(f"the {target} target gives no receipt")
-    if sent.receipt.state == "pending":  # the target's own entries bounded first: ours is the one more
-        pending = sent.receipt.bounded()
-        own = {k: v for k, v in list(pending.ref.items())[:REF_ENTRIES] if k != FOLLOWED_BY}
-        return replace(pending, ref={**own, FOLLOWED_BY: owner})
+    if sent.receipt.state == "pending":  # the target's first entries, and ours the one more (bounded later)
+        own = {k: v for k, v in list(sent.receipt.ref.items())[:REF_ENTRIES] if k != FOLLOWED_BY}
+        return replace(sent.receipt, ref={**own, FOLLOWED_BY: owner})
     return sent.receipt
 
 

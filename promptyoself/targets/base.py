@@ -167,7 +167,7 @@ class Receipt:
             permission_denials=_count(self.permission_denials), http_status=_count(self.http_status),
             stop_reason=excerpt(self.stop_reason, 64), note=excerpt(self.note, NOTE_CHARS),
             ref={k: excerpt(v, 512) if isinstance(v, str) else v for k, v in ref.items()})
-        if all(_same(getattr(self, name), value) for name, value in values.items()):
+        if all(getattr(self, name) is value or _same(getattr(self, name), value) for name, value in values.items()):
             return self
         return replace(self, **values)
 

@@ -83,8 +83,6 @@ def excerpt(text: object, limit: int = EXCERPT_BYTES) -> str | None:
     """``text`` cut to ``limit`` bytes of UTF-8 (never mid-character); None for nothing."""
     if text is None:
         return None
-    if type(text) is str and len(text) <= limit and text.isascii():  # as it is: one byte a character
-        return text
     raw = str(text).encode("utf-8", errors="replace")
     if len(raw) <= limit:
         return raw.decode("utf-8", errors="replace")
@@ -145,21 +143,18 @@ class Receipt:
             return self
         done: Receipt = self.__dict__.get("_bounded") or self._bound()
         done.__dict__["_within"] = True
-        if done is not self:
-            self.__dict__["_bounded"] = done
+        self.__dict__["_bounded"] = done
         return done
 
     def _bound(self) -> Receipt:
-        """Every field within its bound: this same receipt when each already is (a delivery's usual
-        receipt: making a copy was most of the cost), else a bounded copy."""
         tools = tuple(str(t)[:64] for t in self.tools[:MAX_TOOLS])
         calls = _count(self.tool_calls)
         cost = self.cost_usd if isinstance(self.cost_usd, int | float) and not isinstance(self.cost_usd, bool) \
             else None
         ref = {str(k)[:40]: v for k, v in list(self.ref.items())[:REF_ENTRIES + 1]
                if isinstance(v, str | int | float | bool) or v is None}
-        values: dict[str, Any] = dict(
-            reply=excerpt(self.reply), body=excerpt(self.body), tools=tools,
+        return replace(
+            self, reply=excerpt(self.reply), body=excerpt(self.body), tools=tools,
             tool_calls=max(calls, len(self.tools)) if calls is not None else (len(self.tools) or None),
             steps=_count(self.steps), input_tokens=_count(self.input_tokens), output_tokens=_count(self.output_tokens),
             cached_tokens=_count(self.cached_tokens), reasoning_tokens=_count(self.reasoning_tokens),
@@ -167,9 +162,6 @@ class Receipt:
             permission_denials=_count(self.permission_denials), http_status=_count(self.http_status),
             stop_reason=excerpt(self.stop_reason, 64), note=excerpt(self.note, NOTE_CHARS),
             ref={k: excerpt(v, 512) if isinstance(v, str) else v for k, v in ref.items()})
-        if all(getattr(self, name) is value or _same(getattr(self, name), value) for name, value in values.items()):
-            return self
-        return replace(self, **values)
 
     @property
     def total_tokens(self) -> int | None:
@@ -196,7 +188,8 @@ class Receipt:
         bounded = self.bounded()
         data: dict[str, Any] = {name: getattr(bounded, name) for name in _RECEIPT_FIELDS}
         data["tools"], data["ref"] = list(bounded.tools), dict(bounded.ref)
-        return _JSON.encode({k: v for k, v in data.items() if v not in (None, [], {})})
+        return json.dumps({k: v for k, v in data.items() if v not in (None, [], {})}, ensure_ascii=False,
+                          separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | None) -> Receipt | None:
@@ -231,24 +224,6 @@ class Receipt:
 
 
 _RECEIPT_FIELDS = tuple(f.name for f in fields(Receipt))
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-"""The stored form's encoder, made once (``json.dumps`` with options makes one per call)."""
-
-
-def _same(old: object, new: object) -> bool:
-    """``new`` is ``old`` as it was: the same value of the same type (``1`` is not ``1.0`` nor ``True``),
-    a mapping's values and a tuple's items too."""
-    if old is new:
-        return True
-    if type(old) is not type(new):
-        return False
-    if isinstance(old, Mapping):
-        assert isinstance(new, Mapping)
-        return old.keys() == new.keys() and all(_same(old[k], new[k]) for k in old)
-    if isinstance(old, tuple):
-        assert isinstance(new, tuple)
-        return len(old) == len(new) and all(_same(a, b) for a, b in zip(old, new, strict=True))
-    return old == new
 
 
 @dataclass(frozen=True)

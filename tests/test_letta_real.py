@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -244,3 +245,37 @@ async def test_the_overlap_busy_check_reads_the_run_of_the_real_server(letta_env
         assert await client.run_running(f"run-{uuid.uuid4()}") is False
     finally:
         await client.aclose()
+
+
+def test_a_burst_from_the_command_line_is_delivered_once_and_its_receipts_read(letta_env: tuple[httpx.Client, str],
+                                                                               tmp_path: Path) -> None:
+    """Receipts (issue 43) through Letta 0.16.8's asynchronous route, the way a user arrives: an empty
+    database, ``promptyoself schedule`` for a few prompts due at once (the command line starts the
+    worker), nothing else. Each prompt reaches the agent once, and each delivered row's receipt is read
+    from its run afterwards by the worker's receipt task (two at a time, pass after pass) and recorded
+    ``complete`` with the agent's reply."""
+    import subprocess
+
+    from tests.helpers_delivery import CLI, child_env, reaped_database
+
+    http, agent = letta_env
+    with reaped_database(tmp_path / "burst.db") as db:
+        env = child_env(db, LETTA, PROMPTYOSELF_WORKER_IDLE_EXIT="60")
+        markers = [f"burst-{uuid.uuid4().hex[:8]}" for _ in range(6)]
+        for marker in markers:
+            done = subprocess.run([*CLI, "schedule", "--agent-id", agent, "--prompt", marker, "--time", "in 3 seconds",
+                                   "--json"], env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        rows: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            got = subprocess.run([*CLI, "history", "--json"], env=env, capture_output=True, text=True, timeout=60)
+            rows = json.loads(got.stdout)["deliveries"]
+            if len(rows) == len(markers) and all((r["receipt"] or {}).get("state") == "complete" for r in rows):
+                break
+            time.sleep(0.5)
+        assert [r["outcome"] for r in rows] == ["delivered"] * len(markers), rows
+        assert all(r["receipt"]["state"] == "complete" and r["receipt"]["reply"] for r in rows), rows
+        assert all(r["letta_run_id"] for r in rows)
+        texts = _user_texts(http, agent)
+        assert all(sum(marker in text for text in texts) == 1 for marker in markers), texts

@@ -35,14 +35,14 @@ WAIT = timedelta(minutes=30)
 """How long after its delivery a receipt may stay pending; then it is recorded ``timed_out``."""
 BATCH = 50
 """Pending rows asked in one pass (the next pass goes on after the last one asked, at once when this
-one was full: a burst's thousands of receipts are read one pass after another, not one every ``EVERY``)."""
+one was full and recorded receipts: a burst's thousands are read one pass after another, not one pass
+every ``EVERY``)."""
 ASK_AT_ONCE = 2
 """Pending rows of one pass asked at the same time (a Letta run's receipt is three GETs one after the
 other: asked one at a time, with a 2 s wait after each pass, four workers read the receipts of a
 10,000-prompt burst in 210-243 s after its last message, now in 28-35 s: ``bench scaleout
---scaleout-receipts``). Two:
-the Letta target keeps two connections beyond its send slots, so a receipt never waits for one a send
-needs, nor a send for one a receipt holds."""
+--scaleout-receipts``). Two: the Letta target keeps two connections beyond its send slots, so a
+receipt never waits for one a send needs, nor a send for one a receipt holds."""
 ASK_TIMEOUT = 30.0
 """Seconds one target's ``receipt`` may take before the pass moves on (asked again next pass)."""
 BACKLOG_WAIT = 30.0

@@ -32,7 +32,6 @@ MAX_AGENT_ID_CHARS = 100
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _AGENT_ID = re.compile(r"[\x21-\x7e]+")
 _WHSEC = re.compile(r"whsec_[A-Za-z0-9+/]+={0,2}")
-"""A Standard Webhooks signing secret: ``whsec_`` and base64 (the alert secret's form)."""
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 # What each kind of setting accepts, word for word as docs/configuration.md states it (a test checks).
@@ -299,6 +298,12 @@ def split_shell_args(text: str | None) -> list[str]:
     return shlex.split(text) if text else []
 
 
+def is_signing_secret(text: str) -> bool:
+    """A Standard Webhooks signing secret: ``whsec_`` and base64, at most 200 characters (the alert
+    secret's form, and each webhook endpoint's)."""
+    return bool(_WHSEC.fullmatch(text)) and len(text) <= 200
+
+
 def is_url(text: str, schemes: str) -> bool:
     """``scheme://host...`` with one of ``schemes`` (a regex), a host, and no control character."""
     m = re.fullmatch(rf"(?i)({schemes})://([^/?#\s]+)(\S*)", text)
@@ -507,7 +512,7 @@ class Settings(BaseSettings):
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
         if isinstance(text, str):
             text = text.strip()
-            if text and (not _WHSEC.fullmatch(text) or len(text) > 200):
+            if text and not is_signing_secret(text):
                 raise ValueError("not a whsec_ secret")
             return text or None
         return value

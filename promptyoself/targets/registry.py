@@ -144,7 +144,7 @@ Declared = tuple[dict[str, "_Entry"], dict[str, str], dict[str, str]]
 
 def _discover() -> Declared:
     found: dict[str, _Entry] = {}
-    try:  # one pass over the installed distributions for both groups (it reads every one's entry points)
+    try:  # one pass over the installed distributions for the three groups (it reads every one's entry points)
         declared = metadata.entry_points()
         points, hooks = list(declared.select(group=GROUP)), list(declared.select(group=STDIO_GROUP))
         sources = list(declared.select(group=SECRETS_GROUP))
@@ -161,17 +161,18 @@ def _discover() -> Declared:
             found[name] = _Entry(point.value)
     for name, value in BUILT_IN.items():
         found.setdefault(name, _Entry(value))  # a source tree never installed has no metadata of ours
-    stdio: dict[str, str] = {}
-    for point in hooks:
-        stdio.setdefault(point.name, point.value)
-    for name, value in BUILT_IN_STDIO.items():
-        stdio.setdefault(name, value)
-    secret: dict[str, str] = {}
-    for point in sources:
-        secret.setdefault(point.name, point.value)
-    for name, value in BUILT_IN_SECRETS.items():
-        secret.setdefault(name, value)
-    return found, stdio, secret
+    return found, _by_name(hooks, BUILT_IN_STDIO), _by_name(sources, BUILT_IN_SECRETS)
+
+
+def _by_name(points: list[Any], built_in: dict[str, str]) -> dict[str, str]:
+    """``name -> "module:function"`` of a group's entry points, the first of a name kept, then our
+    built-ins where no distribution declared that name (a source tree never installed has no metadata)."""
+    named: dict[str, str] = {}
+    for point in points:
+        named.setdefault(point.name, point.value)
+    for name, value in built_in.items():
+        named.setdefault(name, value)
+    return named
 
 
 def _read() -> Declared:

@@ -624,10 +624,18 @@ def _env_file_stamp() -> tuple[str | None, int, int]:
     return path, (stat.st_mtime_ns if stat else -1), (stat.st_size if stat else -1)
 
 
+EnvironmentKey = tuple[tuple[str | None, int, int], frozenset[tuple[str, str]]]
+
+
+def _environment_key() -> EnvironmentKey:
+    """What the settings are read from, as a cache key: the ``.env`` file's stamp and the environment."""
+    return _env_file_stamp(), frozenset(os.environ.items())
+
+
 def environment() -> dict[str, str]:
     """The environment over the ``.env`` file (``env_file``), names upper case: what a plug-in that reads
     variables by pattern (not by a settings class) reads. Read again only when either changes."""
-    key = (_env_file_stamp(), frozenset(os.environ.items()))
+    key = _environment_key()
     with _plugin_lock:
         found = _environments.get(key)
     if found is not None:
@@ -647,9 +655,8 @@ def environment() -> dict[str, str]:
 
 PS = TypeVar("PS", bound=BaseSettings)
 _plugin_lock = threading.Lock()
-_plugin_settings: dict[tuple[type[BaseSettings], tuple[str | None, int, int], frozenset[tuple[str, str]]],
-                       BaseSettings | ConfigError] = {}
-_environments: dict[tuple[tuple[str | None, int, int], frozenset[tuple[str, str]]], dict[str, str]] = {}
+_plugin_settings: dict[tuple[type[BaseSettings], EnvironmentKey], BaseSettings | ConfigError] = {}
+_environments: dict[EnvironmentKey, dict[str, str]] = {}
 
 
 def read_plugin_settings(model: type[PS]) -> PS:
@@ -657,13 +664,13 @@ def read_plugin_settings(model: type[PS]) -> PS:
     ``.env`` file that ``Settings`` reads, every value parsed. Kept while neither changes, so a
     plug-in may ask for it on every call. A bad value raises :class:`ConfigError` with the one line naming
     the variable and what it accepts, never the value."""
-    stamp = _env_file_stamp()
-    key = (model, stamp, frozenset(os.environ.items()))
+    now = _environment_key()
+    key = (model, now)
     with _plugin_lock:
         found = _plugin_settings.get(key)
     if found is None:
         try:
-            found = model(_env_file=stamp[0])
+            found = model(_env_file=now[0][0])
         except ValidationError as exc:
             found = ConfigError(describe_settings_error(exc, model))  # kept too: asked again, the same line
         with _plugin_lock:

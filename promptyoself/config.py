@@ -291,13 +291,6 @@ def parse_shell_args(value: object) -> object:
     return text or None
 
 
-def split_shell_args(text: str | None) -> list[str]:
-    """``parse_shell_args``'s text split as a shell would."""
-    import shlex
-
-    return shlex.split(text) if text else []
-
-
 def is_signing_secret(text: str) -> bool:
     """A Standard Webhooks signing secret: ``whsec_`` and base64, at most 200 characters (the alert
     secret's form, and each webhook endpoint's)."""

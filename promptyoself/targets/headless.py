@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from promptyoself.config import PluginSettings, Seconds, parse_command, parse_shell_args, split_shell_args
+from promptyoself.config import PluginSettings, Seconds, parse_command, parse_shell_args
 from promptyoself.errors import NotSent, TargetUnavailable
 from promptyoself.targets.base import Fence
 
@@ -55,7 +56,7 @@ class CliSettings(PluginSettings):
     @property
     def extra_args(self) -> list[str]:
         """``args`` split as a shell would (the operator's permission, sandbox or approval flags)."""
-        return split_shell_args(self.args)
+        return shlex.split(self.args) if self.args else []
 
 
 class NotStarted(Exception):

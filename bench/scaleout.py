@@ -141,10 +141,11 @@ def one_run(pg_url: str, count: int, n_agents: int, latency: float, in_flight: i
                 receipts_s = None
                 if receipts and received >= count:
                     last = time.monotonic()
-                    while receipt_states(url).get("pending") and time.monotonic() - last < RECEIPTS_DEADLINE:
+                    while time.monotonic() - last < RECEIPTS_DEADLINE:
+                        if not receipt_states(url).get("pending"):
+                            receipts_s = time.monotonic() - last
+                            break
                         time.sleep(0.5)
-                    if not receipt_states(url).get("pending"):
-                        receipts_s = time.monotonic() - last
             finally:
                 for p in procs:
                     stop_process(p)

@@ -348,7 +348,8 @@ def test_a_stored_receipt_leaves_out_what_was_not_reported_and_reads_back_the_sa
     assert big.redacted(lambda text: text) is big
     # a value of another type is made what its field holds, though equal (3.0 == 3, True == 1); a text goes
     # through UTF-8 (a lone surrogate cannot be stored)
-    odd = Receipt(input_tokens=3.0, steps=True, reply="\ud800 lone", ref={"n": 1})  # type: ignore[arg-type]
+    reported: dict[str, Any] = {"input_tokens": 3.0, "steps": True, "reply": "\ud800 lone", "ref": {"n": 1}}
+    odd = Receipt(**reported)  # what a target might hand back, whatever the annotations say
     assert odd.bounded() is not odd and odd.bounded().input_tokens == 3 and type(odd.bounded().input_tokens) is int
     assert odd.bounded().steps is None and odd.bounded().reply == "? lone"
 

@@ -293,7 +293,7 @@ def parse_shell_args(value: object) -> object:
 
 def is_signing_secret(text: str) -> bool:
     """A Standard Webhooks signing secret: ``whsec_`` and base64, at most 200 characters (the alert
-    secret's form, and each webhook endpoint's)."""
+    secret's form, and a signing target's)."""
     return bool(_WHSEC.fullmatch(text)) and len(text) <= 200
 
 

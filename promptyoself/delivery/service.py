@@ -167,8 +167,11 @@ def status(core: Services) -> Status:
     svc = service_for(core)
     ex = svc.executor
     now = core.now()
-    bl = backlog(core.store, now)  # synchronous (a face's status): the store's function, not the async verb
+    # the totals first: a delivery counted in them is recorded, so the backlog read after it no longer
+    # counts that occurrence as due (read the other way round, a delivery recorded in between showed
+    # both in the totals and in due_now)
     totals = delivery_outcomes(core.store)
+    bl = backlog(core.store, now)  # synchronous (a face's status): the store's function, not the async verb
     held = lease(core.store, now)
     lease_alive = bool(held and held.get("alive"))
     info = (held or {}).get("info") or {}

@@ -154,13 +154,23 @@ _BEARER = re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*)([A-Za-z0-9._~+/=-]{4,})")
 _CREDENTIAL_FIELD = re.compile(
     r"(?i)\b(password|passwd|token|api[_-]?key|authorization|x-bare-password)([\"']?\s*[:=]\s*[\"']?)"
     r"(?!\*\*\*)([^\s\"',;}]{4,})")
+_FIELD_WORDS = ("pass", "token", "api", "authorization")
+"""What every name ``_CREDENTIAL_FIELD`` matches contains, lowered: a text with none has no such field."""
 
 
 def redact_credentials(text: str) -> str:
     """``text`` with credentials that travel in headers or fields replaced by ``***``: ``Bearer <x>``
     and ``password: <x>`` / ``"token": "<x>"`` / ``api_key=<x>`` (a server that echoes our request)."""
-    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
-    return _CREDENTIAL_FIELD.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    if text.isascii():  # ASCII: a pattern that ignores case cannot match where its word is not (lowered)
+        low = text.lower()
+        bearer, field = "bearer" in low, any(word in low for word in _FIELD_WORDS)
+    else:  # elsewhere case folding has surprises (the Kelvin sign matches "k"): the patterns decide
+        bearer = field = True
+    if bearer:
+        text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    if field:
+        text = _CREDENTIAL_FIELD.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+    return text
 
 
 def default_db_path() -> Path:

@@ -174,11 +174,29 @@ def redact_text(text: str, secrets: list[str]) -> str:
     tail that starts a secret (text cut at a length limit) too, and any ``Bearer <credential>``."""
     text = redact(text, secrets)
     for secret in secrets:  # the text may have been cut in the middle of a secret (in any case)
-        for n in range(min(len(secret) - 1, len(text)), 3, -1):
-            if text[-n:].lower() == secret[:n].lower():
-                text = text[:-n] + REDACTED
-                break
+        n = _cut_secret(text, secret)
+        if n:
+            text = text[:-n] + REDACTED
     return redact_credentials(text)
+
+
+def _cut_secret(text: str, secret: str) -> int:
+    """The length of the longest tail of ``text`` (4 characters at least, shorter than ``secret``)
+    that starts ``secret`` in any letter case; 0 when none does. In ASCII, where lowering is one
+    character for one, only the places where the secret's first character stands are tried."""
+    most = min(len(secret) - 1, len(text))
+    if most < 4:
+        return 0
+    tail = text[-most:]
+    if not (tail.isascii() and secret.isascii()):
+        return next((n for n in range(most, 3, -1) if text[-n:].lower() == secret[:n].lower()), 0)
+    tail, head = tail.lower(), secret[:most].lower()
+    at = tail.find(head[0], 0, most - 3)
+    while at != -1:
+        if tail.startswith(head[:most - at], at):
+            return most - at
+        at = tail.find(head[0], at + 1, most - 3)
+    return 0
 
 
 class Redactor:

@@ -84,3 +84,54 @@ def test_redaction_ignores_letter_case() -> None:
                                None)
     RedactSecrets(settings_secrets(settings)).filter(record)
     assert key.upper() not in record.getMessage() and key.lower() not in record.getMessage().lower()
+
+
+def test_the_fast_paths_redact_exactly_as_the_plain_rules() -> None:
+    """``redact_text``'s cut secret is tried only where the secret's first character stands, and
+    ``redact_credentials`` skips a pattern whose word an ASCII text lacks: both must hide exactly what
+    the plain rules hide (every tail of 4+ characters that starts a secret, in any case; both patterns
+    over the whole text), in ASCII and in text whose lowering is not one character for one."""
+    import random
+    import re
+
+    from promptyoself.config import REDACTED, redact_credentials
+    from promptyoself.logs import RedactSecrets, redact, redact_text
+
+    bearer = re.compile(r"(?i)\b(bearer\s+)(?!\*\*\*)([A-Za-z0-9._~+/=-]{4,})")
+    field = re.compile(r"(?i)\b(password|passwd|token|api[_-]?key|authorization|x-bare-password)"
+                       r"([\"']?\s*[:=]\s*[\"']?)(?!\*\*\*)([^\s\"',;}]{4,})")
+
+    def plain_credentials(text: str) -> str:
+        text = bearer.sub(lambda m: m.group(1) + REDACTED, text)
+        return field.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+
+    def plain(text: str, secrets: list[str]) -> str:
+        text = redact(text, secrets)
+        for secret in secrets:
+            for n in range(min(len(secret) - 1, len(text)), 3, -1):
+                if text[-n:].lower() == secret[:n].lower():
+                    text = text[:-n] + REDACTED
+                    break
+        return plain_credentials(text)
+
+    rng = random.Random(41)
+    letters = "aAbBsSkK-_:= \"'pTtoOkeEnNrRw*\u0130\u0131\u03a3\u03c3\u017f\u212a"
+    words = ["bearer ", "Bearer\t", "password=", "PassWD: ", 'token"', "api-key=", "API_KEY:", "authorization: ",
+             "x-bare-password=", "***"]
+    pool = ["scaleout-worker-0", "sEcReT-kEy-1234", "abcd", "pa$$word99", "\u0130stanbul-secret",
+            "\u03a3ecret-\u03a3\u03a3-xyz", "kkkkkkkk"]
+    for _ in range(5000):
+        parts = []
+        for _ in range(rng.randint(0, 6)):
+            roll = rng.random()
+            if roll < 0.3:
+                parts.append(rng.choice(words))
+            elif roll < 0.5:
+                piece = rng.choice(pool)[: rng.randint(1, 17)]
+                parts.append(piece.upper() if rng.random() < 0.3 else piece)
+            else:
+                parts.append("".join(rng.choice(letters) for _ in range(rng.randint(0, 12))))
+        text = "".join(parts)
+        secrets = RedactSecrets(rng.sample(pool, rng.randint(0, 3))).secrets
+        assert redact_text(text, secrets) == plain(text, secrets), (text, secrets)
+        assert redact_credentials(text) == plain_credentials(text), text
